@@ -1,0 +1,160 @@
+// The driver shim: everything device-specific that libtern needs, behind one
+// interface. libtern (src/) talks to a device only through these classes and
+// never knows which backend it runs on. Backends:
+//   sim/   the simulated device (default): a functional model in host memory
+//   null/  a skeleton that reports UNAVAILABLE / UNIMPLEMENTED everywhere;
+//          copy it to start a backend for real hardware.
+// TERN_DRIVER (or tern_init_options_t.driver) selects one.
+//
+// The shape follows a kernel-driver user-space library: enumerate devices,
+// open a device, take per-core ownership, account device memory by category,
+// submit copy and compute commands to hardware queues, learn of completions
+// through a timeline, read live counters, inject faults.
+//
+// Ownership of memory layout: the device exposes one contiguous device
+// address range (its HBM); libtern's sub-allocator places allocations in it
+// and the driver charges their bytes to this process node-wide through
+// ReserveMemory()/ReleaseMemory() (the way a kernel driver charges pages).
+#ifndef TERN_DRIVER_SHIM_DRIVER_H_
+#define TERN_DRIVER_SHIM_DRIVER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "common/timeline.h"
+#include "tern/debug.h"
+#include "tern/telemetry.h"
+#include "tern/types.h"
+
+namespace tern::driver {
+
+struct DeviceStaticInfo {
+  uint32_t physical_index = 0;
+  uint32_t core_count = 0;
+  uint64_t memory_bytes = 0;
+  uint64_t memory_alignment = 64;
+  int32_t numa_node = -1;
+  std::string name;
+  std::string cpu_affinity;  // CPU list near the device, "0-1"
+};
+
+class Device;
+
+// One end of a copy: host memory, or an offset in some device's memory.
+struct MemoryRef {
+  void* host = nullptr;        // set for host memory
+  Device* device = nullptr;    // set for device memory
+  uint64_t offset = 0;         // offset in the device's memory
+};
+
+enum class CommandKind : uint8_t {
+  kNop,
+  kCopy,          // size bytes from src to dst
+  kFill,          // size bytes of dst with the 32-bit pattern
+  kHostFunction,  // host_function(host_user_data, status)
+  kWait,          // block until wait_timeline reaches wait_value
+  kTimestamp,     // store the device clock (ns) into *timestamp_out
+};
+
+const char* CommandKindName(CommandKind kind);
+
+struct Command {
+  CommandKind kind = CommandKind::kNop;
+  MemoryRef dst;
+  MemoryRef src;
+  uint64_t size = 0;
+  uint32_t pattern = 0;
+  void (*host_function)(void* user_data, tern_status_t status) = nullptr;
+  void* host_user_data = nullptr;
+  // kWait: the timeline is kept alive by wait_owner (a shared_ptr the
+  // runtime hands over) for as long as the command exists.
+  std::shared_ptr<const Timeline> wait_timeline;
+  uint64_t wait_value = 0;
+  std::atomic<uint64_t>* timestamp_out = nullptr;
+  std::shared_ptr<void> keep_alive;  // released when the command completes
+};
+
+// A hardware queue: executes commands in submission order on one core.
+// Command n (from 1) signals completion() to n when done, whether it
+// succeeded, failed or was aborted. When a command fails, the queue records
+// the failure on completion() (Timeline::Fail) and completes every later
+// command as TERN_ERROR_ABORTED (host functions still run, with the error)
+// until ClearError().
+class HwQueue {
+ public:
+  virtual ~HwQueue() = default;
+  // Appends `command`; stores its sequence number in `*out_sequence`.
+  // Thread-safety: any number of concurrent submitters.
+  virtual Status Submit(Command command, uint64_t* out_sequence) = 0;
+  // Number of commands submitted so far (the last sequence number).
+  virtual uint64_t submitted() const = 0;
+  // The completion timeline; its value is the last completed sequence.
+  virtual const Timeline& completion() const = 0;
+  // Ends the current error epoch: commands submitted from now on run.
+  virtual void ClearError() = 0;
+};
+
+// An open device. Thread-safety: every method may be called concurrently.
+class Device {
+ public:
+  virtual ~Device() = default;
+  virtual const DeviceStaticInfo& info() const = 0;
+
+  // Takes exclusive node-wide ownership of a core. Fails with BUSY naming the
+  // owner's pid and command when another process holds it.
+  virtual Status OpenCore(uint32_t core) = 0;
+  virtual void CloseCore(uint32_t core) = 0;
+
+  // Device address of offset 0 of this device's memory: what users see.
+  virtual uint64_t device_base() const = 0;
+  // Charges `bytes` of `category` to this process, failing with
+  // OUT_OF_MEMORY if the node's capacity would be exceeded.
+  virtual Status ReserveMemory(uint64_t bytes, tern_memory_category_t category) = 0;
+  virtual void ReleaseMemory(uint64_t bytes, tern_memory_category_t category) = 0;
+  // Node-wide usage (bytes, all processes), for statistics and OOM reports.
+  virtual uint64_t NodeMemoryUsed(uint64_t by_category[TERN_MEMORY_CATEGORY_COUNT]) const = 0;
+  // Tells the device an allocation ended: drop backing pages and any poison.
+  virtual void MemoryFreed(uint64_t offset, uint64_t size) = 0;
+
+  // Creates a hardware queue on an open core.
+  virtual Status CreateQueue(uint32_t core, const std::string& name,
+                             std::unique_ptr<HwQueue>* out_queue) = 0;
+  // Runs a copy or fill at once on the calling thread (the internal DMA path).
+  virtual Status ExecuteSync(const Command& command) = 0;
+
+  virtual Status GetTelemetry(tern_device_telemetry_t* out) const = 0;
+
+  struct Fault {
+    tern_fault_kind_t kind;
+    uint32_t core = 0;
+    bool has_range = false;
+    uint64_t offset = 0;  // device memory range for a buffer fault
+    uint64_t size = 0;
+    uint64_t after_commands = 0;
+  };
+  virtual Status InjectFault(const Fault& fault) = 0;
+};
+
+struct DriverOptions {
+  uint64_t exec_timeout_ns = 30ull * 1000000000ull;
+};
+
+class Driver {
+ public:
+  virtual ~Driver() = default;
+  virtual const char* name() const = 0;
+  virtual Status Enumerate(std::vector<DeviceStaticInfo>* out_devices) = 0;
+  virtual Status OpenDevice(uint32_t physical_index, std::unique_ptr<Device>* out_device) = 0;
+};
+
+// Creates the backend called `name` ("sim", "null").
+Status CreateDriver(const std::string& name, const DriverOptions& options,
+                    std::unique_ptr<Driver>* out_driver);
+
+}  // namespace tern::driver
+
+#endif  // TERN_DRIVER_SHIM_DRIVER_H_

@@ -1,0 +1,65 @@
+/* tern — live device telemetry.
+ *
+ * Every device publishes counters that any process on the node can read
+ * without owning a core: per core (owner, commands, executions, busy time,
+ * errors by class) and per device (memory used by category and by process,
+ * ECC counters). Administrative tools are built on this call.
+ */
+#ifndef TERN_TELEMETRY_H_
+#define TERN_TELEMETRY_H_
+
+#include <stdint.h>
+
+#include "tern/export.h"
+#include "tern/status.h"
+#include "tern/types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TERN_TELEMETRY_MAX_CORES 16
+#define TERN_TELEMETRY_MAX_PROCESSES 64
+
+typedef struct tern_core_telemetry_t {
+  uint32_t physical_index;
+  int32_t owner_pid;       /* 0 when no process owns the core */
+  char owner_command[32];  /* the owner's command name, "" when none */
+  uint64_t commands;       /* commands completed, any kind */
+  uint64_t executions;     /* compute commands completed */
+  uint64_t busy_ns;        /* time spent running commands */
+  uint64_t errors[TERN_ERROR_CLASS_COUNT]; /* failed commands by class */
+} tern_core_telemetry_t;
+
+typedef struct tern_process_telemetry_t {
+  int32_t pid;
+  uint32_t cores_owned; /* bit i set: physical core i of this device is owned */
+  char command[32];
+  uint64_t memory_by_category[TERN_MEMORY_CATEGORY_COUNT];
+} tern_process_telemetry_t;
+
+typedef struct tern_device_telemetry_t {
+  uint32_t struct_size; /* IN: sizeof(tern_device_telemetry_t) */
+  uint32_t core_count;  /* physical cores; entries of cores[] that are filled */
+  uint64_t memory_capacity;
+  uint64_t memory_used; /* by every process */
+  uint64_t memory_by_category[TERN_MEMORY_CATEGORY_COUNT];
+  uint64_t ecc_corrected;
+  uint64_t ecc_uncorrected;
+  tern_core_telemetry_t cores[TERN_TELEMETRY_MAX_CORES];
+  uint32_t process_count; /* live processes using the device; entries of processes[] filled */
+  uint32_t reserved;
+  tern_process_telemetry_t processes[TERN_TELEMETRY_MAX_PROCESSES];
+} tern_device_telemetry_t;
+
+/* Takes a snapshot of `device`'s counters; set `out_telemetry->struct_size`
+ * first. Counters cover every process on the node.
+ * Thread-safety: safe from any thread; never blocks on other processes. */
+TERN_API tern_status_t tern_device_get_telemetry(tern_device_t device,
+                                                 tern_device_telemetry_t* out_telemetry);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* TERN_TELEMETRY_H_ */

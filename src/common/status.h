@@ -1,0 +1,53 @@
+// Internal status type shared by libtern and the driver shim: a code from
+// tern/status.h plus a message that says what failed, why and what to do.
+#ifndef TERN_SRC_COMMON_STATUS_H_
+#define TERN_SRC_COMMON_STATUS_H_
+
+#include <fmt/format.h>
+
+#include <string>
+#include <utility>
+
+#include "tern/status.h"
+
+namespace tern {
+
+class [[nodiscard]] Status {
+ public:
+  Status() = default;
+  Status(tern_status_t code, std::string message) : code_(code), message_(std::move(message)) {}
+
+  bool ok() const { return code_ == TERN_OK; }
+  tern_status_t code() const { return code_; }
+  const std::string& message() const { return message_; }
+
+  // Prefixes context to the message ("opening core 0: ..."), keeping the code.
+  Status WithContext(std::string_view context) const {
+    if (ok()) return *this;
+    return Status(code_, fmt::format("{}: {}", context, message_));
+  }
+
+ private:
+  tern_status_t code_ = TERN_OK;
+  std::string message_;
+};
+
+inline Status OkStatus() { return Status(); }
+
+template <typename... Args>
+Status MakeStatus(tern_status_t code, fmt::format_string<Args...> format, Args&&... args) {
+  return Status(code, fmt::format(format, std::forward<Args>(args)...));
+}
+
+// Formats errno into a Status with the failing call named.
+Status ErrnoStatus(tern_status_t code, int err, std::string_view what);
+
+}  // namespace tern
+
+#define TERN_RETURN_IF_ERROR(expr)           \
+  do {                                       \
+    ::tern::Status tern_status_tmp_ = (expr); \
+    if (!tern_status_tmp_.ok()) return tern_status_tmp_; \
+  } while (0)
+
+#endif  // TERN_SRC_COMMON_STATUS_H_

@@ -1,0 +1,119 @@
+#include "common/timeline.h"
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <climits>
+
+namespace tern {
+namespace {
+
+// Short enough not to steal a CPU from the thread we wait for on a 2-CPU box,
+// long enough to catch a completion that is already on its way.
+constexpr int kSpinIterations = 200;
+
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+long FutexWait(std::atomic<uint32_t>* word, uint32_t expected, const struct timespec* timeout) {
+  return syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT_PRIVATE, expected, timeout,
+                 nullptr, 0);
+}
+
+void FutexWakeAll(std::atomic<uint32_t>* word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr,
+          0);
+}
+
+}  // namespace
+
+uint64_t MonotonicNs() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+void Timeline::Signal(uint64_t value) {
+  value_.store(value, std::memory_order_seq_cst);
+  // Dekker pairing with Wait(): either the waiter sees the new value, or we
+  // see its registration and wake it.
+  if (waiters_.load(std::memory_order_seq_cst) != 0) {
+    wake_word_.fetch_add(1, std::memory_order_seq_cst);
+    FutexWakeAll(&wake_word_);
+  }
+}
+
+bool Timeline::Wait(uint64_t target, uint64_t timeout_ns) const {
+  if (value_.load(std::memory_order_acquire) >= target) return true;
+  for (int i = 0; i < kSpinIterations; ++i) {
+    CpuRelax();
+    if (value_.load(std::memory_order_acquire) >= target) return true;
+  }
+  if (timeout_ns == 0) return false;
+  const bool infinite = timeout_ns == UINT64_MAX;
+  const uint64_t deadline = infinite ? 0 : MonotonicNs() + timeout_ns;
+  while (true) {
+    uint32_t word = wake_word_.load(std::memory_order_seq_cst);
+    waiters_.fetch_add(1, std::memory_order_seq_cst);
+    if (value_.load(std::memory_order_seq_cst) >= target) {
+      waiters_.fetch_sub(1, std::memory_order_seq_cst);
+      return true;
+    }
+    struct timespec ts;
+    struct timespec* tsp = nullptr;
+    if (!infinite) {
+      uint64_t now = MonotonicNs();
+      if (now >= deadline) {
+        waiters_.fetch_sub(1, std::memory_order_seq_cst);
+        return false;
+      }
+      uint64_t left = deadline - now;
+      ts.tv_sec = static_cast<time_t>(left / 1000000000ull);
+      ts.tv_nsec = static_cast<long>(left % 1000000000ull);
+      tsp = &ts;
+    }
+    FutexWait(const_cast<std::atomic<uint32_t>*>(&wake_word_), word, tsp);
+    waiters_.fetch_sub(1, std::memory_order_seq_cst);
+    if (value_.load(std::memory_order_acquire) >= target) return true;
+  }
+}
+
+void Timeline::Fail(uint64_t sequence, const Status& status) {
+  std::lock_guard<std::mutex> lock(failure_mutex_);
+  if (has_failure_.load(std::memory_order_relaxed) && cleared_at_ == UINT64_MAX) return;
+  failed_from_ = sequence;
+  cleared_at_ = UINT64_MAX;
+  failure_ = status;
+  has_failure_.store(true, std::memory_order_release);
+}
+
+void Timeline::ClearFailure(uint64_t sequence) {
+  std::lock_guard<std::mutex> lock(failure_mutex_);
+  if (has_failure_.load(std::memory_order_relaxed) && cleared_at_ == UINT64_MAX) {
+    cleared_at_ = sequence + 1;
+  }
+}
+
+Status Timeline::FailureAt(uint64_t point) const {
+  if (!has_failure_.load(std::memory_order_acquire)) return OkStatus();
+  std::lock_guard<std::mutex> lock(failure_mutex_);
+  if (point >= failed_from_ && point < cleared_at_) return failure_;
+  return OkStatus();
+}
+
+Status Timeline::CurrentFailure(uint64_t* out_sequence) const {
+  if (!has_failure_.load(std::memory_order_acquire)) return OkStatus();
+  std::lock_guard<std::mutex> lock(failure_mutex_);
+  if (cleared_at_ != UINT64_MAX) return OkStatus();
+  if (out_sequence) *out_sequence = failed_from_;
+  return failure_;
+}
+
+}  // namespace tern

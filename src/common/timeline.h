@@ -1,0 +1,61 @@
+// A 64-bit timeline semaphore living in host memory: the completion counter of
+// a queue and the thing events point at. Signalers advance the value;
+// waiters block until it reaches a target (spin briefly, then futex).
+//
+// A timeline can also carry a failure: the range of points [first_failed,
+// cleared_at) whose commands failed or were aborted. A waiter that reaches a
+// point inside that range learns the failure instead of success.
+#ifndef TERN_SRC_COMMON_TIMELINE_H_
+#define TERN_SRC_COMMON_TIMELINE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+
+#include "common/status.h"
+
+namespace tern {
+
+class Timeline {
+ public:
+  Timeline() = default;
+  Timeline(const Timeline&) = delete;
+  Timeline& operator=(const Timeline&) = delete;
+
+  uint64_t value() const { return value_.load(std::memory_order_acquire); }
+
+  // Advances the value to `value` (must not go backwards) and wakes waiters.
+  // Thread-safety: one signaler at a time per timeline.
+  void Signal(uint64_t value);
+
+  // Waits until value() >= target or `timeout_ns` passes. Returns true when
+  // reached. Thread-safety: any number of concurrent waiters.
+  bool Wait(uint64_t target, uint64_t timeout_ns) const;
+
+  // Marks points from `sequence` on as failed with `status` (only the first
+  // failure of an error epoch is kept). Thread-safety: any thread.
+  void Fail(uint64_t sequence, const Status& status);
+  // Ends the current error epoch: points after `sequence` succeed again.
+  void ClearFailure(uint64_t sequence);
+  // The failure that covers `point`, or OK.
+  Status FailureAt(uint64_t point) const;
+  // The current failure (uncleared), or OK; `out_sequence` gets its point.
+  Status CurrentFailure(uint64_t* out_sequence) const;
+
+ private:
+  std::atomic<uint64_t> value_{0};
+  mutable std::atomic<uint32_t> wake_word_{0};
+  mutable std::atomic<uint32_t> waiters_{0};
+  std::atomic<bool> has_failure_{false};
+  mutable std::mutex failure_mutex_;
+  uint64_t failed_from_ = 0;
+  uint64_t cleared_at_ = UINT64_MAX;
+  Status failure_;
+};
+
+// Nanoseconds on CLOCK_MONOTONIC.
+uint64_t MonotonicNs();
+
+}  // namespace tern
+
+#endif  // TERN_SRC_COMMON_TIMELINE_H_
