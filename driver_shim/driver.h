@@ -70,9 +70,9 @@ struct Command {
   uint32_t pattern = 0;
   void (*host_function)(void* user_data, tern_status_t status) = nullptr;
   void* host_user_data = nullptr;
-  // kWait: the timeline is kept alive by wait_owner (a shared_ptr the
-  // runtime hands over) for as long as the command exists.
+  // kWait: the timeline to wait on, and a name for it in error messages.
   std::shared_ptr<const Timeline> wait_timeline;
+  std::string wait_description;
   uint64_t wait_value = 0;
   std::atomic<uint64_t>* timestamp_out = nullptr;
   std::shared_ptr<void> keep_alive;  // released when the command completes
@@ -92,8 +92,9 @@ class HwQueue {
   virtual Status Submit(Command command, uint64_t* out_sequence) = 0;
   // Number of commands submitted so far (the last sequence number).
   virtual uint64_t submitted() const = 0;
-  // The completion timeline; its value is the last completed sequence.
-  virtual const Timeline& completion() const = 0;
+  // The completion timeline; its value is the last completed sequence. Shared
+  // so that events can outlive the queue.
+  virtual std::shared_ptr<const Timeline> completion() const = 0;
   // Ends the current error epoch: commands submitted from now on run.
   virtual void ClearError() = 0;
 };
@@ -140,6 +141,7 @@ class Device {
 };
 
 struct DriverOptions {
+  // A command running longer than this fails with TERN_ERROR_EXEC_TIMEOUT.
   uint64_t exec_timeout_ns = 30ull * 1000000000ull;
 };
 
@@ -149,6 +151,9 @@ class Driver {
   virtual const char* name() const = 0;
   virtual Status Enumerate(std::vector<DeviceStaticInfo>* out_devices) = 0;
   virtual Status OpenDevice(uint32_t physical_index, std::unique_ptr<Device>* out_device) = 0;
+  // Called in a child process right after fork(): drop whatever the child
+  // must not share with its parent, without touching the parent's state.
+  virtual void AfterForkInChild() {}
 };
 
 // Creates the backend called `name` ("sim", "null").

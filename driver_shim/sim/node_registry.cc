@@ -1,0 +1,765 @@
+#include "sim/node_registry.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <new>
+#include <string_view>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#include <fmt/ranges.h>
+
+namespace tern::sim {
+
+namespace node_layout {
+
+constexpr uint32_t kMaxDevices = NodeRegistry::kMaxDevices;
+constexpr uint32_t kMaxCores = NodeRegistry::kMaxCoresPerDevice;
+constexpr uint32_t kMaxProcesses = NodeRegistry::kMaxProcesses;
+constexpr uint32_t kCommandWords = 4;  // 32 characters, NUL-padded
+
+static_assert(std::atomic<uint64_t>::is_always_lock_free);
+static_assert(std::atomic<int32_t>::is_always_lock_free);
+static_assert(std::atomic<uint32_t>::is_always_lock_free);
+static_assert(sizeof(std::atomic<uint64_t>) == 8 && sizeof(std::atomic<int32_t>) == 4);
+static_assert(kMaxCores <= 32, "cores_owned is a 32-bit mask");
+
+enum SlotState : uint32_t { kSlotFree = 0, kSlotInUse = 1, kSlotReaping = 2 };
+
+// Commands are stored as atomic 8-byte words so that readers in other threads
+// or processes never race with a writer (a torn name is harmless; UB is not).
+struct alignas(64) CoreRecord {
+  std::atomic<int32_t> owner_pid;  // 0: none; only meaningful while the core lock is held
+  std::atomic<uint64_t> owner_command[kCommandWords];
+  CoreCounters counters;
+};
+
+struct alignas(64) DeviceRecord {
+  uint64_t capacity;  // written when formatting, then read-only
+  std::atomic<uint64_t> used_total;
+  std::atomic<uint64_t> used_by_category[TERN_MEMORY_CATEGORY_COUNT];
+  std::atomic<uint64_t> ecc_corrected;
+  std::atomic<uint64_t> ecc_uncorrected;
+  CoreRecord cores[kMaxCores];
+};
+
+struct SlotDeviceUsage {
+  std::atomic<uint64_t> used_by_category[TERN_MEMORY_CATEGORY_COUNT];
+  std::atomic<uint32_t> cores_owned;  // bit c: core c
+};
+
+struct alignas(64) ProcessSlot {
+  std::atomic<uint32_t> state;  // SlotState
+  std::atomic<int32_t> pid;
+  std::atomic<uint64_t> command[kCommandWords];
+  SlotDeviceUsage devices[kMaxDevices];
+};
+
+// magic, version and generation keep their offsets in every layout version so
+// that any version can recognise (and safely reformat) another's file.
+struct alignas(64) Header {
+  uint64_t magic;    // written last when formatting
+  uint32_t version;  // kLayoutVersion
+  uint32_t reserved;
+  std::atomic<uint64_t> generation;  // bumped by every format
+  uint32_t device_count;
+  uint32_t cores_per_device;
+  uint64_t hbm_bytes;
+};
+
+constexpr uint64_t kMagic = 0x314d49534e524554ull;  // "TERNSIM1" in little-endian bytes
+constexpr uint32_t kLayoutVersion = 1;
+
+}  // namespace node_layout
+
+// Header fields only change under the init lock; everything else is atomic.
+struct SharedNodeState {
+  node_layout::Header header;
+  node_layout::DeviceRecord devices[node_layout::kMaxDevices];
+  node_layout::ProcessSlot slots[node_layout::kMaxProcesses];
+};
+
+using namespace node_layout;  // NOLINT: this file is the layout's only user
+
+namespace {
+
+constexpr size_t kFileSize = (sizeof(SharedNodeState) + 4095) & ~size_t{4095};
+
+// Lock bytes live far past the data (locks beyond EOF are allowed) at offsets
+// that no layout version moves, so a live process is visible to any version.
+constexpr off_t kLockBase = off_t{1} << 32;
+constexpr off_t kInitLock = kLockBase;
+off_t SlotLock(uint32_t slot) { return kLockBase + 64 + slot; }
+off_t CoreLock(uint32_t device, uint32_t core) {
+  return kLockBase + 4096 + static_cast<off_t>(device) * kMaxCores + core;
+}
+
+struct flock ByteLock(short type, off_t offset) {
+  struct flock fl = {};
+  fl.l_type = type;
+  fl.l_whence = SEEK_SET;
+  fl.l_start = offset;
+  fl.l_len = 1;
+  fl.l_pid = 0;  // required by the OFD commands
+  return fl;
+}
+
+// Returns 0, or errno: EAGAIN/EACCES when another open file description holds it.
+int TryLockByte(int fd, off_t offset) {
+  struct flock fl = ByteLock(F_WRLCK, offset);
+  while (fcntl(fd, F_OFD_SETLK, &fl) != 0) {
+    if (errno != EINTR) return errno;
+  }
+  return 0;
+}
+
+bool IsHeldError(int err) { return err == EAGAIN || err == EACCES; }
+
+int LockByteBlocking(int fd, off_t offset) {
+  struct flock fl = ByteLock(F_WRLCK, offset);
+  while (fcntl(fd, F_OFD_SETLKW, &fl) != 0) {
+    if (errno != EINTR) return errno;
+  }
+  return 0;
+}
+
+void UnlockByte(int fd, off_t offset) {
+  struct flock fl = ByteLock(F_UNLCK, offset);
+  while (fcntl(fd, F_OFD_SETLK, &fl) != 0 && errno == EINTR) {
+  }
+}
+
+// True when an open file description other than `fd`'s holds the byte. Our
+// own locks never conflict with us, so they read as "not held". Errors read
+// as held: the callers use this to decide that nothing is live.
+bool HeldByOther(int fd, off_t offset) {
+  struct flock fl = ByteLock(F_WRLCK, offset);
+  if (fcntl(fd, F_OFD_GETLK, &fl) != 0) return true;
+  return fl.l_type != F_UNLCK;
+}
+
+void SaturatingSub(std::atomic<uint64_t>& value, uint64_t amount) {
+  uint64_t current = value.load(std::memory_order_relaxed);
+  while (!value.compare_exchange_weak(current, current - std::min(current, amount),
+                                      std::memory_order_acq_rel, std::memory_order_relaxed)) {
+  }
+}
+
+void StoreCommand(std::atomic<uint64_t> (&words)[kCommandWords], std::string_view command) {
+  char buf[kCommandWords * 8] = {};
+  std::memcpy(buf, command.data(), std::min(command.size(), sizeof(buf) - 1));
+  for (uint32_t i = 0; i < kCommandWords; ++i) {
+    uint64_t word;
+    std::memcpy(&word, buf + i * 8, 8);
+    words[i].store(word, std::memory_order_relaxed);
+  }
+}
+
+void LoadCommand(const std::atomic<uint64_t> (&words)[kCommandWords], char out[32]) {
+  for (uint32_t i = 0; i < kCommandWords; ++i) {
+    uint64_t word = words[i].load(std::memory_order_relaxed);
+    std::memcpy(out + i * 8, &word, 8);
+  }
+  out[31] = '\0';
+}
+
+std::string ReadOwnCommand() {
+  char buf[64] = {};
+  ssize_t n = -1;
+  int fd = open("/proc/self/comm", O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+  }
+  std::string command(buf, n > 0 ? static_cast<size_t>(n) : 0);
+  while (!command.empty() && (command.back() == '\n' || command.back() == '\0')) {
+    command.pop_back();
+  }
+  return command.empty() ? "?" : command.substr(0, 31);
+}
+
+std::string FormatBytes(uint64_t bytes) {
+  constexpr uint64_t kKiB = 1024, kMiB = kKiB * 1024, kGiB = kMiB * 1024;
+  if (bytes >= kGiB) return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / kGiB);
+  if (bytes >= kMiB) return fmt::format("{:.2f} MiB", static_cast<double>(bytes) / kMiB);
+  if (bytes >= kKiB) return fmt::format("{:.2f} KiB", static_cast<double>(bytes) / kKiB);
+  return fmt::format("{} bytes", bytes);
+}
+
+const char* CategoryName(uint32_t category) {
+  static constexpr const char* kNames[TERN_MEMORY_CATEGORY_COUNT] = {
+      "tensors", "constants", "code", "scratch", "collectives", "runtime"};
+  return category < TERN_MEMORY_CATEGORY_COUNT ? kNames[category] : "unknown";
+}
+
+std::string TopologyString(const NodeRegistry::Topology& t) {
+  return fmt::format("{} device(s) x {} core(s) x {} HBM", t.device_count, t.cores_per_device,
+                     FormatBytes(t.hbm_bytes));
+}
+
+std::string NodePath(const std::string& node_name) { return "/dev/shm/tern-sim-" + node_name; }
+
+Status ValidateNodeName(const std::string& name) {
+  bool ok = !name.empty() && name.size() <= 64;
+  for (char c : name) {
+    ok = ok && ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                c == '.' || c == '_' || c == '-');
+  }
+  if (ok) return OkStatus();
+  return MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
+                    "invalid sim node name '{}': it must be 1 to 64 characters from "
+                    "[A-Za-z0-9._-]; fix TERN_SIM_NODE",
+                    name);
+}
+
+Status ValidateTopology(const NodeRegistry::Topology& t) {
+  if (t.device_count >= 1 && t.device_count <= kMaxDevices && t.cores_per_device >= 1 &&
+      t.cores_per_device <= kMaxCores && t.hbm_bytes > 0) {
+    return OkStatus();
+  }
+  return MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
+                    "invalid sim topology {} devices x {} cores x {} bytes: the simulator supports "
+                    "1 to {} devices of 1 to {} cores and a non-zero HBM size; fix "
+                    "TERN_SIM_TOPOLOGY",
+                    t.device_count, t.cores_per_device, t.hbm_bytes, kMaxDevices, kMaxCores);
+}
+
+}  // namespace
+
+NodeRegistry::NodeRegistry(std::string node_name, std::string path, Role role)
+    : node_name_(std::move(node_name)),
+      path_(std::move(path)),
+      role_(role),
+      pid_(getpid()),
+      command_(ReadOwnCommand()) {}
+
+Status NodeRegistry::Open(const std::string& node_name, const Topology& topology, Role role,
+                          std::unique_ptr<NodeRegistry>* out) {
+  if (out == nullptr) {
+    return MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "NodeRegistry::Open: `out` is null");
+  }
+  out->reset();
+  TERN_RETURN_IF_ERROR(ValidateNodeName(node_name));
+  const bool adopt = role == Role::kObserver && topology == Topology{};
+  if (!adopt) TERN_RETURN_IF_ERROR(ValidateTopology(topology));
+
+  std::unique_ptr<NodeRegistry> registry(new NodeRegistry(node_name, NodePath(node_name), role));
+  const int flags = O_RDWR | O_CLOEXEC | O_NOFOLLOW | (adopt ? 0 : O_CREAT);
+  registry->fd_ = open(registry->path_.c_str(), flags, 0666);
+  if (registry->fd_ < 0) {
+    const int err = errno;
+    if (adopt && err == ENOENT) {
+      return MakeStatus(TERN_ERROR_UNAVAILABLE,
+                        "sim node '{}' does not exist ({} is missing): no tern process has used "
+                        "it yet; check TERN_SIM_NODE, or start a tern program first",
+                        node_name, registry->path_);
+    }
+    return MakeStatus(TERN_ERROR_IO,
+                      "{}; check that /dev/shm is a writable tmpfs and that this user may write "
+                      "the file, or use another TERN_SIM_NODE",
+                      ErrnoStatus(TERN_ERROR_IO, err,
+                                  fmt::format("opening sim node state \"{}\"", registry->path_))
+                          .message());
+  }
+
+  if (int err = LockByteBlocking(registry->fd_, kInitLock); err != 0) {
+    return ErrnoStatus(TERN_ERROR_IO, err,
+                       fmt::format("locking sim node state \"{}\" (fcntl F_OFD_SETLKW)",
+                                   registry->path_));
+  }
+  Status status = registry->AttachLocked(topology, adopt);
+  if (status.ok() && role == Role::kParticipant) status = registry->ClaimSlotLocked();
+  UnlockByte(registry->fd_, kInitLock);
+  if (!status.ok()) return status;
+
+  registry->ReapImpl();
+  *out = std::move(registry);
+  return OkStatus();
+}
+
+Status NodeRegistry::RemoveNode(const std::string& node_name) {
+  TERN_RETURN_IF_ERROR(ValidateNodeName(node_name));
+  const std::string path = NodePath(node_name);
+  if (unlink(path.c_str()) != 0 && errno != ENOENT) {
+    return ErrnoStatus(TERN_ERROR_IO, errno, fmt::format("unlink(\"{}\")", path));
+  }
+  return OkStatus();
+}
+
+Status NodeRegistry::MapLocked() {
+  void* addr = mmap(nullptr, kFileSize, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
+  if (addr == MAP_FAILED) {
+    return ErrnoStatus(TERN_ERROR_IO, errno, fmt::format("mmap(\"{}\")", path_));
+  }
+  state_ = std::launder(static_cast<SharedNodeState*>(addr));
+  return OkStatus();
+}
+
+Status NodeRegistry::AttachLocked(const Topology& wanted, bool adopt) {
+  struct stat st;
+  if (fstat(fd_, &st) != 0) {
+    return ErrnoStatus(TERN_ERROR_IO, errno, fmt::format("fstat(\"{}\")", path_));
+  }
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  bool layout_known = false;
+  if (size >= kFileSize) {
+    TERN_RETURN_IF_ERROR(MapLocked());
+    const Header& header = state_->header;
+    const Topology existing{header.device_count, header.cores_per_device, header.hbm_bytes};
+    layout_known = header.magic == kMagic && header.version == kLayoutVersion &&
+                   ValidateTopology(existing).ok();
+    if (layout_known && (adopt || existing == wanted)) {
+      topology_ = existing;
+      generation_ = header.generation.load(std::memory_order_acquire);
+      return OkStatus();
+    }
+  }
+  if (adopt) {
+    return MakeStatus(size == 0 ? TERN_ERROR_UNAVAILABLE : TERN_ERROR_INCOMPATIBLE,
+                      "sim node '{}' ({}) {}; check TERN_SIM_NODE, or start a tern program of "
+                      "this version first",
+                      node_name_, path_,
+                      size == 0 ? "has not been set up by any tern process yet"
+                                : "holds state of another tern version or layout");
+  }
+  if (size != 0) {
+    for (uint32_t slot = 0; slot < kMaxProcesses; ++slot) {
+      if (HeldByOther(fd_, SlotLock(slot))) return IncompatibleLocked(wanted, layout_known);
+    }
+  }
+  return FormatLocked(wanted, size);
+}
+
+Status NodeRegistry::IncompatibleLocked(const Topology& wanted, bool layout_known) const {
+  std::vector<std::string> live;
+  for (uint32_t slot = 0; slot < kMaxProcesses; ++slot) {
+    if (!HeldByOther(fd_, SlotLock(slot))) continue;
+    if (layout_known) {
+      char command[32];
+      LoadCommand(state_->slots[slot].command, command);
+      live.push_back(fmt::format("{} ({})", state_->slots[slot].pid.load(), command));
+    } else {
+      live.push_back("?");
+    }
+  }
+  if (!layout_known) {
+    return MakeStatus(TERN_ERROR_INCOMPATIBLE,
+                      "sim node '{}' ({}) holds state of another tern version or layout and {} "
+                      "live process(es) still use it; stop them, or use another TERN_SIM_NODE",
+                      node_name_, path_, live.size());
+  }
+  const Header& header = state_->header;
+  const Topology existing{header.device_count, header.cores_per_device, header.hbm_bytes};
+  return MakeStatus(TERN_ERROR_INCOMPATIBLE,
+                    "sim node '{}' is in use with topology {} by live process(es) {}, but this "
+                    "process asked for {}; run with the same TERN_SIM_TOPOLOGY as those "
+                    "processes, or use another TERN_SIM_NODE",
+                    node_name_, TopologyString(existing), fmt::join(live, ", "),
+                    TopologyString(wanted));
+}
+
+Status NodeRegistry::FormatLocked(const Topology& topology, uint64_t file_size) {
+  if (file_size < kFileSize && ftruncate(fd_, kFileSize) != 0) {
+    return MakeStatus(TERN_ERROR_IO, "{}; is /dev/shm full?",
+                      ErrnoStatus(TERN_ERROR_IO, errno, fmt::format("ftruncate(\"{}\")", path_))
+                          .message());
+  }
+  if (state_ == nullptr) TERN_RETURN_IF_ERROR(MapLocked());
+  // Observers of the old format notice the new generation and fail cleanly.
+  const uint64_t generation = state_->header.generation.load() + 1;
+  state_ = new (static_cast<void*>(state_)) SharedNodeState();  // zeroes every field
+  Header& header = state_->header;
+  header.version = kLayoutVersion;
+  header.device_count = topology.device_count;
+  header.cores_per_device = topology.cores_per_device;
+  header.hbm_bytes = topology.hbm_bytes;
+  for (uint32_t d = 0; d < topology.device_count; ++d) {
+    state_->devices[d].capacity = topology.hbm_bytes;
+  }
+  header.generation.store(generation == 0 ? 1 : generation);
+  std::atomic_thread_fence(std::memory_order_release);
+  header.magic = kMagic;
+  topology_ = topology;
+  generation_ = header.generation.load();
+  return OkStatus();
+}
+
+Status NodeRegistry::ClaimSlotLocked() {
+  for (uint32_t slot = 0; slot < kMaxProcesses; ++slot) {
+    const int err = TryLockByte(fd_, SlotLock(slot));
+    if (IsHeldError(err)) continue;
+    if (err != 0) {
+      return ErrnoStatus(TERN_ERROR_IO, err,
+                         fmt::format("locking a process slot of \"{}\" (fcntl F_OFD_SETLK)", path_));
+    }
+    ProcessSlot& s = state_->slots[slot];
+    // Lock free but slot in use: its process died; take over its leftovers.
+    if (s.state.load() != kSlotFree) ReapSlotLocked(slot);
+    s.pid.store(pid_);
+    StoreCommand(s.command, command_);
+    s.state.store(kSlotInUse, std::memory_order_release);
+    slot_ = static_cast<int32_t>(slot);
+    return OkStatus();
+  }
+  return MakeStatus(TERN_ERROR_UNAVAILABLE,
+                    "all {} process slots of sim node '{}' are held by live processes; stop "
+                    "some of them, or use another TERN_SIM_NODE",
+                    kMaxProcesses, node_name_);
+}
+
+NodeRegistry::~NodeRegistry() {
+  if (state_ != nullptr && !forked_.load() && slot_ >= 0) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (uint32_t d = 0; d < topology_.device_count; ++d) {
+        for (uint32_t c = 0; c < topology_.cores_per_device; ++c) {
+          if (owned_cores_[d] & (1u << c)) ReleaseCoreLocked(d, c);
+        }
+      }
+    }
+    // We hold our slot's lock, so "reaping" it returns our memory to the node.
+    ReapSlotLocked(static_cast<uint32_t>(slot_));
+    UnlockByte(fd_, SlotLock(slot_));
+  }
+  if (state_ != nullptr) munmap(state_, kFileSize);
+  if (fd_ >= 0) close(fd_);
+}
+
+Status NodeRegistry::CheckUsable(const char* what) const {
+  if (!forked_.load(std::memory_order_relaxed)) return OkStatus();
+  return MakeStatus(TERN_ERROR_FORKED,
+                    "{}: this process is a fork of process {}, which had opened sim node '{}'; a "
+                    "forked child cannot use its parent's devices: initialize tern in the child "
+                    "after exec, or fork before initializing tern",
+                    what, pid_, node_name_);
+}
+
+Status NodeRegistry::CheckIndex(uint32_t device, uint32_t core, bool check_core) const {
+  if (device >= topology_.device_count) {
+    return MakeStatus(TERN_ERROR_OUT_OF_RANGE,
+                      "device {} does not exist: sim node '{}' has {} device(s) "
+                      "(TERN_SIM_TOPOLOGY)",
+                      device, node_name_, topology_.device_count);
+  }
+  if (check_core && core >= topology_.cores_per_device) {
+    return MakeStatus(TERN_ERROR_OUT_OF_RANGE,
+                      "core {} of device {} does not exist: sim node '{}' has {} core(s) per "
+                      "device (TERN_SIM_TOPOLOGY)",
+                      core, device, node_name_, topology_.cores_per_device);
+  }
+  return OkStatus();
+}
+
+int32_t NodeRegistry::CoreOwner(uint32_t device, uint32_t core, char command[32]) const {
+  const CoreRecord& record = state_->devices[device].cores[core];
+  // The owner writes its command before its pid; re-reading the pid catches
+  // a change of owner while we copied the command.
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    const int32_t pid = record.owner_pid.load(std::memory_order_acquire);
+    if (pid == 0) break;
+    LoadCommand(record.owner_command, command);
+    if (record.owner_pid.load(std::memory_order_acquire) == pid) return pid;
+  }
+  // Not published in the core record (yet): look for a slot that claims it.
+  for (const ProcessSlot& slot : state_->slots) {
+    if (slot.state.load(std::memory_order_acquire) == kSlotInUse &&
+        (slot.devices[device].cores_owned.load() & (1u << core)) != 0) {
+      LoadCommand(slot.command, command);
+      return slot.pid.load();
+    }
+  }
+  command[0] = '\0';
+  return 0;
+}
+
+Status NodeRegistry::AcquireCore(uint32_t device, uint32_t core) {
+  TERN_RETURN_IF_ERROR(CheckUsable("acquiring a core"));
+  if (slot_ < 0) {
+    return MakeStatus(TERN_ERROR_FAILED_PRECONDITION,
+                      "cannot acquire core {} of device {}: this node registry was opened as an "
+                      "observer, which owns nothing; open it as a participant",
+                      core, device);
+  }
+  TERN_RETURN_IF_ERROR(CheckIndex(device, core, true));
+  const uint32_t bit = 1u << core;
+  std::unique_lock<std::mutex> lock(mu_);
+  if (owned_cores_[device] & bit) {
+    return MakeStatus(TERN_ERROR_FAILED_PRECONDITION,
+                      "core {} of device {} is already owned by this process; use the core you "
+                      "have, or release it before acquiring it again",
+                      core, device);
+  }
+  const int err = TryLockByte(fd_, CoreLock(device, core));
+  if (err == 0) {
+    CoreRecord& record = state_->devices[device].cores[core];
+    StoreCommand(record.owner_command, command_);
+    record.owner_pid.store(pid_, std::memory_order_release);
+    state_->slots[slot_].devices[device].cores_owned.fetch_or(bit);
+    owned_cores_[device] |= bit;
+    return OkStatus();
+  }
+  lock.unlock();
+  if (!IsHeldError(err)) {
+    return ErrnoStatus(TERN_ERROR_IO, err,
+                       fmt::format("locking core {} of device {} in \"{}\" (fcntl F_OFD_SETLK)",
+                                   core, device, path_));
+  }
+  // The owner publishes its pid right after taking the lock; give it a moment.
+  char command[32];
+  int32_t owner = CoreOwner(device, core, command);
+  for (int i = 0; owner == 0 && i < 100; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    owner = CoreOwner(device, core, command);
+  }
+  if (owner == 0) {
+    return MakeStatus(TERN_ERROR_BUSY,
+                      "core {} of device {} is owned by another process that has not published "
+                      "its pid yet; stop that process, or pick other cores with "
+                      "TERN_VISIBLE_CORES",
+                      core, device);
+  }
+  return MakeStatus(TERN_ERROR_BUSY,
+                    "core {} of device {} is owned by process {} ({}); stop that process, or pick "
+                    "other cores with TERN_VISIBLE_CORES",
+                    core, device, owner, command);
+}
+
+void NodeRegistry::ReleaseCore(uint32_t device, uint32_t core) {
+  if (forked_.load(std::memory_order_relaxed) || !CheckIndex(device, core, true).ok()) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (owned_cores_[device] & (1u << core)) ReleaseCoreLocked(device, core);
+}
+
+void NodeRegistry::ReleaseCoreLocked(uint32_t device, uint32_t core) {
+  const uint32_t bit = 1u << core;
+  // Clear the record before unlocking so the next owner's record survives.
+  int32_t expected = pid_;
+  state_->devices[device].cores[core].owner_pid.compare_exchange_strong(expected, 0);
+  state_->slots[slot_].devices[device].cores_owned.fetch_and(~bit);
+  UnlockByte(fd_, CoreLock(device, core));
+  owned_cores_[device] &= ~bit;
+}
+
+Status NodeRegistry::ReserveMemory(uint32_t device, uint64_t bytes,
+                                   tern_memory_category_t category) {
+  TERN_RETURN_IF_ERROR(CheckUsable("reserving device memory"));
+  if (slot_ < 0) {
+    return MakeStatus(TERN_ERROR_FAILED_PRECONDITION,
+                      "cannot reserve device memory: this node registry was opened as an "
+                      "observer, which owns nothing; open it as a participant");
+  }
+  TERN_RETURN_IF_ERROR(CheckIndex(device, 0, false));
+  if (static_cast<uint32_t>(category) >= TERN_MEMORY_CATEGORY_COUNT) {
+    return MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "unknown memory category {}",
+                      static_cast<int>(category));
+  }
+  if (bytes == 0) return OkStatus();
+  DeviceRecord& dev = state_->devices[device];
+  const uint64_t capacity = dev.capacity;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    uint64_t used = dev.used_total.load(std::memory_order_relaxed);
+    while (bytes <= capacity && used <= capacity - bytes) {
+      if (dev.used_total.compare_exchange_weak(used, used + bytes, std::memory_order_acq_rel,
+                                               std::memory_order_relaxed)) {
+        dev.used_by_category[category].fetch_add(bytes, std::memory_order_relaxed);
+        state_->slots[slot_].devices[device].used_by_category[category].fetch_add(
+            bytes, std::memory_order_relaxed);
+        return OkStatus();
+      }
+    }
+    if (attempt == 0) ReapImpl();  // dead processes may still be charged
+  }
+
+  uint64_t by_category[TERN_MEMORY_CATEGORY_COUNT];
+  const uint64_t used = NodeMemoryUsed(device, by_category);
+  uint64_t mine = 0;
+  for (const auto& v : state_->slots[slot_].devices[device].used_by_category) mine += v.load();
+  std::vector<std::string> breakdown;
+  for (uint32_t c = 0; c < TERN_MEMORY_CATEGORY_COUNT; ++c) {
+    if (by_category[c] != 0) {
+      breakdown.push_back(fmt::format("{} {}", CategoryName(c), FormatBytes(by_category[c])));
+    }
+  }
+  return MakeStatus(TERN_ERROR_OUT_OF_MEMORY,
+                    "cannot reserve {} ({} bytes) of {} memory on device {}: {} of its {} are in "
+                    "use node-wide ({} free; this process holds {}; by category: {}); free "
+                    "device memory, or stop other processes using device {} of sim node '{}'",
+                    FormatBytes(bytes), bytes, CategoryName(category), device, FormatBytes(used),
+                    FormatBytes(capacity), FormatBytes(capacity - std::min(used, capacity)),
+                    FormatBytes(mine), breakdown.empty() ? "none" : fmt::format("{}", fmt::join(breakdown, ", ")),
+                    device, node_name_);
+}
+
+void NodeRegistry::ReleaseMemory(uint32_t device, uint64_t bytes,
+                                 tern_memory_category_t category) {
+  if (forked_.load(std::memory_order_relaxed) || slot_ < 0 || bytes == 0 ||
+      device >= topology_.device_count ||
+      static_cast<uint32_t>(category) >= TERN_MEMORY_CATEGORY_COUNT) {
+    return;
+  }
+  // Never give back more than this process holds: the node totals must not
+  // underflow because of a caller's bug.
+  std::atomic<uint64_t>& mine = state_->slots[slot_].devices[device].used_by_category[category];
+  uint64_t current = mine.load(std::memory_order_relaxed);
+  uint64_t taken;
+  do {
+    taken = std::min(current, bytes);
+  } while (!mine.compare_exchange_weak(current, current - taken, std::memory_order_relaxed));
+  if (taken == 0) return;
+  DeviceRecord& dev = state_->devices[device];
+  SaturatingSub(dev.used_by_category[category], taken);
+  SaturatingSub(dev.used_total, taken);
+}
+
+uint64_t NodeRegistry::NodeMemoryUsed(uint32_t device,
+                                      uint64_t by_category[TERN_MEMORY_CATEGORY_COUNT]) const {
+  const bool usable = !forked_.load(std::memory_order_relaxed) && device < topology_.device_count;
+  if (by_category != nullptr) {
+    for (uint32_t c = 0; c < TERN_MEMORY_CATEGORY_COUNT; ++c) {
+      by_category[c] = usable ? state_->devices[device].used_by_category[c].load() : 0;
+    }
+  }
+  return usable ? state_->devices[device].used_total.load() : 0;
+}
+
+void NodeRegistry::ReapDeadProcesses() { ReapImpl(); }
+
+void NodeRegistry::ReapImpl() const {
+  if (forked_.load(std::memory_order_relaxed) || state_ == nullptr) return;
+  std::lock_guard<std::mutex> lock(reap_mu_);
+  for (uint32_t slot = 0; slot < kMaxProcesses; ++slot) {
+    if (static_cast<int32_t>(slot) == slot_) continue;
+    if (state_->slots[slot].state.load(std::memory_order_acquire) == kSlotFree) continue;
+    if (TryLockByte(fd_, SlotLock(slot)) != 0) continue;  // live, or being claimed or reaped
+    if (state_->slots[slot].state.load(std::memory_order_acquire) != kSlotFree) {
+      ReapSlotLocked(slot);
+    }
+    UnlockByte(fd_, SlotLock(slot));
+  }
+}
+
+void NodeRegistry::ReapSlotLocked(uint32_t slot) const {
+  ProcessSlot& s = state_->slots[slot];
+  s.state.store(kSlotReaping);  // hides it from snapshots while totals move
+  const int32_t pid = s.pid.load();
+  for (uint32_t d = 0; d < kMaxDevices; ++d) {
+    DeviceRecord& dev = state_->devices[d];
+    SlotDeviceUsage& usage = s.devices[d];
+    for (uint32_t c = 0; c < TERN_MEMORY_CATEGORY_COUNT; ++c) {
+      const uint64_t bytes = usage.used_by_category[c].exchange(0);
+      if (bytes == 0) continue;
+      SaturatingSub(dev.used_by_category[c], bytes);
+      SaturatingSub(dev.used_total, bytes);
+    }
+    // Only the cores this slot claimed: another registry of the same pid (or
+    // a reused pid) may own the rest. Stale records elsewhere are harmless,
+    // readers trust a record only while its core lock is held.
+    const uint32_t cores = usage.cores_owned.exchange(0);
+    for (uint32_t core = 0; core < kMaxCores; ++core) {
+      int32_t expected = pid;
+      if (cores & (1u << core)) dev.cores[core].owner_pid.compare_exchange_strong(expected, 0);
+    }
+  }
+  s.pid.store(0);
+  StoreCommand(s.command, "");
+  s.state.store(kSlotFree, std::memory_order_release);
+}
+
+CoreCounters& NodeRegistry::core_counters(uint32_t device, uint32_t core) {
+  if (forked_.load(std::memory_order_relaxed) || device >= topology_.device_count ||
+      core >= topology_.cores_per_device) {
+    return sink_counters_;
+  }
+  return state_->devices[device].cores[core].counters;
+}
+
+void NodeRegistry::CountEcc(uint32_t device, bool uncorrected) {
+  if (forked_.load(std::memory_order_relaxed) || device >= topology_.device_count) return;
+  DeviceRecord& dev = state_->devices[device];
+  (uncorrected ? dev.ecc_uncorrected : dev.ecc_corrected).fetch_add(1, std::memory_order_relaxed);
+}
+
+Status NodeRegistry::Snapshot(uint32_t device, tern_device_telemetry_t* out) const {
+  if (out == nullptr) {
+    return MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "telemetry output pointer is null");
+  }
+  TERN_RETURN_IF_ERROR(CheckUsable("reading telemetry"));
+  TERN_RETURN_IF_ERROR(CheckIndex(device, 0, false));
+  if (state_->header.generation.load(std::memory_order_acquire) != generation_) {
+    return MakeStatus(TERN_ERROR_INCOMPATIBLE,
+                      "sim node '{}' was reformatted since this tool opened it (every process "
+                      "exited and one with another topology started); reopen it",
+                      node_name_);
+  }
+  ReapImpl();
+
+  std::memset(out, 0, sizeof(*out));
+  out->struct_size = sizeof(*out);
+  const DeviceRecord& dev = state_->devices[device];
+  out->core_count = topology_.cores_per_device;
+  out->memory_capacity = dev.capacity;
+  out->memory_used = NodeMemoryUsed(device, out->memory_by_category);
+  out->ecc_corrected = dev.ecc_corrected.load(std::memory_order_relaxed);
+  out->ecc_uncorrected = dev.ecc_uncorrected.load(std::memory_order_relaxed);
+
+  uint32_t owned_here;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    owned_here = owned_cores_[device];
+  }
+  for (uint32_t c = 0; c < topology_.cores_per_device; ++c) {
+    tern_core_telemetry_t& t = out->cores[c];
+    const CoreRecord& record = dev.cores[c];
+    t.physical_index = c;
+    // Records of dead owners linger until someone takes the core: trust the
+    // kernel lock, not the record.
+    if ((owned_here & (1u << c)) != 0 || HeldByOther(fd_, CoreLock(device, c))) {
+      t.owner_pid = CoreOwner(device, c, t.owner_command);
+    }
+    t.commands = record.counters.commands.load(std::memory_order_relaxed);
+    t.executions = record.counters.executions.load(std::memory_order_relaxed);
+    t.busy_ns = record.counters.busy_ns.load(std::memory_order_relaxed);
+    for (uint32_t e = 0; e < TERN_ERROR_CLASS_COUNT; ++e) {
+      t.errors[e] = record.counters.errors[e].load(std::memory_order_relaxed);
+    }
+  }
+
+  for (uint32_t slot = 0; slot < kMaxProcesses; ++slot) {
+    const ProcessSlot& s = state_->slots[slot];
+    if (s.state.load(std::memory_order_acquire) != kSlotInUse) continue;
+    if (static_cast<int32_t>(slot) != slot_ && !HeldByOther(fd_, SlotLock(slot))) continue;
+    tern_process_telemetry_t& p = out->processes[out->process_count];
+    uint64_t total = 0;
+    for (uint32_t c = 0; c < TERN_MEMORY_CATEGORY_COUNT; ++c) {
+      p.memory_by_category[c] = s.devices[device].used_by_category[c].load();
+      total += p.memory_by_category[c];
+    }
+    p.cores_owned = s.devices[device].cores_owned.load();
+    if (total == 0 && p.cores_owned == 0) {
+      p = tern_process_telemetry_t{};  // not using this device
+      continue;
+    }
+    p.pid = s.pid.load();
+    LoadCommand(s.command, p.command);
+    ++out->process_count;
+  }
+  return OkStatus();
+}
+
+void NodeRegistry::AfterForkInChild() {
+  if (forked_.exchange(true)) return;
+  // The parent's reference to the open file description keeps its locks;
+  // dropping ours only stops this child from keeping them alive.
+  if (fd_ >= 0) close(fd_);
+  fd_ = -1;
+}
+
+}  // namespace tern::sim

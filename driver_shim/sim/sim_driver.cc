@@ -1,0 +1,347 @@
+#include "sim/sim_driver.h"
+
+#include <fcntl.h>
+#include <linux/falloc.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "common/logging.h"
+#include "common/timeline.h"
+#include "sim/sim_queue.h"
+
+namespace tern::sim {
+
+using driver::Command;
+using driver::CommandKind;
+using driver::MemoryRef;
+
+namespace {
+
+constexpr uint64_t kPageSize = 4096;
+// Freed blocks at least this large give their pages back to the host.
+constexpr uint64_t kDiscardThreshold = 1ull << 20;
+
+bool RangesOverlap(uint64_t a, uint64_t a_size, uint64_t b, uint64_t b_size) {
+  return a < b + b_size && b < a + a_size;
+}
+
+}  // namespace
+
+// --- SimDevice --------------------------------------------------------------
+
+SimDevice::SimDevice(SimDriver* driver, driver::DeviceStaticInfo info)
+    : driver_(driver), info_(std::move(info)) {}
+
+SimDevice::~SimDevice() {
+  if (user_view_ != nullptr && user_view_ != engine_view_) munmap(user_view_, info_.memory_bytes);
+  if (engine_view_ != nullptr) munmap(engine_view_, info_.memory_bytes);
+  if (memfd_ >= 0) close(memfd_);
+}
+
+Status SimDevice::Init() {
+  const std::string name = fmt::format("tern-sim-hbm{}", info_.physical_index);
+  memfd_ = memfd_create(name.c_str(), MFD_CLOEXEC);
+  if (memfd_ < 0) return ErrnoStatus(TERN_ERROR_IO, errno, "memfd_create for device memory");
+  if (ftruncate(memfd_, static_cast<off_t>(info_.memory_bytes)) != 0) {
+    return ErrnoStatus(TERN_ERROR_HOST_OUT_OF_MEMORY, errno,
+                       fmt::format("sizing {} bytes of simulated device memory", info_.memory_bytes));
+  }
+  // MAP_NORESERVE: pages are committed when an engine first touches them.
+  void* engine = mmap(nullptr, info_.memory_bytes, PROT_READ | PROT_WRITE,
+                      MAP_SHARED | MAP_NORESERVE, memfd_, 0);
+  if (engine == MAP_FAILED) {
+    return ErrnoStatus(TERN_ERROR_HOST_OUT_OF_MEMORY, errno, "mapping simulated device memory");
+  }
+  engine_view_ = static_cast<uint8_t*>(engine);
+  if (driver_->config().protect) {
+    // The view users see: same pages, no access. A host dereference of a
+    // device address faults at once instead of corrupting silently.
+    void* user = mmap(nullptr, info_.memory_bytes, PROT_NONE, MAP_SHARED | MAP_NORESERVE, memfd_, 0);
+    if (user == MAP_FAILED) {
+      return ErrnoStatus(TERN_ERROR_HOST_OUT_OF_MEMORY, errno,
+                         "mapping the protected view of simulated device memory");
+    }
+    user_view_ = static_cast<uint8_t*>(user);
+  } else {
+    user_view_ = engine_view_;
+  }
+  return OkStatus();
+}
+
+NodeRegistry& SimDevice::registry() const { return driver_->registry(); }
+
+uint64_t SimDevice::exec_timeout_ns() const { return driver_->options().exec_timeout_ns; }
+
+Status SimDevice::OpenCore(uint32_t core) { return registry().AcquireCore(index(), core); }
+
+void SimDevice::CloseCore(uint32_t core) { registry().ReleaseCore(index(), core); }
+
+Status SimDevice::ReserveMemory(uint64_t bytes, tern_memory_category_t category) {
+  return registry().ReserveMemory(index(), bytes, category);
+}
+
+void SimDevice::ReleaseMemory(uint64_t bytes, tern_memory_category_t category) {
+  registry().ReleaseMemory(index(), bytes, category);
+}
+
+uint64_t SimDevice::NodeMemoryUsed(uint64_t by_category[TERN_MEMORY_CATEGORY_COUNT]) const {
+  return registry().NodeMemoryUsed(index(), by_category);
+}
+
+void SimDevice::MemoryFreed(uint64_t offset, uint64_t size) {
+  if (armed_fault_count_.load(std::memory_order_acquire) != 0) {
+    std::lock_guard<std::mutex> lock(fault_mutex_);
+    std::erase_if(armed_faults_, [&](const Fault& f) {
+      return f.has_range && RangesOverlap(f.offset, f.size, offset, size);
+    });
+    armed_fault_count_.store(static_cast<uint32_t>(armed_faults_.size()), std::memory_order_release);
+  }
+  if (size < kDiscardThreshold) return;
+  // Give whole pages inside the block back to the host: device memory stays
+  // lazily committed after a large allocation is freed.
+  uint64_t begin = (offset + kPageSize - 1) & ~(kPageSize - 1);
+  uint64_t end = (offset + size) & ~(kPageSize - 1);
+  if (end > begin) {
+    fallocate(memfd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(begin),
+              static_cast<off_t>(end - begin));
+  }
+}
+
+Status SimDevice::CreateQueue(uint32_t core, const std::string& name,
+                              std::unique_ptr<driver::HwQueue>* out_queue) {
+  *out_queue = std::make_unique<SimQueue>(this, core, name);
+  return OkStatus();
+}
+
+uint8_t* SimDevice::EnginePointer(const MemoryRef& ref, uint64_t size, Status* status) const {
+  if (ref.device == nullptr) return static_cast<uint8_t*>(ref.host);
+  auto* device = static_cast<const SimDevice*>(ref.device);
+  const uint64_t capacity = device->info_.memory_bytes;
+  if (ref.offset > capacity || size > capacity - ref.offset) {
+    *status = MakeStatus(TERN_ERROR_OUT_OF_RANGE,
+                         "device memory range [{:#x}, +{}) is outside device {}'s {} bytes",
+                         ref.offset, size, device->index(), capacity);
+    return nullptr;
+  }
+  return device->engine_view_ + ref.offset;
+}
+
+Status SimDevice::Move(const Command& command) {
+  Status status;
+  switch (command.kind) {
+    case CommandKind::kCopy: {
+      uint8_t* dst = EnginePointer(command.dst, command.size, &status);
+      const uint8_t* src = EnginePointer(command.src, command.size, &status);
+      if (!status.ok()) return status;
+      std::memmove(dst, src, command.size);
+      return OkStatus();
+    }
+    case CommandKind::kFill: {
+      uint8_t* dst = EnginePointer(command.dst, command.size, &status);
+      if (!status.ok()) return status;
+      if ((command.pattern & 0xff) * 0x01010101u == command.pattern) {
+        std::memset(dst, static_cast<int>(command.pattern & 0xff), command.size);
+      } else {
+        for (uint64_t i = 0; i + 4 <= command.size; i += 4) {
+          std::memcpy(dst + i, &command.pattern, 4);
+        }
+      }
+      return OkStatus();
+    }
+    default:
+      return MakeStatus(TERN_ERROR_INTERNAL, "command kind {} cannot run on the DMA path",
+                        driver::CommandKindName(command.kind));
+  }
+}
+
+Status SimDevice::CheckFaults(uint32_t core, const Command& command, tern_error_class_t* out_class) {
+  std::unique_lock<std::mutex> lock(fault_mutex_);
+  const bool is_dma = command.kind == CommandKind::kCopy || command.kind == CommandKind::kFill;
+  // Poisoned memory first: it fails every command that touches it.
+  for (const Fault& fault : armed_faults_) {
+    if (!fault.has_range) continue;
+    for (const MemoryRef* ref : {&command.dst, &command.src}) {
+      if (ref->device == this && is_dma && RangesOverlap(ref->offset, command.size, fault.offset, fault.size)) {
+        registry().CountEcc(index(), /*uncorrected=*/true);
+        *out_class = TERN_ERROR_CLASS_HBM_UNCORRECTABLE;
+        return MakeStatus(TERN_ERROR_HBM_UNCORRECTABLE,
+                          "uncorrectable ECC error reading device {} memory at offset {:#x} "
+                          "(injected); the data in that buffer is lost: free it and allocate a "
+                          "new one",
+                          index(), fault.offset);
+      }
+    }
+  }
+  for (auto it = armed_faults_.begin(); it != armed_faults_.end(); ++it) {
+    Fault& fault = *it;
+    if (fault.has_range || fault.core != core) continue;
+    if (fault.kind == TERN_FAULT_DMA_ABORT && !is_dma) continue;
+    if (fault.after_commands > 0) {
+      --fault.after_commands;
+      continue;
+    }
+    const Fault fired = fault;
+    armed_faults_.erase(it);
+    armed_fault_count_.store(static_cast<uint32_t>(armed_faults_.size()), std::memory_order_release);
+    switch (fired.kind) {
+      case TERN_FAULT_DMA_ABORT:
+        *out_class = TERN_ERROR_CLASS_DMA_ABORT;
+        return MakeStatus(TERN_ERROR_DMA_ABORT,
+                          "the DMA engine of device {} core {} aborted the transfer (injected); "
+                          "the destination may hold partial data: clear the queue's error and "
+                          "submit the copy again",
+                          index(), core);
+      case TERN_FAULT_HBM_UNCORRECTABLE:
+        registry().CountEcc(index(), /*uncorrected=*/true);
+        *out_class = TERN_ERROR_CLASS_HBM_UNCORRECTABLE;
+        return MakeStatus(TERN_ERROR_HBM_UNCORRECTABLE,
+                          "uncorrectable ECC error in device {} memory while core {} ran the "
+                          "command (injected); results of this command are lost",
+                          index(), core);
+      case TERN_FAULT_CORE_HANG: {
+        // The core stops responding; only the execution timeout ends it.
+        const uint64_t timeout = exec_timeout_ns();
+        const uint64_t interrupts = hang_interrupts_;
+        hang_wakeup_.wait_for(lock, std::chrono::nanoseconds(timeout),
+                              [&] { return hang_interrupts_ != interrupts; });
+        *out_class = TERN_ERROR_CLASS_EXEC_TIMEOUT;
+        return MakeStatus(TERN_ERROR_EXEC_TIMEOUT,
+                          "core {} of device {} did not complete the command within "
+                          "TERN_EXEC_TIMEOUT ({:.3f} s): the core stopped responding (injected "
+                          "hang); the command was abandoned",
+                          core, index(), static_cast<double>(timeout) / 1e9);
+      }
+    }
+  }
+  return OkStatus();
+}
+
+void SimDevice::InterruptHangs() {
+  std::lock_guard<std::mutex> lock(fault_mutex_);
+  ++hang_interrupts_;
+  hang_wakeup_.notify_all();
+}
+
+Status SimDevice::Run(uint32_t core, const Command& command, tern_error_class_t* out_class) {
+  *out_class = TERN_ERROR_CLASS_OTHER;
+  if (armed_fault_count_.load(std::memory_order_acquire) != 0) {
+    TERN_RETURN_IF_ERROR(CheckFaults(core, command, out_class));
+  }
+  switch (command.kind) {
+    case CommandKind::kNop:
+      return OkStatus();
+    case CommandKind::kCopy:
+    case CommandKind::kFill: {
+      Status status = Move(command);
+      if (!status.ok()) *out_class = TERN_ERROR_CLASS_INVALID_COMMAND;
+      return status;
+    }
+    case CommandKind::kTimestamp:
+      if (command.timestamp_out != nullptr) {
+        command.timestamp_out->store(MonotonicNs(), std::memory_order_release);
+      }
+      return OkStatus();
+    case CommandKind::kHostFunction:
+    case CommandKind::kWait:
+      // Handled by the queue, which owns ordering and error state.
+      return OkStatus();
+  }
+  return MakeStatus(TERN_ERROR_INTERNAL, "unknown command kind {}", static_cast<int>(command.kind));
+}
+
+Status SimDevice::ExecuteSync(const Command& command) {
+  if (armed_fault_count_.load(std::memory_order_acquire) != 0) {
+    std::lock_guard<std::mutex> lock(fault_mutex_);
+    for (const Fault& fault : armed_faults_) {
+      if (!fault.has_range) continue;
+      for (const MemoryRef* ref : {&command.dst, &command.src}) {
+        if (ref->device == this && RangesOverlap(ref->offset, command.size, fault.offset, fault.size)) {
+          registry().CountEcc(index(), /*uncorrected=*/true);
+          return MakeStatus(TERN_ERROR_HBM_UNCORRECTABLE,
+                            "uncorrectable ECC error in device {} memory at offset {:#x} "
+                            "(injected); the data in that buffer is lost: free it and allocate "
+                            "a new one",
+                            index(), fault.offset);
+        }
+      }
+    }
+  }
+  return Move(command);
+}
+
+Status SimDevice::GetTelemetry(tern_device_telemetry_t* out) const {
+  return registry().Snapshot(index(), out);
+}
+
+Status SimDevice::InjectFault(const Fault& fault) {
+  if (!fault.has_range && fault.core >= info_.core_count) {
+    return MakeStatus(TERN_ERROR_OUT_OF_RANGE, "core {} does not exist on device {}", fault.core,
+                      index());
+  }
+  std::lock_guard<std::mutex> lock(fault_mutex_);
+  armed_faults_.push_back(fault);
+  armed_fault_count_.store(static_cast<uint32_t>(armed_faults_.size()), std::memory_order_release);
+  TERN_LOG_INFO("armed fault kind {} on device {} core {} after {} commands", static_cast<int>(fault.kind),
+                index(), fault.core, fault.after_commands);
+  return OkStatus();
+}
+
+// --- SimDriver --------------------------------------------------------------
+
+SimDriver::SimDriver(const driver::DriverOptions& options, SimConfig config)
+    : options_(options), config_(std::move(config)) {}
+
+Status SimDriver::Init() {
+  NodeRegistry::Topology topology{config_.device_count, config_.cores_per_device, config_.hbm_bytes};
+  TERN_RETURN_IF_ERROR(
+      NodeRegistry::Open(config_.node_name, topology, NodeRegistry::Role::kParticipant, &registry_));
+  std::vector<DevicePlacement> placements = PlaceDevices(config_.device_count);
+  for (uint32_t i = 0; i < config_.device_count; ++i) {
+    driver::DeviceStaticInfo info;
+    info.physical_index = i;
+    info.core_count = config_.cores_per_device;
+    info.memory_bytes = config_.hbm_bytes;
+    info.memory_alignment = 64;
+    info.numa_node = placements[i].numa_node;
+    info.cpu_affinity = placements[i].cpu_affinity;
+    info.name = "tern-sim trn2";
+    devices_.push_back(std::move(info));
+  }
+  return OkStatus();
+}
+
+Status SimDriver::Enumerate(std::vector<driver::DeviceStaticInfo>* out_devices) {
+  *out_devices = devices_;
+  return OkStatus();
+}
+
+Status SimDriver::OpenDevice(uint32_t physical_index, std::unique_ptr<driver::Device>* out_device) {
+  out_device->reset();
+  if (physical_index >= devices_.size()) {
+    return MakeStatus(TERN_ERROR_OUT_OF_RANGE, "device {} does not exist: the node has {} devices",
+                      physical_index, devices_.size());
+  }
+  auto device = std::make_unique<SimDevice>(this, devices_[physical_index]);
+  TERN_RETURN_IF_ERROR(device->Init());
+  *out_device = std::move(device);
+  return OkStatus();
+}
+
+void SimDriver::AfterForkInChild() {
+  if (registry_) registry_->AfterForkInChild();
+}
+
+Status CreateSimDriver(const driver::DriverOptions& options, std::unique_ptr<driver::Driver>* out) {
+  out->reset();
+  SimConfig config;
+  TERN_RETURN_IF_ERROR(ConfigFromEnvironment(&config));
+  auto driver = std::make_unique<SimDriver>(options, std::move(config));
+  TERN_RETURN_IF_ERROR(driver->Init());
+  *out = std::move(driver);
+  return OkStatus();
+}
+
+}  // namespace tern::sim

@@ -1,0 +1,99 @@
+// The simulated device backend ("sim"): a functional model of a
+// Trainium2-class node in host memory, embedded in the process (nothing to
+// start). See docs/sim.md.
+//
+// - Device memory is a memfd per device, mapped twice: an engine view the
+//   simulated engines read and write, and a user view at the addresses users
+//   see, mapped PROT_NONE in protect mode so a host dereference faults.
+// - Cores, node-wide memory accounting and counters live in the node
+//   registry (shared memory, kernel-released locks).
+// - Each hardware queue is a host thread that executes its commands in order.
+#ifndef TERN_DRIVER_SHIM_SIM_SIM_DRIVER_H_
+#define TERN_DRIVER_SHIM_SIM_SIM_DRIVER_H_
+
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "driver.h"
+#include "sim/node_registry.h"
+#include "sim/sim_topology.h"
+
+namespace tern::sim {
+
+Status CreateSimDriver(const driver::DriverOptions& options, std::unique_ptr<driver::Driver>* out);
+
+class SimDriver;
+
+class SimDevice final : public driver::Device {
+ public:
+  SimDevice(SimDriver* driver, driver::DeviceStaticInfo info);
+  ~SimDevice() override;
+  Status Init();
+
+  const driver::DeviceStaticInfo& info() const override { return info_; }
+  Status OpenCore(uint32_t core) override;
+  void CloseCore(uint32_t core) override;
+  uint64_t device_base() const override { return reinterpret_cast<uint64_t>(user_view_); }
+  Status ReserveMemory(uint64_t bytes, tern_memory_category_t category) override;
+  void ReleaseMemory(uint64_t bytes, tern_memory_category_t category) override;
+  uint64_t NodeMemoryUsed(uint64_t by_category[TERN_MEMORY_CATEGORY_COUNT]) const override;
+  void MemoryFreed(uint64_t offset, uint64_t size) override;
+  Status CreateQueue(uint32_t core, const std::string& name,
+                     std::unique_ptr<driver::HwQueue>* out_queue) override;
+  Status ExecuteSync(const driver::Command& command) override;
+  Status GetTelemetry(tern_device_telemetry_t* out) const override;
+  Status InjectFault(const Fault& fault) override;
+
+  // Runs one command for a queue of `core`: checks armed faults, moves the
+  // data, counts it. `*out_class` gets the error class of a failure.
+  Status Run(uint32_t core, const driver::Command& command, tern_error_class_t* out_class);
+  // Wakes commands that hang on an injected fault (queue shutdown).
+  void InterruptHangs();
+  NodeRegistry& registry() const;
+  uint32_t index() const { return info_.physical_index; }
+  uint64_t exec_timeout_ns() const;
+
+ private:
+  uint8_t* EnginePointer(const driver::MemoryRef& ref, uint64_t size, Status* status) const;
+  Status CheckFaults(uint32_t core, const driver::Command& command, tern_error_class_t* out_class);
+  Status Move(const driver::Command& command);
+
+  SimDriver* driver_;
+  driver::DeviceStaticInfo info_;
+  int memfd_ = -1;
+  uint8_t* engine_view_ = nullptr;
+  uint8_t* user_view_ = nullptr;
+
+  // Faults: a count checked on the hot path, details under a mutex.
+  std::atomic<uint32_t> armed_fault_count_{0};
+  std::mutex fault_mutex_;
+  std::vector<Fault> armed_faults_;
+  std::condition_variable hang_wakeup_;
+  uint64_t hang_interrupts_ = 0;
+};
+
+class SimDriver final : public driver::Driver {
+ public:
+  SimDriver(const driver::DriverOptions& options, SimConfig config);
+  Status Init();
+  const char* name() const override { return "sim"; }
+  Status Enumerate(std::vector<driver::DeviceStaticInfo>* out_devices) override;
+  Status OpenDevice(uint32_t physical_index, std::unique_ptr<driver::Device>* out_device) override;
+  void AfterForkInChild() override;
+
+  const SimConfig& config() const { return config_; }
+  const driver::DriverOptions& options() const { return options_; }
+  NodeRegistry& registry() { return *registry_; }
+
+ private:
+  driver::DriverOptions options_;
+  SimConfig config_;
+  std::unique_ptr<NodeRegistry> registry_;
+  std::vector<driver::DeviceStaticInfo> devices_;
+};
+
+}  // namespace tern::sim
+
+#endif  // TERN_DRIVER_SHIM_SIM_SIM_DRIVER_H_

@@ -1,0 +1,45 @@
+// Configuration of the simulated node: how many devices, cores and how much
+// device memory, which node it is, and where each device sits (NUMA node and
+// nearby CPUs, from hwloc).
+#ifndef TERN_DRIVER_SHIM_SIM_SIM_TOPOLOGY_H_
+#define TERN_DRIVER_SHIM_SIM_SIM_TOPOLOGY_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace tern::sim {
+
+inline constexpr uint32_t kMaxDevices = 16;
+inline constexpr uint32_t kMaxCoresPerDevice = 16;
+
+struct SimConfig {
+  uint32_t device_count = 2;
+  uint32_t cores_per_device = 2;
+  // Lazily committed: untouched device memory costs nothing.
+  uint64_t hbm_bytes = 8ull << 30;
+  std::string node_name = "default";
+  bool protect = true;
+};
+
+// Parses "DxCxSIZE" (SIZE in bytes with an optional K, M, G or T suffix,
+// powers of 1024), e.g. "2x2x8G".
+Status ParseTopology(const std::string& text, SimConfig* config);
+
+// Reads TERN_SIM_TOPOLOGY, TERN_SIM_NODE and TERN_SIM_PROTECT.
+Status ConfigFromEnvironment(SimConfig* config);
+
+struct DevicePlacement {
+  int32_t numa_node = -1;
+  std::string cpu_affinity;
+};
+
+// Places simulated devices on the host's NUMA nodes round-robin, as hwloc
+// reports them.
+std::vector<DevicePlacement> PlaceDevices(uint32_t device_count);
+
+}  // namespace tern::sim
+
+#endif  // TERN_DRIVER_SHIM_SIM_SIM_TOPOLOGY_H_

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Sets up and runs every test of tern:
+#   1. a normal build (RelWithDebInfo): the whole suite;
+#   2. an AddressSanitizer + UBSan build: the whole suite again;
+#   3. a ThreadSanitizer build: the concurrency tests (label "concurrency").
+# Usage: scripts/test.sh [--fast]   (--fast: only the normal build)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/install-deps.sh
+
+jobs=$(nproc)
+fast=0
+[ "${1:-}" = "--fast" ] && fast=1
+
+build_and_test() {
+  local dir=$1 sanitize=$2 label=$3
+  echo "=== ${dir}: build (TERN_SANITIZE='${sanitize}') ==="
+  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTERN_SANITIZE="$sanitize" >/dev/null
+  ninja -C "$dir" -j "$jobs"
+  echo "=== ${dir}: test ${label:+(label ${label})} ==="
+  local args=(--test-dir "$dir" --output-on-failure -j "$jobs" --timeout 300)
+  [ -n "$label" ] && args+=(-L "$label")
+  ctest "${args[@]}"
+}
+
+# Sanitizer runtime options: fail on the first report, keep going past
+# intentional death tests, and let forked children report too.
+export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:halt_on_error=1"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1"
+
+build_and_test build "" ""
+if [ "$fast" -eq 0 ]; then
+  build_and_test build-asan address ""
+  # The stress test under TSan runs fewer commands (TSan is ~10x slower).
+  TERN_STRESS_COMMANDS=${TERN_STRESS_COMMANDS_TSAN:-20000} build_and_test build-tsan thread concurrency
+fi
+echo "=== all test runs passed ==="

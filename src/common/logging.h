@@ -1,0 +1,22 @@
+// Logging through spdlog. The level comes from TERN_LOG_LEVEL (trace, debug,
+// info, warn, error, off; default warn); messages go to stderr as
+// "[tern] [level] text".
+#ifndef TERN_SRC_COMMON_LOGGING_H_
+#define TERN_SRC_COMMON_LOGGING_H_
+
+#include <spdlog/spdlog.h>
+
+namespace tern {
+
+// The process-wide tern logger, created on first use.
+spdlog::logger& Log();
+
+}  // namespace tern
+
+#define TERN_LOG_TRACE(...) ::tern::Log().trace(__VA_ARGS__)
+#define TERN_LOG_DEBUG(...) ::tern::Log().debug(__VA_ARGS__)
+#define TERN_LOG_INFO(...) ::tern::Log().info(__VA_ARGS__)
+#define TERN_LOG_WARN(...) ::tern::Log().warn(__VA_ARGS__)
+#define TERN_LOG_ERROR(...) ::tern::Log().error(__VA_ARGS__)
+
+#endif  // TERN_SRC_COMMON_LOGGING_H_

@@ -1,0 +1,205 @@
+// Devices, cores, telemetry and fault injection.
+#include <cstring>
+
+#include "runtime/runtime.h"
+
+namespace tern {
+namespace {
+
+void CopyString(char* dst, size_t capacity, const std::string& src) {
+  size_t n = std::min(capacity - 1, src.size());
+  std::memcpy(dst, src.data(), n);
+  dst[n] = '\0';
+}
+
+}  // namespace
+}  // namespace tern
+
+extern "C" {
+
+using namespace tern;
+
+TERN_API tern_status_t tern_device_count(uint32_t* out_count) {
+  if (out_count == nullptr) return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_count is NULL"));
+  *out_count = 0;
+  Runtime* rt;
+  Status status = GetRuntime(&rt);
+  if (!status.ok()) return Report(status);
+  *out_count = static_cast<uint32_t>(rt->devices.size());
+  return TERN_OK;
+}
+
+TERN_API tern_status_t tern_device_get(uint32_t index, tern_device_t* out_device) {
+  if (out_device == nullptr) {
+    return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_device is NULL"));
+  }
+  *out_device = nullptr;
+  Runtime* rt;
+  Status status = GetRuntime(&rt);
+  if (!status.ok()) return Report(status);
+  if (index >= rt->devices.size()) {
+    return Report(MakeStatus(TERN_ERROR_OUT_OF_RANGE,
+                             "device index {} does not exist: this process sees {} devices (check "
+                             "tern_device_count() and TERN_VISIBLE_CORES)",
+                             index, rt->devices.size()));
+  }
+  *out_device = rt->devices[index]->handle;
+  return TERN_OK;
+}
+
+TERN_API tern_status_t tern_device_get_info(tern_device_t device, tern_device_info_t* out_info) {
+  if (out_info == nullptr) return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_info is NULL"));
+  Status status = CheckStructSize(out_info->struct_size, sizeof(tern_device_info_t), "tern_device_info_t");
+  if (!status.ok()) return Report(status);
+  const uint32_t struct_size = out_info->struct_size;
+  std::memset(out_info, 0, sizeof(*out_info));
+  out_info->struct_size = struct_size;
+  Runtime* rt;
+  DeviceObject* dev;
+  status = GetRuntime(&rt);
+  if (status.ok()) status = LookupDevice(rt, device, "device", &dev);
+  if (!status.ok()) return Report(status);
+  out_info->index = dev->index;
+  out_info->physical_index = dev->info.physical_index;
+  out_info->core_count = static_cast<uint32_t>(dev->visible_cores.size());
+  out_info->physical_core_count = dev->info.core_count;
+  out_info->numa_node = dev->info.numa_node;
+  out_info->memory_bytes = dev->info.memory_bytes;
+  out_info->memory_alignment = std::max<uint64_t>(64, dev->info.memory_alignment);
+  CopyString(out_info->name, sizeof(out_info->name), dev->info.name);
+  CopyString(out_info->driver, sizeof(out_info->driver), rt->driver->name());
+  CopyString(out_info->cpu_affinity, sizeof(out_info->cpu_affinity), dev->info.cpu_affinity);
+  return TERN_OK;
+}
+
+TERN_API tern_status_t tern_core_open(tern_device_t device, uint32_t core_index, tern_core_t* out_core) {
+  if (out_core == nullptr) return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_core is NULL"));
+  *out_core = nullptr;
+  Runtime* rt;
+  DeviceObject* dev;
+  Status status = GetRuntime(&rt);
+  if (status.ok()) status = LookupDevice(rt, device, "device", &dev);
+  if (!status.ok()) return Report(status);
+  if (core_index >= dev->visible_cores.size()) {
+    return Report(MakeStatus(TERN_ERROR_OUT_OF_RANGE,
+                             "core {} does not exist on device {}: it has {} cores visible to this "
+                             "process (0-{})",
+                             core_index, dev->index, dev->visible_cores.size(),
+                             dev->visible_cores.size() - 1));
+  }
+  std::lock_guard<std::mutex> lock(dev->cores_mutex);
+  if (dev->core_open[core_index]) {
+    return Report(MakeStatus(TERN_ERROR_FAILED_PRECONDITION,
+                             "core {} of device {} is already open in this process; use the handle "
+                             "you have, or close it first",
+                             core_index, dev->index));
+  }
+  auto core = std::make_shared<CoreObject>();
+  core->device = dev;
+  core->index = core_index;
+  core->physical = dev->visible_cores[core_index];
+  status = dev->hw->OpenCore(core->physical);
+  if (!status.ok()) return Report(status);
+  dev->core_open[core_index] = true;
+  *out_core = reinterpret_cast<tern_core_t>(rt->core_table.Insert(std::move(core)));
+  return TERN_OK;
+}
+
+TERN_API tern_status_t tern_core_close(tern_core_t core) {
+  Runtime* rt;
+  std::shared_ptr<CoreObject> object;
+  Status status = GetRuntime(&rt);
+  if (status.ok()) status = LookupCore(rt, core, "core", &object);
+  if (!status.ok()) return Report(status);
+  DeviceObject* dev = object->device;
+  std::lock_guard<std::mutex> lock(dev->cores_mutex);
+  if (object->queue_count.load() != 0) {
+    return Report(MakeStatus(TERN_ERROR_FAILED_PRECONDITION,
+                             "core {} of device {} still has {} queues: destroy them before closing "
+                             "the core",
+                             object->index, dev->index, object->queue_count.load()));
+  }
+  if (!rt->core_table.Remove(reinterpret_cast<uint64_t>(core))) {
+    return Report(MakeStatus(TERN_ERROR_INVALID_HANDLE, "core was closed concurrently"));
+  }
+  dev->hw->CloseCore(object->physical);
+  dev->core_open[object->index] = false;
+  return TERN_OK;
+}
+
+TERN_API tern_status_t tern_core_get_info(tern_core_t core, tern_core_info_t* out_info) {
+  if (out_info == nullptr) return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_info is NULL"));
+  Status status = CheckStructSize(out_info->struct_size, sizeof(tern_core_info_t), "tern_core_info_t");
+  if (!status.ok()) return Report(status);
+  Runtime* rt;
+  std::shared_ptr<CoreObject> object;
+  status = GetRuntime(&rt);
+  if (status.ok()) status = LookupCore(rt, core, "core", &object);
+  if (!status.ok()) return Report(status);
+  out_info->index = object->index;
+  out_info->physical_index = object->physical;
+  out_info->node_index = object->device->first_node_core + object->physical;
+  out_info->device = object->device->handle;
+  return TERN_OK;
+}
+
+TERN_API tern_status_t tern_device_get_telemetry(tern_device_t device,
+                                                 tern_device_telemetry_t* out_telemetry) {
+  if (out_telemetry == nullptr) {
+    return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_telemetry is NULL"));
+  }
+  Status status = CheckStructSize(out_telemetry->struct_size, sizeof(tern_device_telemetry_t),
+                                  "tern_device_telemetry_t");
+  if (!status.ok()) return Report(status);
+  const uint32_t struct_size = out_telemetry->struct_size;
+  std::memset(out_telemetry, 0, sizeof(*out_telemetry));
+  out_telemetry->struct_size = struct_size;
+  Runtime* rt;
+  DeviceObject* dev;
+  status = GetRuntime(&rt);
+  if (status.ok()) status = LookupDevice(rt, device, "device", &dev);
+  if (status.ok()) status = dev->hw->GetTelemetry(out_telemetry);
+  out_telemetry->struct_size = struct_size;
+  return Report(status);
+}
+
+TERN_API tern_status_t tern_debug_inject_fault(const tern_fault_params_t* params) {
+  if (params == nullptr) return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "params is NULL"));
+  Status status = CheckStructSize(params->struct_size, sizeof(tern_fault_params_t), "tern_fault_params_t");
+  if (!status.ok()) return Report(status);
+  Runtime* rt;
+  status = GetRuntime(&rt);
+  if (!status.ok()) return Report(status);
+  driver::Device::Fault fault{};
+  fault.kind = params->kind;
+  fault.after_commands = params->after_commands;
+  DeviceObject* dev = nullptr;
+  switch (params->kind) {
+    case TERN_FAULT_HBM_UNCORRECTABLE:
+    case TERN_FAULT_DMA_ABORT:
+    case TERN_FAULT_CORE_HANG:
+      break;
+    default:
+      return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
+                               "fault kind {} is unknown; use a tern_fault_kind_t value",
+                               static_cast<int>(params->kind)));
+  }
+  if (params->kind == TERN_FAULT_HBM_UNCORRECTABLE && params->buffer != nullptr) {
+    std::shared_ptr<BufferObject> buffer;
+    status = LookupBuffer(rt, params->buffer, "params->buffer", &buffer);
+    if (!status.ok()) return Report(status);
+    dev = buffer->device;
+    fault.has_range = true;
+    fault.offset = buffer->offset;
+    fault.size = buffer->allocated;
+  } else {
+    std::shared_ptr<CoreObject> core;
+    status = LookupCore(rt, params->core, "params->core", &core);
+    if (!status.ok()) return Report(status);
+    dev = core->device;
+    fault.core = core->physical;
+  }
+  return Report(dev->hw->InjectFault(fault));
+}
+
+}  // extern "C"

@@ -1,0 +1,292 @@
+// Device memory (buffers), synchronous reads and writes, statistics and
+// pinned host memory.
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "runtime/runtime.h"
+
+namespace tern {
+
+void ReleaseBuffer(const BufferObject& buffer) {
+  DeviceObject* dev = buffer.device;
+  {
+    std::lock_guard<std::mutex> lock(dev->memory_mutex);
+    dev->allocator->Free(buffer.offset);
+    dev->used -= buffer.allocated;
+    dev->used_by_category[buffer.category] -= buffer.allocated;
+  }
+  dev->hw->ReleaseMemory(buffer.allocated, buffer.category);
+  dev->hw->MemoryFreed(buffer.offset, buffer.allocated);
+}
+
+namespace {
+
+// The out-of-memory report: what was asked, what is free, and who uses it.
+Status OutOfMemory(DeviceObject* dev, uint64_t size, tern_memory_category_t category,
+                   const std::string& reason) {
+  uint64_t node_by_category[TERN_MEMORY_CATEGORY_COUNT] = {};
+  const uint64_t node_used = dev->hw->NodeMemoryUsed(node_by_category);
+  const uint64_t capacity = dev->info.memory_bytes;
+  const uint64_t free_bytes = capacity > node_used ? capacity - node_used : 0;
+  uint64_t largest;
+  uint64_t process_used;
+  {
+    std::lock_guard<std::mutex> lock(dev->memory_mutex);
+    largest = std::min(dev->allocator->largest_free_block(), free_bytes);
+    process_used = dev->used;
+  }
+  std::vector<int> order(TERN_MEMORY_CATEGORY_COUNT);
+  for (int i = 0; i < TERN_MEMORY_CATEGORY_COUNT; ++i) order[i] = i;
+  std::sort(order.begin(), order.end(),
+            [&](int a, int b) { return node_by_category[a] > node_by_category[b]; });
+  std::string top;
+  for (int i : order) {
+    if (node_by_category[i] == 0) break;
+    if (!top.empty()) top += ", ";
+    top += fmt::format("{} {}", MemoryCategoryName(static_cast<tern_memory_category_t>(i)),
+                       FormatBytes(node_by_category[i]));
+  }
+  if (top.empty()) top = "none";
+  return MakeStatus(TERN_ERROR_OUT_OF_MEMORY,
+                    "device {} cannot allocate {} for {}: {}. Free: {} of {} (largest free block "
+                    "{}); this process uses {}, other processes {}. Top users by category on the "
+                    "node: {}. Free buffers you no longer need, use smaller allocations, or run "
+                    "fewer processes on this device",
+                    dev->index, FormatBytes(size), MemoryCategoryName(category), reason,
+                    FormatBytes(free_bytes), FormatBytes(capacity), FormatBytes(largest),
+                    FormatBytes(process_used),
+                    FormatBytes(node_used > process_used ? node_used - process_used : 0), top);
+}
+
+Status AllocateBuffer(Runtime* rt, tern_device_t device, const tern_buffer_params_t* params,
+                      tern_buffer_t* out_buffer) {
+  DeviceObject* dev;
+  TERN_RETURN_IF_ERROR(LookupDevice(rt, device, "device", &dev));
+  if (params == nullptr) return MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "params is NULL");
+  TERN_RETURN_IF_ERROR(CheckStructSize(params->struct_size, sizeof(tern_buffer_params_t),
+                                       "tern_buffer_params_t"));
+  if (params->flags != 0) {
+    return MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
+                      "tern_buffer_params_t.flags is {:#x}; no flags are defined yet: pass 0",
+                      params->flags);
+  }
+  if (params->size == 0) {
+    return MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "cannot allocate 0 bytes: size must be > 0");
+  }
+  if (params->alignment != 0 && (params->alignment & (params->alignment - 1)) != 0) {
+    return MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
+                      "alignment {} is not a power of two (use 0 for the device minimum)",
+                      params->alignment);
+  }
+  if (static_cast<uint32_t>(params->category) >= TERN_MEMORY_CATEGORY_COUNT) {
+    return MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
+                      "memory category {} is unknown; use a tern_memory_category_t value",
+                      static_cast<int>(params->category));
+  }
+  if (params->size > dev->info.memory_bytes) {
+    return OutOfMemory(dev, params->size, params->category,
+                       fmt::format("that is more than the device's whole memory"));
+  }
+  auto buffer = std::make_shared<BufferObject>();
+  buffer->device = dev;
+  buffer->size = params->size;
+  buffer->category = params->category;
+  {
+    std::lock_guard<std::mutex> lock(dev->memory_mutex);
+    if (!dev->allocator->Allocate(params->size, params->alignment, &buffer->offset)) {
+      // Fall through to the report outside the lock.
+      buffer->offset = UINT64_MAX;
+    } else {
+      buffer->allocated = dev->allocator->AllocationSize(buffer->offset);
+    }
+  }
+  if (buffer->offset == UINT64_MAX) {
+    return OutOfMemory(dev, params->size, params->category,
+                       "no free block of this process's device address space is large enough");
+  }
+  Status reserved = dev->hw->ReserveMemory(buffer->allocated, params->category);
+  if (!reserved.ok()) {
+    {
+      std::lock_guard<std::mutex> lock(dev->memory_mutex);
+      dev->allocator->Free(buffer->offset);
+    }
+    if (reserved.code() == TERN_ERROR_OUT_OF_MEMORY) {
+      return OutOfMemory(dev, params->size, params->category, "the node's device memory is used up");
+    }
+    return reserved;
+  }
+  {
+    std::lock_guard<std::mutex> lock(dev->memory_mutex);
+    dev->used += buffer->allocated;
+    dev->peak = std::max(dev->peak, dev->used);
+    dev->used_by_category[params->category] += buffer->allocated;
+  }
+  *out_buffer = reinterpret_cast<tern_buffer_t>(rt->buffer_table.Insert(std::move(buffer)));
+  return OkStatus();
+}
+
+Status SyncTransfer(Runtime* rt, tern_buffer_t buffer, uint64_t offset, void* host, uint64_t size,
+                    bool write) {
+  std::shared_ptr<BufferObject> object;
+  TERN_RETURN_IF_ERROR(LookupBuffer(rt, buffer, "buffer", &object));
+  if (host == nullptr && size > 0) {
+    return MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "{} is NULL", write ? "src" : "dst");
+  }
+  TERN_RETURN_IF_ERROR(CheckBufferRange(*object, offset, size, "buffer"));
+  if (size == 0) return OkStatus();
+  driver::Command command;
+  command.kind = driver::CommandKind::kCopy;
+  command.size = size;
+  driver::MemoryRef device_ref{nullptr, object->device->hw.get(), object->offset + offset};
+  driver::MemoryRef host_ref{host, nullptr, 0};
+  command.dst = write ? device_ref : host_ref;
+  command.src = write ? host_ref : device_ref;
+  return object->device->hw->ExecuteSync(command);
+}
+
+}  // namespace
+}  // namespace tern
+
+extern "C" {
+
+using namespace tern;
+
+TERN_API tern_status_t tern_buffer_alloc(tern_device_t device, const tern_buffer_params_t* params,
+                                         tern_buffer_t* out_buffer) {
+  if (out_buffer == nullptr) {
+    return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_buffer is NULL"));
+  }
+  *out_buffer = nullptr;
+  Runtime* rt;
+  Status status = GetRuntime(&rt);
+  if (status.ok()) status = AllocateBuffer(rt, device, params, out_buffer);
+  return Report(status);
+}
+
+TERN_API tern_status_t tern_buffer_free(tern_buffer_t buffer) {
+  Runtime* rt;
+  Status status = GetRuntime(&rt);
+  if (!status.ok()) return Report(status);
+  std::shared_ptr<BufferObject> object = rt->buffer_table.Remove(reinterpret_cast<uint64_t>(buffer));
+  if (!object) {
+    return Report(MakeStatus(TERN_ERROR_INVALID_HANDLE,
+                             "buffer is not a live buffer handle: it was already freed, never "
+                             "allocated, or is another kind of handle"));
+  }
+  ReleaseBuffer(*object);
+  return TERN_OK;
+}
+
+TERN_API tern_status_t tern_buffer_get_info(tern_buffer_t buffer, tern_buffer_info_t* out_info) {
+  if (out_info == nullptr) return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_info is NULL"));
+  Status status = CheckStructSize(out_info->struct_size, sizeof(tern_buffer_info_t), "tern_buffer_info_t");
+  if (!status.ok()) return Report(status);
+  Runtime* rt;
+  std::shared_ptr<BufferObject> object;
+  status = GetRuntime(&rt);
+  if (status.ok()) status = LookupBuffer(rt, buffer, "buffer", &object);
+  if (!status.ok()) return Report(status);
+  out_info->size = object->size;
+  out_info->device_address = object->device->hw->device_base() + object->offset;
+  out_info->category = object->category;
+  out_info->device = object->device->handle;
+  return TERN_OK;
+}
+
+TERN_API tern_status_t tern_buffer_write(tern_buffer_t buffer, uint64_t offset, const void* src,
+                                         uint64_t size) {
+  Runtime* rt;
+  Status status = GetRuntime(&rt);
+  if (status.ok()) status = SyncTransfer(rt, buffer, offset, const_cast<void*>(src), size, true);
+  return Report(status);
+}
+
+TERN_API tern_status_t tern_buffer_read(tern_buffer_t buffer, uint64_t offset, void* dst, uint64_t size) {
+  Runtime* rt;
+  Status status = GetRuntime(&rt);
+  if (status.ok()) status = SyncTransfer(rt, buffer, offset, dst, size, false);
+  return Report(status);
+}
+
+TERN_API tern_status_t tern_device_memory_stats(tern_device_t device, tern_memory_stats_t* out_stats) {
+  if (out_stats == nullptr) return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_stats is NULL"));
+  Status status = CheckStructSize(out_stats->struct_size, sizeof(tern_memory_stats_t), "tern_memory_stats_t");
+  if (!status.ok()) return Report(status);
+  const uint32_t struct_size = out_stats->struct_size;
+  std::memset(out_stats, 0, sizeof(*out_stats));
+  out_stats->struct_size = struct_size;
+  Runtime* rt;
+  DeviceObject* dev;
+  status = GetRuntime(&rt);
+  if (status.ok()) status = LookupDevice(rt, device, "device", &dev);
+  if (!status.ok()) return Report(status);
+  out_stats->capacity_bytes = dev->info.memory_bytes;
+  out_stats->node_used_bytes = dev->hw->NodeMemoryUsed(out_stats->node_used_by_category);
+  out_stats->free_bytes = out_stats->capacity_bytes > out_stats->node_used_bytes
+                              ? out_stats->capacity_bytes - out_stats->node_used_bytes
+                              : 0;
+  std::lock_guard<std::mutex> lock(dev->memory_mutex);
+  out_stats->allocation_count = dev->allocator->allocation_count();
+  out_stats->used_bytes = dev->used;
+  out_stats->peak_used_bytes = dev->peak;
+  out_stats->largest_free_block = std::min(dev->allocator->largest_free_block(), out_stats->free_bytes);
+  std::memcpy(out_stats->used_by_category, dev->used_by_category, sizeof(dev->used_by_category));
+  return TERN_OK;
+}
+
+TERN_API tern_status_t tern_host_alloc(uint64_t size, void** out_ptr) {
+  if (out_ptr == nullptr) return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_ptr is NULL"));
+  *out_ptr = nullptr;
+  Runtime* rt;
+  Status status = GetRuntime(&rt);
+  if (!status.ok()) return Report(status);
+  if (size == 0) {
+    return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "cannot allocate 0 bytes of host memory"));
+  }
+  void* ptr = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
+                   -1, 0);
+  if (ptr == MAP_FAILED) {
+    return Report(ErrnoStatus(TERN_ERROR_HOST_OUT_OF_MEMORY, errno,
+                              fmt::format("mapping {} of pinned host memory", FormatBytes(size))));
+  }
+  if (mlock(ptr, size) != 0) {
+    const int err = errno;
+    munmap(ptr, size);
+    return Report(Status(TERN_ERROR_HOST_OUT_OF_MEMORY,
+                         fmt::format("cannot pin {} of host memory: mlock failed: {}; raise the "
+                                     "locked-memory limit (ulimit -l, RLIMIT_MEMLOCK) or pin less",
+                                     FormatBytes(size), std::strerror(err))));
+  }
+  {
+    std::lock_guard<std::mutex> lock(rt->host_mutex);
+    rt->host_allocations.emplace_back(ptr, size);
+  }
+  *out_ptr = ptr;
+  return TERN_OK;
+}
+
+TERN_API tern_status_t tern_host_free(void* ptr) {
+  Runtime* rt;
+  Status status = GetRuntime(&rt);
+  if (!status.ok()) return Report(status);
+  uint64_t size = 0;
+  {
+    std::lock_guard<std::mutex> lock(rt->host_mutex);
+    auto it = std::find_if(rt->host_allocations.begin(), rt->host_allocations.end(),
+                           [&](const auto& entry) { return entry.first == ptr; });
+    if (it == rt->host_allocations.end()) {
+      return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
+                               "{} was not allocated by tern_host_alloc() (or was already freed)",
+                               ptr));
+    }
+    size = it->second;
+    rt->host_allocations.erase(it);
+  }
+  munmap(ptr, size);
+  return TERN_OK;
+}
+
+}  // extern "C"

@@ -1,0 +1,337 @@
+// Queues: creation, command submission, synchronization, sticky errors.
+#include <cstring>
+
+#include "runtime/runtime.h"
+
+namespace tern {
+namespace {
+
+Status GetQueue(tern_queue_t queue, Runtime** rt, std::shared_ptr<QueueObject>* out) {
+  TERN_RETURN_IF_ERROR(GetRuntime(rt));
+  return LookupQueue(*rt, queue, "queue", out);
+}
+
+Status Submit(QueueObject& queue, driver::Command command, uint64_t* out_sequence) {
+  uint64_t sequence = 0;
+  TERN_RETURN_IF_ERROR(queue.hw->Submit(std::move(command), &sequence));
+  if (out_sequence != nullptr) *out_sequence = sequence;
+  return OkStatus();
+}
+
+// A device buffer range as a copy endpoint, checked against the queue's device.
+Status DeviceRef(Runtime* rt, const QueueObject& queue, tern_buffer_t buffer, uint64_t offset,
+                 uint64_t size, const char* arg, bool must_be_local, driver::MemoryRef* out) {
+  std::shared_ptr<BufferObject> object;
+  TERN_RETURN_IF_ERROR(LookupBuffer(rt, buffer, arg, &object));
+  TERN_RETURN_IF_ERROR(CheckBufferRange(*object, offset, size, arg));
+  if (must_be_local && object->device != queue.core->device) {
+    return MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
+                      "{} lives on device {} but the queue runs on device {}; submit to a queue "
+                      "of device {}, or copy device-to-device first",
+                      arg, object->device->index, queue.core->device->index, object->device->index);
+  }
+  *out = driver::MemoryRef{nullptr, object->device->hw.get(), object->offset + offset};
+  return OkStatus();
+}
+
+Status CopyH2D(Runtime* rt, QueueObject& queue, tern_buffer_t dst, uint64_t dst_offset,
+               const void* src, uint64_t size, uint64_t* out_sequence) {
+  if (src == nullptr) return MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "src is NULL");
+  driver::Command command;
+  command.kind = driver::CommandKind::kCopy;
+  command.size = size;
+  TERN_RETURN_IF_ERROR(DeviceRef(rt, queue, dst, dst_offset, size, "dst", true, &command.dst));
+  command.src.host = const_cast<void*>(src);
+  return Submit(queue, std::move(command), out_sequence);
+}
+
+Status CopyD2H(Runtime* rt, QueueObject& queue, void* dst, tern_buffer_t src, uint64_t src_offset,
+               uint64_t size, uint64_t* out_sequence) {
+  if (dst == nullptr) return MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "dst is NULL");
+  driver::Command command;
+  command.kind = driver::CommandKind::kCopy;
+  command.size = size;
+  TERN_RETURN_IF_ERROR(DeviceRef(rt, queue, src, src_offset, size, "src", true, &command.src));
+  command.dst.host = dst;
+  return Submit(queue, std::move(command), out_sequence);
+}
+
+Status CopyD2D(Runtime* rt, QueueObject& queue, tern_buffer_t dst, uint64_t dst_offset,
+               tern_buffer_t src, uint64_t src_offset, uint64_t size, uint64_t* out_sequence) {
+  driver::Command command;
+  command.kind = driver::CommandKind::kCopy;
+  command.size = size;
+  TERN_RETURN_IF_ERROR(DeviceRef(rt, queue, dst, dst_offset, size, "dst", false, &command.dst));
+  TERN_RETURN_IF_ERROR(DeviceRef(rt, queue, src, src_offset, size, "src", false, &command.src));
+  if (command.dst.device != queue.core->device->hw.get() &&
+      command.src.device != queue.core->device->hw.get()) {
+    return MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
+                      "neither dst nor src lives on the queue's device {}; submit the copy to a "
+                      "queue of one of their devices",
+                      queue.core->device->index);
+  }
+  return Submit(queue, std::move(command), out_sequence);
+}
+
+Status Fill(Runtime* rt, QueueObject& queue, tern_buffer_t dst, uint64_t dst_offset, uint64_t size,
+            uint32_t pattern, uint64_t* out_sequence) {
+  if (dst_offset % 4 != 0 || size % 4 != 0) {
+    return MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
+                      "fill offset {} and size {} must be multiples of 4 (the pattern is 32-bit)",
+                      dst_offset, size);
+  }
+  driver::Command command;
+  command.kind = driver::CommandKind::kFill;
+  command.size = size;
+  command.pattern = pattern;
+  TERN_RETURN_IF_ERROR(DeviceRef(rt, queue, dst, dst_offset, size, "dst", true, &command.dst));
+  return Submit(queue, std::move(command), out_sequence);
+}
+
+Status WaitEvent(Runtime* rt, QueueObject& queue, tern_event_t event, uint64_t* out_sequence) {
+  std::shared_ptr<EventObject> object;
+  TERN_RETURN_IF_ERROR(LookupEvent(rt, event, "event", &object));
+  std::shared_ptr<EventPoint> point;
+  {
+    std::lock_guard<std::mutex> lock(object->mutex);
+    point = object->point;
+  }
+  driver::Command command;
+  command.kind = driver::CommandKind::kWait;
+  if (point) {
+    command.wait_timeline = point->timeline;
+    command.wait_value = point->sequence;
+    command.wait_description = point->description;
+  }
+  return Submit(queue, std::move(command), out_sequence);
+}
+
+Status RecordEvent(Runtime* rt, QueueObject& queue, tern_event_t event, uint64_t* out_sequence) {
+  std::shared_ptr<EventObject> object;
+  TERN_RETURN_IF_ERROR(LookupEvent(rt, event, "event", &object));
+  auto point = std::make_shared<EventPoint>();
+  point->timeline = queue.hw->completion();
+  driver::Command command;
+  command.kind = driver::CommandKind::kTimestamp;
+  command.timestamp_out = &point->timestamp_ns;
+  command.keep_alive = point;
+  // Recording holds the event's lock across submission, so that concurrent
+  // records of one event publish in submission order.
+  std::lock_guard<std::mutex> lock(object->mutex);
+  uint64_t sequence = 0;
+  TERN_RETURN_IF_ERROR(queue.hw->Submit(std::move(command), &sequence));
+  point->sequence = sequence;
+  point->description = fmt::format("the event recorded as command {} of queue '{}'", sequence, queue.name);
+  object->point = std::move(point);
+  if (out_sequence != nullptr) *out_sequence = sequence;
+  return OkStatus();
+}
+
+Status WaitFor(const QueueObject& queue, uint64_t target, uint64_t timeout_ns) {
+  std::shared_ptr<const Timeline> completion = queue.hw->completion();
+  if (!completion->Wait(target, timeout_ns)) {
+    return MakeStatus(TERN_ERROR_TIMEOUT,
+                      "queue '{}' did not reach command {} within {} ns ({} of {} commands done); "
+                      "wait longer, or look for a command that waits on an event never reached",
+                      queue.name, target, timeout_ns, completion->value(), queue.hw->submitted());
+  }
+  return OkStatus();
+}
+
+}  // namespace
+}  // namespace tern
+
+extern "C" {
+
+using namespace tern;
+
+TERN_API tern_status_t tern_queue_create(tern_core_t core, const tern_queue_params_t* params,
+                                         tern_queue_t* out_queue) {
+  if (out_queue == nullptr) return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_queue is NULL"));
+  *out_queue = nullptr;
+  Runtime* rt;
+  std::shared_ptr<CoreObject> object;
+  Status status = GetRuntime(&rt);
+  if (status.ok()) status = LookupCore(rt, core, "core", &object);
+  if (!status.ok()) return Report(status);
+  std::string name;
+  if (params != nullptr) {
+    status = CheckStructSize(params->struct_size, sizeof(tern_queue_params_t), "tern_queue_params_t");
+    if (!status.ok()) return Report(status);
+    if (params->flags != 0) {
+      return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
+                               "tern_queue_params_t.flags is {:#x}; no flags are defined yet: pass 0",
+                               params->flags));
+    }
+    if (params->name != nullptr) name = params->name;
+  }
+  auto queue = std::make_shared<QueueObject>();
+  queue->core = object;
+  const uint32_t number = object->queue_count.fetch_add(1);
+  if (name.empty()) name = fmt::format("d{}c{}q{}", object->device->index, object->index, number);
+  queue->name = name;
+  status = object->device->hw->CreateQueue(object->physical, name, &queue->hw);
+  if (!status.ok()) {
+    object->queue_count.fetch_sub(1);
+    return Report(status);
+  }
+  *out_queue = reinterpret_cast<tern_queue_t>(rt->queue_table.Insert(std::move(queue)));
+  return TERN_OK;
+}
+
+TERN_API tern_status_t tern_queue_destroy(tern_queue_t queue) {
+  Runtime* rt;
+  Status status = GetRuntime(&rt);
+  if (!status.ok()) return Report(status);
+  std::shared_ptr<QueueObject> object = rt->queue_table.Remove(reinterpret_cast<uint64_t>(queue));
+  if (!object) {
+    return Report(MakeStatus(TERN_ERROR_INVALID_HANDLE,
+                             "queue is not a live queue handle: already destroyed, never created, "
+                             "or another kind of handle"));
+  }
+  std::shared_ptr<const Timeline> completion = object->hw->completion();
+  object->hw.reset();  // drains
+  object->core->queue_count.fetch_sub(1);
+  return Report(completion->CurrentFailure(nullptr));
+}
+
+TERN_API tern_status_t tern_queue_nop(tern_queue_t queue, uint64_t* out_sequence) {
+  if (out_sequence) *out_sequence = 0;
+  Runtime* rt;
+  std::shared_ptr<QueueObject> q;
+  Status status = GetQueue(queue, &rt, &q);
+  if (status.ok()) status = Submit(*q, driver::Command{}, out_sequence);
+  return Report(status);
+}
+
+TERN_API tern_status_t tern_queue_copy_h2d(tern_queue_t queue, tern_buffer_t dst, uint64_t dst_offset,
+                                           const void* src, uint64_t size, uint64_t* out_sequence) {
+  if (out_sequence) *out_sequence = 0;
+  Runtime* rt;
+  std::shared_ptr<QueueObject> q;
+  Status status = GetQueue(queue, &rt, &q);
+  if (status.ok()) status = CopyH2D(rt, *q, dst, dst_offset, src, size, out_sequence);
+  return Report(status);
+}
+
+TERN_API tern_status_t tern_queue_copy_d2h(tern_queue_t queue, void* dst, tern_buffer_t src,
+                                           uint64_t src_offset, uint64_t size, uint64_t* out_sequence) {
+  if (out_sequence) *out_sequence = 0;
+  Runtime* rt;
+  std::shared_ptr<QueueObject> q;
+  Status status = GetQueue(queue, &rt, &q);
+  if (status.ok()) status = CopyD2H(rt, *q, dst, src, src_offset, size, out_sequence);
+  return Report(status);
+}
+
+TERN_API tern_status_t tern_queue_copy_d2d(tern_queue_t queue, tern_buffer_t dst, uint64_t dst_offset,
+                                           tern_buffer_t src, uint64_t src_offset, uint64_t size,
+                                           uint64_t* out_sequence) {
+  if (out_sequence) *out_sequence = 0;
+  Runtime* rt;
+  std::shared_ptr<QueueObject> q;
+  Status status = GetQueue(queue, &rt, &q);
+  if (status.ok()) status = CopyD2D(rt, *q, dst, dst_offset, src, src_offset, size, out_sequence);
+  return Report(status);
+}
+
+TERN_API tern_status_t tern_queue_fill(tern_queue_t queue, tern_buffer_t dst, uint64_t dst_offset,
+                                       uint64_t size, uint32_t pattern, uint64_t* out_sequence) {
+  if (out_sequence) *out_sequence = 0;
+  Runtime* rt;
+  std::shared_ptr<QueueObject> q;
+  Status status = GetQueue(queue, &rt, &q);
+  if (status.ok()) status = Fill(rt, *q, dst, dst_offset, size, pattern, out_sequence);
+  return Report(status);
+}
+
+TERN_API tern_status_t tern_queue_host_callback(tern_queue_t queue, tern_host_callback_fn callback,
+                                                void* user_data, uint64_t* out_sequence) {
+  if (out_sequence) *out_sequence = 0;
+  Runtime* rt;
+  std::shared_ptr<QueueObject> q;
+  Status status = GetQueue(queue, &rt, &q);
+  if (status.ok() && callback == nullptr) {
+    status = MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "callback is NULL");
+  }
+  if (status.ok()) {
+    driver::Command command;
+    command.kind = driver::CommandKind::kHostFunction;
+    command.host_function = callback;
+    command.host_user_data = user_data;
+    status = Submit(*q, std::move(command), out_sequence);
+  }
+  return Report(status);
+}
+
+TERN_API tern_status_t tern_queue_record_event(tern_queue_t queue, tern_event_t event,
+                                               uint64_t* out_sequence) {
+  if (out_sequence) *out_sequence = 0;
+  Runtime* rt;
+  std::shared_ptr<QueueObject> q;
+  Status status = GetQueue(queue, &rt, &q);
+  if (status.ok()) status = RecordEvent(rt, *q, event, out_sequence);
+  return Report(status);
+}
+
+TERN_API tern_status_t tern_queue_wait_event(tern_queue_t queue, tern_event_t event,
+                                             uint64_t* out_sequence) {
+  if (out_sequence) *out_sequence = 0;
+  Runtime* rt;
+  std::shared_ptr<QueueObject> q;
+  Status status = GetQueue(queue, &rt, &q);
+  if (status.ok()) status = WaitEvent(rt, *q, event, out_sequence);
+  return Report(status);
+}
+
+TERN_API tern_status_t tern_queue_synchronize(tern_queue_t queue, uint64_t timeout_ns) {
+  Runtime* rt;
+  std::shared_ptr<QueueObject> q;
+  Status status = GetQueue(queue, &rt, &q);
+  if (status.ok()) status = WaitFor(*q, q->hw->submitted(), timeout_ns);
+  if (status.ok()) status = q->hw->completion()->CurrentFailure(nullptr);
+  return Report(status);
+}
+
+TERN_API tern_status_t tern_queue_wait_sequence(tern_queue_t queue, uint64_t sequence,
+                                                uint64_t timeout_ns) {
+  Runtime* rt;
+  std::shared_ptr<QueueObject> q;
+  Status status = GetQueue(queue, &rt, &q);
+  if (status.ok() && (sequence == 0 || sequence > q->hw->submitted())) {
+    status = MakeStatus(TERN_ERROR_OUT_OF_RANGE,
+                        "sequence {} was never submitted to queue '{}' (it has {} commands; "
+                        "sequence numbers start at 1)",
+                        sequence, q->name, q->hw->submitted());
+  }
+  if (status.ok()) status = WaitFor(*q, sequence, timeout_ns);
+  if (status.ok()) status = q->hw->completion()->FailureAt(sequence);
+  return Report(status);
+}
+
+TERN_API tern_status_t tern_queue_query(tern_queue_t queue, uint64_t* out_completed) {
+  if (out_completed) *out_completed = 0;
+  Runtime* rt;
+  std::shared_ptr<QueueObject> q;
+  Status status = GetQueue(queue, &rt, &q);
+  if (!status.ok()) return Report(status);
+  const uint64_t submitted = q->hw->submitted();
+  const uint64_t completed = q->hw->completion()->value();
+  if (out_completed) *out_completed = completed;
+  status = q->hw->completion()->CurrentFailure(nullptr);
+  if (!status.ok()) return Report(status);
+  // NOT_READY is an answer, not a failure: it leaves the last error alone.
+  return completed >= submitted ? TERN_OK : TERN_ERROR_NOT_READY;
+}
+
+TERN_API tern_status_t tern_queue_clear_error(tern_queue_t queue) {
+  Runtime* rt;
+  std::shared_ptr<QueueObject> q;
+  Status status = GetQueue(queue, &rt, &q);
+  if (!status.ok()) return Report(status);
+  Status cleared = q->hw->completion()->CurrentFailure(nullptr);
+  q->hw->ClearError();
+  return Report(cleared);
+}
+
+}  // extern "C"

@@ -1,0 +1,123 @@
+// libtern's process-wide state and the objects behind the public handles.
+#ifndef TERN_SRC_RUNTIME_RUNTIME_H_
+#define TERN_SRC_RUNTIME_RUNTIME_H_
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "driver.h"
+#include "memory/range_allocator.h"
+#include "runtime/handle_table.h"
+#include "tern/tern.h"
+
+namespace tern {
+
+struct DeviceObject {
+  uint32_t index = 0;  // dense index in this process
+  tern_device_t handle = nullptr;
+  driver::DeviceStaticInfo info;
+  std::unique_ptr<driver::Device> hw;
+  std::vector<uint32_t> visible_cores;  // physical core index of each visible core
+  uint32_t first_node_core = 0;         // node-wide index of physical core 0
+
+  // Device memory of this process, placed by the sub-allocator.
+  std::mutex memory_mutex;
+  std::unique_ptr<RangeAllocator> allocator;  // guarded by memory_mutex
+  uint64_t used = 0;                          // guarded by memory_mutex
+  uint64_t peak = 0;                          // guarded by memory_mutex
+  uint64_t used_by_category[TERN_MEMORY_CATEGORY_COUNT] = {};  // guarded by memory_mutex
+
+  std::mutex cores_mutex;
+  std::vector<bool> core_open;  // by visible index; guarded by cores_mutex
+};
+
+struct CoreObject {
+  DeviceObject* device = nullptr;
+  uint32_t index = 0;     // visible index within the device
+  uint32_t physical = 0;  // physical index within the device
+  std::atomic<uint32_t> queue_count{0};
+};
+
+struct BufferObject {
+  DeviceObject* device = nullptr;
+  uint64_t offset = 0;      // in the device's memory
+  uint64_t size = 0;        // as requested
+  uint64_t allocated = 0;   // as rounded by the allocator (what is charged)
+  tern_memory_category_t category = TERN_MEMORY_TENSORS;
+};
+
+struct QueueObject {
+  std::shared_ptr<CoreObject> core;
+  std::unique_ptr<driver::HwQueue> hw;
+  std::string name;
+};
+
+// One recording of an event: a point on a queue's timeline and the device
+// time at which it was reached.
+struct EventPoint {
+  std::shared_ptr<const Timeline> timeline;
+  uint64_t sequence = 0;
+  std::atomic<uint64_t> timestamp_ns{0};
+  std::string description;  // "event recorded as command 7 of queue 'q'"
+};
+
+struct EventObject {
+  std::mutex mutex;
+  std::shared_ptr<EventPoint> point;  // guarded by mutex; null until recorded
+};
+
+class Runtime {
+ public:
+  std::unique_ptr<driver::Driver> driver;
+  std::vector<std::unique_ptr<DeviceObject>> devices;
+  uint64_t exec_timeout_ns = 0;
+
+  HandleTable<DeviceObject> device_table{HandleKind::kDevice};  // non-owning entries
+  HandleTable<CoreObject> core_table{HandleKind::kCore};
+  HandleTable<BufferObject> buffer_table{HandleKind::kBuffer};
+  HandleTable<QueueObject> queue_table{HandleKind::kQueue};
+  HandleTable<EventObject> event_table{HandleKind::kEvent};
+
+  std::mutex host_mutex;
+  std::vector<std::pair<void*, uint64_t>> host_allocations;  // guarded by host_mutex
+};
+
+// Records `status` as the calling thread's last error (when it failed) and
+// returns its code: the tail of every public function.
+tern_status_t Report(const Status& status);
+
+// The live runtime, or an error saying why there is none (not initialized,
+// or this is a forked child). Thread-safety: any thread.
+Status GetRuntime(Runtime** out_runtime);
+
+// Handle <-> object helpers; each fails with a message naming the argument.
+Status LookupDevice(Runtime* rt, tern_device_t handle, const char* arg, DeviceObject** out);
+Status LookupCore(Runtime* rt, tern_core_t handle, const char* arg, std::shared_ptr<CoreObject>* out);
+Status LookupBuffer(Runtime* rt, tern_buffer_t handle, const char* arg,
+                    std::shared_ptr<BufferObject>* out);
+Status LookupQueue(Runtime* rt, tern_queue_t handle, const char* arg,
+                   std::shared_ptr<QueueObject>* out);
+Status LookupEvent(Runtime* rt, tern_event_t handle, const char* arg,
+                   std::shared_ptr<EventObject>* out);
+
+// Checks that [offset, offset + size) lies inside `buffer`.
+Status CheckBufferRange(const BufferObject& buffer, uint64_t offset, uint64_t size, const char* arg);
+
+// Checks a caller's struct_size against the smallest size this version accepts.
+Status CheckStructSize(uint32_t struct_size, size_t minimum, const char* type);
+
+// Formats a byte count for messages: "8.00 GiB", "512 B".
+std::string FormatBytes(uint64_t bytes);
+
+const char* MemoryCategoryName(tern_memory_category_t category);
+
+// Frees a buffer's memory and accounting (shared by tern_buffer_free and shutdown).
+void ReleaseBuffer(const BufferObject& buffer);
+
+}  // namespace tern
+
+#endif  // TERN_SRC_RUNTIME_RUNTIME_H_

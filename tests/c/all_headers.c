@@ -1,0 +1,20 @@
+/* Compiled as C99 with -Wall -Wextra -Werror -pedantic by the build: every
+ * public header must be valid C on its own and through the umbrella. */
+#include "tern/debug.h"
+#include "tern/device.h"
+#include "tern/event.h"
+#include "tern/export.h"
+#include "tern/memory.h"
+#include "tern/queue.h"
+#include "tern/runtime.h"
+#include "tern/status.h"
+#include "tern/telemetry.h"
+#include "tern/tern.h"
+#include "tern/types.h"
+#include "tern/version.h"
+
+int tern_c99_header_check(void);
+int tern_c99_header_check(void) {
+  tern_buffer_params_t params = {sizeof(tern_buffer_params_t), 0, 4096, 0, TERN_MEMORY_TENSORS};
+  return (int)params.size + TERN_VERSION;
+}
