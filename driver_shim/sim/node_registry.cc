@@ -66,7 +66,7 @@ struct alignas(64) ProcessSlot {
 // magic, version and generation keep their offsets in every layout version so
 // that any version can recognise (and safely reformat) another's file.
 struct alignas(64) Header {
-  uint64_t magic;    // written last when formatting
+  std::atomic<uint64_t> magic;  // written last when formatting
   uint32_t version;  // kLayoutVersion
   uint32_t reserved;
   std::atomic<uint64_t> generation;  // bumped by every format
@@ -314,7 +314,7 @@ Status NodeRegistry::AttachLocked(const Topology& wanted, bool adopt) {
     TERN_RETURN_IF_ERROR(MapLocked());
     const Header& header = state_->header;
     const Topology existing{header.device_count, header.cores_per_device, header.hbm_bytes};
-    layout_known = header.magic == kMagic && header.version == kLayoutVersion &&
+    layout_known = header.magic.load(std::memory_order_acquire) == kMagic && header.version == kLayoutVersion &&
                    ValidateTopology(existing).ok();
     if (layout_known && (adopt || existing == wanted)) {
       topology_ = existing;
@@ -385,8 +385,7 @@ Status NodeRegistry::FormatLocked(const Topology& topology, uint64_t file_size) 
     state_->devices[d].capacity = topology.hbm_bytes;
   }
   header.generation.store(generation == 0 ? 1 : generation);
-  std::atomic_thread_fence(std::memory_order_release);
-  header.magic = kMagic;
+  header.magic.store(kMagic, std::memory_order_release);
   topology_ = topology;
   generation_ = header.generation.load();
   return OkStatus();
