@@ -1,6 +1,7 @@
 #include "sim/node_registry.h"
 
 #include <fcntl.h>
+#include <fmt/ranges.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -12,10 +13,8 @@
 #include <new>
 #include <string_view>
 #include <thread>
-#include <type_traits>
+#include <utility>
 #include <vector>
-
-#include <fmt/ranges.h>
 
 namespace tern::sim {
 
@@ -67,7 +66,7 @@ struct alignas(64) ProcessSlot {
 // that any version can recognise (and safely reformat) another's file.
 struct alignas(64) Header {
   std::atomic<uint64_t> magic;  // written last when formatting
-  uint32_t version;  // kLayoutVersion
+  uint32_t version;             // kLayoutVersion
   uint32_t reserved;
   std::atomic<uint64_t> generation;  // bumped by every format
   uint32_t device_count;
@@ -271,9 +270,9 @@ Status NodeRegistry::Open(const std::string& node_name, const Topology& topology
   }
 
   if (int err = LockByteBlocking(registry->fd_, kInitLock); err != 0) {
-    return ErrnoStatus(TERN_ERROR_IO, err,
-                       fmt::format("locking sim node state \"{}\" (fcntl F_OFD_SETLKW)",
-                                   registry->path_));
+    return ErrnoStatus(
+        TERN_ERROR_IO, err,
+        fmt::format("locking sim node state \"{}\" (fcntl F_OFD_SETLKW)", registry->path_));
   }
   Status status = registry->AttachLocked(topology, adopt);
   if (status.ok() && role == Role::kParticipant) status = registry->ClaimSlotLocked();
@@ -314,8 +313,8 @@ Status NodeRegistry::AttachLocked(const Topology& wanted, bool adopt) {
     TERN_RETURN_IF_ERROR(MapLocked());
     const Header& header = state_->header;
     const Topology existing{header.device_count, header.cores_per_device, header.hbm_bytes};
-    layout_known = header.magic.load(std::memory_order_acquire) == kMagic && header.version == kLayoutVersion &&
-                   ValidateTopology(existing).ok();
+    layout_known = header.magic.load(std::memory_order_acquire) == kMagic &&
+                   header.version == kLayoutVersion && ValidateTopology(existing).ok();
     if (layout_known && (adopt || existing == wanted)) {
       topology_ = existing;
       generation_ = header.generation.load(std::memory_order_acquire);
@@ -368,9 +367,9 @@ Status NodeRegistry::IncompatibleLocked(const Topology& wanted, bool layout_know
 
 Status NodeRegistry::FormatLocked(const Topology& topology, uint64_t file_size) {
   if (file_size < kFileSize && ftruncate(fd_, kFileSize) != 0) {
-    return MakeStatus(TERN_ERROR_IO, "{}; is /dev/shm full?",
-                      ErrnoStatus(TERN_ERROR_IO, errno, fmt::format("ftruncate(\"{}\")", path_))
-                          .message());
+    return MakeStatus(
+        TERN_ERROR_IO, "{}; is /dev/shm full?",
+        ErrnoStatus(TERN_ERROR_IO, errno, fmt::format("ftruncate(\"{}\")", path_)).message());
   }
   if (state_ == nullptr) TERN_RETURN_IF_ERROR(MapLocked());
   // Observers of the old format notice the new generation and fail cleanly.
@@ -396,8 +395,9 @@ Status NodeRegistry::ClaimSlotLocked() {
     const int err = TryLockByte(fd_, SlotLock(slot));
     if (IsHeldError(err)) continue;
     if (err != 0) {
-      return ErrnoStatus(TERN_ERROR_IO, err,
-                         fmt::format("locking a process slot of \"{}\" (fcntl F_OFD_SETLK)", path_));
+      return ErrnoStatus(
+          TERN_ERROR_IO, err,
+          fmt::format("locking a process slot of \"{}\" (fcntl F_OFD_SETLK)", path_));
     }
     ProcessSlot& s = state_->slots[slot];
     // Lock free but slot in use: its process died; take over its leftovers.
@@ -415,6 +415,9 @@ Status NodeRegistry::ClaimSlotLocked() {
 }
 
 NodeRegistry::~NodeRegistry() {
+  // A child that forked without AfterForkInChild() shares our open file
+  // description: unlocking from it would free the parent's cores.
+  if (getpid() != pid_) forked_.store(true);
   if (state_ != nullptr && !forked_.load() && slot_ >= 0) {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -593,12 +596,12 @@ Status NodeRegistry::ReserveMemory(uint32_t device, uint64_t bytes,
                     "device memory, or stop other processes using device {} of sim node '{}'",
                     FormatBytes(bytes), bytes, CategoryName(category), device, FormatBytes(used),
                     FormatBytes(capacity), FormatBytes(capacity - std::min(used, capacity)),
-                    FormatBytes(mine), breakdown.empty() ? "none" : fmt::format("{}", fmt::join(breakdown, ", ")),
+                    FormatBytes(mine),
+                    breakdown.empty() ? "none" : fmt::format("{}", fmt::join(breakdown, ", ")),
                     device, node_name_);
 }
 
-void NodeRegistry::ReleaseMemory(uint32_t device, uint64_t bytes,
-                                 tern_memory_category_t category) {
+void NodeRegistry::ReleaseMemory(uint32_t device, uint64_t bytes, tern_memory_category_t category) {
   if (forked_.load(std::memory_order_relaxed) || slot_ < 0 || bytes == 0 ||
       device >= topology_.device_count ||
       static_cast<uint32_t>(category) >= TERN_MEMORY_CATEGORY_COUNT) {

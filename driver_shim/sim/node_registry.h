@@ -36,9 +36,9 @@ struct SharedNodeState;  // the layout of the shared file; node_registry.cc
 // Per-core live counters. They live in the shared mapping: the core's owner
 // adds to them and any process reads them. They only grow.
 struct CoreCounters {
-  std::atomic<uint64_t> commands;    // commands completed, any kind
-  std::atomic<uint64_t> executions;  // compute commands completed
-  std::atomic<uint64_t> busy_ns;     // time spent running commands
+  std::atomic<uint64_t> commands;                        // commands completed, any kind
+  std::atomic<uint64_t> executions;                      // compute commands completed
+  std::atomic<uint64_t> busy_ns;                         // time spent running commands
   std::atomic<uint64_t> errors[TERN_ERROR_CLASS_COUNT];  // failed commands by class
 };
 
@@ -107,8 +107,7 @@ class NodeRegistry {
   // Node-wide bytes in use on `device` by every process; fills `by_category`
   // (TERN_MEMORY_CATEGORY_COUNT entries) when not null. 0 for a bad device.
   // Thread-safety: safe from any thread; lock-free.
-  uint64_t NodeMemoryUsed(uint32_t device,
-                          uint64_t by_category[TERN_MEMORY_CATEGORY_COUNT]) const;
+  uint64_t NodeMemoryUsed(uint32_t device, uint64_t by_category[TERN_MEMORY_CATEGORY_COUNT]) const;
 
   // Frees the slots of dead processes: their memory leaves the node totals and
   // their core records are cleared. Safe when several processes reap at once

@@ -129,14 +129,16 @@ const Topology kSmall{2, 4, 4 * kGiB};
 
 TEST_F(NodeRegistryTest, RejectsBadArguments) {
   std::unique_ptr<NodeRegistry> registry;
-  for (const std::string& name : std::vector<std::string>{"", "a/b", "x y", "../etc", std::string(65, 'n')}) {
+  for (const std::string& name :
+       std::vector<std::string>{"", "a/b", "x y", "../etc", std::string(65, 'n')}) {
     Status status = NodeRegistry::Open(name, kSmall, Role::kParticipant, &registry);
     EXPECT_EQ(status.code(), TERN_ERROR_INVALID_ARGUMENT) << name;
     EXPECT_NE(status.message().find("TERN_SIM_NODE"), std::string::npos);
   }
   const std::string node = NewNode();
-  for (const Topology& topology : {Topology{0, 1, kGiB}, Topology{17, 1, kGiB},
-                                   Topology{1, 0, kGiB}, Topology{1, 17, kGiB}, Topology{1, 1, 0}}) {
+  for (const Topology& topology :
+       {Topology{0, 1, kGiB}, Topology{17, 1, kGiB}, Topology{1, 0, kGiB}, Topology{1, 17, kGiB},
+        Topology{1, 1, 0}}) {
     Status status = NodeRegistry::Open(node, topology, Role::kParticipant, &registry);
     EXPECT_EQ(status.code(), TERN_ERROR_INVALID_ARGUMENT);
     EXPECT_NE(status.message().find("TERN_SIM_TOPOLOGY"), std::string::npos);
