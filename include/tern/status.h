@@ -53,12 +53,19 @@ enum {
   TERN_ERROR_HOST_OUT_OF_MEMORY = 101, /* host memory could not be allocated or pinned */
 
   /* 200–299: queues and execution. */
-  TERN_ERROR_EXEC_TIMEOUT = 200, /* a command ran longer than TERN_EXEC_TIMEOUT */
+  TERN_ERROR_EXEC_TIMEOUT = 200,     /* a command ran longer than TERN_EXEC_TIMEOUT */
+  TERN_ERROR_EXECUTION_FAILED = 201, /* an instruction failed (e.g. an index out of range);
+                                        the message names the instruction and its graph op */
 
   /* 300–399: hardware faults. */
   TERN_ERROR_HBM_UNCORRECTABLE = 300, /* uncorrectable ECC error in device memory */
   TERN_ERROR_DMA_ABORT = 301,         /* a DMA transfer was aborted by the engine */
   TERN_ERROR_CORE_HANG = 302,         /* reserved: a core stopped responding and needs reset */
+
+  /* 400–499: executables. */
+  TERN_ERROR_EXECUTABLE_INVALID = 400,     /* malformed or inconsistent: rejected at load */
+  TERN_ERROR_EXECUTABLE_UNSUPPORTED = 401, /* newer format, unknown feature, target or opcode */
+  TERN_ERROR_EXECUTABLE_CHECKSUM = 402,    /* the contents do not match their checksum */
 };
 
 /* Returns the symbolic name of `status` ("TERN_ERROR_OUT_OF_MEMORY"), or

@@ -1,0 +1,109 @@
+/* tern — executables: load, inspect, execute.
+ *
+ * An executable is a compiled program in tern's container format
+ * (docs/executable-format.md): functions with named inputs and outputs, the
+ * instructions that compute them (docs/isa.md), constants and debug info.
+ * Loading validates everything once: a malformed or hostile file is rejected
+ * with a clear error and never executed. Executing binds device buffers to a
+ * function's inputs and outputs and runs it, in order, on a queue.
+ */
+#ifndef TERN_EXECUTABLE_H_
+#define TERN_EXECUTABLE_H_
+
+#include <stdint.h>
+
+#include "tern/export.h"
+#include "tern/isa.h"
+#include "tern/status.h"
+#include "tern/types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tern_executable_s* tern_executable_t;
+
+typedef struct tern_executable_load_params_t {
+  uint32_t struct_size; /* IN: sizeof(tern_executable_load_params_t) */
+  uint32_t flags;       /* IN: reserved, must be 0 */
+} tern_executable_load_params_t;
+
+/* Validates the executable in `data` (`size` bytes) and loads it on
+ * `device`: its constants are copied to device memory (category constants).
+ * `data` may be freed when the call returns. `params` may be NULL.
+ * Thread-safety: safe from any thread. */
+TERN_API tern_status_t tern_executable_load(tern_device_t device, const void* data, uint64_t size,
+                                            const tern_executable_load_params_t* params,
+                                            tern_executable_t* out_executable);
+
+/* Like tern_executable_load(), from a file. The constants are mapped from the
+ * file, not copied (they are still charged to the device as constants).
+ * Thread-safety: safe from any thread. */
+TERN_API tern_status_t tern_executable_load_file(tern_device_t device, const char* path,
+                                                 const tern_executable_load_params_t* params,
+                                                 tern_executable_t* out_executable);
+
+/* Unloads `executable` and frees everything it holds. Executions already
+ * submitted keep what they need until they complete.
+ * Thread-safety: safe from any thread; the handle is invalid afterwards. */
+TERN_API tern_status_t tern_executable_unload(tern_executable_t executable);
+
+typedef struct tern_function_info_t {
+  uint32_t struct_size;   /* IN: sizeof(tern_function_info_t) */
+  uint32_t input_count;
+  uint32_t output_count;
+  uint32_t instruction_count;
+  uint64_t scratch_bytes; /* device memory each execution needs for temporaries */
+  const char* name;       /* valid until the executable is unloaded */
+} tern_function_info_t;
+
+typedef struct tern_tensor_info_t {
+  uint32_t struct_size; /* IN: sizeof(tern_tensor_info_t) */
+  tern_dtype_t dtype;
+  uint32_t rank;
+  uint32_t reserved;
+  int64_t shape[TERN_MAX_RANK];
+  uint64_t size_bytes;  /* bytes a bound buffer range must hold */
+  const char* name;     /* valid until the executable is unloaded */
+} tern_tensor_info_t;
+
+/* Stores the number of functions in `*out_count`. Thread-safety: any thread. */
+TERN_API tern_status_t tern_executable_function_count(tern_executable_t executable, uint32_t* out_count);
+
+/* Finds a function by name. Thread-safety: any thread. */
+TERN_API tern_status_t tern_executable_find_function(tern_executable_t executable, const char* name,
+                                                     uint32_t* out_function);
+
+/* Describes function `function`. Thread-safety: any thread. */
+TERN_API tern_status_t tern_executable_function_info(tern_executable_t executable, uint32_t function,
+                                                     tern_function_info_t* out_info);
+
+/* Describes input (`is_output` 0) or output (1) `index` of `function`.
+ * Thread-safety: any thread. */
+TERN_API tern_status_t tern_executable_tensor_info(tern_executable_t executable, uint32_t function,
+                                                   int is_output, uint32_t index,
+                                                   tern_tensor_info_t* out_info);
+
+/* A device buffer range bound to an input or output. */
+typedef struct tern_binding_t {
+  tern_buffer_t buffer;
+  uint64_t offset; /* bytes from the start of the buffer */
+} tern_binding_t;
+
+/* Runs `function` of `executable` on `queue`, in order with the queue's other
+ * commands. `inputs` and `outputs` bind every input and output, by index;
+ * each range must hold the tensor's size_bytes, on the queue's device. A
+ * failure during execution (an index out of range, a fault) becomes the
+ * queue's sticky error and its message names the instruction and the graph
+ * op it came from.
+ * Thread-safety: safe from any thread (see queue.h for submission rules). */
+TERN_API tern_status_t tern_queue_execute(tern_queue_t queue, tern_executable_t executable,
+                                          uint32_t function, const tern_binding_t* inputs,
+                                          uint32_t input_count, const tern_binding_t* outputs,
+                                          uint32_t output_count, uint64_t* out_sequence);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* TERN_EXECUTABLE_H_ */

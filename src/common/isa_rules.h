@@ -1,0 +1,71 @@
+// The rules of the instruction set (include/tern/isa.h): names, engines,
+// dtype sizes, and the per-opcode checks of operands and parameters that the
+// builder applies as it goes and the loader applies to every instruction of
+// a file. Shared by libtern and the simulated engines.
+#ifndef TERN_SRC_COMMON_ISA_RULES_H_
+#define TERN_SRC_COMMON_ISA_RULES_H_
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "common/status.h"
+#include "tern/isa.h"
+
+namespace tern::isa {
+
+// An operand as the loader and the engines see it: strides always filled in
+// (elements; contiguous row-major when the file gave none).
+struct OperandDesc {
+  tern_segment_t segment = TERN_SEGMENT_NONE;
+  uint32_t index = 0;
+  uint64_t offset = 0;  // bytes from the start of the segment
+  tern_dtype_t dtype = TERN_DTYPE_F32;
+  uint32_t rank = 0;
+  std::array<int64_t, TERN_MAX_RANK> shape{};
+  std::array<int64_t, TERN_MAX_RANK> strides{};
+
+  bool present() const { return segment != TERN_SEGMENT_NONE; }
+  int64_t element_count() const;  // product of shape (1 for rank 0)
+};
+
+// Bytes per element; 0 for an unknown dtype.
+size_t DTypeSize(tern_dtype_t dtype);
+const char* DTypeName(tern_dtype_t dtype);  // "f32"; "unknown" otherwise
+bool IsFloat(tern_dtype_t dtype);           // f32, bf16, f16
+bool IsInteger(tern_dtype_t dtype);         // i8, i32, i64 (not bool)
+
+// Opcode name ("matmul") or nullptr for an opcode this version does not know.
+const char* OpcodeName(uint32_t opcode);
+// The engine an opcode runs on (its high byte); 0 when unknown.
+tern_engine_t OpcodeEngine(uint32_t opcode);
+const char* EngineName(tern_engine_t engine);
+const char* UnaryFnName(int64_t fn);   // nullptr when unknown
+const char* BinaryFnName(int64_t fn);
+const char* ReduceFnName(int64_t fn);
+const char* RandomFnName(int64_t fn);
+
+// Fills contiguous row-major strides for desc->shape.
+void SetContiguousStrides(OperandDesc* desc);
+
+// The bytes [*begin, *end) of its segment that an operand can touch, given its
+// offset, shape and strides (negative strides are invalid). Fails on
+// overflow, negative sizes or strides, or an unknown dtype.
+Status OperandExtent(const OperandDesc& desc, uint64_t* begin, uint64_t* end);
+
+// Checks one instruction against its opcode's rules: operand count and which
+// are optional, dtypes, shapes (including broadcasting and matmul/conv
+// geometry), and the count and range of ints and floats. Does not check
+// segment bounds (the loader does, with the segment sizes). The message says
+// what is wrong in terms of the opcode's operands ("matmul: a is [4,8] but b
+// is [9,2]: inner dimensions differ").
+Status ValidateInstruction(uint32_t opcode, std::span<const OperandDesc> operands,
+                           std::span<const int64_t> ints, std::span<const double> floats);
+
+// "[4, 8] f32" for messages.
+std::string DescribeOperand(const OperandDesc& desc);
+
+}  // namespace tern::isa
+
+#endif  // TERN_SRC_COMMON_ISA_RULES_H_
