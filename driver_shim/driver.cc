@@ -19,6 +19,8 @@ const char* CommandKindName(CommandKind kind) {
       return "event wait";
     case CommandKind::kTimestamp:
       return "event record";
+    case CommandKind::kExecute:
+      return "execute";
   }
   return "unknown";
 }

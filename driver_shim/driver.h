@@ -26,6 +26,7 @@
 
 #include "common/status.h"
 #include "common/timeline.h"
+#include "program.h"
 #include "tern/debug.h"
 #include "tern/telemetry.h"
 #include "tern/types.h"
@@ -58,6 +59,7 @@ enum class CommandKind : uint8_t {
   kHostFunction,  // host_function(host_user_data, status)
   kWait,          // block until wait_timeline reaches wait_value
   kTimestamp,     // store the device clock (ns) into *timestamp_out
+  kExecute,       // run program->functions[function] on the bound segments
 };
 
 const char* CommandKindName(CommandKind kind);
@@ -76,6 +78,14 @@ struct Command {
   uint64_t wait_value = 0;
   std::atomic<uint64_t>* timestamp_out = nullptr;
   std::shared_ptr<void> keep_alive;  // released when the command completes
+  // kExecute: the program and where each segment starts. Constants are host
+  // memory (a file mapping) or device memory; scratch is device memory.
+  std::shared_ptr<const Program> program;
+  uint32_t function = 0;
+  std::vector<MemoryRef> inputs;
+  std::vector<MemoryRef> outputs;
+  MemoryRef constants;
+  MemoryRef scratch;
 };
 
 // A hardware queue: executes commands in submission order on one core.

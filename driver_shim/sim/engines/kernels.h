@@ -1,0 +1,35 @@
+// The simulated engines' compute kernels: one entry point that runs a
+// validated instruction on tensors in host memory (the engine view of device
+// memory). Matmul and convolution go through oneDNN; elementwise, reduction,
+// normalisation and index ops are vectorised loops split across the CPUs.
+#ifndef TERN_DRIVER_SHIM_SIM_ENGINES_KERNELS_H_
+#define TERN_DRIVER_SHIM_SIM_ENGINES_KERNELS_H_
+
+#include <cstdint>
+#include <span>
+
+#include "common/isa_rules.h"
+#include "common/status.h"
+#include "program.h"
+
+namespace tern::sim {
+
+// An operand resolved to memory. `data` points at the operand's offset in its
+// segment (element [0,...,0]); absent optional operands have data == nullptr.
+struct TensorView {
+  uint8_t* data = nullptr;
+  const isa::OperandDesc* desc = nullptr;
+};
+
+// Runs `instruction` (already validated by isa::ValidateInstruction) on
+// `operands` (one per instruction operand, same order). Failures found only
+// at run time, such as an index out of range, return
+// TERN_ERROR_EXECUTION_FAILED with a message; the caller adds which
+// instruction and graph op it was.
+// Thread-safety: concurrent calls are fine (they share no state but the
+// CPU thread pool).
+Status RunInstruction(const driver::Instruction& instruction, std::span<const TensorView> operands);
+
+}  // namespace tern::sim
+
+#endif  // TERN_DRIVER_SHIM_SIM_ENGINES_KERNELS_H_
