@@ -75,7 +75,8 @@ struct alignas(64) Header {
 };
 
 constexpr uint64_t kMagic = 0x314d49534e524554ull;  // "TERNSIM1" in little-endian bytes
-constexpr uint32_t kLayoutVersion = 1;
+// Bump whenever SharedNodeState changes shape (e.g. TERN_ERROR_CLASS_COUNT grows).
+constexpr uint32_t kLayoutVersion = 2;
 
 }  // namespace node_layout
 

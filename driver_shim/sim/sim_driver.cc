@@ -244,6 +244,13 @@ Status SimDevice::Run(uint32_t core, const Command& command, tern_error_class_t*
         command.timestamp_out->store(MonotonicNs(), std::memory_order_release);
       }
       return OkStatus();
+    case CommandKind::kExecute:
+#ifdef TERN_SIM_HAVE_ENGINES
+      return ExecuteProgram(core, command, out_class);
+#else
+      *out_class = TERN_ERROR_CLASS_INVALID_COMMAND;
+      return MakeStatus(TERN_ERROR_UNIMPLEMENTED, "this build has no simulated compute engines");
+#endif
     case CommandKind::kHostFunction:
     case CommandKind::kWait:
       // Handled by the queue, which owns ordering and error state.

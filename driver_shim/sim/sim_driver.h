@@ -49,6 +49,8 @@ class SimDevice final : public driver::Device {
   // Runs one command for a queue of `core`: checks armed faults, moves the
   // data, counts it. `*out_class` gets the error class of a failure.
   Status Run(uint32_t core, const driver::Command& command, tern_error_class_t* out_class);
+  // Runs a kExecute command's function (sim_execute.cc).
+  Status ExecuteProgram(uint32_t core, const driver::Command& command, tern_error_class_t* out_class);
   // Wakes commands that hang on an injected fault (queue shutdown).
   void InterruptHangs();
   NodeRegistry& registry() const;

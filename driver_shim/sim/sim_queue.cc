@@ -93,6 +93,9 @@ Status SimQueue::Execute(uint64_t sequence, Command& command) {
   if (command.kind != CommandKind::kWait) {
     counters.busy_ns.fetch_add(end - start, std::memory_order_relaxed);
   }
+  if (command.kind == CommandKind::kExecute && status.ok()) {
+    counters.executions.fetch_add(1, std::memory_order_relaxed);
+  }
   if (!status.ok()) {
     counters.errors[error_class].fetch_add(1, std::memory_order_relaxed);
     status = Status(status.code(), fmt::format("{} failed: {}", Describe(sequence, command), status.message()));

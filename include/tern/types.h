@@ -39,7 +39,8 @@ typedef enum tern_error_class_t {
   TERN_ERROR_CLASS_DMA_ABORT = 2,
   TERN_ERROR_CLASS_INVALID_COMMAND = 3,
   TERN_ERROR_CLASS_OTHER = 4,
-  TERN_ERROR_CLASS_COUNT = 5
+  TERN_ERROR_CLASS_EXECUTION_FAILED = 5, /* an instruction failed on its inputs */
+  TERN_ERROR_CLASS_COUNT = 6
 } tern_error_class_t;
 
 #ifdef __cplusplus
