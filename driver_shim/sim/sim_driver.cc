@@ -225,7 +225,8 @@ void SimDevice::InterruptHangs() {
   hang_wakeup_.notify_all();
 }
 
-Status SimDevice::Run(uint32_t core, const Command& command, tern_error_class_t* out_class) {
+Status SimDevice::Run(uint32_t core, const Command& command, tern_error_class_t* out_class,
+                      uint32_t trace_track) {
   *out_class = TERN_ERROR_CLASS_OTHER;
   if (armed_fault_count_.load(std::memory_order_acquire) != 0) {
     TERN_RETURN_IF_ERROR(CheckFaults(core, command, out_class));
@@ -246,8 +247,9 @@ Status SimDevice::Run(uint32_t core, const Command& command, tern_error_class_t*
       return OkStatus();
     case CommandKind::kExecute:
 #ifdef TERN_SIM_HAVE_ENGINES
-      return ExecuteProgram(core, command, out_class);
+      return ExecuteProgram(core, command, out_class, trace_track);
 #else
+      (void)trace_track;
       *out_class = TERN_ERROR_CLASS_INVALID_COMMAND;
       return MakeStatus(TERN_ERROR_UNIMPLEMENTED, "this build has no simulated compute engines");
 #endif

@@ -48,9 +48,12 @@ class SimDevice final : public driver::Device {
 
   // Runs one command for a queue of `core`: checks armed faults, moves the
   // data, counts it. `*out_class` gets the error class of a failure.
-  Status Run(uint32_t core, const driver::Command& command, tern_error_class_t* out_class);
+  // `trace_track` (0: none) receives a span per instruction of an execution.
+  Status Run(uint32_t core, const driver::Command& command, tern_error_class_t* out_class,
+             uint32_t trace_track = 0);
   // Runs a kExecute command's function (sim_execute.cc).
-  Status ExecuteProgram(uint32_t core, const driver::Command& command, tern_error_class_t* out_class);
+  Status ExecuteProgram(uint32_t core, const driver::Command& command, tern_error_class_t* out_class,
+                        uint32_t trace_track);
   // Wakes commands that hang on an injected fault (queue shutdown).
   void InterruptHangs();
   NodeRegistry& registry() const;

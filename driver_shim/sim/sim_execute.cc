@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "common/timeline.h"
+#include "common/trace.h"
 #include "sim/engines/kernels.h"
 #include "sim/sim_driver.h"
 
@@ -12,7 +13,8 @@ namespace tern::sim {
 
 using driver::Command;
 
-Status SimDevice::ExecuteProgram(uint32_t core, const Command& command, tern_error_class_t* out_class) {
+Status SimDevice::ExecuteProgram(uint32_t core, const Command& command, tern_error_class_t* out_class,
+                                 uint32_t trace_track) {
   if (!command.program || command.function >= command.program->functions.size()) {
     *out_class = TERN_ERROR_CLASS_INVALID_COMMAND;
     return MakeStatus(TERN_ERROR_INTERNAL, "execute command without a valid program or function");
@@ -58,7 +60,15 @@ Status SimDevice::ExecuteProgram(uint32_t core, const Command& command, tern_err
       }
       views[j].data = base + desc.offset;
     }
+    const uint64_t started = trace_track != 0 ? MonotonicNs() : 0;
     Status result = RunInstruction(instruction, views);
+    if (trace_track != 0) {
+      trace::Span(trace_track,
+                  instruction.debug_op.empty() ? isa::OpcodeName(instruction.opcode) : instruction.debug_op,
+                  isa::EngineName(instruction.engine), started, MonotonicNs(),
+                  fmt::format("\"instruction\": {}, \"opcode\": \"{}\"", i,
+                              isa::OpcodeName(instruction.opcode)));
+    }
     if (!result.ok()) {
       *out_class = result.code() == TERN_ERROR_EXECUTION_FAILED ? TERN_ERROR_CLASS_EXECUTION_FAILED
                                                                   : TERN_ERROR_CLASS_OTHER;

@@ -1,6 +1,7 @@
 #include "sim/sim_queue.h"
 
 #include "common/logging.h"
+#include "common/trace.h"
 #include "sim/sim_driver.h"
 
 namespace tern::sim {
@@ -10,6 +11,7 @@ using driver::CommandKind;
 
 SimQueue::SimQueue(SimDevice* device, uint32_t core, std::string name)
     : device_(device), core_(core), name_(std::move(name)) {
+  trace_track_ = trace::RegisterTrack(device_->index(), core_, name_);
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -81,12 +83,13 @@ Status SimQueue::Execute(uint64_t sequence, Command& command) {
       }
     }
   } else {
-    status = device_->Run(core_, command, &error_class);
+    status = device_->Run(core_, command, &error_class, trace_track_);
     if (status.ok() && command.kind == CommandKind::kHostFunction) {
       command.host_function(command.host_user_data, TERN_OK);
     }
   }
   const uint64_t end = MonotonicNs();
+  if (trace_track_ != 0) TraceCommand(sequence, command, start, end, status);
 
   CoreCounters& counters = device_->registry().core_counters(device_->index(), core_);
   counters.commands.fetch_add(1, std::memory_order_relaxed);
@@ -105,6 +108,34 @@ Status SimQueue::Execute(uint64_t sequence, Command& command) {
     completion_->Fail(sequence, status);
   }
   return status;
+}
+
+void SimQueue::TraceCommand(uint64_t sequence, const Command& command, uint64_t start, uint64_t end,
+                            const Status& status) const {
+  std::string name = driver::CommandKindName(command.kind);
+  std::string args = fmt::format("\"sequence\": {}", sequence);
+  switch (command.kind) {
+    case CommandKind::kCopy: {
+      const char* direction = command.src.device == nullptr   ? "H2D"
+                              : command.dst.device == nullptr ? "D2H"
+                                                              : "D2D";
+      name = fmt::format("copy {}", direction);
+      args += fmt::format(", \"bytes\": {}", command.size);
+      break;
+    }
+    case CommandKind::kFill:
+      args += fmt::format(", \"bytes\": {}", command.size);
+      break;
+    case CommandKind::kExecute:
+      if (command.program && command.function < command.program->functions.size()) {
+        name = fmt::format("execute {}", command.program->functions[command.function].name);
+      }
+      break;
+    default:
+      break;
+  }
+  if (!status.ok()) args += fmt::format(", \"error\": \"{}\"", tern_status_string(status.code()));
+  trace::Span(trace_track_, name, "queue", start, end, std::move(args));
 }
 
 void SimQueue::Loop() {

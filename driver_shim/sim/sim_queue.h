@@ -32,6 +32,8 @@ class SimQueue final : public driver::HwQueue {
   void Loop();
   // Runs one command; returns its status (OK, failure, or ABORTED).
   Status Execute(uint64_t sequence, driver::Command& command);
+  void TraceCommand(uint64_t sequence, const driver::Command& command, uint64_t start, uint64_t end,
+                    const Status& status) const;
   std::string Describe(uint64_t sequence, const driver::Command& command) const;
 
   SimDevice* const device_;
@@ -48,6 +50,7 @@ class SimQueue final : public driver::HwQueue {
   std::shared_ptr<Timeline> completion_ = std::make_shared<Timeline>();
 
   // Engine-thread state.
+  uint32_t trace_track_ = 0;  // 0: tracing off
   bool halted_ = false;
   uint64_t halted_at_ = 0;
 

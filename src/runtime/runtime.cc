@@ -12,6 +12,7 @@
 #include <set>
 
 #include "common/logging.h"
+#include "common/trace.h"
 
 namespace tern {
 namespace {
@@ -150,6 +151,7 @@ void DestroyRuntime(Runtime* runtime) {
   runtime->devices.clear();
   runtime->driver.reset();
   delete runtime;
+  trace::Flush();
 }
 
 }  // namespace
