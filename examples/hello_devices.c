@@ -16,7 +16,6 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
-
 #include <tern/tern.h>
 
 enum { EXIT_OK = 0, EXIT_TERN_FAILED = 1, EXIT_NO_DEVICE = 2 };

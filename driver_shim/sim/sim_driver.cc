@@ -5,6 +5,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <bit>
 #include <cerrno>
 #include <cstring>
 
@@ -28,6 +29,31 @@ bool RangesOverlap(uint64_t a, uint64_t a_size, uint64_t b, uint64_t b_size) {
   return a < b + b_size && b < a + a_size;
 }
 
+// Maps `size` bytes of `fd` at an address aligned to `alignment`, so that a
+// device address is as aligned as its offset in device memory: reserve a
+// larger range, trim it, map the file over the aligned part.
+void* MapAligned(int fd, uint64_t size, uint64_t alignment, int protection, Status* status) {
+  const uint64_t span = size + alignment;
+  void* reserved = mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (reserved == MAP_FAILED) {
+    *status = ErrnoStatus(TERN_ERROR_HOST_OUT_OF_MEMORY, errno, "reserving address space for device memory");
+    return nullptr;
+  }
+  const uint64_t start = reinterpret_cast<uint64_t>(reserved);
+  const uint64_t aligned = (start + alignment - 1) & ~(alignment - 1);
+  if (aligned > start) munmap(reserved, aligned - start);
+  const uint64_t tail = start + span - (aligned + size);
+  if (tail > 0) munmap(reinterpret_cast<void*>(aligned + size), tail);
+  void* mapped = mmap(reinterpret_cast<void*>(aligned), size, protection,
+                      MAP_SHARED | MAP_NORESERVE | MAP_FIXED, fd, 0);
+  if (mapped == MAP_FAILED) {
+    *status = ErrnoStatus(TERN_ERROR_HOST_OUT_OF_MEMORY, errno, "mapping simulated device memory");
+    munmap(reinterpret_cast<void*>(aligned), size);
+    return nullptr;
+  }
+  return mapped;
+}
+
 }  // namespace
 
 // --- SimDevice --------------------------------------------------------------
@@ -49,22 +75,19 @@ Status SimDevice::Init() {
     return ErrnoStatus(TERN_ERROR_HOST_OUT_OF_MEMORY, errno,
                        fmt::format("sizing {} bytes of simulated device memory", info_.memory_bytes));
   }
-  // MAP_NORESERVE: pages are committed when an engine first touches them.
-  void* engine = mmap(nullptr, info_.memory_bytes, PROT_READ | PROT_WRITE,
-                      MAP_SHARED | MAP_NORESERVE, memfd_, 0);
-  if (engine == MAP_FAILED) {
-    return ErrnoStatus(TERN_ERROR_HOST_OUT_OF_MEMORY, errno, "mapping simulated device memory");
-  }
-  engine_view_ = static_cast<uint8_t*>(engine);
+  // Both views start at an address aligned to the memory's size rounded up to
+  // a power of two, so any alignment a buffer can ask for holds for its
+  // device address too. MAP_NORESERVE: pages are committed on first touch.
+  const uint64_t alignment = std::bit_ceil(info_.memory_bytes);
+  Status status;
+  engine_view_ = static_cast<uint8_t*>(
+      MapAligned(memfd_, info_.memory_bytes, alignment, PROT_READ | PROT_WRITE, &status));
+  if (engine_view_ == nullptr) return status;
   if (driver_->config().protect) {
     // The view users see: same pages, no access. A host dereference of a
     // device address faults at once instead of corrupting silently.
-    void* user = mmap(nullptr, info_.memory_bytes, PROT_NONE, MAP_SHARED | MAP_NORESERVE, memfd_, 0);
-    if (user == MAP_FAILED) {
-      return ErrnoStatus(TERN_ERROR_HOST_OUT_OF_MEMORY, errno,
-                         "mapping the protected view of simulated device memory");
-    }
-    user_view_ = static_cast<uint8_t*>(user);
+    user_view_ = static_cast<uint8_t*>(MapAligned(memfd_, info_.memory_bytes, alignment, PROT_NONE, &status));
+    if (user_view_ == nullptr) return status;
   } else {
     user_view_ = engine_view_;
   }
@@ -157,24 +180,41 @@ Status SimDevice::Move(const Command& command) {
   }
 }
 
-Status SimDevice::CheckFaults(uint32_t core, const Command& command, tern_error_class_t* out_class) {
-  std::unique_lock<std::mutex> lock(fault_mutex_);
-  const bool is_dma = command.kind == CommandKind::kCopy || command.kind == CommandKind::kFill;
-  // Poisoned memory first: it fails every command that touches it.
+Status SimDevice::CheckPoison(const Command& command) {
+  if (armed_fault_count_.load(std::memory_order_acquire) == 0) return OkStatus();
+  std::lock_guard<std::mutex> lock(fault_mutex_);
   for (const Fault& fault : armed_faults_) {
     if (!fault.has_range) continue;
     for (const MemoryRef* ref : {&command.dst, &command.src}) {
-      if (ref->device == this && is_dma && RangesOverlap(ref->offset, command.size, fault.offset, fault.size)) {
+      if (ref->device == this && RangesOverlap(ref->offset, command.size, fault.offset, fault.size)) {
         registry().CountEcc(index(), /*uncorrected=*/true);
-        *out_class = TERN_ERROR_CLASS_HBM_UNCORRECTABLE;
         return MakeStatus(TERN_ERROR_HBM_UNCORRECTABLE,
-                          "uncorrectable ECC error reading device {} memory at offset {:#x} "
+                          "uncorrectable ECC error in device {} memory at offset {:#x} "
                           "(injected); the data in that buffer is lost: free it and allocate a "
                           "new one",
                           index(), fault.offset);
       }
     }
   }
+  return OkStatus();
+}
+
+Status SimDevice::CheckFaults(uint32_t core, const Command& command, tern_error_class_t* out_class) {
+  const bool is_dma = command.kind == CommandKind::kCopy || command.kind == CommandKind::kFill;
+  if (is_dma) {
+    // Poisoned memory first, on whichever device it lives: it fails every
+    // command that touches it.
+    for (const MemoryRef* ref : {&command.dst, &command.src}) {
+      if (ref->device == nullptr) continue;
+      Status poisoned = static_cast<SimDevice*>(ref->device)->CheckPoison(command);
+      if (!poisoned.ok()) {
+        *out_class = TERN_ERROR_CLASS_HBM_UNCORRECTABLE;
+        return poisoned;
+      }
+    }
+  }
+  if (armed_fault_count_.load(std::memory_order_acquire) == 0) return OkStatus();
+  std::unique_lock<std::mutex> lock(fault_mutex_);
   for (auto it = armed_faults_.begin(); it != armed_faults_.end(); ++it) {
     Fault& fault = *it;
     if (fault.has_range || fault.core != core) continue;
@@ -228,9 +268,7 @@ void SimDevice::InterruptHangs() {
 Status SimDevice::Run(uint32_t core, const Command& command, tern_error_class_t* out_class,
                       uint32_t trace_track) {
   *out_class = TERN_ERROR_CLASS_OTHER;
-  if (armed_fault_count_.load(std::memory_order_acquire) != 0) {
-    TERN_RETURN_IF_ERROR(CheckFaults(core, command, out_class));
-  }
+  TERN_RETURN_IF_ERROR(CheckFaults(core, command, out_class));
   switch (command.kind) {
     case CommandKind::kNop:
       return OkStatus();
@@ -262,22 +300,7 @@ Status SimDevice::Run(uint32_t core, const Command& command, tern_error_class_t*
 }
 
 Status SimDevice::ExecuteSync(const Command& command) {
-  if (armed_fault_count_.load(std::memory_order_acquire) != 0) {
-    std::lock_guard<std::mutex> lock(fault_mutex_);
-    for (const Fault& fault : armed_faults_) {
-      if (!fault.has_range) continue;
-      for (const MemoryRef* ref : {&command.dst, &command.src}) {
-        if (ref->device == this && RangesOverlap(ref->offset, command.size, fault.offset, fault.size)) {
-          registry().CountEcc(index(), /*uncorrected=*/true);
-          return MakeStatus(TERN_ERROR_HBM_UNCORRECTABLE,
-                            "uncorrectable ECC error in device {} memory at offset {:#x} "
-                            "(injected); the data in that buffer is lost: free it and allocate "
-                            "a new one",
-                            index(), fault.offset);
-        }
-      }
-    }
-  }
+  TERN_RETURN_IF_ERROR(CheckPoison(command));
   return Move(command);
 }
 

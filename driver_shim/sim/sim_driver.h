@@ -62,6 +62,8 @@ class SimDevice final : public driver::Device {
 
  private:
   uint8_t* EnginePointer(const driver::MemoryRef& ref, uint64_t size, Status* status) const;
+  // Fails a copy or fill that touches poisoned memory of this device.
+  Status CheckPoison(const driver::Command& command);
   Status CheckFaults(uint32_t core, const driver::Command& command, tern_error_class_t* out_class);
   Status Move(const driver::Command& command);
 

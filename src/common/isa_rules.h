@@ -66,6 +66,22 @@ Status ValidateInstruction(uint32_t opcode, std::span<const OperandDesc> operand
 // "[4, 8] f32" for messages.
 std::string DescribeOperand(const OperandDesc& desc);
 
+// Semaphore ids of SEM_SIGNAL / SEM_WAIT are below this (per core).
+inline constexpr int64_t kMaxSemaphores = 256;
+
+// Operand slots of an opcode: how many there can be, the name of each for
+// messages ("a", "bias"), which are optional (may be TERN_SEGMENT_NONE or,
+// at the end, left out) and which the instruction writes. Unknown opcodes or
+// slots give 0, nullptr and false.
+size_t MaxOperands(uint32_t opcode);
+const char* OperandName(uint32_t opcode, size_t slot);
+bool OperandIsOptional(uint32_t opcode, size_t slot);
+bool OperandIsWritten(uint32_t opcode, size_t slot);
+
+// ValidateInstruction's codes: TERN_ERROR_EXECUTABLE_UNSUPPORTED for an
+// opcode or function enum value this version does not know (enums grow),
+// TERN_ERROR_EXECUTABLE_INVALID for everything else.
+
 }  // namespace tern::isa
 
 #endif  // TERN_SRC_COMMON_ISA_RULES_H_

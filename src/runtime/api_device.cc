@@ -131,6 +131,9 @@ TERN_API tern_status_t tern_core_get_info(tern_core_t core, tern_core_info_t* ou
   if (out_info == nullptr) return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_info is NULL"));
   Status status = CheckStructSize(out_info->struct_size, sizeof(tern_core_info_t), "tern_core_info_t");
   if (!status.ok()) return Report(status);
+  const uint32_t struct_size = out_info->struct_size;
+  std::memset(out_info, 0, sizeof(*out_info));
+  out_info->struct_size = struct_size;
   Runtime* rt;
   std::shared_ptr<CoreObject> object;
   status = GetRuntime(&rt);

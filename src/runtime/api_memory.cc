@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <cstring>
 
@@ -61,6 +62,83 @@ Status OutOfMemory(DeviceObject* dev, uint64_t size, tern_memory_category_t cate
                     FormatBytes(node_used > process_used ? node_used - process_used : 0), top);
 }
 
+}  // namespace
+
+Status AllocateDeviceMemory(DeviceObject* dev, uint64_t size, uint64_t alignment,
+                            tern_memory_category_t category, BufferObject* out) {
+  if (size > dev->info.memory_bytes) {
+    return OutOfMemory(dev, size, category,
+                       fmt::format("that is more than the device's whole memory"));
+  }
+  BufferObject buffer;
+  buffer.device = dev;
+  buffer.size = size;
+  buffer.category = category;
+  {
+    std::lock_guard<std::mutex> lock(dev->memory_mutex);
+    if (!dev->allocator->Allocate(size, alignment, &buffer.offset)) {
+      // Fall through to the report outside the lock.
+      buffer.offset = UINT64_MAX;
+    } else {
+      buffer.allocated = dev->allocator->AllocationSize(buffer.offset);
+    }
+  }
+  if (buffer.offset == UINT64_MAX) {
+    return OutOfMemory(dev, size, category,
+                       "no free block of this process's device address space is large enough");
+  }
+  Status reserved = dev->hw->ReserveMemory(buffer.allocated, category);
+  if (!reserved.ok()) {
+    {
+      std::lock_guard<std::mutex> lock(dev->memory_mutex);
+      dev->allocator->Free(buffer.offset);
+    }
+    if (reserved.code() == TERN_ERROR_OUT_OF_MEMORY) {
+      return OutOfMemory(dev, size, category, "the node's device memory is used up");
+    }
+    return reserved;
+  }
+  {
+    std::lock_guard<std::mutex> lock(dev->memory_mutex);
+    dev->used += buffer.allocated;
+    dev->peak = std::max(dev->peak, dev->used);
+    dev->used_by_category[category] += buffer.allocated;
+  }
+  *out = buffer;
+  return OkStatus();
+}
+
+Status ChargeDeviceMemory(DeviceObject* dev, uint64_t bytes, tern_memory_category_t category) {
+  if (bytes == 0) return OkStatus();
+  if (bytes > dev->info.memory_bytes) {
+    return OutOfMemory(dev, bytes, category, "that is more than the device's whole memory");
+  }
+  Status reserved = dev->hw->ReserveMemory(bytes, category);
+  if (!reserved.ok()) {
+    if (reserved.code() == TERN_ERROR_OUT_OF_MEMORY) {
+      return OutOfMemory(dev, bytes, category, "the node's device memory is used up");
+    }
+    return reserved;
+  }
+  std::lock_guard<std::mutex> lock(dev->memory_mutex);
+  dev->used += bytes;
+  dev->peak = std::max(dev->peak, dev->used);
+  dev->used_by_category[category] += bytes;
+  return OkStatus();
+}
+
+void UnchargeDeviceMemory(DeviceObject* dev, uint64_t bytes, tern_memory_category_t category) {
+  if (bytes == 0) return;
+  {
+    std::lock_guard<std::mutex> lock(dev->memory_mutex);
+    dev->used -= bytes;
+    dev->used_by_category[category] -= bytes;
+  }
+  dev->hw->ReleaseMemory(bytes, category);
+}
+
+namespace {
+
 Status AllocateBuffer(Runtime* rt, tern_device_t device, const tern_buffer_params_t* params,
                       tern_buffer_t* out_buffer) {
   DeviceObject* dev;
@@ -86,44 +164,16 @@ Status AllocateBuffer(Runtime* rt, tern_device_t device, const tern_buffer_param
                       "memory category {} is unknown; use a tern_memory_category_t value",
                       static_cast<int>(params->category));
   }
-  if (params->size > dev->info.memory_bytes) {
-    return OutOfMemory(dev, params->size, params->category,
-                       fmt::format("that is more than the device's whole memory"));
+  if (params->alignment > std::bit_ceil(dev->info.memory_bytes)) {
+    return MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
+                      "alignment {} is larger than device {}'s whole memory ({}); ask for at most "
+                      "{}",
+                      params->alignment, dev->index, FormatBytes(dev->info.memory_bytes),
+                      std::bit_ceil(dev->info.memory_bytes));
   }
   auto buffer = std::make_shared<BufferObject>();
-  buffer->device = dev;
-  buffer->size = params->size;
-  buffer->category = params->category;
-  {
-    std::lock_guard<std::mutex> lock(dev->memory_mutex);
-    if (!dev->allocator->Allocate(params->size, params->alignment, &buffer->offset)) {
-      // Fall through to the report outside the lock.
-      buffer->offset = UINT64_MAX;
-    } else {
-      buffer->allocated = dev->allocator->AllocationSize(buffer->offset);
-    }
-  }
-  if (buffer->offset == UINT64_MAX) {
-    return OutOfMemory(dev, params->size, params->category,
-                       "no free block of this process's device address space is large enough");
-  }
-  Status reserved = dev->hw->ReserveMemory(buffer->allocated, params->category);
-  if (!reserved.ok()) {
-    {
-      std::lock_guard<std::mutex> lock(dev->memory_mutex);
-      dev->allocator->Free(buffer->offset);
-    }
-    if (reserved.code() == TERN_ERROR_OUT_OF_MEMORY) {
-      return OutOfMemory(dev, params->size, params->category, "the node's device memory is used up");
-    }
-    return reserved;
-  }
-  {
-    std::lock_guard<std::mutex> lock(dev->memory_mutex);
-    dev->used += buffer->allocated;
-    dev->peak = std::max(dev->peak, dev->used);
-    dev->used_by_category[params->category] += buffer->allocated;
-  }
+  TERN_RETURN_IF_ERROR(
+      AllocateDeviceMemory(dev, params->size, params->alignment, params->category, buffer.get()));
   *out_buffer = reinterpret_cast<tern_buffer_t>(rt->buffer_table.Insert(std::move(buffer)));
   return OkStatus();
 }
@@ -184,6 +234,9 @@ TERN_API tern_status_t tern_buffer_get_info(tern_buffer_t buffer, tern_buffer_in
   if (out_info == nullptr) return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_info is NULL"));
   Status status = CheckStructSize(out_info->struct_size, sizeof(tern_buffer_info_t), "tern_buffer_info_t");
   if (!status.ok()) return Report(status);
+  const uint32_t struct_size = out_info->struct_size;
+  std::memset(out_info, 0, sizeof(*out_info));
+  out_info->struct_size = struct_size;
   Runtime* rt;
   std::shared_ptr<BufferObject> object;
   status = GetRuntime(&rt);

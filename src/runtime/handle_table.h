@@ -15,7 +15,14 @@
 
 namespace tern {
 
-enum class HandleKind : uint8_t { kDevice = 1, kCore = 2, kBuffer = 3, kQueue = 4, kEvent = 5 };
+enum class HandleKind : uint8_t {
+  kDevice = 1,
+  kCore = 2,
+  kBuffer = 3,
+  kQueue = 4,
+  kEvent = 5,
+  kExecutable = 6,
+};
 
 // Next generation for any handle of any table in this process.
 uint32_t NextHandleGeneration();

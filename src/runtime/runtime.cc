@@ -95,7 +95,13 @@ Status CreateRuntime(const tern_init_options_t* options, std::unique_ptr<Runtime
   for (const auto& info : infos) total_cores += info.core_count;
   std::set<uint32_t> visible;
   const char* visible_text = std::getenv("TERN_VISIBLE_CORES");
-  if (visible_text != nullptr && *visible_text != '\0' && total_cores > 0) {
+  if (visible_text != nullptr && total_cores > 0) {
+    if (*visible_text == '\0') {
+      return MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
+                        "TERN_VISIBLE_CORES is set but empty, which would hide every core; unset it "
+                        "to see all {} cores, or list cores such as '0' or '0-{}'",
+                        total_cores, total_cores - 1);
+    }
     TERN_RETURN_IF_ERROR(ParseVisibleCores(visible_text, total_cores, &visible));
   } else {
     for (uint32_t i = 0; i < total_cores; ++i) visible.insert(i);
@@ -140,6 +146,8 @@ void DestroyRuntime(Runtime* runtime) {
     queue->core->queue_count.fetch_sub(1);
   }
   runtime->event_table.Clear();
+  // Executables release their constants through their device: before devices go.
+  runtime->executable_table.Clear();
   for (auto& buffer : runtime->buffer_table.Clear()) ReleaseBuffer(*buffer);
   for (auto& core : runtime->core_table.Clear()) core->device->hw->CloseCore(core->physical);
   runtime->device_table.Clear();

@@ -70,6 +70,9 @@ struct EventObject {
   std::shared_ptr<EventPoint> point;  // guarded by mutex; null until recorded
 };
 
+// A loaded executable (defined in src/runtime/api_executable.cc).
+struct ExecutableObject;
+
 class Runtime {
  public:
   std::unique_ptr<driver::Driver> driver;
@@ -81,6 +84,7 @@ class Runtime {
   HandleTable<BufferObject> buffer_table{HandleKind::kBuffer};
   HandleTable<QueueObject> queue_table{HandleKind::kQueue};
   HandleTable<EventObject> event_table{HandleKind::kEvent};
+  HandleTable<ExecutableObject> executable_table{HandleKind::kExecutable};
 
   std::mutex host_mutex;
   std::vector<std::pair<void*, uint64_t>> host_allocations;  // guarded by host_mutex
@@ -117,6 +121,19 @@ const char* MemoryCategoryName(tern_memory_category_t category);
 
 // Frees a buffer's memory and accounting (shared by tern_buffer_free and shutdown).
 void ReleaseBuffer(const BufferObject& buffer);
+
+// Places `size` bytes of device memory of `category` (alignment 0: the
+// device minimum) and charges them: what tern_buffer_alloc does, for
+// allocations the runtime makes itself (executable constants, scratch). Fills
+// `out` (device, offset, size, allocated, category); free with ReleaseBuffer.
+// Fails with an out-of-memory report.
+Status AllocateDeviceMemory(DeviceObject* dev, uint64_t size, uint64_t alignment,
+                            tern_memory_category_t category, BufferObject* out);
+
+// Charges `bytes` of `category` to the device without placing them in its
+// address range (constants used in place from a file mapping), and undoes it.
+Status ChargeDeviceMemory(DeviceObject* dev, uint64_t bytes, tern_memory_category_t category);
+void UnchargeDeviceMemory(DeviceObject* dev, uint64_t bytes, tern_memory_category_t category);
 
 }  // namespace tern
 

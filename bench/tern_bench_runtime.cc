@@ -1,0 +1,821 @@
+// tern_bench_runtime: what the runtime's hot paths cost, each figure beside a
+// baseline measured in the same run on the same machine.
+//
+//   (a) round trip of an empty command (submit a nop, wait for its sequence)
+//       beside a bare two-thread ping-pong that uses the same wake mechanism
+//       as the runtime (spin briefly, then futex), written out here;
+//   (b) H2D, D2H and D2D copy bandwidth, pipelined, beside memcpy between two
+//       host buffers of the same size;
+//   (c) device alloc + free of 256 B with 10,000 live allocations, beside
+//       malloc + free with 10,000 live mallocs.
+//
+// Tern and its baseline are measured alternately (A B A B ...) because the
+// speed of a shared or virtual machine drifts over seconds; each side keeps
+// its best (bandwidth) or pools its samples (latency). A missed target is
+// reported, not an error: the program exits 1 only when something fails
+// (unless --fail-on-miss).
+//
+// Uses the public C API only.
+#include <linux/futex.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cinttypes>
+#include <climits>
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tern/tern.h"
+
+namespace {
+
+constexpr uint64_t kKiB = 1024;
+constexpr uint64_t kMiB = 1024 * kKiB;
+
+// --- Options -----------------------------------------------------------------
+
+struct Options {
+  bool quick = false;         // fewer iterations and sizes (the CI smoke test)
+  bool fail_on_miss = false;  // exit 2 when a target is missed
+  std::string json_path;      // also write the figures as JSON here
+  std::string only;           // run one section: round_trip, bandwidth or alloc
+};
+
+void Usage(FILE* out) {
+  std::fprintf(
+      out,
+      "usage: tern_bench_runtime [--quick] [--json FILE] [--fail-on-miss] [--only SECTION]\n"
+      "  --quick         fewer iterations and sizes (a smoke test, not a measurement)\n"
+      "  --only SECTION  run one section: round_trip, bandwidth or alloc\n"
+      "  --json FILE     also write every figure to FILE as JSON\n"
+      "  --fail-on-miss  exit 2 when a target is missed (default: report only)\n"
+      "Environment: TERN_SIM_TOPOLOGY defaults to 2x2x2G here, so that 256 MiB\n"
+      "copies fit; TERN_SIM_NODE defaults to a private node, removed at exit.\n");
+}
+
+// --- Errors --------------------------------------------------------------------
+
+// A failed tern call: the benchmark stops and reports it.
+class TernFailure : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+void Check(tern_status_t status, const char* what) {
+  if (status == TERN_OK) return;
+  // The message is only valid until the next tern call: take it first.
+  std::string message = tern_last_error_message();
+  throw TernFailure(std::string(what) + " failed with " + tern_status_string(status) + "\n  " +
+                    message);
+}
+
+// --- Time and statistics ---------------------------------------------------------
+
+inline uint64_t NowNs() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+// Keeps the compiler from dropping or merging work whose result is unused.
+inline void Clobber() { asm volatile("" ::: "memory"); }
+inline void Escape(void* p) { asm volatile("" : : "g"(p) : "memory"); }
+
+struct Latency {
+  double median_ns = 0;
+  double p99_ns = 0;
+  size_t samples = 0;
+};
+
+Latency Summarize(std::vector<uint64_t> samples) {
+  Latency out;
+  out.samples = samples.size();
+  if (samples.empty()) return out;
+  std::sort(samples.begin(), samples.end());
+  const size_t n = samples.size();
+  out.median_ns = n % 2 ? static_cast<double>(samples[n / 2])
+                        : (static_cast<double>(samples[n / 2 - 1]) + samples[n / 2]) / 2.0;
+  const size_t p99_index = static_cast<size_t>(std::ceil(0.99 * static_cast<double>(n))) - 1;
+  out.p99_ns = static_cast<double>(samples[std::min(p99_index, n - 1)]);
+  return out;
+}
+
+std::string FormatSize(uint64_t bytes) {
+  char text[32];
+  if (bytes >= kMiB && bytes % kMiB == 0) {
+    std::snprintf(text, sizeof(text), "%" PRIu64 " MiB", bytes / kMiB);
+  } else if (bytes >= kKiB && bytes % kKiB == 0) {
+    std::snprintf(text, sizeof(text), "%" PRIu64 " KiB", bytes / kKiB);
+  } else {
+    std::snprintf(text, sizeof(text), "%" PRIu64 " B", bytes);
+  }
+  return text;
+}
+
+// --- The bare handoff --------------------------------------------------------------
+//
+// The wake mechanism of the runtime's timelines (src/common/timeline.cc),
+// reimplemented so the benchmark stays on the public API: a 64-bit value,
+// waiters spin ~200 pause instructions and then sleep on a 32-bit futex word
+// that the signaler bumps and wakes only when someone is registered as
+// sleeping. The ping-pong of two of these is the floor under a queue's
+// submit -> engine -> completion -> waiter round trip.
+
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+class BareTimeline {
+ public:
+  void Signal(uint64_t value) {
+    value_.store(value, std::memory_order_seq_cst);
+    // Either the waiter sees the new value, or we see it registered.
+    if (waiters_.load(std::memory_order_seq_cst) != 0) {
+      wake_word_.fetch_add(1, std::memory_order_seq_cst);
+      syscall(SYS_futex, reinterpret_cast<uint32_t*>(&wake_word_), FUTEX_WAKE_PRIVATE, INT_MAX,
+              nullptr, nullptr, 0);
+    }
+  }
+
+  void Wait(uint64_t target) {
+    if (value_.load(std::memory_order_acquire) >= target) return;
+    for (int i = 0; i < kSpinIterations; ++i) {
+      CpuRelax();
+      if (value_.load(std::memory_order_acquire) >= target) return;
+    }
+    while (true) {
+      const uint32_t word = wake_word_.load(std::memory_order_seq_cst);
+      waiters_.fetch_add(1, std::memory_order_seq_cst);
+      if (value_.load(std::memory_order_seq_cst) >= target) {
+        waiters_.fetch_sub(1, std::memory_order_seq_cst);
+        return;
+      }
+      syscall(SYS_futex, reinterpret_cast<uint32_t*>(&wake_word_), FUTEX_WAIT_PRIVATE, word,
+              nullptr, nullptr, 0);
+      waiters_.fetch_sub(1, std::memory_order_seq_cst);
+      if (value_.load(std::memory_order_acquire) >= target) return;
+    }
+  }
+
+ private:
+  static constexpr int kSpinIterations = 200;  // as in src/common/timeline.cc
+  std::atomic<uint64_t> value_{0};
+  std::atomic<uint32_t> wake_word_{0};
+  std::atomic<uint32_t> waiters_{0};
+};
+
+// Two threads bounce a counter: the caller signals `ping`, the partner waits
+// for it and signals `pong`, the caller waits for that. Runs in blocks so it
+// can be interleaved with the runtime's measurement.
+class BarePingPong {
+ public:
+  BarePingPong() : partner_([this] { Partner(); }) {}
+  ~BarePingPong() {
+    stop_.store(true, std::memory_order_relaxed);
+    ping_.Signal(++round_);  // one more round lets the partner see stop_
+    partner_.join();
+  }
+
+  // Runs `count` round trips, appending each one's time when `out` is set.
+  void Run(int count, std::vector<uint64_t>* out) {
+    for (int i = 0; i < count; ++i) {
+      const uint64_t start = NowNs();
+      const uint64_t round = ++round_;
+      ping_.Signal(round);
+      pong_.Wait(round);
+      const uint64_t end = NowNs();
+      if (out) out->push_back(end - start);
+    }
+  }
+
+ private:
+  void Partner() {
+    for (uint64_t round = 1;; ++round) {
+      ping_.Wait(round);
+      if (stop_.load(std::memory_order_relaxed)) return;
+      pong_.Signal(round);
+    }
+  }
+
+  BareTimeline ping_;
+  BareTimeline pong_;
+  uint64_t round_ = 0;  // caller thread only
+  std::atomic<bool> stop_{false};
+  std::thread partner_;
+};
+
+// --- Results -------------------------------------------------------------------------
+
+struct Row {
+  std::string section;  // "round_trip", "bandwidth", "alloc"
+  std::string name;
+  std::string text;  // the printed line
+  bool has_target = false;
+  bool pass = true;
+  std::string json;  // the row's JSON object
+};
+
+struct Report {
+  std::vector<Row> rows;
+  int misses = 0;
+
+  void Add(Row row) {
+    if (row.has_target && !row.pass) ++misses;
+    std::printf("%s\n", row.text.c_str());
+    std::fflush(stdout);
+    rows.push_back(std::move(row));
+  }
+};
+
+const char* Verdict(bool pass) { return pass ? "PASS" : "MISS"; }
+
+std::string Format(const char* format, ...) __attribute__((format(printf, 1, 2)));
+std::string Format(const char* format, ...) {
+  char text[512];
+  va_list args;
+  va_start(args, format);
+  std::vsnprintf(text, sizeof(text), format, args);
+  va_end(args);
+  return text;
+}
+
+// --- The runtime under test ------------------------------------------------------------
+
+struct Setup {
+  tern_device_t device = nullptr;
+  tern_core_t core = nullptr;
+  tern_queue_t queue = nullptr;
+  tern_event_t marks[2] = {nullptr, nullptr};  // around timed copies
+};
+
+// --- (a) Round trip of an empty command -------------------------------------------------
+
+void BenchRoundTrip(const Setup& setup, const Options& options, Report* report) {
+  const int warmup = options.quick ? 200 : 2000;
+  const int iterations = options.quick ? 2000 : 20000;
+  const int block = options.quick ? 500 : 1000;
+
+  BarePingPong bare;
+  auto tern_block = [&](int count, std::vector<uint64_t>* out) {
+    for (int i = 0; i < count; ++i) {
+      const uint64_t start = NowNs();
+      uint64_t sequence = 0;
+      Check(tern_queue_nop(setup.queue, &sequence), "tern_queue_nop");
+      Check(tern_queue_wait_sequence(setup.queue, sequence, TERN_TIMEOUT_INFINITE),
+            "tern_queue_wait_sequence");
+      const uint64_t end = NowNs();
+      if (out) out->push_back(end - start);
+    }
+  };
+
+  tern_block(warmup, nullptr);
+  bare.Run(warmup, nullptr);
+  std::vector<uint64_t> tern_samples, bare_samples;
+  tern_samples.reserve(iterations);
+  bare_samples.reserve(iterations);
+  for (int done = 0; done < iterations; done += block) {
+    const int count = std::min(block, iterations - done);
+    tern_block(count, &tern_samples);
+    bare.Run(count, &bare_samples);
+  }
+  const Latency tern = Summarize(tern_samples);
+  const Latency base = Summarize(bare_samples);
+  const double ratio = base.median_ns > 0 ? tern.median_ns / base.median_ns : 0;
+  const bool pass = ratio <= 2.0 && tern.median_ns <= 10000.0;
+
+  Row row;
+  row.section = "round_trip";
+  row.name = "empty command";
+  row.has_target = true;
+  row.pass = pass;
+  row.text = Format(
+      "round trip (empty command)  median %6.2f us  p99 %6.2f us | bare handoff median %6.2f us  "
+      "p99 %6.2f us | ratio %.2f (target <= 2.0, median <= 10 us) %s",
+      tern.median_ns / 1e3, tern.p99_ns / 1e3, base.median_ns / 1e3, base.p99_ns / 1e3, ratio,
+      Verdict(pass));
+  row.json = Format(
+      "{\"name\": \"empty command\", \"samples\": %zu, \"median_ns\": %.0f, \"p99_ns\": %.0f, "
+      "\"baseline\": \"bare futex handoff\", \"baseline_median_ns\": %.0f, \"baseline_p99_ns\": "
+      "%.0f, \"ratio\": %.3f, \"target\": \"ratio <= 2.0 and median <= 10000 ns\", \"pass\": %s}",
+      tern.samples, tern.median_ns, tern.p99_ns, base.median_ns, base.p99_ns, ratio,
+      pass ? "true" : "false");
+  report->Add(std::move(row));
+
+  // Informational: what one empty command costs when commands are pipelined
+  // (submission plus execution, no waiting in between).
+  const int pipelined = options.quick ? 2000 : 20000;
+  double best_ns = 1e30;
+  for (int rep = 0; rep < 3; ++rep) {
+    const uint64_t start = NowNs();
+    for (int i = 0; i < pipelined; ++i) {
+      Check(tern_queue_nop(setup.queue, nullptr), "tern_queue_nop");
+    }
+    Check(tern_queue_synchronize(setup.queue, TERN_TIMEOUT_INFINITE), "tern_queue_synchronize");
+    best_ns = std::min(best_ns, static_cast<double>(NowNs() - start) / pipelined);
+  }
+  Row info;
+  info.section = "round_trip";
+  info.name = "pipelined empty commands";
+  info.text = Format(
+      "pipelined empty commands    %6.0f ns per command (%d nops, one synchronize; "
+      "best of 3; no target)",
+      best_ns, pipelined);
+  info.json =
+      Format("{\"name\": \"pipelined empty commands\", \"commands\": %d, \"ns_per_command\": %.1f}",
+             pipelined, best_ns);
+  report->Add(std::move(info));
+}
+
+// --- (b) Copy bandwidth ----------------------------------------------------------------------
+
+enum class Direction { kH2D, kD2H, kD2D };
+
+const char* DirectionName(Direction d) {
+  switch (d) {
+    case Direction::kH2D:
+      return "H2D";
+    case Direction::kD2H:
+      return "D2H";
+    case Direction::kD2D:
+      return "D2D";
+  }
+  return "?";
+}
+
+struct CopyBuffers {
+  uint64_t capacity = 0;
+  tern_buffer_t device_a = nullptr;
+  tern_buffer_t device_b = nullptr;
+  void* pinned_a = nullptr;  // tern_host_alloc
+  void* pinned_b = nullptr;
+  void* plain_a = nullptr;  // malloc'ed and touched: the memcpy baseline
+  void* plain_b = nullptr;
+};
+
+// Pinned memory may be limited (RLIMIT_MEMLOCK without CAP_IPC_LOCK): shrink
+// the largest size by 4 (the size steps) until two pinned buffers fit, and
+// say so.
+uint64_t AllocatePinned(uint64_t wanted, CopyBuffers* buffers) {
+  uint64_t size = wanted;
+  while (true) {
+    tern_status_t a = tern_host_alloc(size, &buffers->pinned_a);
+    tern_status_t b = a == TERN_OK ? tern_host_alloc(size, &buffers->pinned_b) : a;
+    if (a == TERN_OK && b == TERN_OK) break;
+    if (b != TERN_ERROR_HOST_OUT_OF_MEMORY || size <= kMiB) {
+      Check(b, "tern_host_alloc");
+    }
+    if (buffers->pinned_a != nullptr) Check(tern_host_free(buffers->pinned_a), "tern_host_free");
+    buffers->pinned_a = nullptr;
+    size /= 4;
+  }
+  if (size < wanted) {
+    std::printf(
+        "note: could not pin 2 x %s of host memory (raise `ulimit -l`); copies stop at %s\n",
+        FormatSize(wanted).c_str(), FormatSize(size).c_str());
+  }
+  return size;
+}
+
+void AllocateCopyBuffers(const Setup& setup, uint64_t wanted, CopyBuffers* buffers) {
+  buffers->capacity = AllocatePinned(wanted, buffers);
+  tern_buffer_params_t params;
+  std::memset(&params, 0, sizeof(params));
+  params.struct_size = sizeof(params);
+  params.size = buffers->capacity;
+  params.category = TERN_MEMORY_TENSORS;
+  Check(tern_buffer_alloc(setup.device, &params, &buffers->device_a), "tern_buffer_alloc");
+  Check(tern_buffer_alloc(setup.device, &params, &buffers->device_b), "tern_buffer_alloc");
+  buffers->plain_a = std::aligned_alloc(4096, buffers->capacity);
+  buffers->plain_b = std::aligned_alloc(4096, buffers->capacity);
+  if (buffers->plain_a == nullptr || buffers->plain_b == nullptr) {
+    throw TernFailure("aligned_alloc of the memcpy baseline buffers failed");
+  }
+  // Touch every page of every buffer, device memory included (the simulated
+  // device commits its memory on first write): page faults are not copies.
+  std::memset(buffers->pinned_a, 0x5a, buffers->capacity);
+  std::memset(buffers->pinned_b, 0x00, buffers->capacity);
+  std::memset(buffers->plain_a, 0x5a, buffers->capacity);
+  std::memset(buffers->plain_b, 0x00, buffers->capacity);
+  Check(tern_queue_copy_h2d(setup.queue, buffers->device_a, 0, buffers->pinned_a, buffers->capacity,
+                            nullptr),
+        "tern_queue_copy_h2d");
+  Check(tern_queue_copy_h2d(setup.queue, buffers->device_b, 0, buffers->pinned_b, buffers->capacity,
+                            nullptr),
+        "tern_queue_copy_h2d");
+  Check(tern_queue_synchronize(setup.queue, TERN_TIMEOUT_INFINITE), "tern_queue_synchronize");
+}
+
+void FreeCopyBuffers(CopyBuffers* buffers) {
+  Check(tern_buffer_free(buffers->device_a), "tern_buffer_free");
+  Check(tern_buffer_free(buffers->device_b), "tern_buffer_free");
+  Check(tern_host_free(buffers->pinned_a), "tern_host_free");
+  Check(tern_host_free(buffers->pinned_b), "tern_host_free");
+  std::free(buffers->plain_a);
+  std::free(buffers->plain_b);
+}
+
+struct CopyTime {
+  double wall_s = 0;    // first submission to synchronize returning: what a program sees
+  double device_s = 0;  // between events around the copies: the engine's own time
+};
+
+// Submits `count` copies of `size` bytes between two events and waits once.
+CopyTime TernCopies(const Setup& setup, const CopyBuffers& b, Direction d, uint64_t size,
+                    uint64_t count) {
+  const uint64_t start = NowNs();
+  Check(tern_queue_record_event(setup.queue, setup.marks[0], nullptr), "tern_queue_record_event");
+  for (uint64_t i = 0; i < count; ++i) {
+    switch (d) {
+      case Direction::kH2D:
+        Check(tern_queue_copy_h2d(setup.queue, b.device_a, 0, b.pinned_a, size, nullptr),
+              "tern_queue_copy_h2d");
+        break;
+      case Direction::kD2H:
+        Check(tern_queue_copy_d2h(setup.queue, b.pinned_b, b.device_a, 0, size, nullptr),
+              "tern_queue_copy_d2h");
+        break;
+      case Direction::kD2D:
+        Check(tern_queue_copy_d2d(setup.queue, b.device_b, 0, b.device_a, 0, size, nullptr),
+              "tern_queue_copy_d2d");
+        break;
+    }
+  }
+  Check(tern_queue_record_event(setup.queue, setup.marks[1], nullptr), "tern_queue_record_event");
+  Check(tern_queue_synchronize(setup.queue, TERN_TIMEOUT_INFINITE), "tern_queue_synchronize");
+  CopyTime time;
+  time.wall_s = static_cast<double>(NowNs() - start) / 1e9;
+  uint64_t device_ns = 0;
+  Check(tern_event_elapsed_ns(setup.marks[0], setup.marks[1], &device_ns), "tern_event_elapsed_ns");
+  time.device_s = static_cast<double>(device_ns) / 1e9;
+  return time;
+}
+
+double MemcpyCopies(const CopyBuffers& b, uint64_t size, uint64_t count) {
+  const uint64_t start = NowNs();
+  for (uint64_t i = 0; i < count; ++i) {
+    std::memcpy(b.plain_b, b.plain_a, size);
+    Clobber();
+  }
+  return static_cast<double>(NowNs() - start) / 1e9;
+}
+
+void BenchBandwidth(const Setup& setup, const Options& options, Report* report) {
+  const uint64_t wanted_max = options.quick ? 1 * kMiB : 256 * kMiB;
+  CopyBuffers buffers;
+  AllocateCopyBuffers(setup, wanted_max, &buffers);
+
+  std::vector<uint64_t> sizes;
+  for (uint64_t size = 4 * kKiB; size <= buffers.capacity; size *= options.quick ? 16 : 4) {
+    sizes.push_back(size);
+  }
+  // Each repetition moves at least this much, so small copies are timed over
+  // many commands; large ones still run at least twice (pipelined).
+  const uint64_t bytes_per_rep = options.quick ? 4 * kMiB : 64 * kMiB;
+  const int reps = options.quick ? 2 : 11;
+
+  std::printf(
+      "\ncopy bandwidth (GB/s = 1e9 B/s), best of %d, tern and memcpy interleaved:\n"
+      "  tern: K copies submitted, then one synchronize, timed by the host (the target);\n"
+      "  engine: the same copies timed by events on the device (excludes submission and wake-up);\n"
+      "  memcpy: K memcpy between two touched host buffers on the calling thread\n",
+      reps);
+  for (Direction d : {Direction::kH2D, Direction::kD2H, Direction::kD2D}) {
+    for (uint64_t size : sizes) {
+      const uint64_t count = std::max<uint64_t>(2, bytes_per_rep / size);
+      const double bytes = static_cast<double>(size) * static_cast<double>(count);
+      // One untimed pass of each side, then A B A B ...
+      TernCopies(setup, buffers, d, size, std::min<uint64_t>(count, 4));
+      MemcpyCopies(buffers, size, std::min<uint64_t>(count, 4));
+      double tern_best = 0, device_best = 0, base_best = 0;
+      std::vector<double> tern_all, base_all;
+      for (int rep = 0; rep < reps; ++rep) {
+        const CopyTime time = TernCopies(setup, buffers, d, size, count);
+        const double tern_gbs = bytes / time.wall_s / 1e9;
+        const double device_gbs = time.device_s > 0 ? bytes / time.device_s / 1e9 : 0;
+        const double base_gbs = bytes / MemcpyCopies(buffers, size, count) / 1e9;
+        tern_all.push_back(tern_gbs);
+        base_all.push_back(base_gbs);
+        tern_best = std::max(tern_best, tern_gbs);
+        device_best = std::max(device_best, device_gbs);
+        base_best = std::max(base_best, base_gbs);
+      }
+      std::sort(tern_all.begin(), tern_all.end());
+      std::sort(base_all.begin(), base_all.end());
+      const double ratio = base_best > 0 ? tern_best / base_best : 0;
+      const bool has_target = size >= kMiB;
+      const bool pass = !has_target || ratio >= 0.9;
+
+      Row row;
+      row.section = "bandwidth";
+      row.name = std::string(DirectionName(d)) + " " + FormatSize(size);
+      row.has_target = has_target;
+      row.pass = pass;
+      row.text = Format("%s %-8s x%-6" PRIu64
+                        " tern %6.2f GB/s (engine %6.2f) | memcpy %6.2f GB/s | ratio %.2f %s",
+                        DirectionName(d), FormatSize(size).c_str(), count, tern_best, device_best,
+                        base_best, ratio,
+                        has_target ? (pass ? "(target >= 0.90) PASS" : "(target >= 0.90) MISS")
+                                   : "(no target below 1 MiB)");
+      row.json = Format(
+          "{\"direction\": \"%s\", \"size\": %" PRIu64 ", \"copies\": %" PRIu64
+          ", \"reps\": %d, \"gbps_best\": %.3f, \"gbps_median\": %.3f, \"engine_gbps_best\": %.3f, "
+          "\"baseline\": \"memcpy\", "
+          "\"baseline_gbps_best\": %.3f, \"baseline_gbps_median\": %.3f, \"ratio\": %.3f, "
+          "\"target\": %s, \"pass\": %s}",
+          DirectionName(d), size, count, reps, tern_best, tern_all[tern_all.size() / 2],
+          device_best, base_best, base_all[base_all.size() / 2], ratio,
+          has_target ? "\">= 0.9\"" : "null", has_target ? (pass ? "true" : "false") : "null");
+      report->Add(std::move(row));
+    }
+  }
+  FreeCopyBuffers(&buffers);
+}
+
+// --- (c) Allocation latency -----------------------------------------------------------------
+
+void BenchAlloc(const Setup& setup, const Options& options, Report* report) {
+  const int live_count = options.quick ? 1000 : 10000;
+  const int iterations = options.quick ? 2000 : 20000;
+  const int block = options.quick ? 500 : 1000;
+  constexpr uint64_t kProbeSize = 256;
+
+  // Live allocations of log-uniform random sizes, 64 B .. 64 KiB, the same
+  // sizes for both sides (fixed seed: runs are comparable).
+  std::mt19937_64 rng(12345);
+  std::uniform_real_distribution<double> log_size(std::log(64.0), std::log(65536.0));
+  std::vector<uint64_t> sizes(live_count);
+  for (auto& size : sizes) size = static_cast<uint64_t>(std::exp(log_size(rng)));
+
+  tern_buffer_params_t params;
+  std::memset(&params, 0, sizeof(params));
+  params.struct_size = sizeof(params);
+  params.category = TERN_MEMORY_TENSORS;
+  std::vector<tern_buffer_t> live_buffers(live_count, nullptr);
+  std::vector<void*> live_mallocs(live_count, nullptr);
+  for (int i = 0; i < live_count; ++i) {
+    params.size = sizes[i];
+    Check(tern_buffer_alloc(setup.device, &params, &live_buffers[i]), "tern_buffer_alloc");
+    live_mallocs[i] = std::malloc(sizes[i]);
+    if (live_mallocs[i] == nullptr) throw TernFailure("malloc failed");
+    Escape(live_mallocs[i]);
+  }
+
+  params.size = kProbeSize;
+  auto tern_block = [&](int count, std::vector<uint64_t>* out) {
+    for (int i = 0; i < count; ++i) {
+      const uint64_t start = NowNs();
+      tern_buffer_t buffer = nullptr;
+      Check(tern_buffer_alloc(setup.device, &params, &buffer), "tern_buffer_alloc");
+      Check(tern_buffer_free(buffer), "tern_buffer_free");
+      const uint64_t end = NowNs();
+      if (out) out->push_back(end - start);
+    }
+  };
+  auto malloc_block = [&](int count, std::vector<uint64_t>* out) {
+    for (int i = 0; i < count; ++i) {
+      const uint64_t start = NowNs();
+      void* p = std::malloc(kProbeSize);
+      Escape(p);  // or the compiler may drop the pair
+      std::free(p);
+      const uint64_t end = NowNs();
+      if (out) out->push_back(end - start);
+    }
+  };
+
+  tern_block(block, nullptr);
+  malloc_block(block, nullptr);
+  std::vector<uint64_t> tern_samples, base_samples;
+  for (int done = 0; done < iterations; done += block) {
+    const int count = std::min(block, iterations - done);
+    tern_block(count, &tern_samples);
+    malloc_block(count, &base_samples);
+  }
+  const Latency tern = Summarize(tern_samples);
+  const Latency base = Summarize(base_samples);
+  const bool pass = tern.median_ns <= 1000.0;
+
+  Row row;
+  row.section = "alloc";
+  row.name = "alloc+free 256 B";
+  row.has_target = true;
+  row.pass = pass;
+  row.text = Format(
+      "alloc+free 256 B, %5d live  median %6.3f us  p99 %6.3f us | malloc+free median %6.3f us  "
+      "p99 %6.3f us | ratio %.1f (target median <= 1 us) %s",
+      live_count, tern.median_ns / 1e3, tern.p99_ns / 1e3, base.median_ns / 1e3, base.p99_ns / 1e3,
+      base.median_ns > 0 ? tern.median_ns / base.median_ns : 0, Verdict(pass));
+  row.json = Format(
+      "{\"name\": \"alloc+free 256 B\", \"live_allocations\": %d, \"samples\": %zu, \"median_ns\": "
+      "%.0f, \"p99_ns\": %.0f, \"baseline\": \"malloc+free\", \"baseline_median_ns\": %.0f, "
+      "\"baseline_p99_ns\": %.0f, \"target\": \"median <= 1000 ns\", \"pass\": %s}",
+      live_count, tern.samples, tern.median_ns, tern.p99_ns, base.median_ns, base.p99_ns,
+      pass ? "true" : "false");
+  report->Add(std::move(row));
+
+  for (int i = 0; i < live_count; ++i) {
+    Check(tern_buffer_free(live_buffers[i]), "tern_buffer_free");
+    std::free(live_mallocs[i]);
+  }
+}
+
+// --- Driver ------------------------------------------------------------------------------------
+
+// CPU time of the whole machine and of this process, to tell how much of
+// the machine other programs used while the benchmark ran.
+struct CpuSample {
+  double machine_busy_s = 0;   // all CPUs, not idle
+  double machine_total_s = 0;  // all CPUs
+  double self_s = 0;           // this process, user + system
+};
+
+CpuSample SampleCpu() {
+  CpuSample sample;
+  if (FILE* f = std::fopen("/proc/stat", "r")) {
+    unsigned long long v[8] = {};
+    if (std::fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3],
+                    &v[4], &v[5], &v[6], &v[7]) == 8) {
+      const double tick = static_cast<double>(sysconf(_SC_CLK_TCK));
+      unsigned long long total = 0;
+      for (unsigned long long x : v) total += x;
+      sample.machine_total_s = static_cast<double>(total) / tick;
+      sample.machine_busy_s = static_cast<double>(total - v[3] - v[4]) / tick;  // - idle, iowait
+    }
+    std::fclose(f);
+  }
+  struct rusage usage;
+  if (getrusage(RUSAGE_SELF, &usage) == 0) {
+    sample.self_s = static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
+                    static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
+  }
+  return sample;
+}
+
+// Share of the machine's CPU time that other programs used between two
+// samples, 0..1.
+double OthersShare(const CpuSample& before, const CpuSample& after) {
+  const double total = after.machine_total_s - before.machine_total_s;
+  if (total <= 0) return 0;
+  const double others =
+      (after.machine_busy_s - before.machine_busy_s) - (after.self_s - before.self_s);
+  return std::clamp(others / total, 0.0, 1.0);
+}
+
+std::string LoadAverage() {
+  double load[3] = {0, 0, 0};
+  if (getloadavg(load, 3) != 3) return "unknown";
+  return Format("%.2f %.2f %.2f", load[0], load[1], load[2]);
+}
+
+void WriteJson(const std::string& path, const Options& options, const Report& report,
+               const std::string& header_json) {
+  FILE* f = std::fopen(path.c_str(), "w");
+  if (f == nullptr) {
+    throw TernFailure("cannot open " + path + " for writing: " + std::strerror(errno));
+  }
+  std::fprintf(f, "{\n  %s,\n  \"quick\": %s,\n  \"misses\": %d", header_json.c_str(),
+               options.quick ? "true" : "false", report.misses);
+  for (const char* section : {"round_trip", "bandwidth", "alloc"}) {
+    std::fprintf(f, ",\n  \"%s\": [", section);
+    bool first = true;
+    for (const Row& row : report.rows) {
+      if (row.section != section) continue;
+      std::fprintf(f, "%s\n    %s", first ? "" : ",", row.json.c_str());
+      first = false;
+    }
+    std::fprintf(f, "\n  ]");
+  }
+  std::fprintf(f, "\n}\n");
+  if (std::fclose(f) != 0) throw TernFailure("writing " + path + " failed");
+}
+
+int Run(const Options& options) {
+  tern_version_t version;
+  std::memset(&version, 0, sizeof(version));
+  version.struct_size = sizeof(version);
+  Check(tern_get_version(&version), "tern_get_version");
+  Check(tern_init(nullptr), "tern_init");
+
+  Setup setup;
+  Check(tern_device_get(0, &setup.device), "tern_device_get(0)");
+  Check(tern_core_open(setup.device, 0, &setup.core), "tern_core_open(device 0, core 0)");
+  tern_queue_params_t queue_params;
+  std::memset(&queue_params, 0, sizeof(queue_params));
+  queue_params.struct_size = sizeof(queue_params);
+  queue_params.name = "bench";
+  Check(tern_queue_create(setup.core, &queue_params, &setup.queue), "tern_queue_create");
+  for (tern_event_t& mark : setup.marks) Check(tern_event_create(&mark), "tern_event_create");
+
+  const std::string load_before = LoadAverage();
+  const CpuSample cpu_before = SampleCpu();
+  std::printf(
+      "tern_bench_runtime%s: tern %u.%u.%u (%s), driver %s, topology %s, %u CPUs, "
+      "load average %s\n\n",
+      options.quick ? " --quick (smoke test: figures are not meaningful)" : "", version.major,
+      version.minor, version.patch, version.build ? version.build : "?", tern_driver_name(),
+      std::getenv("TERN_SIM_TOPOLOGY"), std::thread::hardware_concurrency(), load_before.c_str());
+
+  Report report;
+  auto selected = [&](const char* section) {
+    return options.only.empty() || options.only == section;
+  };
+  if (selected("round_trip")) BenchRoundTrip(setup, options, &report);
+  if (selected("bandwidth")) BenchBandwidth(setup, options, &report);
+  if (selected("alloc")) {
+    std::printf("\n");
+    BenchAlloc(setup, options, &report);
+  }
+
+  const std::string load_after = LoadAverage();
+  const double others = OthersShare(cpu_before, SampleCpu());
+  std::printf(
+      "\n%d target%s missed; load average now %s; other programs used %.0f%% of the "
+      "CPUs meanwhile%s\n",
+      report.misses, report.misses == 1 ? "" : "s", load_after.c_str(), others * 100,
+      others > 0.10 ? " (figures are disturbed: rerun on a quiet machine)" : "");
+
+  for (tern_event_t mark : setup.marks) Check(tern_event_destroy(mark), "tern_event_destroy");
+  Check(tern_queue_destroy(setup.queue), "tern_queue_destroy");
+  Check(tern_core_close(setup.core), "tern_core_close");
+  Check(tern_shutdown(), "tern_shutdown");
+
+  if (!options.json_path.empty()) {
+    const std::string header = Format(
+        "\"version\": \"%u.%u.%u\", \"build\": \"%s\", \"cpus\": %u, \"load_before\": \"%s\", "
+        "\"load_after\": \"%s\", \"others_cpu_share\": %.3f",
+        version.major, version.minor, version.patch, version.build ? version.build : "",
+        std::thread::hardware_concurrency(), load_before.c_str(), load_after.c_str(), others);
+    WriteJson(options.json_path, options, report, header);
+  }
+  return report.misses > 0 && options.fail_on_miss ? 2 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options options;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--quick") {
+      options.quick = true;
+    } else if (arg == "--fail-on-miss") {
+      options.fail_on_miss = true;
+    } else if (arg == "--json" && i + 1 < argc) {
+      options.json_path = argv[++i];
+    } else if (arg == "--only" && i + 1 < argc) {
+      options.only = argv[++i];
+      if (options.only != "round_trip" && options.only != "bandwidth" && options.only != "alloc") {
+        std::fprintf(stderr, "tern_bench_runtime: --only takes round_trip, bandwidth or alloc\n");
+        return 1;
+      }
+    } else if (arg == "--help" || arg == "-h") {
+      Usage(stdout);
+      return 0;
+    } else {
+      std::fprintf(stderr, "tern_bench_runtime: unknown or incomplete argument '%s'\n", argv[i]);
+      Usage(stderr);
+      return 1;
+    }
+  }
+
+  // Devices large enough for two 256 MiB buffers, unless the caller chose.
+  // The simulated memory is committed lazily, so a large topology is free.
+  setenv("TERN_SIM_TOPOLOGY", "2x2x2G", /*overwrite=*/0);
+  // A private node, so the benchmark neither meets nor disturbs other tern
+  // programs (a shared node's topology may not match ours either).
+  std::string private_node;
+  const char* node = std::getenv("TERN_SIM_NODE");
+  if (node == nullptr || *node == '\0') {
+    private_node = "bench-" + std::to_string(getpid());
+    setenv("TERN_SIM_NODE", private_node.c_str(), 1);
+  }
+
+  int exit_code;
+  try {
+    exit_code = Run(options);
+  } catch (const TernFailure& failure) {
+    std::fprintf(stderr, "tern_bench_runtime: %s\n", failure.what());
+    tern_shutdown();  // releases whatever is still held; may fail if never initialized
+    exit_code = 1;
+  }
+  // The simulated node's shared state lives in this file (see
+  // driver_shim/sim/node_registry.h); a private node dies with us.
+  if (!private_node.empty()) std::remove(("/dev/shm/tern-sim-" + private_node).c_str());
+  return exit_code;
+}

@@ -1,0 +1,361 @@
+// RunInstruction: the dispatch to the opcode families, and the shared pieces
+// of kernels_internal.h (layouts, typed loads and stores).
+#include "sim/engines/kernels.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <limits>
+
+#include "sim/engines/kernels_internal.h"
+#include "sim/engines/numerics.h"
+
+namespace tern::sim {
+namespace kernels {
+
+Layout MakeLayout(uint32_t rank, const int64_t* shape, std::span<const int64_t* const> strides) {
+  Layout layout;
+  layout.operands = static_cast<int>(strides.size());
+  const int64_t* const* s = strides.data();
+  int64_t count = 1;
+  for (uint32_t d = 0; d < rank; ++d) count *= shape[d];
+  layout.count = count;
+  // Walk from the innermost dimension outwards, merging where every operand
+  // is contiguous across the boundary.
+  int64_t dims[TERN_MAX_RANK];
+  int64_t st[kMaxLayoutOperands][TERN_MAX_RANK];
+  int n = 0;
+  for (int d = static_cast<int>(rank) - 1; d >= 0; --d) {
+    if (shape[d] == 1) continue;
+    bool merge = n > 0 && count != 0;
+    for (int o = 0; merge && o < layout.operands; ++o)
+      merge = s[o][d] == st[o][n - 1] * dims[n - 1];
+    if (merge) {
+      dims[n - 1] *= shape[d];
+      continue;
+    }
+    dims[n] = shape[d];
+    for (int o = 0; o < layout.operands; ++o) st[o][n] = s[o][d];
+    ++n;
+  }
+  if (n == 0) {
+    layout.rank = 1;
+    layout.shape[0] = 1;
+    for (int o = 0; o < layout.operands; ++o) layout.strides[o][0] = 0;
+    return layout;
+  }
+  layout.rank = n;
+  for (int i = 0; i < n; ++i) {
+    layout.shape[i] = dims[n - 1 - i];
+    for (int o = 0; o < layout.operands; ++o) layout.strides[o][i] = st[o][n - 1 - i];
+  }
+  return layout;
+}
+
+namespace {
+
+template <typename I>
+TERN_INLINE I FloatToInt(float v) {
+  constexpr float kLo = -static_cast<float>(uint64_t{1} << (sizeof(I) * 8 - 1));
+  constexpr float kHi = static_cast<float>(uint64_t{1} << (sizeof(I) * 8 - 1));
+  float c = v != v ? 0.0f : v;
+  c = c < kLo ? kLo : c;
+  return c >= kHi ? std::numeric_limits<I>::max() : static_cast<I>(c);
+}
+
+template <typename S, typename Conv>
+TERN_INLINE void LoadLoop(const uint8_t* p, int64_t stride, int64_t n, float* out, Conv conv) {
+  const S* src = reinterpret_cast<const S*>(p);
+  if (stride == 1) {
+    for (int64_t i = 0; i < n; ++i) out[i] = conv(src[i]);
+  } else if (stride == 0) {
+    const float v = conv(src[0]);
+    for (int64_t i = 0; i < n; ++i) out[i] = v;
+  } else {
+    for (int64_t i = 0; i < n; ++i) out[i] = conv(src[i * stride]);
+  }
+}
+
+template <typename D, typename Conv>
+TERN_INLINE void StoreLoop(uint8_t* p, int64_t stride, int64_t n, const float* in, Conv conv) {
+  D* dst = reinterpret_cast<D*>(p);
+  if (stride == 1) {
+    for (int64_t i = 0; i < n; ++i) dst[i] = conv(in[i]);
+  } else {
+    for (int64_t i = 0; i < n; ++i) dst[i * stride] = conv(in[i]);
+  }
+}
+
+}  // namespace
+
+TERN_VECTOR_CLONES
+void LoadF32(tern_dtype_t dtype, const uint8_t* p, int64_t stride, int64_t n, float* out) {
+  switch (dtype) {
+    case TERN_DTYPE_F32:
+      if (stride == 1) {
+        std::memcpy(out, p, n * sizeof(float));
+        return;
+      }
+      return LoadLoop<float>(p, stride, n, out, [](float v) { return v; });
+    case TERN_DTYPE_BF16:
+      return LoadLoop<uint16_t>(p, stride, n, out, [](uint16_t v) { return num::Bf16ToF32(v); });
+    case TERN_DTYPE_F16:
+      return LoadLoop<uint16_t>(p, stride, n, out, [](uint16_t v) { return num::F16ToF32(v); });
+    case TERN_DTYPE_I8:
+      return LoadLoop<int8_t>(p, stride, n, out, [](int8_t v) { return static_cast<float>(v); });
+    case TERN_DTYPE_I32:
+      return LoadLoop<int32_t>(p, stride, n, out, [](int32_t v) { return static_cast<float>(v); });
+    case TERN_DTYPE_I64:
+      return LoadLoop<int64_t>(p, stride, n, out, [](int64_t v) { return static_cast<float>(v); });
+    case TERN_DTYPE_BOOL:
+      return LoadLoop<uint8_t>(p, stride, n, out, [](uint8_t v) { return v ? 1.0f : 0.0f; });
+    default:
+      return;
+  }
+}
+
+TERN_VECTOR_CLONES
+void StoreF32(tern_dtype_t dtype, uint8_t* p, int64_t stride, int64_t n, const float* in) {
+  switch (dtype) {
+    case TERN_DTYPE_F32:
+      if (stride == 1) {
+        std::memcpy(p, in, n * sizeof(float));
+        return;
+      }
+      return StoreLoop<float>(p, stride, n, in, [](float v) { return v; });
+    case TERN_DTYPE_BF16:
+      return StoreLoop<uint16_t>(p, stride, n, in, [](float v) { return num::F32ToBf16(v); });
+    case TERN_DTYPE_F16:
+      return StoreLoop<uint16_t>(p, stride, n, in, [](float v) { return num::F32ToF16(v); });
+    case TERN_DTYPE_I8:
+      return StoreLoop<int8_t>(p, stride, n, in, [](float v) { return FloatToInt<int8_t>(v); });
+    case TERN_DTYPE_I32:
+      return StoreLoop<int32_t>(p, stride, n, in, [](float v) { return FloatToInt<int32_t>(v); });
+    case TERN_DTYPE_I64:
+      return StoreLoop<int64_t>(p, stride, n, in, [](float v) { return FloatToInt<int64_t>(v); });
+    case TERN_DTYPE_BOOL:
+      return StoreLoop<uint8_t>(p, stride, n, in,
+                                [](float v) { return static_cast<uint8_t>(v != 0.0f); });
+    default:
+      return;
+  }
+}
+
+namespace {
+
+template <typename S>
+TERN_INLINE void LoadI64Loop(const uint8_t* p, int64_t stride, int64_t n, int64_t* out) {
+  const S* src = reinterpret_cast<const S*>(p);
+  if (stride == 1) {
+    for (int64_t i = 0; i < n; ++i) out[i] = static_cast<int64_t>(src[i]);
+  } else {
+    for (int64_t i = 0; i < n; ++i) out[i] = static_cast<int64_t>(src[i * stride]);
+  }
+}
+
+template <typename D>
+TERN_INLINE void StoreI64Loop(uint8_t* p, int64_t stride, int64_t n, const int64_t* in) {
+  D* dst = reinterpret_cast<D*>(p);
+  if (stride == 1) {
+    for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<D>(in[i]);
+  } else {
+    for (int64_t i = 0; i < n; ++i) dst[i * stride] = static_cast<D>(in[i]);
+  }
+}
+
+}  // namespace
+
+TERN_VECTOR_CLONES
+void LoadI64(tern_dtype_t dtype, const uint8_t* p, int64_t stride, int64_t n, int64_t* out) {
+  switch (dtype) {
+    case TERN_DTYPE_I8:
+      return LoadI64Loop<int8_t>(p, stride, n, out);
+    case TERN_DTYPE_I32:
+      return LoadI64Loop<int32_t>(p, stride, n, out);
+    case TERN_DTYPE_I64:
+      return LoadI64Loop<int64_t>(p, stride, n, out);
+    case TERN_DTYPE_BOOL: {
+      const uint8_t* src = p;
+      for (int64_t i = 0; i < n; ++i) out[i] = src[i * stride] != 0;
+      return;
+    }
+    default: {  // floats: through f32, truncating
+      float tmp[256];
+      for (int64_t done = 0; done < n; done += 256) {
+        const int64_t m = std::min<int64_t>(256, n - done);
+        LoadF32(dtype, p + done * stride * static_cast<int64_t>(isa::DTypeSize(dtype)), stride, m,
+                tmp);
+        for (int64_t i = 0; i < m; ++i) out[done + i] = FloatToInt<int64_t>(tmp[i]);
+      }
+      return;
+    }
+  }
+}
+
+TERN_VECTOR_CLONES
+void StoreI64(tern_dtype_t dtype, uint8_t* p, int64_t stride, int64_t n, const int64_t* in) {
+  switch (dtype) {
+    case TERN_DTYPE_I8:
+      return StoreI64Loop<int8_t>(p, stride, n, in);
+    case TERN_DTYPE_I32:
+      return StoreI64Loop<int32_t>(p, stride, n, in);
+    case TERN_DTYPE_I64:
+      return StoreI64Loop<int64_t>(p, stride, n, in);
+    case TERN_DTYPE_BOOL:
+      for (int64_t i = 0; i < n; ++i) p[i * stride] = in[i] != 0;
+      return;
+    default: {
+      float tmp[256];
+      for (int64_t done = 0; done < n; done += 256) {
+        const int64_t m = std::min<int64_t>(256, n - done);
+        for (int64_t i = 0; i < m; ++i) tmp[i] = static_cast<float>(in[done + i]);
+        StoreF32(dtype, p + done * stride * static_cast<int64_t>(isa::DTypeSize(dtype)), stride, m,
+                 tmp);
+      }
+      return;
+    }
+  }
+}
+
+double LoadOneF64(tern_dtype_t dtype, const uint8_t* p) {
+  switch (dtype) {
+    case TERN_DTYPE_I64:
+      return static_cast<double>(*reinterpret_cast<const int64_t*>(p));
+    default: {
+      float v;
+      LoadF32(dtype, p, 1, 1, &v);
+      return v;
+    }
+  }
+}
+
+int64_t LoadOneI64(tern_dtype_t dtype, const uint8_t* p) {
+  int64_t v;
+  LoadI64(dtype, p, 1, 1, &v);
+  return v;
+}
+
+// Strided operand <-> contiguous f32 buffer (row-major).
+void GatherF32(const TensorView& view, float* out) {
+  const isa::OperandDesc& d = *view.desc;
+  Layout l = MakeLayout(d.rank, d.shape.data(), {d.strides.data()});
+  if (l.count == 0) return;
+  const int64_t esize = static_cast<int64_t>(isa::DTypeSize(d.dtype));
+  ParallelFor(l.count, kParallelGrain, [&](int64_t begin, int64_t end) {
+    float* o = out + begin;
+    ForEachRun(l, begin, end, [&](const int64_t* off, int64_t n) {
+      LoadF32(d.dtype, view.data + off[0] * esize, l.strides[0][l.rank - 1], n, o);
+      o += n;
+    });
+  });
+}
+
+void ScatterF32(const TensorView& view, const float* in) {
+  const isa::OperandDesc& d = *view.desc;
+  Layout l = MakeLayout(d.rank, d.shape.data(), {d.strides.data()});
+  if (l.count == 0) return;
+  const int64_t esize = static_cast<int64_t>(isa::DTypeSize(d.dtype));
+  ParallelFor(l.count, kParallelGrain, [&](int64_t begin, int64_t end) {
+    const float* i = in + begin;
+    ForEachRun(l, begin, end, [&](const int64_t* off, int64_t n) {
+      StoreF32(d.dtype, view.data + off[0] * esize, l.strides[0][l.rank - 1], n, i);
+      i += n;
+    });
+  });
+}
+
+std::string IndexString(const int64_t* index, uint32_t rank) {
+  std::string s = "[";
+  for (uint32_t i = 0; i < rank; ++i) {
+    if (i) s += ", ";
+    s += std::to_string(index[i]);
+  }
+  return s + "]";
+}
+
+}  // namespace kernels
+
+Status RunInstruction(const driver::Instruction& instruction,
+                      std::span<const TensorView> operands) {
+  using namespace kernels;
+  if (operands.size() != instruction.operands.size()) {
+    return MakeStatus(
+        TERN_ERROR_INTERNAL, "{}: {} operand views for {} operands",
+        isa::OpcodeName(instruction.opcode) ? isa::OpcodeName(instruction.opcode) : "?",
+        operands.size(), instruction.operands.size());
+  }
+  for (size_t i = 0; i < operands.size(); ++i) {
+    const bool present = instruction.operands[i].present();
+    if (operands[i].desc == nullptr ||
+        (present && operands[i].data == nullptr && operands[i].desc->element_count() != 0)) {
+      return MakeStatus(
+          TERN_ERROR_INTERNAL, "{}: operand {} has no memory",
+          isa::OpcodeName(instruction.opcode) ? isa::OpcodeName(instruction.opcode) : "?", i);
+    }
+  }
+  const auto& ins = instruction;
+  switch (instruction.opcode) {
+    case TERN_OP_COPY:
+      return RunCopy(ins, operands);
+    case TERN_OP_CAST:
+      return RunCast(ins, operands);
+    case TERN_OP_FILL:
+      return RunFill(ins, operands);
+    case TERN_OP_MATMUL:
+      return RunMatmul(ins, operands);
+    case TERN_OP_CONV2D:
+      return RunConv2d(ins, operands);
+    case TERN_OP_CONV2D_BACKWARD_INPUT:
+      return RunConv2dBackwardInput(ins, operands);
+    case TERN_OP_CONV2D_BACKWARD_WEIGHT:
+      return RunConv2dBackwardWeight(ins, operands);
+    case TERN_OP_BINARY:
+      return RunBinary(ins, operands);
+    case TERN_OP_WHERE:
+      return RunWhere(ins, operands);
+    case TERN_OP_REDUCE:
+      return RunReduce(ins, operands);
+    case TERN_OP_SOFTMAX:
+      return RunSoftmax(ins, operands);
+    case TERN_OP_SOFTMAX_BACKWARD:
+      return RunSoftmaxBackward(ins, operands);
+    case TERN_OP_LAYER_NORM:
+      return RunLayerNorm(ins, operands);
+    case TERN_OP_LAYER_NORM_BACKWARD:
+      return RunLayerNormBackward(ins, operands);
+    case TERN_OP_RMS_NORM:
+      return RunRmsNorm(ins, operands);
+    case TERN_OP_RMS_NORM_BACKWARD:
+      return RunRmsNormBackward(ins, operands);
+    case TERN_OP_UNARY:
+      return RunUnary(ins, operands);
+    case TERN_OP_UNARY_BACKWARD:
+      return RunUnaryBackward(ins, operands);
+    case TERN_OP_GATHER:
+      return RunGather(ins, operands);
+    case TERN_OP_SCATTER_ADD:
+      return RunScatterAdd(ins, operands);
+    case TERN_OP_TAKE_ALONG_AXIS:
+      return RunTakeAlongAxis(ins, operands);
+    case TERN_OP_SCATTER_ADD_ALONG_AXIS:
+      return RunScatterAddAlongAxis(ins, operands);
+    case TERN_OP_IOTA:
+      return RunIota(ins, operands);
+    case TERN_OP_RANDOM:
+      return RunRandom(ins, operands);
+    case TERN_OP_ALL_REDUCE:
+      return MakeStatus(
+          TERN_ERROR_UNIMPLEMENTED,
+          "all_reduce: collectives inside executables are not implemented yet; run the "
+          "collective on a queue with the collectives API between executions");
+    case TERN_OP_SEM_SIGNAL:
+    case TERN_OP_SEM_WAIT:
+      return OkStatus();  // the schedule already honours the semaphores
+    default:
+      return MakeStatus(TERN_ERROR_EXECUTABLE_UNSUPPORTED,
+                        "opcode 0x{:04x} is not known to the simulated engines",
+                        instruction.opcode);
+  }
+}
+
+}  // namespace tern::sim

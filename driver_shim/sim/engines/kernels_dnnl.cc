@@ -1,0 +1,845 @@
+// Matmul and convolution. The fast path is oneDNN, with primitives cached by
+// a key of everything that shapes them (dtypes, dims, strides, attributes)
+// and a user-managed scratchpad per call, so one primitive runs concurrently
+// from several engine threads. What oneDNN does not take directly (f16 on
+// CPUs without f16 units, broadcast or odd strides, alpha with a bias) is
+// packed into contiguous f32 first and still multiplied by oneDNN; integer
+// matmuls, empty shapes, and anything oneDNN rejects run portable loops.
+#include <fmt/format.h>
+
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "sim/engines/kernels_internal.h"
+#include "sim/engines/kernels_testing.h"
+
+namespace tern::sim {
+
+namespace {
+std::atomic<bool> g_onednn_disabled{false};
+}  // namespace
+
+bool SetOneDnnDisabledForTesting(bool disabled) { return g_onednn_disabled.exchange(disabled); }
+
+namespace kernels {
+namespace {
+
+using dnnl::memory;
+using Dims = memory::dims;
+
+dnnl::engine& Engine() {
+  static dnnl::engine* engine = new dnnl::engine(dnnl::engine::kind::cpu, 0);
+  return *engine;
+}
+
+bool OneDnnEnabled() { return !g_onednn_disabled.load(std::memory_order_relaxed); }
+
+memory::data_type DnnlType(tern_dtype_t dtype) {
+  switch (dtype) {
+    case TERN_DTYPE_F32:
+      return memory::data_type::f32;
+    case TERN_DTYPE_BF16:
+      return memory::data_type::bf16;
+    case TERN_DTYPE_F16:
+      return memory::data_type::f16;
+    default:
+      return memory::data_type::undef;
+  }
+}
+
+// Cache of primitives (or of the knowledge that oneDNN refused a key).
+template <typename Entry>
+class PrimitiveCache {
+ public:
+  std::shared_ptr<Entry> Find(const std::string& key) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = map_.find(key);
+    return it == map_.end() ? nullptr : it->second;
+  }
+  void Insert(const std::string& key, std::shared_ptr<Entry> entry) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (map_.size() >= 4096) map_.clear();  // bound memory on pathological shape churn
+    map_.emplace(key, std::move(entry));
+  }
+
+ private:
+  std::mutex mu_;
+  std::unordered_map<std::string, std::shared_ptr<Entry>> map_;
+};
+
+std::string DimsKey(const Dims& d) {
+  std::string s;
+  for (int64_t v : d) s += fmt::format("{},", v);
+  return s;
+}
+
+// Scratchpad for one execution.
+std::vector<uint8_t>& ThreadScratch(size_t bytes) {
+  thread_local std::vector<uint8_t> scratch;
+  if (scratch.size() < bytes) scratch.resize(bytes);
+  return scratch;
+}
+
+// --- matmul -------------------------------------------------------------------
+
+struct MatmulGeometry {
+  uint32_t rank = 2;
+  int64_t m = 0, n = 0, k = 0;
+  int64_t batch = 1;
+  // Logical (transposes applied) shapes and strides: a [.., M, K], b [.., K, N].
+  int64_t a_shape[TERN_MAX_RANK], a_strides[TERN_MAX_RANK];
+  int64_t b_shape[TERN_MAX_RANK], b_strides[TERN_MAX_RANK];
+  float alpha = 1, beta = 0;
+};
+
+MatmulGeometry MakeGeometry(const driver::Instruction& ins, Operands ops) {
+  MatmulGeometry g;
+  const isa::OperandDesc& out = *ops[0].desc;
+  const isa::OperandDesc& a = *ops[1].desc;
+  const isa::OperandDesc& b = *ops[2].desc;
+  const bool ta = ins.ints.size() > 0 && ins.ints[0];
+  const bool tb = ins.ints.size() > 1 && ins.ints[1];
+  g.alpha = ins.floats.size() > 0 ? static_cast<float>(ins.floats[0]) : 1.0f;
+  g.beta = ins.floats.size() > 1 ? static_cast<float>(ins.floats[1]) : 0.0f;
+  const uint32_t r = out.rank;
+  g.rank = r;
+  g.m = out.shape[r - 2];
+  g.n = out.shape[r - 1];
+  g.k = ta ? a.shape[r - 2] : a.shape[r - 1];
+  for (uint32_t d = 0; d + 2 < r; ++d) {
+    g.batch *= out.shape[d];
+    // A broadcast batch dimension (stride 0) becomes size 1.
+    g.a_shape[d] = a.strides[d] == 0 ? 1 : a.shape[d];
+    g.a_strides[d] = a.strides[d];
+    g.b_shape[d] = b.strides[d] == 0 ? 1 : b.shape[d];
+    g.b_strides[d] = b.strides[d];
+  }
+  g.a_shape[r - 2] = g.m;
+  g.a_shape[r - 1] = g.k;
+  g.a_strides[r - 2] = ta ? a.strides[r - 1] : a.strides[r - 2];
+  g.a_strides[r - 1] = ta ? a.strides[r - 2] : a.strides[r - 1];
+  g.b_shape[r - 2] = g.k;
+  g.b_shape[r - 1] = g.n;
+  g.b_strides[r - 2] = tb ? b.strides[r - 1] : b.strides[r - 2];
+  g.b_strides[r - 1] = tb ? b.strides[r - 2] : b.strides[r - 1];
+  return g;
+}
+
+// A row-vector bias: rank 1, or full rank with stride 0 on all but the last
+// dimension. Returns its stride along N.
+bool RowBias(const isa::OperandDesc& bias, int64_t* stride) {
+  if (bias.rank == 1) {
+    *stride = bias.strides[0];
+    return true;
+  }
+  for (uint32_t d = 0; d + 1 < bias.rank; ++d) {
+    if (bias.strides[d] != 0 && bias.shape[d] != 1) return false;
+  }
+  *stride = bias.strides[bias.rank - 1];
+  return true;
+}
+
+// oneDNN takes a stride per dimension; one of size 1 may be anything, but a
+// stride of 0 is not accepted: give size-1 dims a harmless stride.
+Dims SafeStrides(const int64_t* shape, const int64_t* strides, uint32_t rank) {
+  Dims s(strides, strides + rank);
+  for (uint32_t d = 0; d < rank; ++d) {
+    if (shape[d] == 1 || s[d] == 0) s[d] = 1;
+  }
+  return s;
+}
+
+// True when no dimension of size > 1 has stride 0 (oneDNN cannot express
+// those; they go through packing).
+bool NoBroadcast(const int64_t* shape, const int64_t* strides, uint32_t begin, uint32_t end) {
+  for (uint32_t d = begin; d < end; ++d) {
+    if (shape[d] > 1 && strides[d] == 0) return false;
+  }
+  return true;
+}
+
+struct MatmulEntry {
+  bool ok = false;
+  dnnl::matmul prim;
+  memory::desc a_md, b_md, out_md, bias_md, scratch_md;
+};
+
+PrimitiveCache<MatmulEntry>& MatmulCache() {
+  static auto* cache = new PrimitiveCache<MatmulEntry>();
+  return *cache;
+}
+
+// Runs out = alpha * a @ b (+ beta * out) (+ bias) through oneDNN on the
+// given memory. Returns false if oneDNN refused (or would only take it with
+// its slow reference code).
+bool DnnlMatmul(const Dims& a_dims, const Dims& a_strides, memory::data_type a_dt, const void* a,
+                const Dims& b_dims, const Dims& b_strides, const void* b, const Dims& out_dims,
+                const Dims& out_strides, memory::data_type out_dt, void* out, float alpha,
+                float beta, const Dims* bias_dims, const Dims* bias_strides,
+                memory::data_type bias_dt, const void* bias) {
+  std::string key =
+      fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", DimsKey(a_dims), DimsKey(a_strides),
+                  static_cast<int>(a_dt), DimsKey(b_dims), DimsKey(b_strides), DimsKey(out_dims),
+                  DimsKey(out_strides), static_cast<int>(out_dt), alpha, beta);
+  if (bias_dims)
+    key += fmt::format("|bias {}|{}|{}", DimsKey(*bias_dims), DimsKey(*bias_strides),
+                       static_cast<int>(bias_dt));
+  std::shared_ptr<MatmulEntry> entry = MatmulCache().Find(key);
+  if (!entry) {
+    entry = std::make_shared<MatmulEntry>();
+    try {
+      entry->a_md = memory::desc(a_dims, a_dt, a_strides);
+      entry->b_md = memory::desc(b_dims, a_dt, b_strides);
+      entry->out_md = memory::desc(out_dims, out_dt, out_strides);
+      dnnl::primitive_attr attr;
+      attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+      if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
+      if (beta != 0.0f) {
+        dnnl::post_ops po;
+        po.append_sum(beta);
+        attr.set_post_ops(po);
+      }
+      std::unique_ptr<dnnl::matmul::desc> desc;
+      if (bias_dims) {
+        entry->bias_md = memory::desc(*bias_dims, bias_dt, *bias_strides);
+        desc = std::make_unique<dnnl::matmul::desc>(entry->a_md, entry->b_md, entry->bias_md,
+                                                    entry->out_md);
+      } else {
+        desc = std::make_unique<dnnl::matmul::desc>(entry->a_md, entry->b_md, entry->out_md);
+      }
+      dnnl::matmul::primitive_desc pd(*desc, attr, Engine());
+      const std::string impl = pd.impl_info_str();
+      if (impl.rfind("ref", 0) != 0) {
+        entry->prim = dnnl::matmul(pd);
+        entry->scratch_md = pd.scratchpad_desc();
+        entry->ok = true;
+      }
+    } catch (const dnnl::error&) {
+      entry->ok = false;
+    }
+    MatmulCache().Insert(key, entry);
+  }
+  if (!entry->ok) return false;
+  dnnl::engine& eng = Engine();
+  dnnl::stream stream(eng);
+  std::vector<uint8_t>& scratch = ThreadScratch(entry->scratch_md.get_size());
+  std::unordered_map<int, memory> args = {
+      {DNNL_ARG_SRC, memory(entry->a_md, eng, const_cast<void*>(a))},
+      {DNNL_ARG_WEIGHTS, memory(entry->b_md, eng, const_cast<void*>(b))},
+      {DNNL_ARG_DST, memory(entry->out_md, eng, out)},
+      {DNNL_ARG_SCRATCHPAD, memory(entry->scratch_md, eng, scratch.data())}};
+  if (bias_dims) args.emplace(DNNL_ARG_BIAS, memory(entry->bias_md, eng, const_cast<void*>(bias)));
+  entry->prim.execute(stream, args);
+  stream.wait();
+  return true;
+}
+
+// Packs a logical operand (shape/strides in elements) into contiguous f32.
+std::vector<float> PackF32(const TensorView& view, uint32_t rank, const int64_t* shape,
+                           const int64_t* strides) {
+  isa::OperandDesc d = *view.desc;
+  d.rank = rank;
+  for (uint32_t i = 0; i < rank; ++i) {
+    d.shape[i] = shape[i];
+    d.strides[i] = strides[i];
+  }
+  std::vector<float> out(d.element_count());
+  TensorView v{view.data, &d};
+  GatherF32(v, out.data());
+  return out;
+}
+
+std::vector<int64_t> PackI64(const TensorView& view, uint32_t rank, const int64_t* shape,
+                             const int64_t* strides) {
+  int64_t count = 1;
+  for (uint32_t i = 0; i < rank; ++i) count *= shape[i];
+  std::vector<int64_t> out(count);
+  if (count == 0) return out;
+  const Layout l = MakeLayout(rank, shape, {strides});
+  const int64_t esize = static_cast<int64_t>(isa::DTypeSize(view.desc->dtype));
+  int64_t* p = out.data();
+  ForEachRun(l, 0, l.count, [&](const int64_t* off, int64_t n) {
+    LoadI64(view.desc->dtype, view.data + off[0] * esize, l.strides[0][l.rank - 1], n, p);
+    p += n;
+  });
+  return out;
+}
+
+// Offsets of batch index `bi` in a packed operand whose batch dims may be 1.
+int64_t BatchOffset(int64_t bi, const MatmulGeometry& g, const int64_t* out_shape,
+                    const int64_t* packed_shape, int64_t matrix) {
+  int64_t off = 0, scale = matrix;
+  for (int d = static_cast<int>(g.rank) - 3; d >= 0; --d) {
+    const int64_t i = bi % out_shape[d];
+    bi /= out_shape[d];
+    if (packed_shape[d] != 1) off += i * scale;
+    scale *= packed_shape[d];
+  }
+  return off;
+}
+
+TERN_VECTOR_CLONES
+void Axpy(float* y, float a, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+// C [batch, M, N] = alpha * A @ B on packed f32 (batch dims of A and B may
+// be 1), by oneDNN or by loops.
+void PackedMatmulF32(const MatmulGeometry& g, const int64_t* out_shape, const std::vector<float>& a,
+                     const std::vector<float>& b, std::vector<float>* c) {
+  const uint32_t r = g.rank;
+  if (OneDnnEnabled() && g.m > 0 && g.n > 0 && g.k > 0 && g.batch > 0) {
+    Dims ad(g.a_shape, g.a_shape + r), bd(g.b_shape, g.b_shape + r), cd(out_shape, out_shape + r);
+    auto dense = [](const Dims& dims) {
+      Dims s(dims.size());
+      int64_t v = 1;
+      for (int i = static_cast<int>(dims.size()) - 1; i >= 0; --i) {
+        s[i] = v;
+        v *= dims[i];
+      }
+      return s;
+    };
+    if (DnnlMatmul(ad, dense(ad), memory::data_type::f32, a.data(), bd, dense(bd), b.data(), cd,
+                   dense(cd), memory::data_type::f32, c->data(), g.alpha, 0.0f, nullptr, nullptr,
+                   memory::data_type::undef, nullptr)) {
+      return;
+    }
+  }
+  const int64_t am = g.m * g.k, bm = g.k * g.n;
+  ParallelFor(g.batch * g.m, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, g.n * g.k)),
+              [&](int64_t begin, int64_t end) {
+                std::vector<float> row(g.n);
+                for (int64_t item = begin; item < end; ++item) {
+                  const int64_t bi = item / g.m, i = item % g.m;
+                  const float* ap =
+                      a.data() + BatchOffset(bi, g, out_shape, g.a_shape, am) + i * g.k;
+                  const float* bp = b.data() + BatchOffset(bi, g, out_shape, g.b_shape, bm);
+                  std::fill(row.begin(), row.end(), 0.0f);
+                  for (int64_t kk = 0; kk < g.k; ++kk) Axpy(row.data(), ap[kk], bp + kk * g.n, g.n);
+                  float* cp = c->data() + item * g.n;
+                  for (int64_t j = 0; j < g.n; ++j) cp[j] = g.alpha * row[j];
+                }
+              });
+}
+
+// out = C + beta * out + bias, rounding once into out's dtype.
+void MatmulEpilogueF32(Operands ops, const MatmulGeometry& g, std::vector<float>& c) {
+  const isa::OperandDesc& out = *ops[0].desc;
+  if (g.beta != 0.0f) {
+    std::vector<float> old(c.size());
+    GatherF32(ops[0], old.data());
+    for (size_t i = 0; i < c.size(); ++i) c[i] += g.beta * old[i];
+  }
+  if (ops.size() > 3 && ops[3].desc->present() && ops[3].data) {
+    isa::OperandDesc bias = *ops[3].desc;
+    if (bias.rank == 1) {  // [N] broadcast over every row
+      const int64_t s = bias.strides[0];
+      bias.rank = out.rank;
+      bias.shape = out.shape;
+      bias.strides.fill(0);
+      bias.strides[out.rank - 1] = s;
+    }
+    std::vector<float> bv(c.size());
+    TensorView v{ops[3].data, &bias};
+    GatherF32(v, bv.data());
+    for (size_t i = 0; i < c.size(); ++i) c[i] += bv[i];
+  }
+  ScatterF32(ops[0], c.data());
+}
+
+Status MatmulInteger(Operands ops, const MatmulGeometry& g) {
+  const isa::OperandDesc& out = *ops[0].desc;
+  const uint32_t r = g.rank;
+  const std::vector<int64_t> a = PackI64(ops[1], r, g.a_shape, g.a_strides);
+  const std::vector<int64_t> b = PackI64(ops[2], r, g.b_shape, g.b_strides);
+  const int64_t count = out.element_count();
+  std::vector<int64_t> c(count, 0);
+  const auto wrap = [](uint64_t v) { return static_cast<int64_t>(v); };
+  const int64_t alpha = static_cast<int64_t>(g.alpha), beta = static_cast<int64_t>(g.beta);
+  const int64_t am = g.m * g.k, bm = g.k * g.n;
+  ParallelFor(
+      g.batch * g.m, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, g.n * g.k)),
+      [&](int64_t begin, int64_t end) {
+        for (int64_t item = begin; item < end; ++item) {
+          const int64_t bi = item / g.m, i = item % g.m;
+          const int64_t* ap =
+              a.data() + BatchOffset(bi, g, out.shape.data(), g.a_shape, am) + i * g.k;
+          const int64_t* bp = b.data() + BatchOffset(bi, g, out.shape.data(), g.b_shape, bm);
+          int64_t* cp = c.data() + item * g.n;
+          for (int64_t kk = 0; kk < g.k; ++kk) {
+            const uint64_t av = static_cast<uint64_t>(ap[kk]);
+            for (int64_t j = 0; j < g.n; ++j) {
+              cp[j] =
+                  wrap(static_cast<uint64_t>(cp[j]) + av * static_cast<uint64_t>(bp[kk * g.n + j]));
+            }
+          }
+          for (int64_t j = 0; j < g.n; ++j)
+            cp[j] = wrap(static_cast<uint64_t>(cp[j]) * static_cast<uint64_t>(alpha));
+        }
+      });
+  if (beta != 0) {
+    const std::vector<int64_t> old =
+        PackI64(ops[0], out.rank, out.shape.data(), out.strides.data());
+    for (int64_t i = 0; i < count; ++i) {
+      c[i] = wrap(static_cast<uint64_t>(c[i]) +
+                  static_cast<uint64_t>(beta) * static_cast<uint64_t>(old[i]));
+    }
+  }
+  if (ops.size() > 3 && ops[3].desc->present() && ops[3].data) {
+    isa::OperandDesc bias = *ops[3].desc;
+    if (bias.rank == 1) {
+      const int64_t s = bias.strides[0];
+      bias.rank = out.rank;
+      bias.shape = out.shape;
+      bias.strides.fill(0);
+      bias.strides[out.rank - 1] = s;
+    }
+    const std::vector<int64_t> bv =
+        PackI64(TensorView{ops[3].data, &bias}, bias.rank, bias.shape.data(), bias.strides.data());
+    for (int64_t i = 0; i < count; ++i)
+      c[i] = wrap(static_cast<uint64_t>(c[i]) + static_cast<uint64_t>(bv[i]));
+  }
+  const Layout l = MakeLayout(out.rank, out.shape.data(), {out.strides.data()});
+  const int64_t esize = static_cast<int64_t>(isa::DTypeSize(out.dtype));
+  const int64_t* p = c.data();
+  ForEachRun(l, 0, l.count, [&](const int64_t* off, int64_t n) {
+    StoreI64(out.dtype, ops[0].data + off[0] * esize, l.strides[0][l.rank - 1], n, p);
+    p += n;
+  });
+  return OkStatus();
+}
+
+}  // namespace
+
+Status RunMatmul(const driver::Instruction& ins, Operands ops) {
+  const isa::OperandDesc& out = *ops[0].desc;
+  const isa::OperandDesc& a = *ops[1].desc;
+  const MatmulGeometry g = MakeGeometry(ins, ops);
+  if (out.element_count() == 0) return OkStatus();
+  if (isa::IsInteger(a.dtype)) return MatmulInteger(ops, g);
+  const uint32_t r = g.rank;
+  const bool has_bias = ops.size() > 3 && ops[3].desc->present() && ops[3].data != nullptr;
+  try {
+    // Direct: oneDNN on the operands in place.
+    const bool native_types = (a.dtype == TERN_DTYPE_F32 && out.dtype == TERN_DTYPE_F32) ||
+                              (a.dtype == TERN_DTYPE_BF16 &&
+                               (out.dtype == TERN_DTYPE_BF16 || out.dtype == TERN_DTYPE_F32));
+    int64_t bias_stride = 0;
+    const bool bias_ok = !has_bias || (g.alpha == 1.0f && RowBias(*ops[3].desc, &bias_stride));
+    // Batch broadcasts are fine (they became size 1); within a matrix they are not.
+    const bool strides_ok = NoBroadcast(g.a_shape, g.a_strides, r - 2, r) &&
+                            NoBroadcast(g.b_shape, g.b_strides, r - 2, r);
+    if (OneDnnEnabled() && native_types && bias_ok && strides_ok && g.k > 0) {
+      Dims ad(g.a_shape, g.a_shape + r), bd(g.b_shape, g.b_shape + r),
+          od(out.shape.begin(), out.shape.begin() + r);
+      Dims bias_dims, bias_strides;
+      if (has_bias) {
+        bias_dims.assign(r, 1);
+        bias_dims[r - 1] = g.n;
+        bias_strides.assign(r, 1);
+        bias_strides[r - 1] = bias_stride;
+        bias_strides = SafeStrides(bias_dims.data(), bias_strides.data(), r);
+      }
+      if (DnnlMatmul(ad, SafeStrides(g.a_shape, g.a_strides, r), DnnlType(a.dtype), ops[1].data, bd,
+                     SafeStrides(g.b_shape, g.b_strides, r), ops[2].data, od,
+                     SafeStrides(out.shape.data(), out.strides.data(), r), DnnlType(out.dtype),
+                     ops[0].data, g.alpha, g.beta, has_bias ? &bias_dims : nullptr,
+                     has_bias ? &bias_strides : nullptr,
+                     DnnlType(ops[3 < ops.size() ? 3 : 0].desc->dtype),
+                     has_bias ? ops[3].data : nullptr)) {
+        return OkStatus();
+      }
+    }
+    // Packed: contiguous f32 copies (batch broadcasts kept as size 1), f32
+    // product, then beta/bias and one rounding into out.
+    const std::vector<float> pa = PackF32(ops[1], r, g.a_shape, g.a_strides);
+    const std::vector<float> pb = PackF32(ops[2], r, g.b_shape, g.b_strides);
+    std::vector<float> c(out.element_count());
+    PackedMatmulF32(g, out.shape.data(), pa, pb, &c);
+    MatmulEpilogueF32(ops, g, c);
+  } catch (const dnnl::error& e) {
+    return MakeStatus(TERN_ERROR_INTERNAL, "matmul: oneDNN failed: {} (status {})", e.what(),
+                      static_cast<int>(e.status));
+  }
+  return OkStatus();
+}
+
+// --- convolution ----------------------------------------------------------------
+
+namespace {
+
+struct ConvParams {
+  int64_t sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1, groups = 1;
+};
+
+ConvParams ConvParamsOf(const driver::Instruction& ins) {
+  ConvParams p;
+  if (ins.ints.size() == 7) {
+    p = {ins.ints[0], ins.ints[1], ins.ints[2], ins.ints[3], ins.ints[4], ins.ints[5], ins.ints[6]};
+  }
+  return p;
+}
+
+// Shapes: input [N, C, H, W], weight [O, C/G, KH, KW], out [N, O, OH, OW].
+struct ConvShape {
+  int64_t n, c, h, w, o, kh, kw, oh, ow;
+};
+
+ConvShape ShapeOf(const isa::OperandDesc& in, const isa::OperandDesc& wt,
+                  const isa::OperandDesc& out) {
+  return {in.shape[0], in.shape[1], in.shape[2],  in.shape[3], wt.shape[0],
+          wt.shape[2], wt.shape[3], out.shape[2], out.shape[3]};
+}
+
+// --- portable loops, on contiguous f32 buffers ---
+
+void ConvForwardLoops(const ConvShape& s, const ConvParams& p, const float* in, const float* wt,
+                      const float* bias, float* out) {
+  const int64_t cg = s.c / p.groups, og = s.o / p.groups;
+  ParallelFor(s.n * s.o, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t n = item / s.o, o = item % s.o, g = o / og;
+      for (int64_t y = 0; y < s.oh; ++y) {
+        for (int64_t x = 0; x < s.ow; ++x) {
+          double acc = bias ? bias[o] : 0.0;
+          for (int64_t c = 0; c < cg; ++c) {
+            for (int64_t ky = 0; ky < s.kh; ++ky) {
+              const int64_t iy = y * p.sh - p.ph + ky * p.dh;
+              if (iy < 0 || iy >= s.h) continue;
+              for (int64_t kx = 0; kx < s.kw; ++kx) {
+                const int64_t ix = x * p.sw - p.pw + kx * p.dw;
+                if (ix < 0 || ix >= s.w) continue;
+                acc += static_cast<double>(in[((n * s.c + g * cg + c) * s.h + iy) * s.w + ix]) *
+                       wt[((o * cg + c) * s.kh + ky) * s.kw + kx];
+              }
+            }
+          }
+          out[((n * s.o + o) * s.oh + y) * s.ow + x] = static_cast<float>(acc);
+        }
+      }
+    }
+  });
+}
+
+void ConvBackwardInputLoops(const ConvShape& s, const ConvParams& p, const float* go,
+                            const float* wt, float* gi) {
+  const int64_t cg = s.c / p.groups, og = s.o / p.groups;
+  std::fill(gi, gi + s.n * s.c * s.h * s.w, 0.0f);
+  // Each (n, group) owns its input channels: no two items write one element.
+  ParallelFor(s.n * p.groups, 1, [&](int64_t begin, int64_t end) {
+    std::vector<double> acc(cg * s.h * s.w);
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t n = item / p.groups, g = item % p.groups;
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (int64_t o = g * og; o < (g + 1) * og; ++o) {
+        for (int64_t y = 0; y < s.oh; ++y) {
+          for (int64_t x = 0; x < s.ow; ++x) {
+            const double gv = go[((n * s.o + o) * s.oh + y) * s.ow + x];
+            for (int64_t c = 0; c < cg; ++c) {
+              for (int64_t ky = 0; ky < s.kh; ++ky) {
+                const int64_t iy = y * p.sh - p.ph + ky * p.dh;
+                if (iy < 0 || iy >= s.h) continue;
+                for (int64_t kx = 0; kx < s.kw; ++kx) {
+                  const int64_t ix = x * p.sw - p.pw + kx * p.dw;
+                  if (ix < 0 || ix >= s.w) continue;
+                  acc[(c * s.h + iy) * s.w + ix] += gv * wt[((o * cg + c) * s.kh + ky) * s.kw + kx];
+                }
+              }
+            }
+          }
+        }
+      }
+      float* dst = gi + (n * s.c + g * cg) * s.h * s.w;
+      for (size_t i = 0; i < acc.size(); ++i) dst[i] = static_cast<float>(acc[i]);
+    }
+  });
+}
+
+void ConvBackwardWeightLoops(const ConvShape& s, const ConvParams& p, const float* go,
+                             const float* in, float* gw) {
+  const int64_t cg = s.c / p.groups, og = s.o / p.groups;
+  ParallelFor(s.o, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t o = begin; o < end; ++o) {
+      const int64_t g = o / og;
+      for (int64_t c = 0; c < cg; ++c) {
+        for (int64_t ky = 0; ky < s.kh; ++ky) {
+          for (int64_t kx = 0; kx < s.kw; ++kx) {
+            double acc = 0;
+            for (int64_t n = 0; n < s.n; ++n) {
+              for (int64_t y = 0; y < s.oh; ++y) {
+                const int64_t iy = y * p.sh - p.ph + ky * p.dh;
+                if (iy < 0 || iy >= s.h) continue;
+                for (int64_t x = 0; x < s.ow; ++x) {
+                  const int64_t ix = x * p.sw - p.pw + kx * p.dw;
+                  if (ix < 0 || ix >= s.w) continue;
+                  acc += static_cast<double>(go[((n * s.o + o) * s.oh + y) * s.ow + x]) *
+                         in[((n * s.c + g * cg + c) * s.h + iy) * s.w + ix];
+                }
+              }
+            }
+            gw[((o * cg + c) * s.kh + ky) * s.kw + kx] = static_cast<float>(acc);
+          }
+        }
+      }
+    }
+  });
+}
+
+// --- oneDNN ---
+
+enum class ConvKind { kForward, kBackwardInput, kBackwardWeight };
+
+struct ConvEntry {
+  bool ok = false;
+  dnnl::primitive prim;
+  // User (strided) descs, the primitive's descs, and reorders between them.
+  memory::desc user_md[3], prim_md[3], scratch_md;
+  bool reorder[3] = {};
+  dnnl::reorder to_prim[3], from_prim[3];
+  memory::desc bias_md;
+};
+
+PrimitiveCache<ConvEntry>& ConvCache() {
+  static auto* cache = new PrimitiveCache<ConvEntry>();
+  return *cache;
+}
+
+Dims ConvDims(const isa::OperandDesc& d) { return Dims(d.shape.begin(), d.shape.begin() + 4); }
+
+// Weight [O, C/G, KH, KW] as oneDNN wants it: [G, O/G, C/G, KH, KW] when grouped.
+void WeightDesc(const isa::OperandDesc& w, int64_t groups, Dims* dims, Dims* strides) {
+  if (groups == 1) {
+    *dims = ConvDims(w);
+    *strides = SafeStrides(w.shape.data(), w.strides.data(), 4);
+    return;
+  }
+  *dims = {groups, w.shape[0] / groups, w.shape[1], w.shape[2], w.shape[3]};
+  int64_t sh[5] = {groups, w.shape[0] / groups, w.shape[1], w.shape[2], w.shape[3]};
+  int64_t st[5] = {w.strides[0] * (w.shape[0] / groups), w.strides[0], w.strides[1], w.strides[2],
+                   w.strides[3]};
+  *strides = SafeStrides(sh, st, 5);
+}
+
+// Slots: 0 the "src" side (input or grad_input), 1 weight (or grad_weight),
+// 2 the "dst" side (out or grad_out). `data` in that order.
+bool DnnlConv(ConvKind kind, const ConvParams& p, const ConvShape& s,
+              const isa::OperandDesc* descs[3], uint8_t* data[3], const float* bias) {
+  const tern_dtype_t dt = descs[0]->dtype;
+  Dims md_dims[3], md_strides[3];
+  md_dims[0] = ConvDims(*descs[0]);
+  md_strides[0] = SafeStrides(descs[0]->shape.data(), descs[0]->strides.data(), 4);
+  WeightDesc(*descs[1], p.groups, &md_dims[1], &md_strides[1]);
+  md_dims[2] = ConvDims(*descs[2]);
+  md_strides[2] = SafeStrides(descs[2]->shape.data(), descs[2]->strides.data(), 4);
+  const Dims strides = {p.sh, p.sw}, dilates = {p.dh - 1, p.dw - 1}, pad_l = {p.ph, p.pw};
+  const Dims pad_r = {(s.oh - 1) * p.sh + (s.kh - 1) * p.dh + 1 - s.h - p.ph,
+                      (s.ow - 1) * p.sw + (s.kw - 1) * p.dw + 1 - s.w - p.pw};
+  std::string key = fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", static_cast<int>(kind),
+                                static_cast<int>(dt), DimsKey(md_dims[0]), DimsKey(md_strides[0]),
+                                DimsKey(md_dims[1]), DimsKey(md_strides[1]), DimsKey(md_dims[2]),
+                                DimsKey(md_strides[2]), DimsKey(strides) + DimsKey(dilates),
+                                DimsKey(pad_l) + DimsKey(pad_r), bias != nullptr);
+  std::shared_ptr<ConvEntry> entry = ConvCache().Find(key);
+  dnnl::engine& eng = Engine();
+  if (!entry) {
+    entry = std::make_shared<ConvEntry>();
+    try {
+      const memory::data_type t = DnnlType(dt);
+      memory::desc any[3];
+      for (int i = 0; i < 3; ++i) {
+        entry->user_md[i] = memory::desc(md_dims[i], t, md_strides[i]);
+        any[i] = memory::desc(md_dims[i], t, memory::format_tag::any);
+      }
+      if (bias) entry->bias_md = memory::desc({s.o}, memory::data_type::f32, memory::format_tag::a);
+      dnnl::primitive_attr attr;
+      attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+      const dnnl::prop_kind prop = kind == ConvKind::kForward ? dnnl::prop_kind::forward_inference
+                                                              : dnnl::prop_kind::forward_training;
+      dnnl::convolution_forward::desc fwd_desc =
+          bias ? dnnl::convolution_forward::desc(prop, dnnl::algorithm::convolution_direct, any[0],
+                                                 any[1], entry->bias_md, any[2], strides, dilates,
+                                                 pad_l, pad_r)
+               : dnnl::convolution_forward::desc(prop, dnnl::algorithm::convolution_direct, any[0],
+                                                 any[1], any[2], strides, dilates, pad_l, pad_r);
+      dnnl::convolution_forward::primitive_desc fwd_pd(fwd_desc, attr, eng);
+      std::string impl;
+      if (kind == ConvKind::kForward) {
+        impl = fwd_pd.impl_info_str();
+        entry->prim_md[0] = fwd_pd.src_desc();
+        entry->prim_md[1] = fwd_pd.weights_desc();
+        entry->prim_md[2] = fwd_pd.dst_desc();
+        entry->scratch_md = fwd_pd.scratchpad_desc();
+        entry->prim = dnnl::convolution_forward(fwd_pd);
+      } else if (kind == ConvKind::kBackwardInput) {
+        dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, any[0], any[1],
+                                                any[2], strides, dilates, pad_l, pad_r);
+        dnnl::convolution_backward_data::primitive_desc pd(d, attr, eng, fwd_pd);
+        impl = pd.impl_info_str();
+        entry->prim_md[0] = pd.diff_src_desc();
+        entry->prim_md[1] = pd.weights_desc();
+        entry->prim_md[2] = pd.diff_dst_desc();
+        entry->scratch_md = pd.scratchpad_desc();
+        entry->prim = dnnl::convolution_backward_data(pd);
+      } else {
+        dnnl::convolution_backward_weights::desc d(dnnl::algorithm::convolution_direct, any[0],
+                                                   any[1], any[2], strides, dilates, pad_l, pad_r);
+        dnnl::convolution_backward_weights::primitive_desc pd(d, attr, eng, fwd_pd);
+        impl = pd.impl_info_str();
+        entry->prim_md[0] = pd.src_desc();
+        entry->prim_md[1] = pd.diff_weights_desc();
+        entry->prim_md[2] = pd.diff_dst_desc();
+        entry->scratch_md = pd.scratchpad_desc();
+        entry->prim = dnnl::convolution_backward_weights(pd);
+      }
+      for (int i = 0; i < 3; ++i) {
+        entry->reorder[i] = entry->user_md[i] != entry->prim_md[i];
+        if (entry->reorder[i]) {
+          entry->to_prim[i] = dnnl::reorder(
+              dnnl::reorder::primitive_desc(eng, entry->user_md[i], eng, entry->prim_md[i]));
+          entry->from_prim[i] = dnnl::reorder(
+              dnnl::reorder::primitive_desc(eng, entry->prim_md[i], eng, entry->user_md[i]));
+        }
+      }
+      entry->ok = impl.rfind("ref", 0) != 0;
+    } catch (const dnnl::error&) {
+      entry->ok = false;
+    }
+    ConvCache().Insert(key, entry);
+  }
+  if (!entry->ok) return false;
+  dnnl::stream stream(eng);
+  // Which slot the primitive writes.
+  const int written = kind == ConvKind::kForward ? 2 : kind == ConvKind::kBackwardInput ? 0 : 1;
+  memory mem[3];
+  std::vector<std::vector<uint8_t>> staging(3);
+  for (int i = 0; i < 3; ++i) {
+    memory user(entry->user_md[i], eng, data[i]);
+    if (!entry->reorder[i]) {
+      mem[i] = user;
+      continue;
+    }
+    staging[i].resize(entry->prim_md[i].get_size());
+    mem[i] = memory(entry->prim_md[i], eng, staging[i].data());
+    if (i != written) entry->to_prim[i].execute(stream, user, mem[i]);
+  }
+  std::vector<uint8_t>& scratch = ThreadScratch(entry->scratch_md.get_size());
+  std::unordered_map<int, memory> args;
+  args.emplace(DNNL_ARG_SCRATCHPAD, memory(entry->scratch_md, eng, scratch.data()));
+  if (kind == ConvKind::kForward) {
+    args.emplace(DNNL_ARG_SRC, mem[0]);
+    args.emplace(DNNL_ARG_WEIGHTS, mem[1]);
+    args.emplace(DNNL_ARG_DST, mem[2]);
+    if (bias) args.emplace(DNNL_ARG_BIAS, memory(entry->bias_md, eng, const_cast<float*>(bias)));
+  } else if (kind == ConvKind::kBackwardInput) {
+    args.emplace(DNNL_ARG_DIFF_SRC, mem[0]);
+    args.emplace(DNNL_ARG_WEIGHTS, mem[1]);
+    args.emplace(DNNL_ARG_DIFF_DST, mem[2]);
+  } else {
+    args.emplace(DNNL_ARG_SRC, mem[0]);
+    args.emplace(DNNL_ARG_DIFF_WEIGHTS, mem[1]);
+    args.emplace(DNNL_ARG_DIFF_DST, mem[2]);
+  }
+  entry->prim.execute(stream, args);
+  if (entry->reorder[written]) {
+    memory user(entry->user_md[written], eng, data[written]);
+    entry->from_prim[written].execute(stream, mem[written], user);
+  }
+  stream.wait();
+  return true;
+}
+
+// Runs one convolution kind. slots: src side, weight side, dst side in ops.
+Status RunConv(ConvKind kind, const driver::Instruction& ins, Operands ops, int src_slot,
+               int wt_slot, int dst_slot) {
+  const ConvParams p = ConvParamsOf(ins);
+  const isa::OperandDesc* descs[3] = {ops[src_slot].desc, ops[wt_slot].desc, ops[dst_slot].desc};
+  const ConvShape s = ShapeOf(*descs[0], *descs[1], *descs[2]);
+  const int written = kind == ConvKind::kForward ? 2 : kind == ConvKind::kBackwardInput ? 0 : 1;
+  if (descs[written]->element_count() == 0) return OkStatus();
+  std::vector<float> bias;
+  if (kind == ConvKind::kForward && ops.size() > 3 && ops[3].desc->present() && ops[3].data) {
+    bias.resize(s.o);
+    GatherF32(ops[3], bias.data());
+  }
+  const bool nonempty = s.n > 0 && s.c > 0 && s.o > 0 && s.oh > 0 && s.ow > 0;
+  const tern_dtype_t dt = descs[0]->dtype;
+  try {
+    if (OneDnnEnabled() && nonempty) {
+      uint8_t* data[3] = {ops[src_slot].data, ops[wt_slot].data, ops[dst_slot].data};
+      bool strides_ok = true;
+      for (const isa::OperandDesc* d : descs)
+        strides_ok = strides_ok && NoBroadcast(d->shape.data(), d->strides.data(), 0, 4);
+      if (dt != TERN_DTYPE_F16 && strides_ok &&
+          DnnlConv(kind, p, s, descs, data, bias.empty() ? nullptr : bias.data())) {
+        return OkStatus();
+      }
+    }
+    // f32 copies of the two inputs; f32 result rounded once into the output.
+    std::vector<float> buf[3];
+    isa::OperandDesc dense[3];
+    for (int i = 0; i < 3; ++i) {
+      dense[i] = *descs[i];
+      dense[i].dtype = TERN_DTYPE_F32;
+      isa::SetContiguousStrides(&dense[i]);
+      buf[i].resize(descs[i]->element_count());
+      if (i != written)
+        GatherF32(ops[i == 0 ? src_slot : i == 1 ? wt_slot : dst_slot], buf[i].data());
+    }
+    bool done = false;
+    if (OneDnnEnabled() && nonempty) {
+      uint8_t* data[3] = {reinterpret_cast<uint8_t*>(buf[0].data()),
+                          reinterpret_cast<uint8_t*>(buf[1].data()),
+                          reinterpret_cast<uint8_t*>(buf[2].data())};
+      const isa::OperandDesc* dd[3] = {&dense[0], &dense[1], &dense[2]};
+      done = DnnlConv(kind, p, s, dd, data, bias.empty() ? nullptr : bias.data());
+    }
+    if (!done) {
+      switch (kind) {
+        case ConvKind::kForward:
+          ConvForwardLoops(s, p, buf[0].data(), buf[1].data(), bias.empty() ? nullptr : bias.data(),
+                           buf[2].data());
+          break;
+        case ConvKind::kBackwardInput:
+          ConvBackwardInputLoops(s, p, buf[2].data(), buf[1].data(), buf[0].data());
+          break;
+        case ConvKind::kBackwardWeight:
+          ConvBackwardWeightLoops(s, p, buf[2].data(), buf[0].data(), buf[1].data());
+          break;
+      }
+    }
+    ScatterF32(ops[written == 0   ? src_slot
+                   : written == 1 ? wt_slot
+                                  : dst_slot],
+               buf[written].data());
+  } catch (const dnnl::error& e) {
+    return MakeStatus(TERN_ERROR_INTERNAL, "{}: oneDNN failed: {} (status {})",
+                      isa::OpcodeName(ins.opcode), e.what(), static_cast<int>(e.status));
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+Status RunConv2d(const driver::Instruction& ins, Operands ops) {
+  // [out, input, weight, bias?]
+  return RunConv(ConvKind::kForward, ins, ops, 1, 2, 0);
+}
+
+Status RunConv2dBackwardInput(const driver::Instruction& ins, Operands ops) {
+  // [grad_input, grad_out, weight]
+  return RunConv(ConvKind::kBackwardInput, ins, ops, 0, 2, 1);
+}
+
+Status RunConv2dBackwardWeight(const driver::Instruction& ins, Operands ops) {
+  // [grad_weight, grad_out, input]
+  return RunConv(ConvKind::kBackwardWeight, ins, ops, 2, 0, 1);
+}
+
+}  // namespace kernels
+}  // namespace tern::sim

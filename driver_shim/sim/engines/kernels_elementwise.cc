@@ -1,0 +1,1004 @@
+// Elementwise kernels: copy, cast, fill, binary, where, unary (+ backward),
+// iota and random. Every operand is walked through a merged strided layout;
+// runs of the innermost dimension are processed in chunks through float (or
+// int64) buffers, and f32 operands that are contiguous are used in place, so
+// the common case is a plain loop over float arrays that the compiler
+// vectorises. Large tensors are split across threads.
+#include <fmt/format.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "sim/engines/kernels_internal.h"
+#include "sim/engines/numerics.h"
+
+namespace tern::sim::kernels {
+namespace {
+
+constexpr int64_t kChunk = 1024;
+
+struct Arg {
+  uint8_t* data;
+  tern_dtype_t dtype;
+  const int64_t* strides;
+};
+
+Arg ArgOf(const TensorView& view) {
+  return {view.data, view.desc->dtype, view.desc->strides.data()};
+}
+
+// Calls fn(out, inputs, n) on chunks of at most kChunk elements, T being
+// float or int64_t: inputs are loaded (converted) into T buffers unless they
+// are contiguous f32 (float domain), and out is stored from a T buffer
+// unless it is contiguous f32.
+template <typename T, typename Fn>
+void Elementwise(const isa::OperandDesc& shape, Arg out, std::initializer_list<Arg> inputs,
+                 Fn&& fn) {
+  const int nin = static_cast<int>(inputs.size());
+  Arg args[kMaxLayoutOperands];
+  const int64_t* strides[kMaxLayoutOperands];
+  args[0] = out;
+  int k = 1;
+  for (const Arg& a : inputs) args[k++] = a;
+  for (int i = 0; i <= nin; ++i) strides[i] = args[i].strides;
+  const Layout l =
+      MakeLayout(shape.rank, shape.shape.data(), std::span<const int64_t* const>(strides, nin + 1));
+  if (l.count == 0) return;
+  const int last = l.rank - 1;
+  int64_t esize[kMaxLayoutOperands];
+  for (int i = 0; i <= nin; ++i) esize[i] = static_cast<int64_t>(isa::DTypeSize(args[i].dtype));
+  ParallelFor(l.count, kParallelGrain, [&](int64_t begin, int64_t end) {
+    alignas(64) T buffers[kMaxLayoutOperands][kChunk];
+    ForEachRun(l, begin, end, [&](const int64_t* offsets, int64_t n) {
+      for (int64_t done = 0; done < n; done += kChunk) {
+        const int64_t m = std::min(kChunk, n - done);
+        const T* in[kMaxLayoutOperands];
+        for (int i = 1; i <= nin; ++i) {
+          const int64_t stride = l.strides[i][last];
+          const uint8_t* p = args[i].data + (offsets[i] + done * stride) * esize[i];
+          if constexpr (std::is_same_v<T, float>) {
+            if (args[i].dtype == TERN_DTYPE_F32 && stride == 1) {
+              in[i - 1] = reinterpret_cast<const float*>(p);
+              continue;
+            }
+            LoadF32(args[i].dtype, p, stride, m, buffers[i]);
+          } else {
+            LoadI64(args[i].dtype, p, stride, m, buffers[i]);
+          }
+          in[i - 1] = buffers[i];
+        }
+        const int64_t ostride = l.strides[0][last];
+        uint8_t* po = args[0].data + (offsets[0] + done * ostride) * esize[0];
+        if constexpr (std::is_same_v<T, float>) {
+          if (args[0].dtype == TERN_DTYPE_F32 && ostride == 1) {
+            fn(reinterpret_cast<float*>(po), in, m);
+            continue;
+          }
+          fn(buffers[0], in, m);
+          StoreF32(args[0].dtype, po, ostride, m, buffers[0]);
+        } else {
+          fn(buffers[0], in, m);
+          StoreI64(args[0].dtype, po, ostride, m, buffers[0]);
+        }
+      }
+    });
+  });
+}
+
+// --- copy, cast, fill ---------------------------------------------------------
+
+template <typename E>
+TERN_INLINE void CopyRun(uint8_t* dst, int64_t ds, const uint8_t* src, int64_t ss, int64_t n) {
+  E* d = reinterpret_cast<E*>(dst);
+  const E* s = reinterpret_cast<const E*>(src);
+  if (ss == 0) {
+    const E v = s[0];
+    for (int64_t i = 0; i < n; ++i) d[i * ds] = v;
+  } else {
+    for (int64_t i = 0; i < n; ++i) d[i * ds] = s[i * ss];
+  }
+}
+
+}  // namespace
+
+Status RunCopy(const driver::Instruction&, Operands ops) {
+  const isa::OperandDesc& dst = *ops[0].desc;
+  const isa::OperandDesc& src = *ops[1].desc;
+  const Layout l = MakeLayout(dst.rank, dst.shape.data(), {dst.strides.data(), src.strides.data()});
+  if (l.count == 0) return OkStatus();
+  const int64_t esize = static_cast<int64_t>(isa::DTypeSize(dst.dtype));
+  const int last = l.rank - 1;
+  ParallelFor(l.count, kParallelGrain, [&](int64_t begin, int64_t end) {
+    ForEachRun(l, begin, end, [&](const int64_t* off, int64_t n) {
+      uint8_t* d = ops[0].data + off[0] * esize;
+      const uint8_t* s = ops[1].data + off[1] * esize;
+      const int64_t ds = l.strides[0][last], ss = l.strides[1][last];
+      if (ds == 1 && ss == 1) {
+        std::memmove(d, s, n * esize);
+        return;
+      }
+      switch (esize) {
+        case 1:
+          return CopyRun<uint8_t>(d, ds, s, ss, n);
+        case 2:
+          return CopyRun<uint16_t>(d, ds, s, ss, n);
+        case 4:
+          return CopyRun<uint32_t>(d, ds, s, ss, n);
+        default:
+          return CopyRun<uint64_t>(d, ds, s, ss, n);
+      }
+    });
+  });
+  return OkStatus();
+}
+
+Status RunCast(const driver::Instruction&, Operands ops) {
+  const isa::OperandDesc& dst = *ops[0].desc;
+  const isa::OperandDesc& src = *ops[1].desc;
+  if (dst.dtype == src.dtype) {
+    driver::Instruction copy;
+    return RunCopy(copy, ops);
+  }
+  auto identity = [](auto* o, const auto* const* in, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) o[i] = in[0][i];
+  };
+  if (!isa::IsFloat(dst.dtype) && !isa::IsFloat(src.dtype)) {
+    Elementwise<int64_t>(dst, ArgOf(ops[0]), {ArgOf(ops[1])}, identity);
+  } else {
+    Elementwise<float>(dst, ArgOf(ops[0]), {ArgOf(ops[1])}, identity);
+  }
+  return OkStatus();
+}
+
+Status RunFill(const driver::Instruction& ins, Operands ops) {
+  const isa::OperandDesc& dst = *ops[0].desc;
+  uint64_t pattern = 0;
+  const size_t esize = isa::DTypeSize(dst.dtype);
+  if (isa::IsFloat(dst.dtype)) {
+    float v = static_cast<float>(ins.floats[0]);
+    if (dst.dtype == TERN_DTYPE_F32) {
+      std::memcpy(&pattern, &v, 4);
+    } else {
+      uint16_t h = dst.dtype == TERN_DTYPE_BF16 ? num::F32ToBf16(v) : num::F32ToF16(v);
+      // Round from the double directly would differ only in double-rounding
+      // corner cases; f32 first matches CAST.
+      std::memcpy(&pattern, &h, 2);
+    }
+  } else {
+    int64_t v = ins.ints[0];
+    switch (dst.dtype) {
+      case TERN_DTYPE_I8:
+      case TERN_DTYPE_BOOL: {
+        int8_t b = static_cast<int8_t>(v);
+        std::memcpy(&pattern, &b, 1);
+        break;
+      }
+      case TERN_DTYPE_I32: {
+        int32_t w = static_cast<int32_t>(v);
+        std::memcpy(&pattern, &w, 4);
+        break;
+      }
+      default:
+        std::memcpy(&pattern, &v, 8);
+        break;
+    }
+  }
+  const Layout l = MakeLayout(dst.rank, dst.shape.data(), {dst.strides.data()});
+  if (l.count == 0) return OkStatus();
+  const int last = l.rank - 1;
+  ParallelFor(l.count, kParallelGrain, [&](int64_t begin, int64_t end) {
+    ForEachRun(l, begin, end, [&](const int64_t* off, int64_t n) {
+      uint8_t* d = ops[0].data + off[0] * static_cast<int64_t>(esize);
+      const int64_t s = l.strides[0][last];
+      switch (esize) {
+        case 1: {
+          uint8_t v = static_cast<uint8_t>(pattern);
+          if (s == 1) {
+            std::memset(d, v, n);
+          } else {
+            for (int64_t i = 0; i < n; ++i) d[i * s] = v;
+          }
+          break;
+        }
+        case 2: {
+          uint16_t v = static_cast<uint16_t>(pattern);
+          uint16_t* p = reinterpret_cast<uint16_t*>(d);
+          for (int64_t i = 0; i < n; ++i) p[i * s] = v;
+          break;
+        }
+        case 4: {
+          uint32_t v = static_cast<uint32_t>(pattern);
+          uint32_t* p = reinterpret_cast<uint32_t*>(d);
+          for (int64_t i = 0; i < n; ++i) p[i * s] = v;
+          break;
+        }
+        default: {
+          uint64_t* p = reinterpret_cast<uint64_t*>(d);
+          for (int64_t i = 0; i < n; ++i) p[i * s] = pattern;
+          break;
+        }
+      }
+    });
+  });
+  return OkStatus();
+}
+
+// --- binary -------------------------------------------------------------------
+
+namespace {
+
+TERN_INLINE float FloorDivide(float a, float b) {
+  if (b == 0.0f) return a / b;
+  float mod = std::fmod(a, b);
+  float div = (a - mod) / b;
+  if (mod != 0.0f && ((b < 0.0f) != (mod < 0.0f))) div -= 1.0f;
+  float floordiv;
+  if (div != 0.0f) {
+    floordiv = std::floor(div);
+    if (div - floordiv > 0.5f) floordiv += 1.0f;
+  } else {
+    floordiv = std::copysign(0.0f, a / b);
+  }
+  return floordiv;
+}
+
+TERN_INLINE float Remainder(float a, float b) {
+  float m = std::fmod(a, b);
+  if (m != 0.0f && ((b < 0.0f) != (m < 0.0f))) m += b;
+  return m;
+}
+
+TERN_INLINE float MaxNan(float a, float b) { return a != a ? a : (b != b ? b : (a > b ? a : b)); }
+TERN_INLINE float MinNan(float a, float b) { return a != a ? a : (b != b ? b : (a < b ? a : b)); }
+
+#define TERN_LOOP2(expr)            \
+  for (int64_t i = 0; i < n; ++i) { \
+    const float x = a[i], y = b[i]; \
+    o[i] = (expr);                  \
+  }                                 \
+  return
+
+TERN_VECTOR_CLONES
+void BinaryF32(int64_t fn, float* o, const float* a, const float* b, int64_t n) {
+  switch (fn) {
+    case TERN_BINARY_ADD:
+      TERN_LOOP2(x + y);
+    case TERN_BINARY_SUB:
+      TERN_LOOP2(x - y);
+    case TERN_BINARY_MUL:
+      TERN_LOOP2(x * y);
+    case TERN_BINARY_DIV:
+      TERN_LOOP2(x / y);
+    case TERN_BINARY_POW:
+      TERN_LOOP2(y == 2.0f ? x * x : std::pow(x, y));
+    case TERN_BINARY_MAX:
+      TERN_LOOP2(MaxNan(x, y));
+    case TERN_BINARY_MIN:
+      TERN_LOOP2(MinNan(x, y));
+    case TERN_BINARY_EQ:
+      TERN_LOOP2(x == y ? 1.0f : 0.0f);
+    case TERN_BINARY_NE:
+      TERN_LOOP2(x != y ? 1.0f : 0.0f);
+    case TERN_BINARY_LT:
+      TERN_LOOP2(x < y ? 1.0f : 0.0f);
+    case TERN_BINARY_LE:
+      TERN_LOOP2(x <= y ? 1.0f : 0.0f);
+    case TERN_BINARY_GT:
+      TERN_LOOP2(x > y ? 1.0f : 0.0f);
+    case TERN_BINARY_GE:
+      TERN_LOOP2(x >= y ? 1.0f : 0.0f);
+    case TERN_BINARY_LOGICAL_AND:
+      TERN_LOOP2((x != 0.0f && y != 0.0f) ? 1.0f : 0.0f);
+    case TERN_BINARY_LOGICAL_OR:
+      TERN_LOOP2((x != 0.0f || y != 0.0f) ? 1.0f : 0.0f);
+    case TERN_BINARY_LOGICAL_XOR:
+      TERN_LOOP2(((x != 0.0f) != (y != 0.0f)) ? 1.0f : 0.0f);
+    case TERN_BINARY_REMAINDER:
+      TERN_LOOP2(Remainder(x, y));
+    case TERN_BINARY_FMOD:
+      TERN_LOOP2(std::fmod(x, y));
+    case TERN_BINARY_ATAN2:
+      TERN_LOOP2(std::atan2(x, y));
+    case TERN_BINARY_FLOOR_DIVIDE:
+      TERN_LOOP2(FloorDivide(x, y));
+    case TERN_BINARY_COPYSIGN:
+      TERN_LOOP2(std::copysign(x, y));
+    default:
+      return;
+  }
+}
+#undef TERN_LOOP2
+
+TERN_INLINE int64_t WrapAdd(int64_t a, int64_t b) {
+  return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
+}
+TERN_INLINE int64_t WrapSub(int64_t a, int64_t b) {
+  return static_cast<int64_t>(static_cast<uint64_t>(a) - static_cast<uint64_t>(b));
+}
+TERN_INLINE int64_t WrapMul(int64_t a, int64_t b) {
+  return static_cast<int64_t>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b));
+}
+
+int64_t IntPow(int64_t base, int64_t exp) {
+  if (exp < 0) {
+    if (base == 1) return 1;
+    if (base == -1) return (exp & 1) ? -1 : 1;
+    return 0;
+  }
+  uint64_t result = 1, b = static_cast<uint64_t>(base);
+  while (exp) {
+    if (exp & 1) result *= b;
+    b *= b;
+    exp >>= 1;
+  }
+  return static_cast<int64_t>(result);
+}
+
+// Integer division family; b == 0 sets *zero and yields 0.
+TERN_INLINE int64_t IntFloorDiv(int64_t a, int64_t b) {
+  if (b == -1) return WrapSub(0, a);
+  int64_t q = a / b;
+  if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
+  return q;
+}
+TERN_INLINE int64_t IntRemainder(int64_t a, int64_t b) {
+  if (b == -1) return 0;
+  int64_t r = a % b;
+  if (r != 0 && ((r < 0) != (b < 0))) r += b;
+  return r;
+}
+TERN_INLINE int64_t IntFmod(int64_t a, int64_t b) { return b == -1 ? 0 : a % b; }
+
+#define TERN_LOOP2(expr)              \
+  for (int64_t i = 0; i < n; ++i) {   \
+    const int64_t x = a[i], y = b[i]; \
+    o[i] = (expr);                    \
+  }                                   \
+  return
+
+// Returns false when a divisor was zero (those elements are left 0).
+void BinaryI64(int64_t fn, int64_t* o, const int64_t* a, const int64_t* b, int64_t n, bool* zero) {
+  switch (fn) {
+    case TERN_BINARY_ADD:
+      TERN_LOOP2(WrapAdd(x, y));
+    case TERN_BINARY_SUB:
+      TERN_LOOP2(WrapSub(x, y));
+    case TERN_BINARY_MUL:
+      TERN_LOOP2(WrapMul(x, y));
+    case TERN_BINARY_POW:
+      TERN_LOOP2(IntPow(x, y));
+    case TERN_BINARY_MAX:
+      TERN_LOOP2(x > y ? x : y);
+    case TERN_BINARY_MIN:
+      TERN_LOOP2(x < y ? x : y);
+    case TERN_BINARY_EQ:
+      TERN_LOOP2(x == y);
+    case TERN_BINARY_NE:
+      TERN_LOOP2(x != y);
+    case TERN_BINARY_LT:
+      TERN_LOOP2(x < y);
+    case TERN_BINARY_LE:
+      TERN_LOOP2(x <= y);
+    case TERN_BINARY_GT:
+      TERN_LOOP2(x > y);
+    case TERN_BINARY_GE:
+      TERN_LOOP2(x >= y);
+    case TERN_BINARY_LOGICAL_AND:
+      TERN_LOOP2(x != 0 && y != 0);
+    case TERN_BINARY_LOGICAL_OR:
+      TERN_LOOP2(x != 0 || y != 0);
+    case TERN_BINARY_LOGICAL_XOR:
+      TERN_LOOP2((x != 0) != (y != 0));
+    case TERN_BINARY_BITWISE_AND:
+      TERN_LOOP2(x & y);
+    case TERN_BINARY_BITWISE_OR:
+      TERN_LOOP2(x | y);
+    case TERN_BINARY_BITWISE_XOR:
+      TERN_LOOP2(x ^ y);
+    case TERN_BINARY_REMAINDER:
+    case TERN_BINARY_FMOD:
+    case TERN_BINARY_FLOOR_DIVIDE:
+      for (int64_t i = 0; i < n; ++i) {
+        if (b[i] == 0) {
+          *zero = true;
+          o[i] = 0;
+          continue;
+        }
+        o[i] = fn == TERN_BINARY_REMAINDER ? IntRemainder(a[i], b[i])
+               : fn == TERN_BINARY_FMOD    ? IntFmod(a[i], b[i])
+                                           : IntFloorDiv(a[i], b[i]);
+      }
+      return;
+    default:
+      return;
+  }
+}
+#undef TERN_LOOP2
+
+// The first element (row-major) of `view` that is zero, as an index string.
+std::string FirstZero(const TensorView& view) {
+  const isa::OperandDesc& d = *view.desc;
+  const int64_t count = d.element_count();
+  std::array<int64_t, TERN_MAX_RANK> index{};
+  for (int64_t i = 0; i < count; ++i) {
+    int64_t rest = i, offset = 0;
+    for (int k = static_cast<int>(d.rank) - 1; k >= 0; --k) {
+      index[k] = rest % d.shape[k];
+      rest /= d.shape[k];
+      offset += index[k] * d.strides[k];
+    }
+    if (LoadOneI64(d.dtype, At(view, offset)) == 0) return IndexString(index.data(), d.rank);
+  }
+  return "?";
+}
+
+}  // namespace
+
+Status RunBinary(const driver::Instruction& ins, Operands ops) {
+  const int64_t fn = ins.ints[0];
+  const isa::OperandDesc& out = *ops[0].desc;
+  if (isa::IsFloat(ops[1].desc->dtype)) {
+    Elementwise<float>(
+        out, ArgOf(ops[0]), {ArgOf(ops[1]), ArgOf(ops[2])},
+        [fn](float* o, const float* const* in, int64_t n) { BinaryF32(fn, o, in[0], in[1], n); });
+    return OkStatus();
+  }
+  std::atomic<bool> zero{false};
+  Elementwise<int64_t>(out, ArgOf(ops[0]), {ArgOf(ops[1]), ArgOf(ops[2])},
+                       [fn, &zero](int64_t* o, const int64_t* const* in, int64_t n) {
+                         bool z = false;
+                         BinaryI64(fn, o, in[0], in[1], n, &z);
+                         if (z) zero.store(true, std::memory_order_relaxed);
+                       });
+  if (zero.load()) {
+    return MakeStatus(TERN_ERROR_EXECUTION_FAILED,
+                      "binary {}: integer division by zero: b is 0 at position {}",
+                      isa::BinaryFnName(fn), FirstZero(ops[2]));
+  }
+  return OkStatus();
+}
+
+Status RunWhere(const driver::Instruction&, Operands ops) {
+  const isa::OperandDesc& out = *ops[0].desc;
+  auto select = [](auto* o, const auto* const* in, int64_t n) {
+    const auto* c = in[0];
+    const auto* a = in[1];
+    const auto* b = in[2];
+    for (int64_t i = 0; i < n; ++i) o[i] = c[i] != 0 ? a[i] : b[i];
+  };
+  if (isa::IsFloat(out.dtype)) {
+    Elementwise<float>(out, ArgOf(ops[0]), {ArgOf(ops[1]), ArgOf(ops[2]), ArgOf(ops[3])}, select);
+  } else {
+    Elementwise<int64_t>(out, ArgOf(ops[0]), {ArgOf(ops[1]), ArgOf(ops[2]), ArgOf(ops[3])}, select);
+  }
+  return OkStatus();
+}
+
+// --- unary --------------------------------------------------------------------
+
+namespace {
+
+struct UnaryParams {
+  float p0 = 0, p1 = 0;
+};
+
+UnaryParams ParamsOf(int64_t fn, const std::vector<double>& f) {
+  UnaryParams p;
+  auto get = [&](size_t i, double def) { return static_cast<float>(i < f.size() ? f[i] : def); };
+  switch (fn) {
+    case TERN_UNARY_LEAKY_RELU:
+      p.p0 = get(0, 0.01);
+      break;
+    case TERN_UNARY_ELU:
+      p.p0 = get(0, 1.0);
+      break;
+    case TERN_UNARY_SOFTPLUS:
+      p.p0 = get(0, 1.0);
+      p.p1 = get(1, 20.0);
+      break;
+    default:
+      p.p0 = get(0, 0.0);
+      p.p1 = get(1, 0.0);
+      break;
+  }
+  return p;
+}
+
+constexpr float kLn2 = 0.69314718055994530942f;
+constexpr float kTwoOverSqrtPi = 1.12837916709551257390f;
+constexpr float kInvSqrt2Pi = 0.39894228040143267794f;
+
+TERN_INLINE float Relu6Over6(float x) {
+  float v = x + 3.0f;
+  v = v < 0.0f ? 0.0f : v;
+  v = v > 6.0f ? 6.0f : v;
+  return v / 6.0f;
+}
+
+TERN_INLINE float Mish(float x) { return x * num::Tanh(num::Softplus(x, 1.0f, 20.0f)); }
+
+#define TERN_LOOP1(expr)            \
+  for (int64_t i = 0; i < n; ++i) { \
+    const float x = in[i];          \
+    o[i] = (expr);                  \
+  }                                 \
+  return
+
+TERN_VECTOR_CLONES
+void UnaryF32(int64_t fn, UnaryParams p, float* o, const float* in, int64_t n) {
+  const float p0 = p.p0, p1 = p.p1;
+  switch (fn) {
+    case TERN_UNARY_NEG:
+      TERN_LOOP1(-x);
+    case TERN_UNARY_ABS:
+      TERN_LOOP1(std::fabs(x));
+    case TERN_UNARY_EXP:
+      TERN_LOOP1(num::Exp(x));
+    case TERN_UNARY_LOG:
+      TERN_LOOP1(std::log(x));
+    case TERN_UNARY_SQRT:
+      TERN_LOOP1(std::sqrt(x));
+    case TERN_UNARY_RSQRT:
+      TERN_LOOP1(1.0f / std::sqrt(x));
+    case TERN_UNARY_SIN:
+      TERN_LOOP1(std::sin(x));
+    case TERN_UNARY_COS:
+      TERN_LOOP1(std::cos(x));
+    case TERN_UNARY_TANH:
+      TERN_LOOP1(num::Tanh(x));
+    case TERN_UNARY_SIGMOID:
+      TERN_LOOP1(num::Sigmoid(x));
+    case TERN_UNARY_RELU:
+      TERN_LOOP1(x < 0.0f ? 0.0f : x);
+    case TERN_UNARY_GELU:
+      TERN_LOOP1(num::Gelu(x));
+    case TERN_UNARY_GELU_TANH:
+      TERN_LOOP1(num::GeluTanh(x));
+    case TERN_UNARY_SILU:
+      TERN_LOOP1(num::Silu(x));
+    case TERN_UNARY_ERF:
+      TERN_LOOP1(std::erf(x));
+    case TERN_UNARY_FLOOR:
+      TERN_LOOP1(std::floor(x));
+    case TERN_UNARY_CEIL:
+      TERN_LOOP1(std::ceil(x));
+    case TERN_UNARY_ROUND:
+      TERN_LOOP1(std::nearbyint(x));
+    case TERN_UNARY_TRUNC:
+      TERN_LOOP1(std::trunc(x));
+    case TERN_UNARY_SIGN:
+      TERN_LOOP1((x > 0.0f ? 1.0f : 0.0f) - (x < 0.0f ? 1.0f : 0.0f));
+    case TERN_UNARY_RECIPROCAL:
+      TERN_LOOP1(1.0f / x);
+    case TERN_UNARY_LOGICAL_NOT:
+      TERN_LOOP1(x == 0.0f ? 1.0f : 0.0f);
+    case TERN_UNARY_EXPM1:
+      TERN_LOOP1(std::expm1(x));
+    case TERN_UNARY_LOG1P:
+      TERN_LOOP1(std::log1p(x));
+    case TERN_UNARY_SQUARE:
+      TERN_LOOP1(x * x);
+    case TERN_UNARY_LEAKY_RELU:
+      TERN_LOOP1(x > 0.0f ? x : x * p0);
+    case TERN_UNARY_ELU:
+      TERN_LOOP1(x > 0.0f ? x : p0 * std::expm1(x));
+    case TERN_UNARY_POW_SCALAR:
+      if (p0 == 2.0f) {
+        TERN_LOOP1(x * x);
+      }
+      if (p0 == 1.0f) {
+        TERN_LOOP1(x);
+      }
+      TERN_LOOP1(std::pow(x, p0));
+    case TERN_UNARY_CLAMP: {
+      TERN_LOOP1((x < p0 ? p0 : x) > p1 ? p1 : (x < p0 ? p0 : x));
+    }
+    case TERN_UNARY_AFFINE:
+      TERN_LOOP1(p0 * x + p1);
+    case TERN_UNARY_SOFTPLUS:
+      TERN_LOOP1(num::Softplus(x, p0, p1));
+    case TERN_UNARY_ISNAN:
+      TERN_LOOP1(x != x ? 1.0f : 0.0f);
+    case TERN_UNARY_LOG2:
+      TERN_LOOP1(std::log2(x));
+    case TERN_UNARY_EXP2:
+      TERN_LOOP1(std::exp2(x));
+    case TERN_UNARY_TAN:
+      TERN_LOOP1(std::tan(x));
+    case TERN_UNARY_ASIN:
+      TERN_LOOP1(std::asin(x));
+    case TERN_UNARY_ACOS:
+      TERN_LOOP1(std::acos(x));
+    case TERN_UNARY_ATAN:
+      TERN_LOOP1(std::atan(x));
+    case TERN_UNARY_SINH:
+      TERN_LOOP1(std::sinh(x));
+    case TERN_UNARY_COSH:
+      TERN_LOOP1(std::cosh(x));
+    case TERN_UNARY_HARDSIGMOID:
+      TERN_LOOP1(Relu6Over6(x));
+    case TERN_UNARY_HARDSWISH:
+      TERN_LOOP1(x * Relu6Over6(x));
+    case TERN_UNARY_MISH:
+      TERN_LOOP1(Mish(x));
+    default:
+      return;
+  }
+}
+#undef TERN_LOOP1
+
+#define TERN_LOOP1(expr)            \
+  for (int64_t i = 0; i < n; ++i) { \
+    const int64_t x = in[i];        \
+    (void)x;                        \
+    o[i] = (expr);                  \
+  }                                 \
+  return
+
+void UnaryI64(int64_t fn, UnaryParams p, const std::vector<double>& floats, bool is_bool,
+              int64_t* o, const int64_t* in, int64_t n) {
+  (void)p;
+  switch (fn) {
+    case TERN_UNARY_NEG:
+      TERN_LOOP1(WrapSub(0, x));
+    case TERN_UNARY_ABS:
+      TERN_LOOP1(x < 0 ? WrapSub(0, x) : x);
+    case TERN_UNARY_RELU:
+      TERN_LOOP1(x < 0 ? 0 : x);
+    case TERN_UNARY_FLOOR:
+    case TERN_UNARY_CEIL:
+    case TERN_UNARY_ROUND:
+    case TERN_UNARY_TRUNC:
+      TERN_LOOP1(x);
+    case TERN_UNARY_SIGN:
+      TERN_LOOP1((x > 0) - (x < 0));
+    case TERN_UNARY_SQUARE:
+      TERN_LOOP1(WrapMul(x, x));
+    case TERN_UNARY_LOGICAL_NOT:
+      TERN_LOOP1(x == 0);
+    case TERN_UNARY_ISNAN:
+      TERN_LOOP1(0);
+    case TERN_UNARY_BITWISE_NOT:
+      if (is_bool) {
+        TERN_LOOP1(x == 0);
+      }
+      TERN_LOOP1(~x);
+    case TERN_UNARY_CLAMP: {
+      // Integer bounds: ceil(min), floor(max), saturated to int64.
+      auto bound = [](double v, bool lower) -> int64_t {
+        double r = lower ? std::ceil(v) : std::floor(v);
+        if (r <= -9223372036854775808.0) return std::numeric_limits<int64_t>::min();
+        if (r >= 9223372036854775808.0) return std::numeric_limits<int64_t>::max();
+        return static_cast<int64_t>(r);
+      };
+      const int64_t lo = bound(floats[0], true), hi = bound(floats[1], false);
+      TERN_LOOP1((x < lo ? lo : x) > hi ? hi : (x < lo ? lo : x));
+    }
+    default:
+      return;
+  }
+}
+#undef TERN_LOOP1
+
+// d/dx of each function, times the incoming gradient g.
+#define TERN_LOOP1(expr)            \
+  for (int64_t i = 0; i < n; ++i) { \
+    const float x = in[i];          \
+    const float g = go[i];          \
+    (void)x;                        \
+    o[i] = (expr);                  \
+  }                                 \
+  return
+
+TERN_INLINE float GeluGrad(float x) {
+  float cdf = 0.5f * num::Erfc(-x * num::kSqrt1_2);
+  float pdf = kInvSqrt2Pi * num::Exp(-0.5f * x * x);
+  return cdf + x * pdf;
+}
+
+TERN_INLINE float GeluTanhGrad(float x) {
+  const float k = num::kSqrt2OverPi, c = 0.044715f;
+  float u = k * (x + c * x * x * x);
+  float t = num::Tanh(u);
+  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * k * (1.0f + 3.0f * c * x * x);
+}
+
+TERN_INLINE float SiluGrad(float x) {
+  float s = num::Sigmoid(x);
+  return s * (1.0f + x * (1.0f - s));
+}
+
+TERN_INLINE float MishGrad(float x) {
+  float sp = num::Softplus(x, 1.0f, 20.0f);
+  float t = num::Tanh(sp);
+  return t + x * num::Sigmoid(x) * (1.0f - t * t);
+}
+
+TERN_VECTOR_CLONES
+void UnaryBackwardF32(int64_t fn, UnaryParams p, float* o, const float* go, const float* in,
+                      int64_t n) {
+  const float p0 = p.p0, p1 = p.p1;
+  switch (fn) {
+    case TERN_UNARY_NEG:
+      TERN_LOOP1(-g);
+    case TERN_UNARY_ABS:
+      TERN_LOOP1(x > 0.0f ? g : (x < 0.0f ? -g : 0.0f));
+    case TERN_UNARY_EXP:
+    case TERN_UNARY_EXPM1:
+      TERN_LOOP1(g * num::Exp(x));
+    case TERN_UNARY_LOG:
+      TERN_LOOP1(g / x);
+    case TERN_UNARY_SQRT:
+      TERN_LOOP1(g / (2.0f * std::sqrt(x)));
+    case TERN_UNARY_RSQRT:
+      TERN_LOOP1(-0.5f * g / (x * std::sqrt(x)));
+    case TERN_UNARY_SIN:
+      TERN_LOOP1(g * std::cos(x));
+    case TERN_UNARY_COS:
+      TERN_LOOP1(-g * std::sin(x));
+    case TERN_UNARY_TANH:
+      TERN_LOOP1(g * (1.0f - num::Tanh(x) * num::Tanh(x)));
+    case TERN_UNARY_SIGMOID:
+      TERN_LOOP1(g * num::Sigmoid(x) * (1.0f - num::Sigmoid(x)));
+    case TERN_UNARY_RELU:
+      TERN_LOOP1(x > 0.0f ? g : 0.0f);
+    case TERN_UNARY_GELU:
+      TERN_LOOP1(g * GeluGrad(x));
+    case TERN_UNARY_GELU_TANH:
+      TERN_LOOP1(g * GeluTanhGrad(x));
+    case TERN_UNARY_SILU:
+      TERN_LOOP1(g * SiluGrad(x));
+    case TERN_UNARY_ERF:
+      TERN_LOOP1(g * kTwoOverSqrtPi * num::Exp(-x * x));
+    case TERN_UNARY_FLOOR:
+    case TERN_UNARY_CEIL:
+    case TERN_UNARY_ROUND:
+    case TERN_UNARY_TRUNC:
+    case TERN_UNARY_SIGN:
+      for (int64_t i = 0; i < n; ++i) o[i] = 0.0f;
+      return;
+    case TERN_UNARY_RECIPROCAL:
+      TERN_LOOP1(-g / (x * x));
+    case TERN_UNARY_LOG1P:
+      TERN_LOOP1(g / (1.0f + x));
+    case TERN_UNARY_SQUARE:
+      TERN_LOOP1(2.0f * x * g);
+    case TERN_UNARY_LEAKY_RELU:
+      TERN_LOOP1(x > 0.0f ? g : g * p0);
+    case TERN_UNARY_ELU:
+      TERN_LOOP1(x > 0.0f ? g : g * p0 * num::Exp(x));
+    case TERN_UNARY_POW_SCALAR:
+      if (p0 == 0.0f) {
+        for (int64_t i = 0; i < n; ++i) o[i] = 0.0f;
+        return;
+      }
+      TERN_LOOP1(g * p0 * std::pow(x, p0 - 1.0f));
+    case TERN_UNARY_CLAMP:
+      TERN_LOOP1((x >= p0 && x <= p1) ? g : 0.0f);
+    case TERN_UNARY_AFFINE:
+      TERN_LOOP1(g * p0);
+    case TERN_UNARY_SOFTPLUS:
+      TERN_LOOP1(x * p0 > p1 ? g : g * num::Sigmoid(x * p0));
+    case TERN_UNARY_LOG2:
+      TERN_LOOP1(g / (x * kLn2));
+    case TERN_UNARY_EXP2:
+      TERN_LOOP1(g * std::exp2(x) * kLn2);
+    case TERN_UNARY_TAN:
+      TERN_LOOP1(g * (1.0f + std::tan(x) * std::tan(x)));
+    case TERN_UNARY_ASIN:
+      TERN_LOOP1(g / std::sqrt(1.0f - x * x));
+    case TERN_UNARY_ACOS:
+      TERN_LOOP1(-g / std::sqrt(1.0f - x * x));
+    case TERN_UNARY_ATAN:
+      TERN_LOOP1(g / (1.0f + x * x));
+    case TERN_UNARY_SINH:
+      TERN_LOOP1(g * std::cosh(x));
+    case TERN_UNARY_COSH:
+      TERN_LOOP1(g * std::sinh(x));
+    case TERN_UNARY_HARDSIGMOID:
+      TERN_LOOP1((x > -3.0f && x < 3.0f) ? g / 6.0f : 0.0f);
+    case TERN_UNARY_HARDSWISH:
+      TERN_LOOP1(x < -3.0f ? 0.0f : (x <= 3.0f ? g * (x / 3.0f + 0.5f) : g));
+    case TERN_UNARY_MISH:
+      TERN_LOOP1(g * MishGrad(x));
+    default:
+      return;
+  }
+}
+#undef TERN_LOOP1
+
+}  // namespace
+
+Status RunUnary(const driver::Instruction& ins, Operands ops) {
+  const int64_t fn = ins.ints[0];
+  const UnaryParams p = ParamsOf(fn, ins.floats);
+  const isa::OperandDesc& out = *ops[0].desc;
+  const tern_dtype_t in_dtype = ops[1].desc->dtype;
+  if (isa::IsFloat(in_dtype)) {
+    Elementwise<float>(
+        out, ArgOf(ops[0]), {ArgOf(ops[1])},
+        [fn, p](float* o, const float* const* in, int64_t n) { UnaryF32(fn, p, o, in[0], n); });
+    return OkStatus();
+  }
+  const bool is_bool = in_dtype == TERN_DTYPE_BOOL;
+  const std::vector<double>& floats = ins.floats;
+  Elementwise<int64_t>(out, ArgOf(ops[0]), {ArgOf(ops[1])},
+                       [&, fn, p](int64_t* o, const int64_t* const* in, int64_t n) {
+                         UnaryI64(fn, p, floats, is_bool, o, in[0], n);
+                       });
+  return OkStatus();
+}
+
+Status RunUnaryBackward(const driver::Instruction& ins, Operands ops) {
+  const int64_t fn = ins.ints[0];
+  const UnaryParams p = ParamsOf(fn, ins.floats);
+  Elementwise<float>(*ops[0].desc, ArgOf(ops[0]), {ArgOf(ops[1]), ArgOf(ops[2])},
+                     [fn, p](float* o, const float* const* in, int64_t n) {
+                       UnaryBackwardF32(fn, p, o, in[0], in[1], n);
+                     });
+  return OkStatus();
+}
+
+// --- iota and random ----------------------------------------------------------
+
+Status RunIota(const driver::Instruction& ins, Operands ops) {
+  const isa::OperandDesc& out = *ops[0].desc;
+  const int64_t rank = out.rank;
+  const int64_t axis = rank == 0 ? 0 : (ins.ints[0] < 0 ? ins.ints[0] + rank : ins.ints[0]);
+  const double start = ins.floats.size() > 0 ? ins.floats[0] : 0.0;
+  const double step = ins.floats.size() > 1 ? ins.floats[1] : 1.0;
+  int64_t inner = 1;
+  for (int64_t d = axis + 1; d < rank; ++d) inner *= out.shape[d];
+  const int64_t size = rank == 0 ? 1 : out.shape[axis];
+  const Layout l = MakeLayout(out.rank, out.shape.data(), {out.strides.data()});
+  if (l.count == 0) return OkStatus();
+  const bool integer = isa::IsInteger(out.dtype);
+  const int64_t istart = integer ? static_cast<int64_t>(start) : 0;
+  const int64_t istep = integer ? static_cast<int64_t>(step) : 0;
+  const int64_t esize = static_cast<int64_t>(isa::DTypeSize(out.dtype));
+  ParallelFor(l.count, kParallelGrain, [&](int64_t begin, int64_t end) {
+    int64_t pos = begin;
+    alignas(64) float fbuf[kChunk];
+    alignas(64) int64_t ibuf[kChunk];
+    ForEachRun(l, begin, end, [&](const int64_t* off, int64_t n) {
+      const int64_t stride = l.strides[0][l.rank - 1];
+      for (int64_t done = 0; done < n; done += kChunk) {
+        const int64_t m = std::min(kChunk, n - done);
+        uint8_t* p = ops[0].data + (off[0] + done * stride) * esize;
+        for (int64_t i = 0; i < m; ++i) {
+          const int64_t coord = ((pos + i) / inner) % size;
+          if (integer) {
+            ibuf[i] = WrapAdd(istart, WrapMul(coord, istep));
+          } else {
+            fbuf[i] = static_cast<float>(start + static_cast<double>(coord) * step);
+          }
+        }
+        if (integer) {
+          StoreI64(out.dtype, p, stride, m, ibuf);
+        } else {
+          StoreF32(out.dtype, p, stride, m, fbuf);
+        }
+        pos += m;
+      }
+    });
+  });
+  return OkStatus();
+}
+
+namespace {
+
+// v rounded to `dtype` (a float dtype), as a float.
+float RoundTo(tern_dtype_t dtype, float v) {
+  switch (dtype) {
+    case TERN_DTYPE_BF16:
+      return num::Bf16ToF32(num::F32ToBf16(v));
+    case TERN_DTYPE_F16:
+      return num::F16ToF32(num::F32ToF16(v));
+    default:
+      return v;
+  }
+}
+
+// The largest value of `dtype` below v (v representable in dtype).
+float NextDown(tern_dtype_t dtype, float v) {
+  if (dtype == TERN_DTYPE_F32) return std::nextafter(v, -INFINITY);
+  uint16_t bits = dtype == TERN_DTYPE_BF16 ? num::F32ToBf16(v) : num::F32ToF16(v);
+  if (v > 0.0f) {
+    --bits;
+  } else if (v == 0.0f) {
+    bits = 0x8001;
+  } else {
+    ++bits;
+  }
+  return dtype == TERN_DTYPE_BF16 ? num::Bf16ToF32(bits) : num::F16ToF32(bits);
+}
+
+}  // namespace
+
+Status RunRandom(const driver::Instruction& ins, Operands ops) {
+  const isa::OperandDesc& out = *ops[0].desc;
+  const int64_t fn = ins.ints[0];
+  const uint64_t seed = static_cast<uint64_t>(ins.ints[1]);
+  const uint64_t offset = static_cast<uint64_t>(ins.ints[2]);
+  const auto& f = ins.floats;
+  const Layout l = MakeLayout(out.rank, out.shape.data(), {out.strides.data()});
+  if (l.count == 0) return OkStatus();
+  const int64_t esize = static_cast<int64_t>(isa::DTypeSize(out.dtype));
+  const bool integer = isa::IsInteger(out.dtype) && fn == TERN_RANDOM_UNIFORM;
+  double a = 0, b = 1;  // uniform [low, high), normal (mean, std), bernoulli p
+  if (fn == TERN_RANDOM_BERNOULLI) {
+    a = f.empty() ? 0.5 : f[0];
+  } else {
+    a = f.size() > 0 ? f[0] : 0.0;
+    b = f.size() > 1 ? f[1] : 1.0;
+  }
+  // Uniform: the largest value of the dtype below high, for results that
+  // round up to high.
+  float below_high = 0;
+  if (fn == TERN_RANDOM_UNIFORM && !integer) {
+    float h = RoundTo(out.dtype, static_cast<float>(b));
+    while (h >= b) h = NextDown(out.dtype, h);
+    below_high = std::max(h, RoundTo(out.dtype, static_cast<float>(a)));
+  }
+  ParallelFor(l.count, kParallelGrain, [&](int64_t begin, int64_t end) {
+    int64_t pos = begin;
+    alignas(64) float fbuf[kChunk];
+    alignas(64) int64_t ibuf[kChunk];
+    uint64_t cached = ~uint64_t{0};
+    num::Philox4 block{};
+    ForEachRun(l, begin, end, [&](const int64_t* off, int64_t n) {
+      const int64_t stride = l.strides[0][l.rank - 1];
+      for (int64_t done = 0; done < n; done += kChunk) {
+        const int64_t m = std::min(kChunk, n - done);
+        uint8_t* p = ops[0].data + (off[0] + done * stride) * esize;
+        for (int64_t i = 0; i < m; ++i) {
+          const uint64_t e = static_cast<uint64_t>(pos + i);
+          if (e / 4 != cached) {
+            cached = e / 4;
+            block = num::RandomBlock(seed, offset, cached);
+          }
+          const int lane = static_cast<int>(e % 4);
+          const uint32_t w = block.v[lane];
+          switch (fn) {
+            case TERN_RANDOM_UNIFORM:
+              if (integer) {
+                const uint64_t range = static_cast<uint64_t>(b - a);
+                ibuf[i] = static_cast<int64_t>(a) +
+                          static_cast<int64_t>((static_cast<uint64_t>(w) * range) >> 32);
+              } else {
+                float v = static_cast<float>(a + (b - a) * static_cast<double>(num::Uniform01(w)));
+                v = RoundTo(out.dtype, v);
+                fbuf[i] = v >= b ? below_high : v;
+              }
+              break;
+            case TERN_RANDOM_NORMAL: {
+              // Box-Muller on the lane pair (0,1) or (2,3) of the block.
+              const int pair = lane & ~1;
+              const double u1 = (static_cast<double>(block.v[pair] >> 8) + 1.0) * 0x1.0p-24;
+              const double u2 = static_cast<double>(block.v[pair + 1] >> 8) * 0x1.0p-24;
+              const double r = std::sqrt(-2.0 * std::log(u1));
+              const double angle = 6.283185307179586477 * u2;
+              const double z = (lane & 1) ? r * std::sin(angle) : r * std::cos(angle);
+              fbuf[i] = static_cast<float>(a + b * z);
+              break;
+            }
+            default:
+              fbuf[i] = num::Uniform01(w) < a ? 1.0f : 0.0f;
+              break;
+          }
+        }
+        if (integer) {
+          StoreI64(out.dtype, p, stride, m, ibuf);
+        } else {
+          StoreF32(out.dtype, p, stride, m, fbuf);
+        }
+        pos += m;
+      }
+    });
+  });
+  return OkStatus();
+}
+
+}  // namespace tern::sim::kernels

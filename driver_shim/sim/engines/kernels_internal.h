@@ -1,0 +1,177 @@
+// Internals shared by the kernel files: the CPU thread split, strided
+// layouts, typed loads and stores through float / int64 buffers, and one
+// entry point per opcode family.
+#ifndef TERN_DRIVER_SHIM_SIM_ENGINES_KERNELS_INTERNAL_H_
+#define TERN_DRIVER_SHIM_SIM_ENGINES_KERNELS_INTERNAL_H_
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <initializer_list>
+#include <span>
+#include <string>
+
+#include "sim/engines/kernels.h"
+
+// Hot loops are compiled for AVX-512, AVX2 and baseline x86-64 and picked at
+// load time, so the library stays portable and still uses the wide units.
+#if defined(__x86_64__) && !defined(__clang__)
+#define TERN_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define TERN_VECTOR_CLONES
+#endif
+
+namespace tern::sim::kernels {
+
+using Operands = std::span<const TensorView>;
+
+// --- threads ----------------------------------------------------------------
+
+// Elementwise work below this many elements runs on the calling thread.
+inline constexpr int64_t kParallelGrain = 32 * 1024;
+
+#if defined(__SANITIZE_THREAD__)
+// libgomp is not instrumented: ThreadSanitizer would report its internals.
+inline constexpr bool kUseThreads = false;
+#else
+inline constexpr bool kUseThreads = true;
+#endif
+
+// Splits [0, n) into one contiguous range per thread, each of at least
+// `grain` items, and calls fn(begin, end) on each (on the calling thread
+// when the work is small). Results never depend on the split.
+template <typename Fn>
+void ParallelFor(int64_t n, int64_t grain, Fn&& fn) {
+  if (n <= 0) return;
+  int threads = 1;
+  if (kUseThreads && n >= 2 * grain && !omp_in_parallel()) {
+    threads =
+        static_cast<int>(std::min<int64_t>(omp_get_max_threads(), n / std::max<int64_t>(grain, 1)));
+  }
+  if (threads <= 1) {
+    fn(int64_t{0}, n);
+    return;
+  }
+#pragma omp parallel num_threads(threads)
+  {
+    const int64_t t = omp_get_thread_num(), count = omp_get_num_threads();
+    const int64_t begin = n * t / count, end = n * (t + 1) / count;
+    if (begin < end) fn(begin, end);
+  }
+}
+
+// --- strided layouts ----------------------------------------------------------
+
+inline constexpr int kMaxLayoutOperands = 5;
+
+// Several operands walked together over one logical shape: dimensions of
+// size 1 are dropped and neighbours that are contiguous in every operand
+// are merged. Always rank >= 1 (a scalar is [1]).
+struct Layout {
+  int rank = 1;
+  int operands = 0;
+  int64_t count = 1;  // logical elements
+  int64_t shape[TERN_MAX_RANK] = {1};
+  int64_t strides[kMaxLayoutOperands][TERN_MAX_RANK] = {};
+};
+
+Layout MakeLayout(uint32_t rank, const int64_t* shape, std::span<const int64_t* const> strides);
+inline Layout MakeLayout(uint32_t rank, const int64_t* shape,
+                         std::initializer_list<const int64_t*> strides) {
+  return MakeLayout(rank, shape, std::span<const int64_t* const>(strides.begin(), strides.size()));
+}
+
+// Calls fn(offsets, n) for each run of the innermost dimension within the
+// logical elements [begin, end) (row-major order): offsets[i] is operand i's
+// element offset at the run start; the run's elements follow at
+// layout.strides[i][rank - 1].
+template <typename Fn>
+void ForEachRun(const Layout& layout, int64_t begin, int64_t end, Fn&& fn) {
+  const int rank = layout.rank;
+  const int ops = layout.operands;
+  int64_t index[TERN_MAX_RANK] = {};
+  int64_t offsets[kMaxLayoutOperands] = {};
+  int64_t rest = begin;
+  for (int d = rank - 1; d >= 0; --d) {
+    index[d] = rest % layout.shape[d];
+    rest /= layout.shape[d];
+    for (int o = 0; o < ops; ++o) offsets[o] += index[d] * layout.strides[o][d];
+  }
+  int64_t pos = begin;
+  const int last = rank - 1;
+  while (pos < end) {
+    const int64_t n = std::min(layout.shape[last] - index[last], end - pos);
+    fn(static_cast<const int64_t*>(offsets), n);
+    pos += n;
+    if (pos >= end) break;
+    index[last] += n;
+    for (int o = 0; o < ops; ++o) offsets[o] += n * layout.strides[o][last];
+    for (int d = last; d > 0 && index[d] == layout.shape[d]; --d) {
+      index[d] = 0;
+      ++index[d - 1];
+      for (int o = 0; o < ops; ++o) {
+        offsets[o] += layout.strides[o][d - 1] - layout.shape[d] * layout.strides[o][d];
+      }
+    }
+  }
+}
+
+// --- typed loads and stores -------------------------------------------------
+
+// n elements at p, `stride` elements apart (0 repeats one), to or from a
+// contiguous buffer. Float stores round to nearest even; float to integer
+// truncates toward zero, saturates, and maps NaN to 0; to bool is != 0.
+void LoadF32(tern_dtype_t dtype, const uint8_t* p, int64_t stride, int64_t n, float* out);
+void StoreF32(tern_dtype_t dtype, uint8_t* p, int64_t stride, int64_t n, const float* in);
+// Integer and bool dtypes (floats convert as above). Integer stores wrap.
+void LoadI64(tern_dtype_t dtype, const uint8_t* p, int64_t stride, int64_t n, int64_t* out);
+void StoreI64(tern_dtype_t dtype, uint8_t* p, int64_t stride, int64_t n, const int64_t* in);
+
+double LoadOneF64(tern_dtype_t dtype, const uint8_t* p);
+int64_t LoadOneI64(tern_dtype_t dtype, const uint8_t* p);
+
+inline uint8_t* At(const TensorView& view, int64_t element_offset) {
+  return view.data + element_offset * static_cast<int64_t>(isa::DTypeSize(view.desc->dtype));
+}
+
+// Copies a strided operand into a contiguous f32 buffer and back.
+void GatherF32(const TensorView& view, float* out);
+void ScatterF32(const TensorView& view, const float* in);
+
+// Formats "[1, 2, 3]".
+std::string IndexString(const int64_t* index, uint32_t rank);
+
+// --- opcode families ----------------------------------------------------------
+
+Status RunCopy(const driver::Instruction& ins, Operands ops);
+Status RunCast(const driver::Instruction& ins, Operands ops);
+Status RunFill(const driver::Instruction& ins, Operands ops);
+Status RunBinary(const driver::Instruction& ins, Operands ops);
+Status RunWhere(const driver::Instruction& ins, Operands ops);
+Status RunUnary(const driver::Instruction& ins, Operands ops);
+Status RunUnaryBackward(const driver::Instruction& ins, Operands ops);
+Status RunIota(const driver::Instruction& ins, Operands ops);
+Status RunRandom(const driver::Instruction& ins, Operands ops);
+
+Status RunReduce(const driver::Instruction& ins, Operands ops);
+Status RunSoftmax(const driver::Instruction& ins, Operands ops);
+Status RunSoftmaxBackward(const driver::Instruction& ins, Operands ops);
+Status RunLayerNorm(const driver::Instruction& ins, Operands ops);
+Status RunLayerNormBackward(const driver::Instruction& ins, Operands ops);
+Status RunRmsNorm(const driver::Instruction& ins, Operands ops);
+Status RunRmsNormBackward(const driver::Instruction& ins, Operands ops);
+
+Status RunGather(const driver::Instruction& ins, Operands ops);
+Status RunScatterAdd(const driver::Instruction& ins, Operands ops);
+Status RunTakeAlongAxis(const driver::Instruction& ins, Operands ops);
+Status RunScatterAddAlongAxis(const driver::Instruction& ins, Operands ops);
+
+Status RunMatmul(const driver::Instruction& ins, Operands ops);
+Status RunConv2d(const driver::Instruction& ins, Operands ops);
+Status RunConv2dBackwardInput(const driver::Instruction& ins, Operands ops);
+Status RunConv2dBackwardWeight(const driver::Instruction& ins, Operands ops);
+
+}  // namespace tern::sim::kernels
+
+#endif  // TERN_DRIVER_SHIM_SIM_ENGINES_KERNELS_INTERNAL_H_

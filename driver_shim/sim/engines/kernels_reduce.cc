@@ -1,0 +1,731 @@
+// Reductions, softmax and the normalisations. Rows are independent, so the
+// work is split over rows (or output elements); within a row the order of
+// accumulation is fixed, so results never depend on the thread count.
+// Sums of float data accumulate in double.
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "sim/engines/kernels_internal.h"
+#include "sim/engines/numerics.h"
+
+namespace tern::sim::kernels {
+namespace {
+
+constexpr int64_t kChunk = 1024;
+
+// Sum of n floats in double with eight interleaved partial sums (a fixed
+// order: deterministic, and the compiler vectorises it).
+TERN_VECTOR_CLONES
+double SumF32(const float* x, int64_t n) {
+  double acc[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int j = 0; j < 8; ++j) acc[j] += x[i + j];
+  }
+  for (int j = 0; i < n; ++i, ++j) acc[j] += x[i];
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+TERN_VECTOR_CLONES
+double DotF32(const float* x, const float* y, int64_t n) {
+  double acc[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int j = 0; j < 8; ++j) acc[j] += static_cast<double>(x[i + j]) * y[i + j];
+  }
+  for (int j = 0; i < n; ++i, ++j) acc[j] += static_cast<double>(x[i]) * y[i];
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+TERN_INLINE float MaxNan(float a, float b) { return a != a ? a : (b != b ? b : (a > b ? a : b)); }
+
+// --- reduce -------------------------------------------------------------------
+
+// The running state of one output element. T is float (float dtypes) or
+// int64_t (integer and bool dtypes).
+template <typename T, int Fn>
+struct State {
+  static constexpr bool kWide =
+      std::is_same_v<T, float> &&
+      (Fn == TERN_REDUCE_SUM || Fn == TERN_REDUCE_MEAN || Fn == TERN_REDUCE_PROD);
+  using Acc = std::conditional_t<kWide, double, T>;
+  Acc acc;
+  int64_t index;
+
+  TERN_INLINE void Init() {
+    index = 0;
+    switch (Fn) {
+      case TERN_REDUCE_SUM:
+      case TERN_REDUCE_MEAN:
+      case TERN_REDUCE_ANY:
+        acc = 0;
+        break;
+      case TERN_REDUCE_PROD:
+      case TERN_REDUCE_ALL:
+        acc = 1;
+        break;
+      case TERN_REDUCE_MAX:
+      case TERN_REDUCE_ARGMAX:
+        acc = std::is_same_v<T, float> ? static_cast<Acc>(-INFINITY)
+                                       : static_cast<Acc>(std::numeric_limits<int64_t>::min());
+        break;
+      default:  // MIN, ARGMIN
+        acc = std::is_same_v<T, float> ? static_cast<Acc>(INFINITY)
+                                       : static_cast<Acc>(std::numeric_limits<int64_t>::max());
+        break;
+    }
+  }
+
+  static TERN_INLINE bool IsNan(Acc v) {
+    if constexpr (std::is_same_v<Acc, int64_t>) {
+      return false;
+    } else {
+      return v != v;
+    }
+  }
+
+  TERN_INLINE void Update(T v, int64_t r) {
+    if constexpr (Fn == TERN_REDUCE_SUM || Fn == TERN_REDUCE_MEAN) {
+      if constexpr (kWide) {
+        acc += v;
+      } else {
+        acc = static_cast<int64_t>(static_cast<uint64_t>(acc) + static_cast<uint64_t>(v));
+      }
+    } else if constexpr (Fn == TERN_REDUCE_PROD) {
+      if constexpr (kWide) {
+        acc *= v;
+      } else {
+        acc = static_cast<int64_t>(static_cast<uint64_t>(acc) * static_cast<uint64_t>(v));
+      }
+    } else if constexpr (Fn == TERN_REDUCE_MAX) {
+      acc = IsNan(acc) ? acc : (IsNan(v) || v > acc ? v : acc);
+    } else if constexpr (Fn == TERN_REDUCE_MIN) {
+      acc = IsNan(acc) ? acc : (IsNan(v) || v < acc ? v : acc);
+    } else if constexpr (Fn == TERN_REDUCE_ARGMAX) {
+      if (!IsNan(acc) && (v > acc || IsNan(v))) acc = v, index = r;
+    } else if constexpr (Fn == TERN_REDUCE_ARGMIN) {
+      if (!IsNan(acc) && (v < acc || IsNan(v))) acc = v, index = r;
+    } else if constexpr (Fn == TERN_REDUCE_ANY) {
+      acc = (acc != 0 || v != 0) ? 1 : 0;
+    } else {
+      acc = (acc != 0 && v != 0) ? 1 : 0;
+    }
+  }
+
+  // Merges the state of a later block.
+  TERN_INLINE void Combine(const State& o) {
+    if constexpr (Fn == TERN_REDUCE_ARGMAX || Fn == TERN_REDUCE_ARGMIN) {
+      if (!IsNan(acc) && ((Fn == TERN_REDUCE_ARGMAX ? o.acc > acc : o.acc < acc) || IsNan(o.acc))) {
+        acc = o.acc, index = o.index;
+      }
+    } else if constexpr (Fn == TERN_REDUCE_SUM || Fn == TERN_REDUCE_MEAN ||
+                         Fn == TERN_REDUCE_PROD) {
+      if constexpr (kWide) {
+        if constexpr (Fn == TERN_REDUCE_PROD) {
+          acc *= o.acc;
+        } else {
+          acc += o.acc;
+        }
+      } else if constexpr (Fn == TERN_REDUCE_PROD) {
+        acc = static_cast<int64_t>(static_cast<uint64_t>(acc) * static_cast<uint64_t>(o.acc));
+      } else {
+        acc = static_cast<int64_t>(static_cast<uint64_t>(acc) + static_cast<uint64_t>(o.acc));
+      }
+    } else {
+      Update(static_cast<T>(o.acc), 0);
+    }
+  }
+};
+
+struct ReduceGeometry {
+  // Kept dimensions (output elements) and reduced dimensions, in in's order.
+  uint32_t kept_rank = 0, red_rank = 0;
+  int64_t kept_shape[TERN_MAX_RANK], kept_in[TERN_MAX_RANK], kept_out[TERN_MAX_RANK];
+  int64_t red_shape[TERN_MAX_RANK], red_in[TERN_MAX_RANK];
+  int64_t outputs = 1, reduced = 1;
+};
+
+// In and out element offsets of output element o.
+TERN_INLINE void KeptOffsets(const ReduceGeometry& g, int64_t o, uint32_t rank, int64_t* in_off,
+                             int64_t* out_off) {
+  int64_t a = 0, b = 0;
+  for (int d = static_cast<int>(rank) - 1; d >= 0; --d) {
+    const int64_t i = o % g.kept_shape[d];
+    o /= g.kept_shape[d];
+    a += i * g.kept_in[d];
+    b += i * g.kept_out[d];
+  }
+  *in_off = a;
+  *out_off = b;
+}
+
+template <typename T>
+TERN_INLINE void LoadT(tern_dtype_t dtype, const uint8_t* p, int64_t stride, int64_t n, T* out) {
+  if constexpr (std::is_same_v<T, float>) {
+    LoadF32(dtype, p, stride, n, out);
+  } else {
+    LoadI64(dtype, p, stride, n, out);
+  }
+}
+
+// Writes the final value of state s to the output element at p.
+template <typename T, int Fn>
+TERN_INLINE void Finish(const State<T, Fn>& s, int64_t reduced, tern_dtype_t dtype, uint8_t* p) {
+  if constexpr (Fn == TERN_REDUCE_ARGMAX || Fn == TERN_REDUCE_ARGMIN) {
+    StoreI64(dtype, p, 1, 1, &s.index);
+  } else if constexpr (std::is_same_v<T, float>) {
+    double v = static_cast<double>(s.acc);
+    if (Fn == TERN_REDUCE_MEAN) v = v / static_cast<double>(reduced);
+    float f = static_cast<float>(v);
+    StoreF32(dtype, p, 1, 1, &f);
+  } else {
+    int64_t v = s.acc;
+    StoreI64(dtype, p, 1, 1, &v);
+  }
+}
+
+template <typename T, int Fn>
+void ReduceImpl(const ReduceGeometry& g, const TensorView& in, const TensorView& out) {
+  const tern_dtype_t idt = in.desc->dtype, odt = out.desc->dtype;
+  const int64_t isz = static_cast<int64_t>(isa::DTypeSize(idt)),
+                osz = static_cast<int64_t>(isa::DTypeSize(odt));
+  const Layout red = MakeLayout(g.red_rank, g.red_shape, {g.red_in});
+  const int64_t red_stride = red.strides[0][red.rank - 1];
+
+  // Accumulates logical reduced elements [rb, re) at in offset `base`.
+  auto accumulate = [&](State<T, Fn>& s, int64_t base, int64_t rb, int64_t re, T* buf) {
+    int64_t r = rb;
+    ForEachRun(red, rb, re, [&](const int64_t* off, int64_t n) {
+      for (int64_t done = 0; done < n; done += kChunk) {
+        const int64_t m = std::min(kChunk, n - done);
+        LoadT<T>(idt, in.data + (base + off[0] + done * red_stride) * isz, red_stride, m, buf);
+        for (int64_t i = 0; i < m; ++i) s.Update(buf[i], r + i);
+        r += m;
+      }
+    });
+  };
+
+  const int threads = kUseThreads ? omp_get_max_threads() : 1;
+  constexpr int64_t kBlock = 64 * 1024;
+
+  // Column path: the innermost kept dimension is contiguous in `in` and the
+  // reduction runs across it (e.g. summing [N, D] over N): accumulate tiles of
+  // output elements side by side, in the same order per element.
+  const bool column =
+      g.kept_rank > 0 && g.kept_in[g.kept_rank - 1] == 1 && red_stride != 1 && g.reduced > 1;
+  if (column) {
+    const int64_t inner = g.kept_shape[g.kept_rank - 1];
+    const int64_t inner_out = g.kept_out[g.kept_rank - 1];
+    constexpr int64_t kTile = 256;
+    const int64_t tiles = (inner + kTile - 1) / kTile;
+    const int64_t outer = g.outputs / inner;
+    const int64_t items = outer * tiles;
+    const int64_t grain =
+        std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, kTile * g.reduced));
+    ParallelFor(items, grain, [&](int64_t begin, int64_t end) {
+      State<T, Fn> states[kTile];
+      alignas(64) T buf[kTile];
+      for (int64_t item = begin; item < end; ++item) {
+        const int64_t o = item / tiles, t = item % tiles;
+        const int64_t j0 = t * kTile, m = std::min(kTile, inner - j0);
+        int64_t in_off = 0, out_off = 0;
+        KeptOffsets(g, o, g.kept_rank - 1, &in_off, &out_off);
+        in_off += j0;
+        out_off += j0 * inner_out;
+        for (int64_t j = 0; j < m; ++j) states[j].Init();
+        int64_t r = 0;
+        ForEachRun(red, 0, g.reduced, [&](const int64_t* off, int64_t n) {
+          for (int64_t k = 0; k < n; ++k, ++r) {
+            LoadT<T>(idt, in.data + (in_off + off[0] + k * red_stride) * isz, 1, m, buf);
+            for (int64_t j = 0; j < m; ++j) states[j].Update(buf[j], r);
+          }
+        });
+        for (int64_t j = 0; j < m; ++j)
+          Finish(states[j], g.reduced, odt, out.data + (out_off + j * inner_out) * osz);
+      }
+    });
+    return;
+  }
+
+  // Few outputs, long reductions: fixed blocks of the reduction in parallel,
+  // combined in order.
+  if (g.outputs < 2 * threads && g.reduced >= 2 * kBlock) {
+    const int64_t blocks = (g.reduced + kBlock - 1) / kBlock;
+    std::vector<State<T, Fn>> partial(g.outputs * blocks);
+    ParallelFor(g.outputs * blocks, 1, [&](int64_t begin, int64_t end) {
+      std::vector<T> buf(kChunk);
+      for (int64_t item = begin; item < end; ++item) {
+        const int64_t o = item / blocks, b = item % blocks;
+        int64_t in_off = 0, out_off = 0;
+        KeptOffsets(g, o, g.kept_rank, &in_off, &out_off);
+        State<T, Fn>& s = partial[item];
+        s.Init();
+        accumulate(s, in_off, b * kBlock, std::min(g.reduced, (b + 1) * kBlock), buf.data());
+      }
+    });
+    for (int64_t o = 0; o < g.outputs; ++o) {
+      State<T, Fn> s = partial[o * blocks];
+      for (int64_t b = 1; b < blocks; ++b) s.Combine(partial[o * blocks + b]);
+      int64_t in_off = 0, out_off = 0;
+      KeptOffsets(g, o, g.kept_rank, &in_off, &out_off);
+      Finish(s, g.reduced, odt, out.data + out_off * osz);
+    }
+    return;
+  }
+
+  const int64_t grain = std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, g.reduced));
+  ParallelFor(g.outputs, grain, [&](int64_t begin, int64_t end) {
+    std::vector<T> buf(kChunk);
+    for (int64_t o = begin; o < end; ++o) {
+      int64_t in_off = 0, out_off = 0;
+      KeptOffsets(g, o, g.kept_rank, &in_off, &out_off);
+      State<T, Fn> s;
+      s.Init();
+      if (g.reduced > 0) accumulate(s, in_off, 0, g.reduced, buf.data());
+      Finish(s, g.reduced, odt, out.data + out_off * osz);
+    }
+  });
+}
+
+template <typename T>
+void ReduceDispatch(int64_t fn, const ReduceGeometry& g, const TensorView& in,
+                    const TensorView& out) {
+  switch (fn) {
+    case TERN_REDUCE_SUM:
+      return ReduceImpl<T, TERN_REDUCE_SUM>(g, in, out);
+    case TERN_REDUCE_MEAN:
+      return ReduceImpl<T, TERN_REDUCE_MEAN>(g, in, out);
+    case TERN_REDUCE_MAX:
+      return ReduceImpl<T, TERN_REDUCE_MAX>(g, in, out);
+    case TERN_REDUCE_MIN:
+      return ReduceImpl<T, TERN_REDUCE_MIN>(g, in, out);
+    case TERN_REDUCE_PROD:
+      return ReduceImpl<T, TERN_REDUCE_PROD>(g, in, out);
+    case TERN_REDUCE_ARGMAX:
+      return ReduceImpl<T, TERN_REDUCE_ARGMAX>(g, in, out);
+    case TERN_REDUCE_ARGMIN:
+      return ReduceImpl<T, TERN_REDUCE_ARGMIN>(g, in, out);
+    case TERN_REDUCE_ANY:
+      return ReduceImpl<T, TERN_REDUCE_ANY>(g, in, out);
+    default:
+      return ReduceImpl<T, TERN_REDUCE_ALL>(g, in, out);
+  }
+}
+
+}  // namespace
+
+Status RunReduce(const driver::Instruction& ins, Operands ops) {
+  const isa::OperandDesc& in = *ops[1].desc;
+  const isa::OperandDesc& out = *ops[0].desc;
+  const int64_t fn = ins.ints[0];
+  bool reduced[TERN_MAX_RANK] = {};
+  if (ins.ints.size() == 1) {
+    for (uint32_t d = 0; d < in.rank; ++d) reduced[d] = true;
+  }
+  for (size_t i = 1; i < ins.ints.size(); ++i) {
+    int64_t a = ins.ints[i];
+    reduced[a < 0 ? a + in.rank : a] = true;
+  }
+  ReduceGeometry g;
+  for (uint32_t d = 0; d < in.rank; ++d) {
+    if (reduced[d]) {
+      g.red_shape[g.red_rank] = in.shape[d];
+      g.red_in[g.red_rank++] = in.strides[d];
+      g.reduced *= in.shape[d];
+    } else {
+      g.kept_shape[g.kept_rank] = in.shape[d];
+      g.kept_in[g.kept_rank] = in.strides[d];
+      g.kept_out[g.kept_rank++] = out.strides[d];
+      g.outputs *= in.shape[d];
+    }
+  }
+  if (g.outputs == 0) return OkStatus();
+  if (isa::IsFloat(in.dtype)) {
+    ReduceDispatch<float>(fn, g, ops[1], ops[0]);
+  } else {
+    ReduceDispatch<int64_t>(fn, g, ops[1], ops[0]);
+  }
+  return OkStatus();
+}
+
+// --- rows: softmax and the norms ----------------------------------------------
+
+namespace {
+
+// The "other" dimensions of a row operation (all but the row's), with each
+// operand's strides; row r's element offsets by division.
+struct Rows {
+  uint32_t rank = 0;
+  int64_t shape[TERN_MAX_RANK];
+  int64_t strides[8][TERN_MAX_RANK];
+  int64_t count = 1;
+
+  void Offsets(int64_t r, int operands, int64_t* out) const {
+    for (int o = 0; o < operands; ++o) out[o] = 0;
+    for (int d = static_cast<int>(rank) - 1; d >= 0; --d) {
+      const int64_t i = r % shape[d];
+      r /= shape[d];
+      for (int o = 0; o < operands; ++o) out[o] += i * strides[o][d];
+    }
+  }
+};
+
+// Loads / stores a row of n elements (a strided layout) as floats.
+void LoadRow(const TensorView& v, int64_t base, const Layout& l, float* buf) {
+  const int64_t esize = static_cast<int64_t>(isa::DTypeSize(v.desc->dtype));
+  ForEachRun(l, 0, l.count, [&](const int64_t* off, int64_t n) {
+    LoadF32(v.desc->dtype, v.data + (base + off[0]) * esize, l.strides[0][l.rank - 1], n, buf);
+    buf += n;
+  });
+}
+
+void StoreRow(const TensorView& v, int64_t base, const Layout& l, const float* buf) {
+  const int64_t esize = static_cast<int64_t>(isa::DTypeSize(v.desc->dtype));
+  ForEachRun(l, 0, l.count, [&](const int64_t* off, int64_t n) {
+    StoreF32(v.desc->dtype, v.data + (base + off[0]) * esize, l.strides[0][l.rank - 1], n, buf);
+    buf += n;
+  });
+}
+
+void StoreOne(const TensorView& v, int64_t offset, float value) {
+  StoreF32(v.desc->dtype, At(v, offset), 1, 1, &value);
+}
+
+float LoadOne(const TensorView& v, int64_t offset) {
+  float value;
+  LoadF32(v.desc->dtype, At(v, offset), 1, 1, &value);
+  return value;
+}
+
+// Softmax geometry: the axis is the row; every other dimension a row index.
+struct AxisRows {
+  Rows rows;
+  int64_t length = 1;
+  Layout row[3];  // per operand
+};
+
+AxisRows MakeAxisRows(std::initializer_list<const isa::OperandDesc*> descs, int64_t axis_arg) {
+  AxisRows a;
+  const isa::OperandDesc& ref = **descs.begin();
+  const int64_t rank = ref.rank;
+  const int64_t axis = rank == 0 ? -1 : (axis_arg < 0 ? axis_arg + rank : axis_arg);
+  for (int64_t d = 0; d < rank; ++d) {
+    if (d == axis) continue;
+    int o = 0;
+    for (const isa::OperandDesc* desc : descs) a.rows.strides[o++][a.rows.rank] = desc->strides[d];
+    a.rows.shape[a.rows.rank++] = ref.shape[d];
+    a.rows.count *= ref.shape[d];
+  }
+  a.length = axis >= 0 ? ref.shape[axis] : 1;
+  int o = 0;
+  for (const isa::OperandDesc* desc : descs) {
+    const int64_t len = a.length;
+    const int64_t stride = axis >= 0 ? desc->strides[axis] : 0;
+    a.row[o++] = MakeLayout(1, &len, {&stride});
+  }
+  return a;
+}
+
+TERN_VECTOR_CLONES
+void ExpShifted(const float* x, float m, float* e, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) e[i] = num::Exp(x[i] - m);
+}
+
+TERN_VECTOR_CLONES
+void Scale(float* x, float s, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] *= s;
+}
+
+}  // namespace
+
+Status RunSoftmax(const driver::Instruction& ins, Operands ops) {
+  const bool log = ins.ints.size() > 1 && ins.ints[1] != 0;
+  const AxisRows a = MakeAxisRows({ops[0].desc, ops[1].desc}, ins.ints[0]);
+  if (a.rows.count == 0 || a.length == 0) return OkStatus();
+  const int64_t grain = std::max<int64_t>(1, kParallelGrain / a.length);
+  ParallelFor(a.rows.count, grain, [&](int64_t begin, int64_t end) {
+    std::vector<float> x(a.length), e(a.length);
+    for (int64_t r = begin; r < end; ++r) {
+      int64_t off[2];
+      a.rows.Offsets(r, 2, off);
+      LoadRow(ops[1], off[1], a.row[1], x.data());
+      float m = -INFINITY;
+      for (int64_t i = 0; i < a.length; ++i) m = MaxNan(m, x[i]);
+      // A row of -inf has no finite maximum: shifting by 0 makes the sum 0
+      // and the row NaN, as in PyTorch.
+      const float shift = m == -INFINITY ? 0.0f : m;
+      ExpShifted(x.data(), shift, e.data(), a.length);
+      const double sum = SumF32(e.data(), a.length);
+      if (log) {
+        const float lse = static_cast<float>(std::log(sum)) + shift;
+        for (int64_t i = 0; i < a.length; ++i) e[i] = x[i] - lse;
+      } else {
+        Scale(e.data(), static_cast<float>(1.0 / sum), a.length);
+      }
+      StoreRow(ops[0], off[0], a.row[0], e.data());
+    }
+  });
+  return OkStatus();
+}
+
+Status RunSoftmaxBackward(const driver::Instruction& ins, Operands ops) {
+  // [grad_in, grad_out, out]
+  const bool log = ins.ints.size() > 1 && ins.ints[1] != 0;
+  const AxisRows a = MakeAxisRows({ops[0].desc, ops[1].desc, ops[2].desc}, ins.ints[0]);
+  if (a.rows.count == 0 || a.length == 0) return OkStatus();
+  const int64_t grain = std::max<int64_t>(1, kParallelGrain / a.length);
+  ParallelFor(a.rows.count, grain, [&](int64_t begin, int64_t end) {
+    std::vector<float> g(a.length), y(a.length), gi(a.length);
+    for (int64_t r = begin; r < end; ++r) {
+      int64_t off[3];
+      a.rows.Offsets(r, 3, off);
+      LoadRow(ops[1], off[1], a.row[1], g.data());
+      LoadRow(ops[2], off[2], a.row[2], y.data());
+      if (log) {
+        const float s = static_cast<float>(SumF32(g.data(), a.length));
+        for (int64_t i = 0; i < a.length; ++i) gi[i] = g[i] - num::Exp(y[i]) * s;
+      } else {
+        const float dot = static_cast<float>(DotF32(g.data(), y.data(), a.length));
+        for (int64_t i = 0; i < a.length; ++i) gi[i] = y[i] * (g[i] - dot);
+      }
+      StoreRow(ops[0], off[0], a.row[0], gi.data());
+    }
+  });
+  return OkStatus();
+}
+
+namespace {
+
+// Normalisation geometry: leading dimensions are rows, the last k axes the
+// normalized row. `lead` holds the slots whose leading strides are used
+// (tensors of in's shape, and mean/rstd of the leading shape).
+struct NormRows {
+  Rows rows;
+  int64_t length = 1;
+};
+
+// Leading strides: for in-shaped operands the first rank-k strides; for
+// leading-shaped ones (mean, rstd) all their strides. Absent operands get 0.
+NormRows MakeNormRows(const isa::OperandDesc& in, uint32_t k,
+                      std::initializer_list<const TensorView*> views) {
+  NormRows n;
+  const uint32_t lead = in.rank - k;
+  for (uint32_t d = 0; d < lead; ++d) {
+    n.rows.shape[d] = in.shape[d];
+    n.rows.count *= in.shape[d];
+  }
+  n.rows.rank = lead;
+  for (uint32_t d = lead; d < in.rank; ++d) n.length *= in.shape[d];
+  int o = 0;
+  for (const TensorView* v : views) {
+    for (uint32_t d = 0; d < lead; ++d)
+      n.rows.strides[o][d] = (v && v->data) ? v->desc->strides[d] : 0;
+    ++o;
+  }
+  return n;
+}
+
+Layout TrailingLayout(const isa::OperandDesc& d, uint32_t k) {
+  return MakeLayout(k, d.shape.data() + d.rank - k, {d.strides.data() + d.rank - k});
+}
+
+bool Present(const TensorView& v) {
+  return v.desc != nullptr && v.desc->present() && v.data != nullptr;
+}
+
+// weight/bias (trailing shape) as a contiguous float row; empty if absent.
+std::vector<float> LoadParam(Operands ops, size_t slot) {
+  std::vector<float> out;
+  if (slot >= ops.size() || !Present(ops[slot])) return out;
+  out.resize(ops[slot].desc->element_count());
+  GatherF32(ops[slot], out.data());
+  return out;
+}
+
+// Rows per block of the deterministic column sums (grad_weight, grad_bias).
+int64_t ParamBlockRows(int64_t rows) { return std::max<int64_t>(16, (rows + 63) / 64); }
+
+// Sums per-block partial rows (blocks x n, in order) into `view`.
+void StoreColumnSums(const std::vector<double>& partial, int64_t blocks, int64_t n,
+                     const TensorView& view) {
+  std::vector<float> sums(n);
+  for (int64_t j = 0; j < n; ++j) {
+    double s = 0;
+    for (int64_t b = 0; b < blocks; ++b) s += partial[b * n + j];
+    sums[j] = static_cast<float>(s);
+  }
+  ScatterF32(view, sums.data());
+}
+
+}  // namespace
+
+Status RunLayerNorm(const driver::Instruction& ins, Operands ops) {
+  // [out, mean?, rstd?, in, weight?, bias?]
+  const isa::OperandDesc& in = *ops[3].desc;
+  const uint32_t k = static_cast<uint32_t>(ins.ints[0]);
+  const double eps = ins.floats[0];
+  const NormRows n = MakeNormRows(in, k, {&ops[0], &ops[1], &ops[2], &ops[3]});
+  if (n.rows.count == 0) return OkStatus();
+  const Layout lin = TrailingLayout(in, k), lout = TrailingLayout(*ops[0].desc, k);
+  const std::vector<float> w = LoadParam(ops, 4), b = LoadParam(ops, 5);
+  const bool has_mean = Present(ops[1]), has_rstd = ops.size() > 2 && Present(ops[2]);
+  const int64_t len = n.length;
+  const int64_t grain = std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, len));
+  ParallelFor(n.rows.count, grain, [&](int64_t begin, int64_t end) {
+    std::vector<float> x(len);
+    for (int64_t r = begin; r < end; ++r) {
+      int64_t off[4];
+      n.rows.Offsets(r, 4, off);
+      LoadRow(ops[3], off[3], lin, x.data());
+      double mean = 0, var = 0;
+      if (len > 0) {
+        mean = SumF32(x.data(), len) / static_cast<double>(len);
+        double acc[8] = {};
+        for (int64_t i = 0; i < len; ++i) {
+          const double d = x[i] - mean;
+          acc[i & 7] += d * d;
+        }
+        var = (((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]))) /
+              static_cast<double>(len);
+      }
+      const double rstd = 1.0 / std::sqrt(var + eps);
+      const float fm = static_cast<float>(mean), fr = static_cast<float>(rstd);
+      for (int64_t i = 0; i < len; ++i) {
+        float y = (x[i] - fm) * fr;
+        if (!w.empty()) y *= w[i];
+        if (!b.empty()) y += b[i];
+        x[i] = y;
+      }
+      StoreRow(ops[0], off[0], lout, x.data());
+      if (has_mean) StoreOne(ops[1], off[1], fm);
+      if (has_rstd) StoreOne(ops[2], off[2], fr);
+    }
+  });
+  return OkStatus();
+}
+
+Status RunLayerNormBackward(const driver::Instruction& ins, Operands ops) {
+  // [grad_in, grad_weight?, grad_bias?, grad_out, in, mean, rstd, weight?]
+  const isa::OperandDesc& in = *ops[4].desc;
+  const uint32_t k = static_cast<uint32_t>(ins.ints[0]);
+  const NormRows n = MakeNormRows(in, k, {&ops[0], &ops[3], &ops[4], &ops[5], &ops[6]});
+  const int64_t len = n.length, rows = n.rows.count;
+  const bool has_gw = Present(ops[1]), has_gb = Present(ops[2]);
+  const int64_t block_rows = ParamBlockRows(rows);
+  const int64_t blocks = rows == 0 ? 0 : (rows + block_rows - 1) / block_rows;
+  std::vector<double> pw(has_gw ? blocks * len : 0), pb(has_gb ? blocks * len : 0);
+  if (rows > 0 && len > 0) {
+    const Layout lgi = TrailingLayout(*ops[0].desc, k), lgo = TrailingLayout(*ops[3].desc, k),
+                 lin = TrailingLayout(in, k);
+    const std::vector<float> w = LoadParam(ops, 7);
+    ParallelFor(blocks, 1, [&](int64_t bb, int64_t be) {
+      std::vector<float> g(len), x(len), gw(len);
+      for (int64_t blk = bb; blk < be; ++blk) {
+        double* pwb = has_gw ? &pw[blk * len] : nullptr;
+        double* pbb = has_gb ? &pb[blk * len] : nullptr;
+        for (int64_t r = blk * block_rows; r < std::min(rows, (blk + 1) * block_rows); ++r) {
+          int64_t off[5];
+          n.rows.Offsets(r, 5, off);
+          LoadRow(ops[3], off[1], lgo, g.data());
+          LoadRow(ops[4], off[2], lin, x.data());
+          const float mean = LoadOne(ops[5], off[3]), rstd = LoadOne(ops[6], off[4]);
+          double c1 = 0, c2 = 0;
+          for (int64_t i = 0; i < len; ++i) {
+            const float xhat = (x[i] - mean) * rstd;
+            gw[i] = w.empty() ? g[i] : g[i] * w[i];
+            c1 += static_cast<double>(gw[i]) * xhat;
+            c2 += gw[i];
+            if (pwb) pwb[i] += static_cast<double>(g[i]) * xhat;
+            if (pbb) pbb[i] += g[i];
+            x[i] = xhat;
+          }
+          const float m1 = static_cast<float>(c1 / len), m2 = static_cast<float>(c2 / len);
+          for (int64_t i = 0; i < len; ++i) gw[i] = rstd * (gw[i] - m2 - x[i] * m1);
+          StoreRow(ops[0], off[0], lgi, gw.data());
+        }
+      }
+    });
+  }
+  if (has_gw) StoreColumnSums(pw, blocks, len, ops[1]);
+  if (has_gb) StoreColumnSums(pb, blocks, len, ops[2]);
+  return OkStatus();
+}
+
+Status RunRmsNorm(const driver::Instruction& ins, Operands ops) {
+  // [out, rstd?, in, weight?]
+  const isa::OperandDesc& in = *ops[2].desc;
+  const uint32_t k = static_cast<uint32_t>(ins.ints[0]);
+  const double eps = ins.floats[0];
+  const NormRows n = MakeNormRows(in, k, {&ops[0], &ops[1], &ops[2]});
+  if (n.rows.count == 0) return OkStatus();
+  const Layout lin = TrailingLayout(in, k), lout = TrailingLayout(*ops[0].desc, k);
+  const std::vector<float> w = LoadParam(ops, 3);
+  const bool has_rstd = Present(ops[1]);
+  const int64_t len = n.length;
+  const int64_t grain = std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, len));
+  ParallelFor(n.rows.count, grain, [&](int64_t begin, int64_t end) {
+    std::vector<float> x(len);
+    for (int64_t r = begin; r < end; ++r) {
+      int64_t off[3];
+      n.rows.Offsets(r, 3, off);
+      LoadRow(ops[2], off[2], lin, x.data());
+      const double ms = len > 0 ? DotF32(x.data(), x.data(), len) / static_cast<double>(len) : 0.0;
+      const float fr = static_cast<float>(1.0 / std::sqrt(ms + eps));
+      for (int64_t i = 0; i < len; ++i) {
+        float y = x[i] * fr;
+        if (!w.empty()) y *= w[i];
+        x[i] = y;
+      }
+      StoreRow(ops[0], off[0], lout, x.data());
+      if (has_rstd) StoreOne(ops[1], off[1], fr);
+    }
+  });
+  return OkStatus();
+}
+
+Status RunRmsNormBackward(const driver::Instruction& ins, Operands ops) {
+  // [grad_in, grad_weight?, grad_out, in, rstd, weight?]
+  const isa::OperandDesc& in = *ops[3].desc;
+  const uint32_t k = static_cast<uint32_t>(ins.ints[0]);
+  const NormRows n = MakeNormRows(in, k, {&ops[0], &ops[2], &ops[3], &ops[4]});
+  const int64_t len = n.length, rows = n.rows.count;
+  const bool has_gw = Present(ops[1]);
+  const int64_t block_rows = ParamBlockRows(rows);
+  const int64_t blocks = rows == 0 ? 0 : (rows + block_rows - 1) / block_rows;
+  std::vector<double> pw(has_gw ? blocks * len : 0);
+  if (rows > 0 && len > 0) {
+    const Layout lgi = TrailingLayout(*ops[0].desc, k), lgo = TrailingLayout(*ops[2].desc, k),
+                 lin = TrailingLayout(in, k);
+    const std::vector<float> w = LoadParam(ops, 5);
+    ParallelFor(blocks, 1, [&](int64_t bb, int64_t be) {
+      std::vector<float> g(len), x(len), gw(len);
+      for (int64_t blk = bb; blk < be; ++blk) {
+        double* pwb = has_gw ? &pw[blk * len] : nullptr;
+        for (int64_t r = blk * block_rows; r < std::min(rows, (blk + 1) * block_rows); ++r) {
+          int64_t off[4];
+          n.rows.Offsets(r, 4, off);
+          LoadRow(ops[2], off[1], lgo, g.data());
+          LoadRow(ops[3], off[2], lin, x.data());
+          const float rstd = LoadOne(ops[4], off[3]);
+          double c = 0;
+          for (int64_t i = 0; i < len; ++i) {
+            const float xhat = x[i] * rstd;
+            gw[i] = w.empty() ? g[i] : g[i] * w[i];
+            c += static_cast<double>(gw[i]) * xhat;
+            if (pwb) pwb[i] += static_cast<double>(g[i]) * xhat;
+            x[i] = xhat;
+          }
+          const float m = static_cast<float>(c / len);
+          for (int64_t i = 0; i < len; ++i) gw[i] = rstd * (gw[i] - x[i] * m);
+          StoreRow(ops[0], off[0], lgi, gw.data());
+        }
+      }
+    });
+  }
+  if (has_gw) StoreColumnSums(pw, blocks, len, ops[1]);
+  return OkStatus();
+}
+
+}  // namespace tern::sim::kernels

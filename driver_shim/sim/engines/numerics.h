@@ -1,0 +1,196 @@
+// Scalar numerics of the simulated engines: bf16/f16 conversions (round to
+// nearest even, NaN/Inf/denormals exact), branch-free float math that the
+// compiler vectorises (exp, tanh, erfc and the activations built on them),
+// and the Philox4x32-10 counter-based generator.
+//
+// Everything here is header-only and branch-free where it sits in hot loops:
+// both sides of a select are computed, so loops over these functions
+// vectorise.
+#ifndef TERN_DRIVER_SHIM_SIM_ENGINES_NUMERICS_H_
+#define TERN_DRIVER_SHIM_SIM_ENGINES_NUMERICS_H_
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+
+#define TERN_INLINE inline __attribute__((always_inline))
+
+namespace tern::sim::num {
+
+TERN_INLINE uint32_t FloatBits(float f) { return std::bit_cast<uint32_t>(f); }
+TERN_INLINE float BitsFloat(uint32_t u) { return std::bit_cast<float>(u); }
+
+// --- bf16 -------------------------------------------------------------------
+
+TERN_INLINE float Bf16ToF32(uint16_t h) { return BitsFloat(static_cast<uint32_t>(h) << 16); }
+
+// Round to nearest even; NaN stays NaN (quiet, sign kept); overflow rounds
+// to Inf as IEEE rounding does.
+TERN_INLINE uint16_t F32ToBf16(float f) {
+  uint32_t u = FloatBits(f);
+  uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  uint32_t nan = (u >> 16) | 0x40u;
+  bool is_nan = (u & 0x7fffffffu) > 0x7f800000u;
+  return static_cast<uint16_t>(is_nan ? nan : rounded);
+}
+
+// --- f16 (IEEE binary16) ----------------------------------------------------
+
+TERN_INLINE float F16ToF32(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t bits = static_cast<uint32_t>(h & 0x7fffu) << 13;  // exponent and mantissa in place
+  const uint32_t exp = bits & 0x0f800000u;
+  // Normal: rebias the exponent by 112. Inf/NaN: by 224 (to 255).
+  uint32_t normal = bits + (112u << 23);
+  uint32_t special = bits + (224u << 23);
+  // Denormal (and zero): the mantissa as a float of exponent 113 minus 2^-14.
+  float denormal = BitsFloat(bits + (113u << 23)) - BitsFloat(113u << 23);
+  uint32_t out = exp == 0x0f800000u ? special : normal;
+  out = exp == 0 ? FloatBits(denormal) : out;
+  return BitsFloat(out | sign);
+}
+
+TERN_INLINE uint16_t F32ToF16(float f) {
+  uint32_t u = FloatBits(f);
+  const uint32_t sign = (u >> 16) & 0x8000u;
+  u &= 0x7fffffffu;
+  // At or above 65536: Inf (NaN stays NaN). 65520..65536 round up to Inf below.
+  uint32_t big = u > 0x7f800000u ? 0x7e00u : 0x7c00u;
+  // Denormals and zero: add 0.5 so that the float adder rounds the mantissa
+  // (nearest even) into the low bits.
+  float d = BitsFloat(u) + 0.5f;
+  uint32_t small = FloatBits(d) - FloatBits(0.5f);
+  // Normals: rebias and round to nearest even on the 13 dropped bits.
+  uint32_t mant_odd = (u >> 13) & 1u;
+  uint32_t normal = (u + 0xc8000fffu + mant_odd) >> 13;  // 0xc8000000 = (15 - 127) << 23
+  uint32_t out = u >= 0x47800000u ? big : (u < 0x38800000u ? small : normal);
+  return static_cast<uint16_t>(out | sign);
+}
+
+// --- vectorisable float math ------------------------------------------------
+
+TERN_INLINE float Select(bool c, float a, float b) { return c ? a : b; }
+
+// exp(x), within about 1 ulp; Inf, 0 and NaN at the edges.
+TERN_INLINE float Exp(float x) {
+  const float kMax = 88.72283935546875f, kMin = -103.97207708f;
+  float xc = x > 88.8f ? 88.8f : x;
+  xc = xc < -104.0f ? -104.0f : xc;
+  // n = round(x / ln 2) by the 1.5 * 2^23 trick (no rounding instruction needed).
+  float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  float r = xc - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  float e = p * r * r + r + 1.0f;
+  // 2^n as two factors so that results in the denormal range stay exact.
+  int32_t ni = static_cast<int32_t>(n);
+  int32_t n1 = ni >> 1;
+  int32_t n2 = ni - n1;
+  float s1 = BitsFloat(static_cast<uint32_t>(n1 + 127) << 23);
+  float s2 = BitsFloat(static_cast<uint32_t>(n2 + 127) << 23);
+  float result = e * s1 * s2;
+  result = x > kMax ? INFINITY : result;
+  result = x < kMin ? 0.0f : result;
+  return x != x ? x : result;
+}
+
+// tanh(x): an odd polynomial near 0, 1 - 2 / (exp(2|x|) + 1) elsewhere;
+// the sign is applied last so that tanh(-0) = -0.
+TERN_INLINE float Tanh(float x) {
+  float ax = std::fabs(x);
+  float z = ax * ax;
+  float small = ((((-5.70498872745e-3f * z + 2.06390887954e-2f) * z - 5.37397155531e-2f) * z +
+                  1.33314422036e-1f) *
+                     z -
+                 3.33332819422e-1f) *
+                    z * ax +
+                ax;
+  float e = Exp(2.0f * ax);
+  float large = 1.0f - 2.0f / (e + 1.0f);
+  return std::copysign(ax < 0.625f ? small : large, x);
+}
+
+TERN_INLINE float Sigmoid(float x) { return 1.0f / (1.0f + Exp(-x)); }
+
+// erfc(x) with a relative error of about 1e-7 for all x (a Chebyshev fit of
+// exp(z^2) erfc(z)); the product form keeps the tail exact.
+TERN_INLINE float Erfc(float x) {
+  float z = std::fabs(x);
+  float t = 1.0f / (1.0f + 0.5f * z);
+  float poly = -0.82215223f + t * 0.17087277f;
+  poly = 1.48851587f + t * poly;
+  poly = -1.13520398f + t * poly;
+  poly = 0.27886807f + t * poly;
+  poly = -0.18628806f + t * poly;
+  poly = 0.09678418f + t * poly;
+  poly = 0.37409196f + t * poly;
+  poly = 1.00002368f + t * poly;
+  float r = t * Exp(-z * z - 1.26551223f + t * poly);
+  return x >= 0.0f ? r : 2.0f - r;
+}
+
+constexpr float kSqrt1_2 = 0.70710678118654752440f;
+constexpr float kSqrt2OverPi = 0.79788456080286535588f;
+
+// gelu(x) = x * Phi(x) = 0.5 x erfc(-x / sqrt 2).
+TERN_INLINE float Gelu(float x) { return 0.5f * x * Erfc(-x * kSqrt1_2); }
+
+// The tanh approximation, written as x * sigmoid(2u) (the same function)
+// so that the negative tail does not cancel.
+TERN_INLINE float GeluTanh(float x) {
+  float u = kSqrt2OverPi * (x + 0.044715f * x * x * x);
+  return x / (1.0f + Exp(-2.0f * u));
+}
+
+TERN_INLINE float Silu(float x) { return x / (1.0f + Exp(-x)); }
+
+// log(1 + exp(beta x)) / beta, linear above the threshold (as PyTorch).
+inline float Softplus(float x, float beta, float threshold) {
+  float bx = beta * x;
+  if (bx > threshold) return x;
+  return std::log1p(std::exp(bx)) / beta;
+}
+
+// --- Philox4x32-10 ----------------------------------------------------------
+
+struct Philox4 {
+  uint32_t v[4];
+};
+
+// The Philox4x32 generator with 10 rounds (Salmon et al., SC'11).
+TERN_INLINE Philox4 Philox4x32_10(Philox4 ctr, uint32_t k0, uint32_t k1) {
+  constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;
+  constexpr uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
+  for (int round = 0; round < 10; ++round) {
+    uint64_t p0 = static_cast<uint64_t>(kM0) * ctr.v[0];
+    uint64_t p1 = static_cast<uint64_t>(kM1) * ctr.v[2];
+    Philox4 next;
+    next.v[0] = static_cast<uint32_t>(p1 >> 32) ^ ctr.v[1] ^ k0;
+    next.v[1] = static_cast<uint32_t>(p1);
+    next.v[2] = static_cast<uint32_t>(p0 >> 32) ^ ctr.v[3] ^ k1;
+    next.v[3] = static_cast<uint32_t>(p0);
+    ctr = next;
+    k0 += kW0;
+    k1 += kW1;
+  }
+  return ctr;
+}
+
+// Block `block` of the stream of (seed, offset): four 32-bit words.
+TERN_INLINE Philox4 RandomBlock(uint64_t seed, uint64_t offset, uint64_t block) {
+  uint64_t c = offset + block;
+  Philox4 ctr{{static_cast<uint32_t>(c), static_cast<uint32_t>(c >> 32), 0u, 0u}};
+  return Philox4x32_10(ctr, static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
+}
+
+// A 32-bit word to a float in [0, 1) with 24 random bits.
+TERN_INLINE float Uniform01(uint32_t w) { return static_cast<float>(w >> 8) * 0x1.0p-24f; }
+
+}  // namespace tern::sim::num
+
+#endif  // TERN_DRIVER_SHIM_SIM_ENGINES_NUMERICS_H_

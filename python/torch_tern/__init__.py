@@ -1,0 +1,71 @@
+"""torch_tern: PyTorch on tern devices.
+
+Importing this package (or just ``import torch``, through torch's backend
+autoloading) registers the PrivateUse1 backend under the name ``tern``:
+``torch.device("tern")``, ``tensor.to("tern")``, ``tensor.tern()``, the device
+module ``torch.tern`` and the ``torch.accelerator`` calls.
+
+Operators without a native tern kernel run on the CPU through a logged
+fallback: ``get_fallback_ops()`` lists them with their counts,
+``clear_op_tracking()`` resets the log, and the environment variable
+``TORCH_TERN_FALLBACK=error`` turns a fallback into an error naming the op
+(``warn`` warns once per op).
+"""
+
+from __future__ import annotations
+
+import torch
+
+try:
+    from . import _C  # noqa: F401  (loads libtern and the C++ registrations)
+except ImportError as err:  # e.g. the source folder python/ shadows the installed package
+    raise ImportError(
+        f"torch_tern's native extension did not load from {__path__[0]}: {err}. Build and "
+        "install it with python/build_and_test.sh (or pip install --no-build-isolation ./python), "
+        "and do not run Python from inside python/ (its torch_tern folder has no compiled _C)."
+    ) from err
+from . import device_module
+
+__version__ = _C.__version__
+BACKEND_NAME = "tern"
+
+__all__ = [
+    "BACKEND_NAME",
+    "clear_op_tracking",
+    "device_module",
+    "get_fallback_ops",
+    "kernel_cache_info",
+]
+
+
+def get_fallback_ops() -> dict[str, int]:
+    """Operators that ran through the CPU fallback since the last clear, with counts.
+
+    Names are full ATen names with overload, e.g. ``"aten::add.Tensor"``.
+    """
+    return dict(_C._get_fallback_ops())
+
+
+def clear_op_tracking() -> None:
+    """Forget the fallback operators recorded so far."""
+    _C._clear_fallback_ops()
+
+
+def kernel_cache_info() -> dict:
+    """State of the native kernel cache (single-op tern executables)."""
+    return dict(_C._kernel_cache_info())
+
+
+def _register() -> None:
+    if torch._C._get_privateuse1_backend_name() == BACKEND_NAME and hasattr(torch, BACKEND_NAME):
+        return  # already registered (autoload, then an explicit import)
+    torch.utils.rename_privateuse1_backend(BACKEND_NAME)
+    torch._register_device_module(BACKEND_NAME, device_module)
+    torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)
+    # Autocast on tern means bfloat16 unless a dtype is given. torch keeps the
+    # autocast dtype per thread: this sets it for the importing thread;
+    # torch.autocast("tern", dtype=...) works everywhere.
+    torch.set_autocast_dtype(BACKEND_NAME, torch.bfloat16)
+
+
+_register()

@@ -1,0 +1,438 @@
+#include "executable/loader.h"
+
+#include <flatbuffers/flatbuffers.h>
+
+#include <cstring>
+#include <set>
+#include <string>
+#include <string_view>
+#include <unordered_set>
+#include <vector>
+
+#include "executable/checks.h"
+#include "executable/fb_util.h"
+#include "executable/format.h"
+#include "executable/schedule.h"
+#include "executable/tern_executable_generated.h"
+
+namespace tern::exe {
+namespace {
+
+constexpr tern_status_t kInvalid = TERN_ERROR_EXECUTABLE_INVALID;
+constexpr tern_status_t kUnsupported = TERN_ERROR_EXECUTABLE_UNSUPPORTED;
+constexpr const char* kRebuild = "the executable is malformed; rebuild it with the tern builder";
+
+// A FlatBuffer section viewed at an 8-aligned address (copied when the data
+// given to the loader is not aligned, which only happens for memory loads).
+std::span<const uint8_t> AlignedView(std::span<const uint8_t> bytes, std::vector<uint64_t>* copy) {
+  if (reinterpret_cast<uintptr_t>(bytes.data()) % kFlatBufferAlignment == 0) return bytes;
+  copy->resize((bytes.size() + 7) / 8);
+  std::memcpy(copy->data(), bytes.data(), bytes.size());
+  return {reinterpret_cast<const uint8_t*>(copy->data()), bytes.size()};
+}
+
+template <typename Root>
+Status VerifyFlatBuffer(std::span<const uint8_t> bytes, const char* section, const Root** out) {
+  if (bytes.size() < 8 || bytes.size() >= FLATBUFFERS_MAX_BUFFER_SIZE) {
+    return MakeStatus(kInvalid,
+                      "the {} section is {} bytes, which cannot hold a valid FlatBuffer (8 bytes "
+                      "to 2 GiB); {}",
+                      section, bytes.size(), kRebuild);
+  }
+  flatbuffers::Verifier::Options options;
+  options.max_depth = 32;
+  // Every table takes at least 4 bytes, so a well-formed buffer has fewer
+  // tables than this; the bound keeps verification linear in the size even
+  // when a hostile buffer references one table many times.
+  options.max_tables = static_cast<flatbuffers::uoffset_t>(bytes.size() / 4 + 16);
+  options.check_alignment = true;
+  flatbuffers::Verifier verifier(bytes.data(), bytes.size(), options);
+  if (!verifier.VerifyBuffer<Root>(nullptr)) {
+    return MakeStatus(kInvalid,
+                      "the {} section fails FlatBuffers verification (an offset, vector or "
+                      "string points outside it, data is misaligned, or it nests or repeats "
+                      "tables beyond the limits); {}",
+                      section, kRebuild);
+  }
+  *out = flatbuffers::GetRoot<Root>(bytes.data());
+  return OkStatus();
+}
+
+// Bounds the work of converting the module: each element visited (a table
+// in a vector, an integer) takes at least 4 bytes of a well-formed buffer, so
+// visiting more than size/4 of them means tables are aliased to blow up the
+// loader's time and memory.
+class WorkBudget {
+ public:
+  explicit WorkBudget(uint64_t module_bytes) : left_(module_bytes / 4 + 1024) {}
+  Status Spend(uint64_t elements) {
+    if (elements > left_) {
+      return MakeStatus(kInvalid,
+                        "the module section refers to the same data many times over (more "
+                        "elements than its size can hold), as only a hostile file does; {}",
+                        kRebuild);
+    }
+    left_ -= elements;
+    return OkStatus();
+  }
+
+ private:
+  uint64_t left_;
+};
+
+template <typename T>
+uint32_t Size(const flatbuffers::Vector<T>* vector) {
+  return vector == nullptr ? 0 : vector->size();
+}
+
+std::string_view View(const flatbuffers::String* text) {
+  return text == nullptr ? std::string_view() : std::string_view(text->c_str(), text->size());
+}
+
+struct FunctionContext {
+  std::string where;  // "function 'main' (0)"
+};
+
+Status ConvertTensor(const format::Tensor* tensor, const std::string& where,
+                     driver::TensorSignature* out, WorkBudget* budget) {
+  const std::string_view name = View(tensor->name());
+  if (name.empty()) {
+    return MakeStatus(kInvalid, "{} has no name; every input and output needs one; {}", where,
+                      kRebuild);
+  }
+  if (name.find('\0') != std::string_view::npos) {
+    return MakeStatus(kInvalid, "{}: its name contains a NUL byte; {}", where, kRebuild);
+  }
+  out->name.assign(name);
+  const std::string described = fmt::format("{} '{}'", where, out->name);
+  const uint8_t dtype = tensor->dtype();
+  if (dtype >= TERN_DTYPE_COUNT) {
+    return MakeStatus(kUnsupported,
+                      "{} has dtype {}, which this tern does not know: the executable needs a "
+                      "newer tern; upgrade tern or rebuild it",
+                      described, dtype);
+  }
+  out->dtype = static_cast<tern_dtype_t>(dtype);
+  const auto* shape = tensor->shape();
+  const uint32_t rank = Size(shape);
+  TERN_RETURN_IF_ERROR(budget->Spend(rank + 1));
+  if (rank > TERN_MAX_RANK) {
+    return MakeStatus(kInvalid, "{} has rank {}, more than the maximum {}; {}", described, rank,
+                      TERN_MAX_RANK, kRebuild);
+  }
+  out->rank = rank;
+  CopyScalars(shape, out->shape);
+  uint64_t bytes = 0;
+  Status size =
+      TensorBytes(kInvalid, out->dtype, std::span<const int64_t>(out->shape, rank), &bytes);
+  if (!size.ok()) return size.WithContext(described);
+  if (bytes != tensor->size_bytes()) {
+    return MakeStatus(kInvalid,
+                      "{} is {} but its size_bytes is {} instead of {} (product of the shape "
+                      "times the dtype size); {}",
+                      described, isa::DescribeOperand([&] {
+                        isa::OperandDesc desc;
+                        desc.dtype = out->dtype;
+                        desc.rank = rank;
+                        for (uint32_t i = 0; i < rank; ++i) desc.shape[i] = out->shape[i];
+                        return desc;
+                      }()),
+                      tensor->size_bytes(), bytes, kRebuild);
+  }
+  out->size_bytes = bytes;
+  return OkStatus();
+}
+
+// Fails with a message that starts with "{where}: " where `where` is built
+// only on failure.
+template <typename Where>
+Status ConvertOperand(const format::Operand* operand, const Where& where, isa::OperandDesc* out,
+                      WorkBudget* budget) {
+  const uint8_t segment = operand->segment();
+  if (segment > TERN_SEGMENT_SCRATCH && segment != TERN_SEGMENT_NONE) {
+    return MakeStatus(kUnsupported,
+                      "{} is in segment {}, which this tern does not know: the executable needs "
+                      "a newer tern; upgrade tern or rebuild it",
+                      where(), segment);
+  }
+  out->segment = static_cast<tern_segment_t>(segment);
+  if (segment == TERN_SEGMENT_NONE) return OkStatus();
+  out->index = operand->index();
+  out->offset = operand->offset();
+  if (operand->dtype() >= TERN_DTYPE_COUNT) {
+    return MakeStatus(kUnsupported,
+                      "{} has dtype {}, which this tern does not know: the executable needs a "
+                      "newer tern; upgrade tern or rebuild it",
+                      where(), operand->dtype());
+  }
+  out->dtype = static_cast<tern_dtype_t>(operand->dtype());
+  const auto* shape = operand->shape();
+  const auto* strides = operand->strides();
+  const uint32_t rank = Size(shape);
+  TERN_RETURN_IF_ERROR(budget->Spend(uint64_t{rank} + Size(strides)));
+  if (rank > TERN_MAX_RANK) {
+    return MakeStatus(kInvalid, "{} has rank {}, more than the maximum {}; {}", where(), rank,
+                      TERN_MAX_RANK, kRebuild);
+  }
+  out->rank = rank;
+  CopyScalars(shape, out->shape.data());
+  if (Size(strides) == 0) {
+    Status contiguous = ContiguousStrides(kInvalid, out);
+    if (!contiguous.ok()) {
+      return MakeStatus(kInvalid, "{}: {}; {}", where(), contiguous.message(), kRebuild);
+    }
+  } else if (strides->size() != rank) {
+    return MakeStatus(kInvalid, "{} has {} strides for rank {}: give one per dimension or none; {}",
+                      where(), strides->size(), rank, kRebuild);
+  } else {
+    CopyScalars(strides, out->strides.data());
+  }
+  return OkStatus();
+}
+
+Status ConvertFunction(
+    const format::Function* function, uint32_t function_index, uint64_t constants_bytes,
+    const flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>* debug_names,
+    bool has_debug, WorkBudget* budget, driver::Function* out) {
+  out->name.assign(View(function->name()));
+  const std::string where = fmt::format("function '{}' ({})", out->name, function_index);
+
+  // Signature.
+  const uint32_t input_count = Size(function->inputs());
+  const uint32_t output_count = Size(function->outputs());
+  TERN_RETURN_IF_ERROR(budget->Spend(uint64_t{input_count} + output_count));
+  out->inputs.resize(input_count);
+  out->outputs.resize(output_count);
+  std::unordered_set<std::string_view> names;
+  for (uint32_t i = 0; i < input_count + output_count; ++i) {
+    const bool input = i < input_count;
+    const uint32_t index = input ? i : i - input_count;
+    const auto* tensor = input ? function->inputs()->Get(index) : function->outputs()->Get(index);
+    driver::TensorSignature* signature = input ? &out->inputs[index] : &out->outputs[index];
+    TERN_RETURN_IF_ERROR(
+        ConvertTensor(tensor, fmt::format("{}, {} {}", where, input ? "input" : "output", index),
+                      signature, budget));
+    if (!names.insert(signature->name).second) {
+      return MakeStatus(kInvalid,
+                        "{}: more than one input or output is named '{}'; names must be unique "
+                        "within a function; {}",
+                        where, signature->name, kRebuild);
+    }
+  }
+  out->scratch_bytes = function->scratch_bytes();
+
+  SegmentSizes sizes;
+  sizes.inputs = out->inputs;
+  sizes.outputs = out->outputs;
+  sizes.constants = constants_bytes;
+  sizes.scratch = out->scratch_bytes;
+
+  // Streams and their instructions.
+  const uint32_t stream_count = Size(function->streams());
+  TERN_RETURN_IF_ERROR(budget->Spend(stream_count));
+  ScheduleInput schedule;
+  schedule.streams.resize(stream_count);
+  std::vector<driver::Instruction> instructions;
+  std::set<std::pair<uint32_t, uint32_t>> seen_streams;
+  std::vector<isa::OperandDesc> descs;
+  for (uint32_t s = 0; s < stream_count; ++s) {
+    const format::Stream* stream = function->streams()->Get(s);
+    const uint32_t core = stream->core();
+    const uint8_t engine_value = stream->engine();
+    const std::string stream_where = fmt::format("{}, stream {}", where, s);
+    if (engine_value == TERN_ENGINE_SYNC || engine_value == 0) {
+      return MakeStatus(kInvalid,
+                        "{} is for engine {}, which has no stream (sync instructions go in the "
+                        "stream of the engine they order); {}",
+                        stream_where, engine_value, kRebuild);
+    }
+    if (engine_value > TERN_ENGINE_SYNC) {
+      return MakeStatus(kUnsupported,
+                        "{} is for engine {}, which this tern does not know: the executable "
+                        "needs a newer tern; upgrade tern or rebuild it",
+                        stream_where, engine_value);
+    }
+    const auto engine = static_cast<tern_engine_t>(engine_value);
+    if (core >= kMaxCores) {
+      return MakeStatus(kInvalid, "{} is for core {}; cores are numbered below {}; {}",
+                        stream_where, core, kMaxCores, kRebuild);
+    }
+    if (!seen_streams.insert({core, engine_value}).second) {
+      return MakeStatus(kInvalid,
+                        "{}: there is more than one stream for the {} engine of core {}; {}",
+                        stream_where, isa::EngineName(engine), core, kRebuild);
+    }
+    ScheduleInput::Stream& scheduled = schedule.streams[s];
+    scheduled.core = core;
+    scheduled.engine = engine;
+    scheduled.begin = static_cast<uint32_t>(instructions.size());
+    const uint32_t count = Size(stream->instructions());
+    TERN_RETURN_IF_ERROR(budget->Spend(count));
+    if (instructions.size() + count > UINT32_MAX / 2) {
+      return MakeStatus(kInvalid, "{} has too many instructions; {}", where, kRebuild);
+    }
+    for (uint32_t i = 0; i < count; ++i) {
+      const format::Instruction* instruction = stream->instructions()->Get(i);
+      const uint32_t opcode = instruction->opcode();
+      const char* opcode_name = isa::OpcodeName(opcode);
+      auto at = [&] {
+        std::string text = fmt::format("{}, {} engine of core {}, instruction {}", where,
+                                       isa::EngineName(engine), core, i);
+        if (opcode_name != nullptr) text += fmt::format(" ({})", opcode_name);
+        return text;
+      };
+      if (opcode_name == nullptr) {
+        return MakeStatus(kUnsupported,
+                          "{}: opcode {:#06x} is not an instruction this tern knows (engine "
+                          "byte {:#04x}): the executable needs a newer tern; upgrade tern or "
+                          "rebuild it for this version",
+                          at(), opcode, opcode >> 8);
+      }
+      const uint32_t operand_count = Size(instruction->operands());
+      const uint32_t int_count = Size(instruction->ints());
+      const uint32_t float_count = Size(instruction->floats());
+      TERN_RETURN_IF_ERROR(budget->Spend(uint64_t{operand_count} + int_count + float_count));
+
+      driver::Instruction converted;
+      converted.opcode = opcode;
+      converted.engine = engine;
+      converted.core = core;
+      converted.position = i;
+      CopyScalars(instruction->ints(), &converted.ints);
+      CopyScalars(instruction->floats(), &converted.floats);
+      SyncStep step;
+      const tern_engine_t opcode_engine = isa::OpcodeEngine(opcode);
+      const bool sync = opcode_engine == TERN_ENGINE_SYNC;
+      if (!sync && opcode_engine != engine) {
+        return MakeStatus(kInvalid,
+                          "{}: it runs on the {} engine but is in the {} engine's stream; {}", at(),
+                          isa::EngineName(opcode_engine), isa::EngineName(engine), kRebuild);
+      }
+
+      descs.assign(operand_count, isa::OperandDesc{});
+      for (uint32_t k = 0; k < operand_count; ++k) {
+        TERN_RETURN_IF_ERROR(ConvertOperand(
+            instruction->operands()->Get(k), [&] { return fmt::format("{}, operand {}", at(), k); },
+            &descs[k], budget));
+      }
+      Status valid = isa::ValidateInstruction(opcode, descs, converted.ints, converted.floats);
+      if (!valid.ok()) {
+        // ValidateInstruction says UNSUPPORTED for enum values it does not know.
+        const tern_status_t code = valid.code() == kUnsupported ? kUnsupported : kInvalid;
+        return Status(code, fmt::format("{}: {}; {}", at(), valid.message(),
+                                        code == kUnsupported
+                                            ? "the executable needs a newer tern: upgrade tern or "
+                                              "rebuild it for this version"
+                                            : kRebuild));
+      }
+      if (sync) {
+        // [semaphore, value], checked above; the stream gives the engine.
+        step.kind = opcode == TERN_OP_SEM_WAIT ? SyncStep::kWait : SyncStep::kSignal;
+        step.semaphore = converted.ints[0];
+        step.value = converted.ints[1];
+      }
+      for (uint32_t k = 0; k < operand_count; ++k) {
+        if (!descs[k].present()) continue;
+        uint64_t end = 0;
+        Status placed = CheckOperandPlacement(kInvalid, descs[k], isa::OperandIsWritten(opcode, k),
+                                              sizes, &end);
+        if (!placed.ok()) {
+          return MakeStatus(kInvalid, "{}, {}: {}; {}", at(),
+                            DescribeOperandSlot(k, descs[k], sizes), placed.message(), kRebuild);
+        }
+      }
+      const int32_t debug_op = instruction->debug_op();
+      if (debug_op < -1) {
+        return MakeStatus(kInvalid, "{}: debug op index {} is negative (use -1 for none); {}", at(),
+                          debug_op, kRebuild);
+      }
+      if (has_debug && debug_op >= 0) {
+        const uint32_t debug_count = Size(debug_names);
+        if (static_cast<uint32_t>(debug_op) >= debug_count) {
+          return MakeStatus(kInvalid,
+                            "{}: debug op index {} is out of range: the debug section names {} "
+                            "ops; {}",
+                            at(), debug_op, debug_count, kRebuild);
+        }
+        converted.debug_op.assign(View(debug_names->Get(debug_op)));
+      }
+      converted.operands = descs;
+      schedule.steps.push_back(step);
+      instructions.push_back(std::move(converted));
+    }
+    scheduled.end = static_cast<uint32_t>(instructions.size());
+  }
+  out->instruction_count = static_cast<uint32_t>(instructions.size());
+
+  std::vector<ScheduledStep> order;
+  Status scheduled = ScheduleStreams(schedule, &order);
+  if (!scheduled.ok()) return scheduled.WithContext(where);
+  out->schedule.reserve(instructions.size());
+  for (const ScheduledStep& step : order) {
+    driver::Instruction& instruction =
+        instructions[schedule.streams[step.stream].begin + step.position];
+    if (isa::OpcodeEngine(instruction.opcode) == TERN_ENGINE_SYNC) continue;
+    out->schedule.push_back(std::move(instruction));
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+Status ValidateExecutable(std::span<const uint8_t> data, ValidatedExecutable* out) {
+  Container container;
+  TERN_RETURN_IF_ERROR(ParseContainer(data, ContainerOptions{}, &container));
+
+  std::vector<uint64_t> module_copy, debug_copy;
+  const format::Module* module = nullptr;
+  TERN_RETURN_IF_ERROR(
+      VerifyFlatBuffer(AlignedView(container.module, &module_copy), "module", &module));
+  const format::DebugInfo* debug = nullptr;
+  if (container.has_debug) {
+    TERN_RETURN_IF_ERROR(
+        VerifyFlatBuffer(AlignedView(container.debug, &debug_copy), "debug", &debug));
+  }
+
+  auto program = std::make_shared<driver::Program>();
+  const std::string_view target = View(module->target());
+  if (target != kTarget) {
+    return MakeStatus(kUnsupported,
+                      "the executable is for target '{}', but this tern runs '{}' executables: "
+                      "build it for '{}'",
+                      target, kTarget, kTarget);
+  }
+  program->target.assign(target);
+  program->constants_bytes = module->constants_bytes();
+  if (program->constants_bytes != container.constants_size) {
+    return MakeStatus(kInvalid,
+                      "the module declares {} bytes of constants but the constants section has "
+                      "{}; {}",
+                      program->constants_bytes, container.constants_size, kRebuild);
+  }
+
+  WorkBudget budget(container.module.size());
+  const uint32_t function_count = Size(module->functions());
+  TERN_RETURN_IF_ERROR(budget.Spend(function_count));
+  program->functions.resize(function_count);
+  std::unordered_set<std::string_view> names;
+  for (uint32_t f = 0; f < function_count; ++f) {
+    const format::Function* function = module->functions()->Get(f);
+    const std::string_view name = View(function->name());
+    if (name.empty() || name.find('\0') != std::string_view::npos) {
+      return MakeStatus(kInvalid, "function {} has {}; every function needs a name; {}", f,
+                        name.empty() ? "no name" : "a name with a NUL byte", kRebuild);
+    }
+    if (!names.insert(name).second) {
+      return MakeStatus(kInvalid, "more than one function is named '{}'; names must be unique; {}",
+                        name, kRebuild);
+    }
+    TERN_RETURN_IF_ERROR(ConvertFunction(function, f, program->constants_bytes,
+                                         debug ? debug->op_names() : nullptr, container.has_debug,
+                                         &budget, &program->functions[f]));
+  }
+  out->program = std::move(program);
+  out->constants_offset = container.constants_offset;
+  return OkStatus();
+}
+
+}  // namespace tern::exe

@@ -1,0 +1,31 @@
+// The validating loader (docs/executable-format.md, "What the loader
+// checks"): checks an executable completely and turns it into the program the
+// driver runs. Device-independent: the public API (src/runtime/
+// api_executable.cc) places the constants; the fuzzer calls this directly.
+#ifndef TERN_SRC_EXECUTABLE_LOADER_H_
+#define TERN_SRC_EXECUTABLE_LOADER_H_
+
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "common/status.h"
+#include "program.h"
+
+namespace tern::exe {
+
+struct ValidatedExecutable {
+  std::shared_ptr<driver::Program> program;
+  // Where the constants segment (program->constants_bytes) lies in the data.
+  uint64_t constants_offset = 0;
+};
+
+// Validates `data` (every rule of the spec) and builds the program: names,
+// signatures and the schedule are copied out of `data`. Fails with
+// TERN_ERROR_EXECUTABLE_INVALID, _UNSUPPORTED or _CHECKSUM.
+// Thread-safety: any thread.
+Status ValidateExecutable(std::span<const uint8_t> data, ValidatedExecutable* out);
+
+}  // namespace tern::exe
+
+#endif  // TERN_SRC_EXECUTABLE_LOADER_H_

@@ -1,0 +1,448 @@
+// Executables (include/tern/executable.h): load from memory or a file (all
+// validation is in src/executable/loader.cc), introspection, unload, and
+// execution on a queue.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <optional>
+
+#include "executable/loader.h"
+#include "runtime/runtime.h"
+#include "tern/executable.h"
+
+namespace tern {
+
+// Where an executable's constants live. Shared by the executable and by the
+// executions in flight, so that an unload during an execution is safe.
+struct ExecutableConstants {
+  DeviceObject* device = nullptr;
+  // Loaded from memory: a device allocation (category constants).
+  std::optional<BufferObject> buffer;
+  // Loaded from a file: the read-only mapping and the bytes charged.
+  void* mapping = nullptr;
+  size_t mapping_size = 0;
+  const uint8_t* host = nullptr;
+  uint64_t charged = 0;
+
+  ExecutableConstants() = default;
+  ExecutableConstants(const ExecutableConstants&) = delete;
+  ExecutableConstants& operator=(const ExecutableConstants&) = delete;
+  ~ExecutableConstants() {
+    if (buffer) ReleaseBuffer(*buffer);
+    if (charged != 0) UnchargeDeviceMemory(device, charged, TERN_MEMORY_CONSTANTS);
+    if (mapping != nullptr) munmap(mapping, mapping_size);
+  }
+
+  driver::MemoryRef Ref() const {
+    if (buffer) return driver::MemoryRef{nullptr, device->hw.get(), buffer->offset};
+    if (host != nullptr) return driver::MemoryRef{const_cast<uint8_t*>(host), nullptr, 0};
+    return driver::MemoryRef{nullptr, device->hw.get(), 0};  // no constants: never read
+  }
+};
+
+struct ExecutableObject {
+  DeviceObject* device = nullptr;
+  std::shared_ptr<const driver::Program> program;
+  std::shared_ptr<ExecutableConstants> constants;
+};
+
+namespace {
+
+// What an execution holds until its command completes.
+struct ExecutionResources {
+  std::shared_ptr<ExecutableConstants> constants;
+  std::optional<BufferObject> scratch;
+  ~ExecutionResources() {
+    if (scratch) ReleaseBuffer(*scratch);
+  }
+};
+
+Status LookupExecutable(Runtime* rt, tern_executable_t handle,
+                        std::shared_ptr<ExecutableObject>* out) {
+  *out = rt->executable_table.Lookup(reinterpret_cast<uint64_t>(handle));
+  if (!*out) {
+    return MakeStatus(TERN_ERROR_INVALID_HANDLE,
+                      "executable is not a live executable handle (NULL, already unloaded, or "
+                      "another kind of handle); load one with tern_executable_load()");
+  }
+  return OkStatus();
+}
+
+Status CheckLoadParams(const tern_executable_load_params_t* params) {
+  if (params == nullptr) return OkStatus();
+  TERN_RETURN_IF_ERROR(CheckStructSize(params->struct_size, sizeof(tern_executable_load_params_t),
+                                       "tern_executable_load_params_t"));
+  if (params->flags != 0) {
+    return MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
+                      "tern_executable_load_params_t.flags is {:#x}; no flags are defined yet: "
+                      "pass 0",
+                      params->flags);
+  }
+  return OkStatus();
+}
+
+Status Insert(Runtime* rt, DeviceObject* dev, exe::ValidatedExecutable validated,
+              std::shared_ptr<ExecutableConstants> constants, tern_executable_t* out) {
+  auto object = std::make_shared<ExecutableObject>();
+  object->device = dev;
+  object->program = std::move(validated.program);
+  object->constants = std::move(constants);
+  *out = reinterpret_cast<tern_executable_t>(rt->executable_table.Insert(std::move(object)));
+  return OkStatus();
+}
+
+Status LoadFromMemory(Runtime* rt, tern_device_t device, const void* data, uint64_t size,
+                      const tern_executable_load_params_t* params, tern_executable_t* out) {
+  DeviceObject* dev;
+  TERN_RETURN_IF_ERROR(LookupDevice(rt, device, "device", &dev));
+  TERN_RETURN_IF_ERROR(CheckLoadParams(params));
+  if (data == nullptr && size > 0) {
+    return MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "data is NULL but size is {}", size);
+  }
+  const std::span<const uint8_t> bytes(static_cast<const uint8_t*>(data), size);
+  exe::ValidatedExecutable validated;
+  TERN_RETURN_IF_ERROR(exe::ValidateExecutable(bytes, &validated));
+  auto constants = std::make_shared<ExecutableConstants>();
+  constants->device = dev;
+  const uint64_t constants_bytes = validated.program->constants_bytes;
+  if (constants_bytes > 0) {
+    BufferObject buffer;
+    TERN_RETURN_IF_ERROR(
+        AllocateDeviceMemory(dev, constants_bytes, 4096, TERN_MEMORY_CONSTANTS, &buffer)
+            .WithContext("loading the executable's constants"));
+    constants->buffer = buffer;
+    driver::Command copy;
+    copy.kind = driver::CommandKind::kCopy;
+    copy.size = constants_bytes;
+    copy.dst = driver::MemoryRef{nullptr, dev->hw.get(), buffer.offset};
+    copy.src = driver::MemoryRef{const_cast<uint8_t*>(bytes.data() + validated.constants_offset),
+                                 nullptr, 0};
+    TERN_RETURN_IF_ERROR(
+        dev->hw->ExecuteSync(copy).WithContext("copying the executable's constants to the device"));
+  }
+  return Insert(rt, dev, std::move(validated), std::move(constants), out);
+}
+
+Status LoadFromFile(Runtime* rt, tern_device_t device, const char* path,
+                    const tern_executable_load_params_t* params, tern_executable_t* out) {
+  DeviceObject* dev;
+  TERN_RETURN_IF_ERROR(LookupDevice(rt, device, "device", &dev));
+  TERN_RETURN_IF_ERROR(CheckLoadParams(params));
+  if (path == nullptr) return MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "path is NULL");
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return ErrnoStatus(TERN_ERROR_IO, errno, fmt::format("opening the executable '{}'", path));
+  }
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return ErrnoStatus(TERN_ERROR_IO, err, fmt::format("reading the size of '{}'", path));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "'{}' is not a regular file", path);
+  }
+  const size_t size = static_cast<size_t>(st.st_size);
+  if (size == 0) {
+    ::close(fd);
+    exe::ValidatedExecutable ignored;
+    return exe::ValidateExecutable({}, &ignored).WithContext(fmt::format("loading '{}'", path));
+  }
+  void* mapping = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  const int map_errno = errno;
+  ::close(fd);
+  if (mapping == MAP_FAILED) {
+    return ErrnoStatus(TERN_ERROR_IO, map_errno, fmt::format("mapping '{}'", path));
+  }
+  auto constants = std::make_shared<ExecutableConstants>();
+  constants->device = dev;
+  constants->mapping = mapping;  // unmapped by the destructor on every path
+  constants->mapping_size = size;
+  const std::span<const uint8_t> bytes(static_cast<const uint8_t*>(mapping), size);
+  // Validation reads the whole file once, in order.
+  ::madvise(mapping, size, MADV_SEQUENTIAL);
+  exe::ValidatedExecutable validated;
+  TERN_RETURN_IF_ERROR(
+      exe::ValidateExecutable(bytes, &validated).WithContext(fmt::format("loading '{}'", path)));
+  ::madvise(mapping, size, MADV_NORMAL);
+  const uint64_t constants_bytes = validated.program->constants_bytes;
+  if (constants_bytes > 0) {
+    TERN_RETURN_IF_ERROR(ChargeDeviceMemory(dev, constants_bytes, TERN_MEMORY_CONSTANTS)
+                             .WithContext(fmt::format("loading the constants of '{}'", path)));
+    constants->charged = constants_bytes;
+    constants->host = bytes.data() + validated.constants_offset;
+  } else {
+    // Everything the executable needs was copied out: drop the mapping now.
+    ::munmap(mapping, size);
+    constants->mapping = nullptr;
+  }
+  return Insert(rt, dev, std::move(validated), std::move(constants), out);
+}
+
+// Resolves binding `index` of the inputs or outputs to device memory.
+Status Bind(Runtime* rt, const QueueObject& queue, const driver::TensorSignature& tensor,
+            const tern_binding_t& binding, bool input, uint32_t index, driver::MemoryRef* out) {
+  auto arg = [&] {
+    return fmt::format("{}[{}] ('{}')", input ? "inputs" : "outputs", index, tensor.name);
+  };
+  DeviceObject* dev = queue.core->device;
+  if (binding.buffer == nullptr && tensor.size_bytes == 0) {
+    *out = driver::MemoryRef{nullptr, dev->hw.get(), 0};  // nothing to read or write
+    return OkStatus();
+  }
+  std::shared_ptr<BufferObject> buffer;
+  TERN_RETURN_IF_ERROR(LookupBuffer(rt, binding.buffer, arg().c_str(), &buffer));
+  if (buffer->device != dev) {
+    return MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
+                      "{} is a buffer of device {} but the queue runs on device {}; bind buffers "
+                      "of the queue's device (copy the data there first)",
+                      arg(), buffer->device->index, dev->index);
+  }
+  if (binding.offset > buffer->size || tensor.size_bytes > buffer->size - binding.offset) {
+    return MakeStatus(TERN_ERROR_OUT_OF_RANGE,
+                      "{}: the tensor needs {} bytes at offset {} but the buffer has {} bytes; "
+                      "bind a larger buffer or a smaller offset",
+                      arg(), tensor.size_bytes, binding.offset, buffer->size);
+  }
+  *out = driver::MemoryRef{nullptr, dev->hw.get(), buffer->offset + binding.offset};
+  return OkStatus();
+}
+
+Status Execute(Runtime* rt, tern_queue_t queue_handle, tern_executable_t executable_handle,
+               uint32_t function_index, const tern_binding_t* inputs, uint32_t input_count,
+               const tern_binding_t* outputs, uint32_t output_count, uint64_t* out_sequence) {
+  std::shared_ptr<QueueObject> queue;
+  TERN_RETURN_IF_ERROR(LookupQueue(rt, queue_handle, "queue", &queue));
+  std::shared_ptr<ExecutableObject> executable;
+  TERN_RETURN_IF_ERROR(LookupExecutable(rt, executable_handle, &executable));
+  DeviceObject* dev = queue->core->device;
+  if (executable->device != dev) {
+    return MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
+                      "the executable is loaded on device {} but the queue runs on device {}; "
+                      "load it on the queue's device too",
+                      executable->device->index, dev->index);
+  }
+  const driver::Program& program = *executable->program;
+  if (function_index >= program.functions.size()) {
+    return MakeStatus(TERN_ERROR_OUT_OF_RANGE,
+                      "function {} does not exist: the executable has {} functions", function_index,
+                      program.functions.size());
+  }
+  const driver::Function& function = program.functions[function_index];
+  if (input_count != function.inputs.size() || output_count != function.outputs.size()) {
+    return MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
+                      "function '{}' has {} inputs and {} outputs, but {} and {} bindings were "
+                      "given; bind every input and output, in order",
+                      function.name, function.inputs.size(), function.outputs.size(), input_count,
+                      output_count);
+  }
+  if ((input_count > 0 && inputs == nullptr) || (output_count > 0 && outputs == nullptr)) {
+    return MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "{} is NULL but function '{}' has {} of them",
+                      inputs == nullptr && input_count > 0 ? "inputs" : "outputs", function.name,
+                      inputs == nullptr && input_count > 0 ? input_count : output_count);
+  }
+  driver::Command command;
+  command.kind = driver::CommandKind::kExecute;
+  command.program = executable->program;
+  command.function = function_index;
+  command.inputs.resize(input_count);
+  command.outputs.resize(output_count);
+  for (uint32_t i = 0; i < input_count; ++i) {
+    TERN_RETURN_IF_ERROR(
+        Bind(rt, *queue, function.inputs[i], inputs[i], true, i, &command.inputs[i]));
+  }
+  for (uint32_t i = 0; i < output_count; ++i) {
+    TERN_RETURN_IF_ERROR(
+        Bind(rt, *queue, function.outputs[i], outputs[i], false, i, &command.outputs[i]));
+  }
+  command.constants = executable->constants->Ref();
+  auto resources = std::make_shared<ExecutionResources>();
+  resources->constants = executable->constants;
+  if (function.scratch_bytes > 0) {
+    BufferObject scratch;
+    TERN_RETURN_IF_ERROR(
+        AllocateDeviceMemory(dev, function.scratch_bytes, 0, TERN_MEMORY_SCRATCH, &scratch)
+            .WithContext(fmt::format("allocating the scratch of function '{}'", function.name)));
+    resources->scratch = scratch;
+    command.scratch = driver::MemoryRef{nullptr, dev->hw.get(), scratch.offset};
+  } else {
+    command.scratch = driver::MemoryRef{nullptr, dev->hw.get(), 0};  // never read
+  }
+  command.keep_alive = std::move(resources);
+  uint64_t sequence = 0;
+  TERN_RETURN_IF_ERROR(queue->hw->Submit(std::move(command), &sequence));
+  if (out_sequence != nullptr) *out_sequence = sequence;
+  return OkStatus();
+}
+
+Status GetExecutable(tern_executable_t executable, std::shared_ptr<ExecutableObject>* out) {
+  Runtime* rt;
+  TERN_RETURN_IF_ERROR(GetRuntime(&rt));
+  return LookupExecutable(rt, executable, out);
+}
+
+}  // namespace
+}  // namespace tern
+
+extern "C" {
+
+using namespace tern;
+
+TERN_API tern_status_t tern_executable_load(tern_device_t device, const void* data, uint64_t size,
+                                            const tern_executable_load_params_t* params,
+                                            tern_executable_t* out_executable) {
+  if (out_executable == nullptr) {
+    return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_executable is NULL"));
+  }
+  *out_executable = nullptr;
+  Runtime* rt;
+  Status status = GetRuntime(&rt);
+  if (status.ok()) status = LoadFromMemory(rt, device, data, size, params, out_executable);
+  return Report(status);
+}
+
+TERN_API tern_status_t tern_executable_load_file(tern_device_t device, const char* path,
+                                                 const tern_executable_load_params_t* params,
+                                                 tern_executable_t* out_executable) {
+  if (out_executable == nullptr) {
+    return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_executable is NULL"));
+  }
+  *out_executable = nullptr;
+  Runtime* rt;
+  Status status = GetRuntime(&rt);
+  if (status.ok()) status = LoadFromFile(rt, device, path, params, out_executable);
+  return Report(status);
+}
+
+TERN_API tern_status_t tern_executable_unload(tern_executable_t executable) {
+  Runtime* rt;
+  Status status = GetRuntime(&rt);
+  if (!status.ok()) return Report(status);
+  // The constants go when the last execution holding them completes.
+  if (!rt->executable_table.Remove(reinterpret_cast<uint64_t>(executable))) {
+    return Report(MakeStatus(TERN_ERROR_INVALID_HANDLE,
+                             "executable is not a live executable handle: already unloaded, "
+                             "never loaded, or another kind of handle"));
+  }
+  return TERN_OK;
+}
+
+TERN_API tern_status_t tern_executable_function_count(tern_executable_t executable,
+                                                      uint32_t* out_count) {
+  if (out_count == nullptr)
+    return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_count is NULL"));
+  *out_count = 0;
+  std::shared_ptr<ExecutableObject> object;
+  Status status = GetExecutable(executable, &object);
+  if (status.ok()) *out_count = static_cast<uint32_t>(object->program->functions.size());
+  return Report(status);
+}
+
+TERN_API tern_status_t tern_executable_find_function(tern_executable_t executable, const char* name,
+                                                     uint32_t* out_function) {
+  if (out_function == nullptr) {
+    return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_function is NULL"));
+  }
+  *out_function = 0;
+  std::shared_ptr<ExecutableObject> object;
+  Status status = GetExecutable(executable, &object);
+  if (!status.ok()) return Report(status);
+  if (name == nullptr) return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "name is NULL"));
+  const auto& functions = object->program->functions;
+  std::string names;
+  for (size_t i = 0; i < functions.size(); ++i) {
+    if (functions[i].name == name) {
+      *out_function = static_cast<uint32_t>(i);
+      return TERN_OK;
+    }
+    if (i < 16) names += fmt::format("{}'{}'", names.empty() ? "" : ", ", functions[i].name);
+  }
+  if (functions.size() > 16) names += ", ...";
+  return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
+                           "the executable has no function named '{}'; it has {}", name,
+                           names.empty() ? "none" : names));
+}
+
+TERN_API tern_status_t tern_executable_function_info(tern_executable_t executable,
+                                                     uint32_t function,
+                                                     tern_function_info_t* out_info) {
+  if (out_info == nullptr)
+    return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_info is NULL"));
+  Status status =
+      CheckStructSize(out_info->struct_size, sizeof(tern_function_info_t), "tern_function_info_t");
+  std::shared_ptr<ExecutableObject> object;
+  if (status.ok()) status = GetExecutable(executable, &object);
+  if (!status.ok()) return Report(status);
+  const auto& functions = object->program->functions;
+  if (function >= functions.size()) {
+    return Report(MakeStatus(TERN_ERROR_OUT_OF_RANGE,
+                             "function {} does not exist: the executable has {} functions",
+                             function, functions.size()));
+  }
+  const driver::Function& f = functions[function];
+  out_info->input_count = static_cast<uint32_t>(f.inputs.size());
+  out_info->output_count = static_cast<uint32_t>(f.outputs.size());
+  out_info->instruction_count = f.instruction_count;
+  out_info->scratch_bytes = f.scratch_bytes;
+  out_info->name = f.name.c_str();
+  return TERN_OK;
+}
+
+TERN_API tern_status_t tern_executable_tensor_info(tern_executable_t executable, uint32_t function,
+                                                   int is_output, uint32_t index,
+                                                   tern_tensor_info_t* out_info) {
+  if (out_info == nullptr)
+    return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_info is NULL"));
+  Status status =
+      CheckStructSize(out_info->struct_size, sizeof(tern_tensor_info_t), "tern_tensor_info_t");
+  std::shared_ptr<ExecutableObject> object;
+  if (status.ok()) status = GetExecutable(executable, &object);
+  if (!status.ok()) return Report(status);
+  if (is_output != 0 && is_output != 1) {
+    return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
+                             "is_output is {}; pass 0 for an input or 1 for an output", is_output));
+  }
+  const auto& functions = object->program->functions;
+  if (function >= functions.size()) {
+    return Report(MakeStatus(TERN_ERROR_OUT_OF_RANGE,
+                             "function {} does not exist: the executable has {} functions",
+                             function, functions.size()));
+  }
+  const driver::Function& f = functions[function];
+  const auto& tensors = is_output ? f.outputs : f.inputs;
+  if (index >= tensors.size()) {
+    return Report(MakeStatus(TERN_ERROR_OUT_OF_RANGE, "function '{}' has {} {}; there is no {} {}",
+                             f.name, tensors.size(), is_output ? "outputs" : "inputs",
+                             is_output ? "output" : "input", index));
+  }
+  const driver::TensorSignature& tensor = tensors[index];
+  out_info->dtype = tensor.dtype;
+  out_info->rank = tensor.rank;
+  out_info->reserved = 0;
+  for (uint32_t i = 0; i < TERN_MAX_RANK; ++i)
+    out_info->shape[i] = i < tensor.rank ? tensor.shape[i] : 0;
+  out_info->size_bytes = tensor.size_bytes;
+  out_info->name = tensor.name.c_str();
+  return TERN_OK;
+}
+
+TERN_API tern_status_t tern_queue_execute(tern_queue_t queue, tern_executable_t executable,
+                                          uint32_t function, const tern_binding_t* inputs,
+                                          uint32_t input_count, const tern_binding_t* outputs,
+                                          uint32_t output_count, uint64_t* out_sequence) {
+  if (out_sequence != nullptr) *out_sequence = 0;
+  Runtime* rt;
+  Status status = GetRuntime(&rt);
+  if (status.ok()) {
+    status = Execute(rt, queue, executable, function, inputs, input_count, outputs, output_count,
+                     out_sequence);
+  }
+  return Report(status);
+}
+
+}  // extern "C"

@@ -1,0 +1,1119 @@
+// CTS: negative tests for every public function. Each bad input must give its
+// exact documented code and a message of its own, never a crash, and must
+// leave the objects involved as they were.
+#include <cstdlib>
+#include <thread>
+
+#include "cts_fixture.h"
+
+namespace tern::cts {
+namespace {
+
+constexpr uint64_t kBufferSize = 4096;
+
+void NoopCallback(void*, tern_status_t) {}
+
+template <typename H>
+uintptr_t Bits(H handle) {
+  return reinterpret_cast<uintptr_t>(handle);
+}
+
+template <typename H>
+H Forge(uintptr_t bits) {
+  return reinterpret_cast<H>(bits);
+}
+
+// Stores any int in an enum field, as a C caller can (in C++ an out-of-range
+// enum value cannot be formed by a cast without undefined behaviour).
+template <typename E>
+void SetRawEnum(E* field, int32_t value) {
+  static_assert(sizeof(E) == sizeof(int32_t));
+  std::memcpy(field, &value, sizeof(value));
+}
+
+// --- Every function at once: before init, after shutdown ----------------------------
+
+struct Handles {
+  tern_device_t device;
+  tern_core_t core;
+  tern_buffer_t buffer;
+  tern_queue_t queue;
+  tern_event_t event;
+  void* host;  // from tern_host_alloc, or not tern's at all
+};
+
+// Calls every function that needs a runtime; each must fail with `expected`
+// and clear its out parameters.
+void ExpectEveryFunctionFails(const Handles& h, tern_status_t expected, const char* needle) {
+  EXPECT_EQ(nullptr, tern_driver_name());
+  uint8_t bytes[16] = {};
+  uint64_t sequence = 99;
+
+  uint32_t count = 7;
+  CTS_EXPECT_ERROR(expected, tern_device_count(&count), needle);
+  EXPECT_EQ(0u, count);
+  tern_device_t device = Forge<tern_device_t>(0x1234);
+  CTS_EXPECT_ERROR(expected, tern_device_get(0, &device), needle);
+  EXPECT_EQ(nullptr, device);
+  tern_device_info_t device_info{};
+  device_info.struct_size = sizeof(device_info);
+  CTS_EXPECT_ERROR(expected, tern_device_get_info(h.device, &device_info), needle);
+  tern_core_t core = Forge<tern_core_t>(0x1234);
+  CTS_EXPECT_ERROR(expected, tern_core_open(h.device, 0, &core), needle);
+  EXPECT_EQ(nullptr, core);
+  CTS_EXPECT_ERROR(expected, tern_core_close(h.core), needle);
+  tern_core_info_t core_info{};
+  core_info.struct_size = sizeof(core_info);
+  CTS_EXPECT_ERROR(expected, tern_core_get_info(h.core, &core_info), needle);
+  tern_device_telemetry_t* telemetry = new tern_device_telemetry_t();
+  telemetry->struct_size = sizeof(*telemetry);
+  CTS_EXPECT_ERROR(expected, tern_device_get_telemetry(h.device, telemetry), needle);
+  delete telemetry;
+
+  tern_buffer_t buffer = Forge<tern_buffer_t>(0x1234);
+  const tern_buffer_params_t params = BufferParams(4096);
+  CTS_EXPECT_ERROR(expected, tern_buffer_alloc(h.device, &params, &buffer), needle);
+  EXPECT_EQ(nullptr, buffer);
+  CTS_EXPECT_ERROR(expected, tern_buffer_free(h.buffer), needle);
+  tern_buffer_info_t buffer_info{};
+  buffer_info.struct_size = sizeof(buffer_info);
+  CTS_EXPECT_ERROR(expected, tern_buffer_get_info(h.buffer, &buffer_info), needle);
+  CTS_EXPECT_ERROR(expected, tern_buffer_write(h.buffer, 0, bytes, sizeof(bytes)), needle);
+  CTS_EXPECT_ERROR(expected, tern_buffer_read(h.buffer, 0, bytes, sizeof(bytes)), needle);
+  tern_memory_stats_t stats{};
+  stats.struct_size = sizeof(stats);
+  CTS_EXPECT_ERROR(expected, tern_device_memory_stats(h.device, &stats), needle);
+  void* host = reinterpret_cast<void*>(0x1234);
+  CTS_EXPECT_ERROR(expected, tern_host_alloc(4096, &host), needle);
+  EXPECT_EQ(nullptr, host);
+  CTS_EXPECT_ERROR(expected, tern_host_free(h.host), needle);
+
+  tern_queue_t queue = Forge<tern_queue_t>(0x1234);
+  CTS_EXPECT_ERROR(expected, tern_queue_create(h.core, nullptr, &queue), needle);
+  EXPECT_EQ(nullptr, queue);
+  CTS_EXPECT_ERROR(expected, tern_queue_nop(h.queue, &sequence), needle);
+  EXPECT_EQ(0u, sequence);
+  sequence = 99;
+  CTS_EXPECT_ERROR(expected, tern_queue_copy_h2d(h.queue, h.buffer, 0, bytes, 16, &sequence),
+                   needle);
+  EXPECT_EQ(0u, sequence);
+  CTS_EXPECT_ERROR(expected, tern_queue_copy_d2h(h.queue, bytes, h.buffer, 0, 16, &sequence),
+                   needle);
+  CTS_EXPECT_ERROR(expected, tern_queue_copy_d2d(h.queue, h.buffer, 0, h.buffer, 16, 16, &sequence),
+                   needle);
+  CTS_EXPECT_ERROR(expected, tern_queue_fill(h.queue, h.buffer, 0, 16, 0, &sequence), needle);
+  CTS_EXPECT_ERROR(expected, tern_queue_host_callback(h.queue, NoopCallback, nullptr, &sequence),
+                   needle);
+  CTS_EXPECT_ERROR(expected, tern_queue_record_event(h.queue, h.event, &sequence), needle);
+  CTS_EXPECT_ERROR(expected, tern_queue_wait_event(h.queue, h.event, &sequence), needle);
+  CTS_EXPECT_ERROR(expected, tern_queue_synchronize(h.queue, 0), needle);
+  CTS_EXPECT_ERROR(expected, tern_queue_wait_sequence(h.queue, 1, 0), needle);
+  uint64_t completed = 99;
+  CTS_EXPECT_ERROR(expected, tern_queue_query(h.queue, &completed), needle);
+  EXPECT_EQ(0u, completed);
+  CTS_EXPECT_ERROR(expected, tern_queue_clear_error(h.queue), needle);
+  CTS_EXPECT_ERROR(expected, tern_queue_destroy(h.queue), needle);
+
+  tern_event_t event = Forge<tern_event_t>(0x1234);
+  CTS_EXPECT_ERROR(expected, tern_event_create(&event), needle);
+  EXPECT_EQ(nullptr, event);
+  CTS_EXPECT_ERROR(expected, tern_event_query(h.event), needle);
+  CTS_EXPECT_ERROR(expected, tern_event_synchronize(h.event, 0), needle);
+  uint64_t ns = 99;
+  CTS_EXPECT_ERROR(expected, tern_event_elapsed_ns(h.event, h.event, &ns), needle);
+  EXPECT_EQ(0u, ns);
+  CTS_EXPECT_ERROR(expected, tern_event_destroy(h.event), needle);
+
+  tern_fault_params_t fault{};
+  fault.struct_size = sizeof(fault);
+  fault.kind = TERN_FAULT_DMA_ABORT;
+  fault.core = h.core;
+  CTS_EXPECT_ERROR(expected, tern_debug_inject_fault(&fault), needle);
+
+  CTS_EXPECT_ERROR(expected, tern_shutdown(), needle);
+}
+
+// Runs before tern_init, on every backend (nothing here depends on one).
+class NegativeBeforeInitTest : public BackendTest {};
+
+TEST_P(NegativeBeforeInitTest, EveryFunctionIsNotInitialized) {
+  void* not_tern = std::malloc(64);
+  const Handles forged = {
+      Forge<tern_device_t>(0x0100000100000001), Forge<tern_core_t>(0x0200000200000001),
+      Forge<tern_buffer_t>(0x0300000300000001), Forge<tern_queue_t>(0x0400000400000001),
+      Forge<tern_event_t>(0x0500000500000001),  not_tern};
+  ExpectEveryFunctionFails(forged, TERN_ERROR_NOT_INITIALIZED, "tern_init");
+  std::free(not_tern);
+}
+
+TEST_P(NegativeBeforeInitTest, InitOptions) {
+  tern_init_options_t options{};
+  options.struct_size = sizeof(options);
+  options.driver = backend();
+  for (uint32_t size : {0u, 4u, static_cast<uint32_t>(sizeof(options) - 1)}) {
+    SCOPED_TRACE(size);
+    options.struct_size = size;
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT, tern_init(&options), "struct_size");
+    EXPECT_EQ(nullptr, tern_driver_name());
+  }
+  options.struct_size = sizeof(options);
+  for (uint32_t flags : {1u, 2u, 0x80000000u, 0xffffffffu}) {
+    SCOPED_TRACE(flags);
+    options.flags = flags;
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT, tern_init(&options), "flags");
+    EXPECT_EQ(nullptr, tern_driver_name());
+  }
+  options.flags = 0;
+  for (const char* driver : {"bogus", "", "SIM", "sim ", "nul"}) {
+    SCOPED_TRACE(std::string("driver '") + driver + "'");
+    options.driver = driver;
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT, tern_init(&options), "sim", "null");
+    EXPECT_NE(std::string::npos,
+              std::string(tern_last_error_message()).find(std::string("'") + driver + "'"))
+        << "the message must quote the bad name: " << tern_last_error_message();
+    EXPECT_EQ(nullptr, tern_driver_name());
+  }
+  CTS_EXPECT_ERROR(TERN_ERROR_NOT_INITIALIZED, tern_shutdown());
+}
+
+TEST_P(NegativeBeforeInitTest, UnknownDriverFromEnvironment) {
+  ScopedEnv env("TERN_DRIVER", "no-such-backend");
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT, tern_init(nullptr), "no-such-backend");
+  EXPECT_EQ(nullptr, tern_driver_name());
+}
+
+TEST_P(NegativeBeforeInitTest, GetVersion) {
+  // tern_get_version(NULL) is the CTS's own primer, so check it by hand.
+  (void)tern_device_count(nullptr);
+  const std::string primed = tern_last_error_message();
+  CTS_EXPECT_STATUS(TERN_ERROR_INVALID_ARGUMENT, tern_get_version(nullptr));
+  EXPECT_NE(primed, tern_last_error_message());
+  EXPECT_NE(std::string::npos, std::string(tern_last_error_message()).find("out_version"));
+
+  tern_version_t version;
+  for (uint32_t size : {0u, 4u, static_cast<uint32_t>(offsetof(tern_version_t, patch))}) {
+    SCOPED_TRACE(size);
+    std::memset(&version, 0xcd, sizeof(version));
+    version.struct_size = size;
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT, tern_get_version(&version), "struct_size");
+  }
+}
+
+TEST_P(NegativeBeforeInitTest, StatusStringNeverNull) {
+  for (int64_t code = -300; code < 700; ++code) {
+    const char* name = tern_status_string(static_cast<tern_status_t>(code));
+    ASSERT_NE(nullptr, name) << code;
+    EXPECT_EQ(0, std::strncmp(name, "TERN_", 5)) << code << ": " << name;
+  }
+}
+
+TEST_P(NegativeBeforeInitTest, ShutdownWithoutInit) {
+  CTS_EXPECT_ERROR(TERN_ERROR_NOT_INITIALIZED, tern_shutdown(), "tern_init");
+  CTS_EXPECT_ERROR(TERN_ERROR_NOT_INITIALIZED, tern_shutdown(), "tern_init");
+}
+
+CTS_INSTANTIATE(NegativeBeforeInitTest);
+
+class NegativeAfterShutdownTest : public RuntimeTest {};
+
+TEST_P(NegativeAfterShutdownTest, EveryFunctionIsNotInitialized) {
+  Handles live{};
+  live.device = device(0);
+  live.core = OpenCore(0, 0);
+  live.queue = CreateQueue(live.core);
+  live.buffer = Alloc(0, 4096);
+  live.event = CreateEvent();
+  CTS_ASSERT_OK(tern_host_alloc(4096, &live.host));
+  CTS_ASSERT_OK(tern_queue_record_event(live.queue, live.event, nullptr));
+  CTS_ASSERT_OK(tern_shutdown());
+  ExpectEveryFunctionFails(live, TERN_ERROR_NOT_INITIALIZED, "tern_init");
+}
+
+CTS_INSTANTIATE(NegativeAfterShutdownTest);
+
+// --- One function at a time, with a live runtime -------------------------------------
+
+class NegativeTest : public RuntimeTest {
+ protected:
+  void SetUp() override {
+    RuntimeTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    // Handles of an earlier runtime session.
+    stale_device_ = device(0);
+    stale_core_ = OpenCore(0, 1);
+    stale_queue_ = CreateQueue(stale_core_);
+    stale_buffer_ = Alloc(0, 64);
+    stale_event_ = CreateEvent();
+    CTS_ASSERT_OK(tern_shutdown());
+    CTS_ASSERT_OK(InitBackend());
+    RefreshDevices();
+    if (HasFatalFailure()) return;
+
+    // Live objects the bad calls must leave alone.
+    core_ = OpenCore(0, 0);
+    queue_ = CreateQueue(core_, "cts-negative");
+    buffer_ = Alloc(0, kBufferSize);
+    if (device_count() > 1) buffer1_ = Alloc(1, kBufferSize);
+    event_ = CreateEvent();
+    ASSERT_TRUE(core_ && queue_ && buffer_ && event_);
+    contents_ = Pattern(kBufferSize, 4242);
+    CTS_ASSERT_OK(tern_buffer_write(buffer_, 0, contents_.data(), kBufferSize));
+
+    // Destroyed ones.
+    dead_core_ = OpenCore(0, 1);
+    CTS_ASSERT_OK(tern_core_close(dead_core_));
+    dead_queue_ = CreateQueue(core_);
+    CTS_ASSERT_OK(tern_queue_destroy(dead_queue_));
+    dead_buffer_ = Alloc(0, 64);
+    CTS_ASSERT_OK(tern_buffer_free(dead_buffer_));
+    dead_event_ = CreateEvent();
+    CTS_ASSERT_OK(tern_event_destroy(dead_event_));
+  }
+
+  // Labelled handles of type H that are not live objects of that type: NULL,
+  // destroyed, stale, other kinds, forged values.
+  template <typename H>
+  std::vector<std::pair<std::string, H>> BadHandles(H dead, H stale, std::vector<H> live) {
+    std::vector<std::pair<std::string, H>> bad;
+    auto add = [&](std::string label, uintptr_t bits) {
+      for (H handle : live) {
+        if (handle != nullptr && Bits(handle) == bits) return;  // that one is valid
+      }
+      bad.emplace_back(std::move(label), Forge<H>(bits));
+    };
+    add("NULL", 0);
+    if (dead != nullptr) add("destroyed", Bits(dead));
+    if (stale != nullptr) add("from before a shutdown+init cycle", Bits(stale));
+    add("a device handle", Bits(device(0)));
+    add("a core handle", Bits(core_));
+    add("a buffer handle", Bits(buffer_));
+    add("a queue handle", Bits(queue_));
+    add("an event handle", Bits(event_));
+    add("forged 0x1", 1);
+    add("forged 0xdeadbeef", 0xdeadbeef);
+    add("forged all ones", ~uintptr_t{0});
+    for (H handle : live) {
+      if (handle == nullptr) continue;
+      add("forged: live + 1", Bits(handle) + 1);
+      add("forged: live + 4096", Bits(handle) + 4096);
+      add("forged: live ^ bit 40", Bits(handle) ^ (uintptr_t{1} << 40));
+      add("forged: live ^ bit 60", Bits(handle) ^ (uintptr_t{1} << 60));
+    }
+    return bad;
+  }
+  std::vector<std::pair<std::string, tern_device_t>> BadDevices() {
+    return BadHandles<tern_device_t>(nullptr, nullptr, devices_);
+  }
+  std::vector<std::pair<std::string, tern_core_t>> BadCores() {
+    return BadHandles<tern_core_t>(dead_core_, stale_core_, {core_});
+  }
+  std::vector<std::pair<std::string, tern_buffer_t>> BadBuffers() {
+    return BadHandles<tern_buffer_t>(dead_buffer_, stale_buffer_, {buffer_, buffer1_});
+  }
+  std::vector<std::pair<std::string, tern_queue_t>> BadQueues() {
+    return BadHandles<tern_queue_t>(dead_queue_, stale_queue_, {queue_});
+  }
+  std::vector<std::pair<std::string, tern_event_t>> BadEvents() {
+    return BadHandles<tern_event_t>(dead_event_, stale_event_, {event_});
+  }
+
+  // The stale device handle is checked separately: there is no destroyed one.
+  std::vector<std::pair<std::string, tern_device_t>> BadDevicesWithStale() {
+    auto bad = BadDevices();
+    bad.emplace_back("from before a shutdown+init cycle", stale_device_);
+    return bad;
+  }
+
+  // The failed submissions enqueued nothing: the next command is number 1.
+  void ExpectQueueUntouched() {
+    uint64_t completed = 99;
+    CTS_EXPECT_OK(tern_queue_query(queue_, &completed));
+    EXPECT_EQ(0u, completed);
+    uint64_t sequence = 0;
+    CTS_EXPECT_OK(tern_queue_nop(queue_, &sequence));
+    EXPECT_EQ(1u, sequence) << "a failed submission took a sequence number";
+    CTS_EXPECT_OK(tern_queue_synchronize(queue_, kLongTimeout));
+  }
+
+  // buffer_ still holds what SetUp wrote.
+  void ExpectBufferUntouched() {
+    std::vector<uint8_t> bytes(kBufferSize);
+    CTS_EXPECT_OK(tern_buffer_read(buffer_, 0, bytes.data(), kBufferSize));
+    EXPECT_TRUE(contents_ == bytes) << "a failed call changed the buffer";
+    const tern_buffer_info_t info = BufferInfo(buffer_);
+    EXPECT_EQ(kBufferSize, info.size);
+  }
+
+  struct Range {
+    uint64_t offset, size;
+  };
+  // Ranges outside a kBufferSize buffer, overflowing uint64 included. All
+  // multiples of 4, so that fill reaches the range check.
+  static std::vector<Range> BadRanges() {
+    return {{kBufferSize, 4},
+            {kBufferSize + 4, 4},
+            {0, kBufferSize + 4},
+            {kBufferSize - 4, 8},
+            {UINT64_MAX - 3, 4},
+            {8, UINT64_MAX - 7},
+            {UINT64_MAX - 3, UINT64_MAX - 3},
+            {kBufferSize / 2, UINT64_MAX / 2 + 1}};
+  }
+
+  tern_core_t core_ = nullptr;
+  tern_queue_t queue_ = nullptr;
+  tern_buffer_t buffer_ = nullptr;
+  tern_buffer_t buffer1_ = nullptr;
+  tern_event_t event_ = nullptr;
+  std::vector<uint8_t> contents_;
+  tern_core_t dead_core_ = nullptr;
+  tern_queue_t dead_queue_ = nullptr;
+  tern_buffer_t dead_buffer_ = nullptr;
+  tern_event_t dead_event_ = nullptr;
+  tern_device_t stale_device_ = nullptr;
+  tern_core_t stale_core_ = nullptr;
+  tern_queue_t stale_queue_ = nullptr;
+  tern_buffer_t stale_buffer_ = nullptr;
+  tern_event_t stale_event_ = nullptr;
+};
+
+TEST_P(NegativeTest, InitWhileInitialized) {
+  tern_init_options_t options{};
+  options.struct_size = sizeof(options);
+  options.struct_size = 0;
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT, tern_init(&options), "struct_size");
+  options.struct_size = sizeof(options);
+  options.flags = 4;
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT, tern_init(&options), "flags");
+  options.flags = 0;
+  options.driver = "bogus";
+  CTS_EXPECT_ERROR(TERN_ERROR_FAILED_PRECONDITION, tern_init(&options), "bogus");
+  // None of them took a reference.
+  CTS_EXPECT_OK(tern_shutdown());
+  CTS_EXPECT_ERROR(TERN_ERROR_NOT_INITIALIZED, tern_shutdown());
+}
+
+TEST_P(NegativeTest, DeviceCount) {
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT, tern_device_count(nullptr), "out_count");
+}
+
+TEST_P(NegativeTest, DeviceGet) {
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT, tern_device_get(0, nullptr), "out_device");
+  for (uint32_t index : {device_count(), device_count() + 1, 1000u, UINT32_MAX}) {
+    SCOPED_TRACE(index);
+    tern_device_t device = Forge<tern_device_t>(0x1234);
+    CTS_EXPECT_ERROR(TERN_ERROR_OUT_OF_RANGE, tern_device_get(index, &device),
+                     std::to_string(index).c_str());
+    EXPECT_EQ(nullptr, device);
+  }
+}
+
+TEST_P(NegativeTest, DeviceGetInfo) {
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT, tern_device_get_info(device(0), nullptr),
+                   "out_info");
+  tern_device_info_t info;
+  for (uint32_t size : {0u, 4u, static_cast<uint32_t>(sizeof(info) - 1)}) {
+    SCOPED_TRACE(size);
+    std::memset(&info, 0, sizeof(info));
+    info.struct_size = size;
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT, tern_device_get_info(device(0), &info),
+                     "struct_size");
+  }
+  std::string kept_stale;
+  for (const auto& [label, handle] : BadDevicesWithStale()) {
+    SCOPED_TRACE(label);
+    tern_device_t bad = handle;
+    std::memset(&info, 0xcd, sizeof(info));
+    info.struct_size = sizeof(info);
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE, tern_device_get_info(bad, &info), "device");
+    if (info.memory_bytes != 0 || info.core_count != 0) kept_stale += " [" + label + "]";
+  }
+  EXPECT_EQ("", kept_stale) << "out_info kept stale contents after failing for these";
+}
+
+TEST_P(NegativeTest, CoreOpen) {
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT, tern_core_open(device(0), 1, nullptr), "out_core");
+  for (const auto& [label, handle] : BadDevicesWithStale()) {
+    SCOPED_TRACE(label);
+    tern_device_t bad = handle;
+    tern_core_t core = Forge<tern_core_t>(0x1234);
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE, tern_core_open(bad, 1, &core), "device");
+    EXPECT_EQ(nullptr, core);
+  }
+  const uint32_t cores = DeviceInfo(0).core_count;
+  for (uint32_t index : {cores, cores + 1, UINT32_MAX}) {
+    SCOPED_TRACE(index);
+    tern_core_t core = Forge<tern_core_t>(0x1234);
+    CTS_EXPECT_ERROR(TERN_ERROR_OUT_OF_RANGE, tern_core_open(device(0), index, &core));
+    EXPECT_EQ(nullptr, core);
+  }
+  tern_core_t again = Forge<tern_core_t>(0x1234);
+  CTS_EXPECT_ERROR(TERN_ERROR_FAILED_PRECONDITION, tern_core_open(device(0), 0, &again));
+  EXPECT_EQ(nullptr, again);
+  // The refusals took no core: core 1 opens, core 0 still works.
+  tern_core_t core1 = OpenCore(0, 1);
+  EXPECT_NE(nullptr, core1);
+  CTS_EXPECT_OK(tern_core_close(core1));
+  ExpectQueueUntouched();
+}
+
+TEST_P(NegativeTest, CoreClose) {
+  for (const auto& [label, handle] : BadCores()) {
+    SCOPED_TRACE(label);
+    tern_core_t bad = handle;
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE, tern_core_close(bad), "core");
+  }
+  CTS_EXPECT_ERROR(TERN_ERROR_FAILED_PRECONDITION, tern_core_close(core_), "queue");
+  ExpectQueueUntouched();
+  // A double close.
+  tern_core_t core1 = OpenCore(0, 1);
+  CTS_ASSERT_OK(tern_core_close(core1));
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE, tern_core_close(core1));
+}
+
+TEST_P(NegativeTest, CoreGetInfo) {
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT, tern_core_get_info(core_, nullptr), "out_info");
+  tern_core_info_t info;
+  for (uint32_t size : {0u, static_cast<uint32_t>(sizeof(info) - 1)}) {
+    SCOPED_TRACE(size);
+    std::memset(&info, 0, sizeof(info));
+    info.struct_size = size;
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT, tern_core_get_info(core_, &info), "struct_size");
+  }
+  std::string kept_stale;
+  for (const auto& [label, handle] : BadCores()) {
+    SCOPED_TRACE(label);
+    tern_core_t bad = handle;
+    std::memset(&info, 0xcd, sizeof(info));
+    info.struct_size = sizeof(info);
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE, tern_core_get_info(bad, &info), "core");
+    if (info.device != nullptr || info.node_index != 0) kept_stale += " [" + label + "]";
+  }
+  // tern.h: "out_ parameters are set to zero/NULL on entry".
+  EXPECT_EQ("", kept_stale) << "out_info kept stale contents after failing for these";
+}
+
+TEST_P(NegativeTest, BufferAlloc) {
+  const tern_buffer_params_t good = BufferParams(4096);
+  tern_buffer_t buffer = Forge<tern_buffer_t>(0x1234);
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT, tern_buffer_alloc(device(0), &good, nullptr),
+                   "out_buffer");
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT, tern_buffer_alloc(device(0), nullptr, &buffer),
+                   "params");
+  EXPECT_EQ(nullptr, buffer);
+  for (const auto& [label, handle] : BadDevicesWithStale()) {
+    SCOPED_TRACE(label);
+    tern_device_t bad = handle;
+    buffer = Forge<tern_buffer_t>(0x1234);
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE, tern_buffer_alloc(bad, &good, &buffer), "device");
+    EXPECT_EQ(nullptr, buffer);
+  }
+  tern_buffer_params_t params = good;
+  for (uint32_t size : {0u, 8u, static_cast<uint32_t>(sizeof(params) - 1)}) {
+    SCOPED_TRACE(size);
+    params.struct_size = size;
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT, tern_buffer_alloc(device(0), &params, &buffer),
+                     "struct_size");
+  }
+  params = good;
+  for (uint32_t flags : {1u, 0x100u, 0x80000000u}) {
+    SCOPED_TRACE(flags);
+    params.flags = flags;
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT, tern_buffer_alloc(device(0), &params, &buffer),
+                     "flags");
+  }
+  params = good;
+  params.size = 0;
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT, tern_buffer_alloc(device(0), &params, &buffer),
+                   "size");
+  params = good;
+  for (uint64_t alignment : {uint64_t{3}, uint64_t{48}, uint64_t{100}, uint64_t{4097},
+                             (uint64_t{1} << 63) + 1, UINT64_MAX}) {
+    SCOPED_TRACE(alignment);
+    params.alignment = alignment;
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT, tern_buffer_alloc(device(0), &params, &buffer),
+                     "alignment");
+  }
+  params = good;
+  for (int category : {static_cast<int>(TERN_MEMORY_CATEGORY_COUNT), 7, 100, -1}) {
+    SCOPED_TRACE(category);
+    SetRawEnum(&params.category, category);
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT, tern_buffer_alloc(device(0), &params, &buffer),
+                     "category");
+  }
+  params = good;
+  params.size = UINT64_MAX;
+  CTS_EXPECT_ERROR(TERN_ERROR_OUT_OF_MEMORY, tern_buffer_alloc(device(0), &params, &buffer));
+  EXPECT_EQ(nullptr, buffer);
+  // Nothing was allocated by any of it.
+  const tern_memory_stats_t stats = MemoryStats(0);
+  EXPECT_EQ(1u, stats.allocation_count);
+  EXPECT_EQ(kBufferSize, stats.used_bytes);
+  ExpectBufferUntouched();
+}
+
+TEST_P(NegativeTest, BufferFree) {
+  for (const auto& [label, handle] : BadBuffers()) {
+    SCOPED_TRACE(label);
+    tern_buffer_t bad = handle;
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE, tern_buffer_free(bad));
+  }
+  // A double free.
+  tern_buffer_t buffer = Alloc(0, 64);
+  CTS_ASSERT_OK(tern_buffer_free(buffer));
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE, tern_buffer_free(buffer), "freed");
+  // The wrong-kind "frees" destroyed nothing.
+  ExpectBufferUntouched();
+  ExpectQueueUntouched();
+  CTS_EXPECT_OK(tern_event_query(event_));
+  tern_core_info_t info{};
+  info.struct_size = sizeof(info);
+  CTS_EXPECT_OK(tern_core_get_info(core_, &info));
+}
+
+TEST_P(NegativeTest, BufferGetInfo) {
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT, tern_buffer_get_info(buffer_, nullptr), "out_info");
+  tern_buffer_info_t info;
+  for (uint32_t size : {0u, static_cast<uint32_t>(sizeof(info) - 1)}) {
+    SCOPED_TRACE(size);
+    std::memset(&info, 0, sizeof(info));
+    info.struct_size = size;
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT, tern_buffer_get_info(buffer_, &info),
+                     "struct_size");
+  }
+  std::string kept_stale;
+  for (const auto& [label, handle] : BadBuffers()) {
+    SCOPED_TRACE(label);
+    tern_buffer_t bad = handle;
+    std::memset(&info, 0xcd, sizeof(info));
+    info.struct_size = sizeof(info);
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE, tern_buffer_get_info(bad, &info), "buffer");
+    if (info.size != 0 || info.device_address != 0 || info.device != nullptr) {
+      kept_stale += " [" + label + "]";
+    }
+  }
+  // tern.h: "out_ parameters are set to zero/NULL on entry".
+  EXPECT_EQ("", kept_stale) << "out_info kept stale contents after failing for these";
+}
+
+TEST_P(NegativeTest, BufferWrite) {
+  std::vector<uint8_t> data(64, 0x77);
+  for (const auto& [label, handle] : BadBuffers()) {
+    SCOPED_TRACE(label);
+    tern_buffer_t bad = handle;
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE, tern_buffer_write(bad, 0, data.data(), 64),
+                     "buffer");
+  }
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT, tern_buffer_write(buffer_, 0, nullptr, 64), "src");
+  std::vector<uint8_t> big(kBufferSize + 8, 0x77);
+  for (const Range& range : BadRanges()) {
+    SCOPED_TRACE("offset " + std::to_string(range.offset) + " size " + std::to_string(range.size));
+    CTS_EXPECT_ERROR(TERN_ERROR_OUT_OF_RANGE,
+                     tern_buffer_write(buffer_, range.offset, big.data(), range.size));
+  }
+  ExpectBufferUntouched();
+}
+
+TEST_P(NegativeTest, BufferRead) {
+  std::vector<uint8_t> data(kBufferSize + 8, 0x77);
+  for (const auto& [label, handle] : BadBuffers()) {
+    SCOPED_TRACE(label);
+    tern_buffer_t bad = handle;
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE, tern_buffer_read(bad, 0, data.data(), 64),
+                     "buffer");
+  }
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT, tern_buffer_read(buffer_, 0, nullptr, 64), "dst");
+  for (const Range& range : BadRanges()) {
+    SCOPED_TRACE("offset " + std::to_string(range.offset) + " size " + std::to_string(range.size));
+    // A read that fails writes nothing to the host either (only small sizes
+    // would fit in `data`, so the huge ones prove there was no attempt).
+    CTS_EXPECT_ERROR(TERN_ERROR_OUT_OF_RANGE,
+                     tern_buffer_read(buffer_, range.offset, data.data(), range.size));
+  }
+  EXPECT_EQ(std::vector<uint8_t>(kBufferSize + 8, 0x77), data);
+}
+
+TEST_P(NegativeTest, DeviceMemoryStats) {
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT, tern_device_memory_stats(device(0), nullptr),
+                   "out_stats");
+  tern_memory_stats_t stats;
+  for (uint32_t size : {0u, static_cast<uint32_t>(sizeof(stats) - 1)}) {
+    SCOPED_TRACE(size);
+    std::memset(&stats, 0, sizeof(stats));
+    stats.struct_size = size;
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT, tern_device_memory_stats(device(0), &stats),
+                     "struct_size");
+  }
+  for (const auto& [label, handle] : BadDevicesWithStale()) {
+    SCOPED_TRACE(label);
+    tern_device_t bad = handle;
+    std::memset(&stats, 0xcd, sizeof(stats));
+    stats.struct_size = sizeof(stats);
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE, tern_device_memory_stats(bad, &stats), "device");
+    EXPECT_EQ(0u, stats.capacity_bytes) << "out_stats kept stale contents";
+  }
+}
+
+TEST_P(NegativeTest, HostAlloc) {
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT, tern_host_alloc(4096, nullptr), "out_ptr");
+  void* ptr = reinterpret_cast<void*>(0x1234);
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT, tern_host_alloc(0, &ptr), "0 bytes");
+  EXPECT_EQ(nullptr, ptr);
+  ptr = reinterpret_cast<void*>(0x1234);
+  CTS_EXPECT_ERROR(TERN_ERROR_HOST_OUT_OF_MEMORY, tern_host_alloc(UINT64_MAX, &ptr));
+  EXPECT_EQ(nullptr, ptr);
+  ptr = reinterpret_cast<void*>(0x1234);
+  CTS_EXPECT_ERROR(TERN_ERROR_HOST_OUT_OF_MEMORY, tern_host_alloc(uint64_t{1} << 56, &ptr));
+  EXPECT_EQ(nullptr, ptr);
+}
+
+TEST_P(NegativeTest, HostFree) {
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT, tern_host_free(nullptr));
+  // Memory tern did not allocate is refused and left alone.
+  auto* not_tern = static_cast<uint8_t*>(std::malloc(4096));
+  std::memset(not_tern, 0x42, 4096);
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT, tern_host_free(not_tern), "tern_host_alloc");
+  EXPECT_EQ(0x42, not_tern[4095]);
+  std::free(not_tern);
+  uint8_t on_stack[64];
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT, tern_host_free(on_stack));
+  // Interior pointers and double frees.
+  void* ptr = nullptr;
+  CTS_ASSERT_OK(tern_host_alloc(8192, &ptr));
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT, tern_host_free(static_cast<uint8_t*>(ptr) + 64));
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT, tern_host_free(static_cast<uint8_t*>(ptr) + 4096));
+  static_cast<uint8_t*>(ptr)[8191] = 1;  // still mapped
+  CTS_EXPECT_OK(tern_host_free(ptr));
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT, tern_host_free(ptr));
+}
+
+TEST_P(NegativeTest, QueueCreate) {
+  tern_queue_t queue = Forge<tern_queue_t>(0x1234);
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT, tern_queue_create(core_, nullptr, nullptr),
+                   "out_queue");
+  for (const auto& [label, handle] : BadCores()) {
+    SCOPED_TRACE(label);
+    tern_core_t bad = handle;
+    queue = Forge<tern_queue_t>(0x1234);
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE, tern_queue_create(bad, nullptr, &queue), "core");
+    EXPECT_EQ(nullptr, queue);
+  }
+  tern_queue_params_t params{};
+  params.name = "bad";
+  for (uint32_t size : {0u, 4u, static_cast<uint32_t>(sizeof(params) - 1)}) {
+    SCOPED_TRACE(size);
+    params.struct_size = size;
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT, tern_queue_create(core_, &params, &queue),
+                     "struct_size");
+    EXPECT_EQ(nullptr, queue);
+  }
+  params.struct_size = sizeof(params);
+  for (uint32_t flags : {1u, 0x80000000u}) {
+    SCOPED_TRACE(flags);
+    params.flags = flags;
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT, tern_queue_create(core_, &params, &queue),
+                     "flags");
+    EXPECT_EQ(nullptr, queue);
+  }
+  // No queue was left behind: destroying queue_ lets the core close.
+  CTS_ASSERT_OK(tern_queue_destroy(queue_));
+  queue_ = nullptr;
+  CTS_EXPECT_OK(tern_core_close(core_));
+}
+
+TEST_P(NegativeTest, QueueDestroy) {
+  for (const auto& [label, handle] : BadQueues()) {
+    SCOPED_TRACE(label);
+    tern_queue_t bad = handle;
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE, tern_queue_destroy(bad), "queue");
+  }
+  tern_queue_t queue = CreateQueue(core_);
+  CTS_ASSERT_OK(tern_queue_destroy(queue));
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE, tern_queue_destroy(queue));
+  ExpectQueueUntouched();
+  ExpectBufferUntouched();
+}
+
+TEST_P(NegativeTest, QueueNop) {
+  for (const auto& [label, handle] : BadQueues()) {
+    SCOPED_TRACE(label);
+    tern_queue_t bad = handle;
+    uint64_t sequence = 99;
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE, tern_queue_nop(bad, &sequence), "queue");
+    EXPECT_EQ(0u, sequence);
+  }
+  ExpectQueueUntouched();
+}
+
+TEST_P(NegativeTest, QueueCopyH2D) {
+  std::vector<uint8_t> data(kBufferSize + 8, 0x99);
+  uint64_t sequence = 99;
+  for (const auto& [label, handle] : BadQueues()) {
+    SCOPED_TRACE(label);
+    tern_queue_t bad = handle;
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE,
+                     tern_queue_copy_h2d(bad, buffer_, 0, data.data(), 64, &sequence), "queue");
+    EXPECT_EQ(0u, sequence);
+  }
+  for (const auto& [label, handle] : BadBuffers()) {
+    SCOPED_TRACE(label);
+    tern_buffer_t bad = handle;
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE,
+                     tern_queue_copy_h2d(queue_, bad, 0, data.data(), 64, &sequence), "dst");
+  }
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT,
+                   tern_queue_copy_h2d(queue_, buffer_, 0, nullptr, 64, &sequence), "src");
+  for (const Range& range : BadRanges()) {
+    SCOPED_TRACE("offset " + std::to_string(range.offset) + " size " + std::to_string(range.size));
+    CTS_EXPECT_ERROR(
+        TERN_ERROR_OUT_OF_RANGE,
+        tern_queue_copy_h2d(queue_, buffer_, range.offset, data.data(), range.size, &sequence));
+  }
+  if (buffer1_ != nullptr) {
+    // A queue of device 0 cannot write device 1's memory from the host.
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT,
+                     tern_queue_copy_h2d(queue_, buffer1_, 0, data.data(), 64, &sequence),
+                     "device");
+  }
+  ExpectQueueUntouched();
+  ExpectBufferUntouched();
+}
+
+TEST_P(NegativeTest, QueueCopyD2H) {
+  std::vector<uint8_t> data(kBufferSize + 8, 0x99);
+  uint64_t sequence = 99;
+  for (const auto& [label, handle] : BadQueues()) {
+    SCOPED_TRACE(label);
+    tern_queue_t bad = handle;
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE,
+                     tern_queue_copy_d2h(bad, data.data(), buffer_, 0, 64, &sequence), "queue");
+    EXPECT_EQ(0u, sequence);
+  }
+  for (const auto& [label, handle] : BadBuffers()) {
+    SCOPED_TRACE(label);
+    tern_buffer_t bad = handle;
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE,
+                     tern_queue_copy_d2h(queue_, data.data(), bad, 0, 64, &sequence), "src");
+  }
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT,
+                   tern_queue_copy_d2h(queue_, nullptr, buffer_, 0, 64, &sequence), "dst");
+  for (const Range& range : BadRanges()) {
+    SCOPED_TRACE("offset " + std::to_string(range.offset) + " size " + std::to_string(range.size));
+    CTS_EXPECT_ERROR(
+        TERN_ERROR_OUT_OF_RANGE,
+        tern_queue_copy_d2h(queue_, data.data(), buffer_, range.offset, range.size, &sequence));
+  }
+  if (buffer1_ != nullptr) {
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT,
+                     tern_queue_copy_d2h(queue_, data.data(), buffer1_, 0, 64, &sequence),
+                     "device");
+  }
+  ExpectQueueUntouched();
+  EXPECT_EQ(std::vector<uint8_t>(kBufferSize + 8, 0x99), data);
+}
+
+TEST_P(NegativeTest, QueueCopyD2D) {
+  tern_buffer_t other = Alloc(0, kBufferSize);
+  uint64_t sequence = 99;
+  for (const auto& [label, handle] : BadQueues()) {
+    SCOPED_TRACE(label);
+    tern_queue_t bad = handle;
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE,
+                     tern_queue_copy_d2d(bad, other, 0, buffer_, 0, 64, &sequence), "queue");
+    EXPECT_EQ(0u, sequence);
+  }
+  for (const auto& [label, handle] : BadBuffers()) {
+    SCOPED_TRACE(label);
+    tern_buffer_t bad = handle;
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE,
+                     tern_queue_copy_d2d(queue_, bad, 0, buffer_, 0, 64, &sequence), "dst");
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE,
+                     tern_queue_copy_d2d(queue_, other, 0, bad, 0, 64, &sequence), "src");
+  }
+  for (const Range& range : BadRanges()) {
+    SCOPED_TRACE("offset " + std::to_string(range.offset) + " size " + std::to_string(range.size));
+    CTS_EXPECT_ERROR(
+        TERN_ERROR_OUT_OF_RANGE,
+        tern_queue_copy_d2d(queue_, other, range.offset, buffer_, 0, range.size, &sequence));
+    CTS_EXPECT_ERROR(
+        TERN_ERROR_OUT_OF_RANGE,
+        tern_queue_copy_d2d(queue_, buffer_, 0, other, range.offset, range.size, &sequence));
+  }
+  if (buffer1_ != nullptr) {
+    // Neither end on the queue's device.
+    tern_buffer_t other1 = Alloc(1, kBufferSize);
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT,
+                     tern_queue_copy_d2d(queue_, other1, 0, buffer1_, 0, 64, &sequence), "device");
+  }
+  ExpectQueueUntouched();
+  ExpectBufferUntouched();
+}
+
+TEST_P(NegativeTest, QueueFill) {
+  uint64_t sequence = 99;
+  for (const auto& [label, handle] : BadQueues()) {
+    SCOPED_TRACE(label);
+    tern_queue_t bad = handle;
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE, tern_queue_fill(bad, buffer_, 0, 64, 0, &sequence),
+                     "queue");
+    EXPECT_EQ(0u, sequence);
+  }
+  for (const auto& [label, handle] : BadBuffers()) {
+    SCOPED_TRACE(label);
+    tern_buffer_t bad = handle;
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE, tern_queue_fill(queue_, bad, 0, 64, 0, &sequence),
+                     "dst");
+  }
+  // Offsets and sizes that are not multiples of the 32-bit pattern.
+  for (const Range& range : {Range{1, 4}, Range{2, 8}, Range{0, 3}, Range{4, 6}, Range{3, 1}}) {
+    SCOPED_TRACE("offset " + std::to_string(range.offset) + " size " + std::to_string(range.size));
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT,
+                     tern_queue_fill(queue_, buffer_, range.offset, range.size, 0, &sequence),
+                     "multiple");
+  }
+  for (const Range& range : BadRanges()) {
+    SCOPED_TRACE("offset " + std::to_string(range.offset) + " size " + std::to_string(range.size));
+    CTS_EXPECT_ERROR(TERN_ERROR_OUT_OF_RANGE,
+                     tern_queue_fill(queue_, buffer_, range.offset, range.size, 0, &sequence));
+  }
+  if (buffer1_ != nullptr) {
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT,
+                     tern_queue_fill(queue_, buffer1_, 0, 64, 0, &sequence), "device");
+  }
+  ExpectQueueUntouched();
+  ExpectBufferUntouched();
+}
+
+TEST_P(NegativeTest, QueueHostCallback) {
+  uint64_t sequence = 99;
+  for (const auto& [label, handle] : BadQueues()) {
+    SCOPED_TRACE(label);
+    tern_queue_t bad = handle;
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE,
+                     tern_queue_host_callback(bad, NoopCallback, nullptr, &sequence), "queue");
+    EXPECT_EQ(0u, sequence);
+  }
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT,
+                   tern_queue_host_callback(queue_, nullptr, nullptr, &sequence), "callback");
+  EXPECT_EQ(0u, sequence);
+  ExpectQueueUntouched();
+}
+
+TEST_P(NegativeTest, QueueRecordEvent) {
+  uint64_t sequence = 99;
+  for (const auto& [label, handle] : BadQueues()) {
+    SCOPED_TRACE(label);
+    tern_queue_t bad = handle;
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE, tern_queue_record_event(bad, event_, &sequence),
+                     "queue");
+    EXPECT_EQ(0u, sequence);
+  }
+  for (const auto& [label, handle] : BadEvents()) {
+    SCOPED_TRACE(label);
+    tern_event_t bad = handle;
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE, tern_queue_record_event(queue_, bad, &sequence),
+                     "event");
+  }
+  // event_ was never recorded by any of it.
+  tern_event_t other = CreateEvent();
+  CTS_ASSERT_OK(tern_queue_record_event(queue_, other, nullptr));
+  CTS_ASSERT_OK(tern_event_synchronize(other, kLongTimeout));
+  uint64_t ns = 0;
+  CTS_EXPECT_ERROR(TERN_ERROR_FAILED_PRECONDITION, tern_event_elapsed_ns(event_, other, &ns));
+}
+
+TEST_P(NegativeTest, QueueWaitEvent) {
+  uint64_t sequence = 99;
+  for (const auto& [label, handle] : BadQueues()) {
+    SCOPED_TRACE(label);
+    tern_queue_t bad = handle;
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE, tern_queue_wait_event(bad, event_, &sequence),
+                     "queue");
+    EXPECT_EQ(0u, sequence);
+  }
+  for (const auto& [label, handle] : BadEvents()) {
+    SCOPED_TRACE(label);
+    tern_event_t bad = handle;
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE, tern_queue_wait_event(queue_, bad, &sequence),
+                     "event");
+  }
+  ExpectQueueUntouched();
+}
+
+TEST_P(NegativeTest, QueueSynchronize) {
+  for (const auto& [label, handle] : BadQueues()) {
+    SCOPED_TRACE(label);
+    tern_queue_t bad = handle;
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE, tern_queue_synchronize(bad, 0), "queue");
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE, tern_queue_synchronize(bad, kLongTimeout), "queue");
+  }
+  ExpectQueueUntouched();
+}
+
+TEST_P(NegativeTest, QueueWaitSequence) {
+  for (const auto& [label, handle] : BadQueues()) {
+    SCOPED_TRACE(label);
+    tern_queue_t bad = handle;
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE, tern_queue_wait_sequence(bad, 1, 0), "queue");
+  }
+  // Numbers that were never handed out.
+  CTS_EXPECT_ERROR(TERN_ERROR_OUT_OF_RANGE, tern_queue_wait_sequence(queue_, 0, 0));
+  CTS_EXPECT_ERROR(TERN_ERROR_OUT_OF_RANGE, tern_queue_wait_sequence(queue_, 1, kLongTimeout));
+  uint64_t sequence = 0;
+  CTS_ASSERT_OK(tern_queue_nop(queue_, &sequence));
+  CTS_EXPECT_OK(tern_queue_wait_sequence(queue_, sequence, kLongTimeout));
+  CTS_EXPECT_ERROR(TERN_ERROR_OUT_OF_RANGE, tern_queue_wait_sequence(queue_, sequence + 1, 0),
+                   std::to_string(sequence + 1).c_str());
+  CTS_EXPECT_ERROR(TERN_ERROR_OUT_OF_RANGE, tern_queue_wait_sequence(queue_, UINT64_MAX, 0));
+}
+
+TEST_P(NegativeTest, QueueQuery) {
+  for (const auto& [label, handle] : BadQueues()) {
+    SCOPED_TRACE(label);
+    tern_queue_t bad = handle;
+    uint64_t completed = 99;
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE, tern_queue_query(bad, &completed), "queue");
+    EXPECT_EQ(0u, completed);
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE, tern_queue_query(bad, nullptr), "queue");
+  }
+  ExpectQueueUntouched();
+}
+
+TEST_P(NegativeTest, QueueClearError) {
+  for (const auto& [label, handle] : BadQueues()) {
+    SCOPED_TRACE(label);
+    tern_queue_t bad = handle;
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE, tern_queue_clear_error(bad), "queue");
+  }
+  CTS_EXPECT_OK(tern_queue_clear_error(queue_)) << "no error to clear is not an error";
+  ExpectQueueUntouched();
+}
+
+TEST_P(NegativeTest, EventCreate) {
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT, tern_event_create(nullptr), "out_event");
+}
+
+TEST_P(NegativeTest, EventDestroy) {
+  for (const auto& [label, handle] : BadEvents()) {
+    SCOPED_TRACE(label);
+    tern_event_t bad = handle;
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE, tern_event_destroy(bad), "event");
+  }
+  tern_event_t event = CreateEvent();
+  CTS_ASSERT_OK(tern_event_destroy(event));
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE, tern_event_destroy(event));
+  CTS_EXPECT_OK(tern_event_query(event_)) << "a wrong-kind destroy must not hit event_";
+  ExpectQueueUntouched();
+  ExpectBufferUntouched();
+}
+
+TEST_P(NegativeTest, EventQuery) {
+  for (const auto& [label, handle] : BadEvents()) {
+    SCOPED_TRACE(label);
+    tern_event_t bad = handle;
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE, tern_event_query(bad), "event");
+  }
+}
+
+TEST_P(NegativeTest, EventSynchronize) {
+  for (const auto& [label, handle] : BadEvents()) {
+    SCOPED_TRACE(label);
+    tern_event_t bad = handle;
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE, tern_event_synchronize(bad, 0), "event");
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE, tern_event_synchronize(bad, kLongTimeout), "event");
+  }
+}
+
+TEST_P(NegativeTest, EventElapsed) {
+  tern_event_t done = CreateEvent();
+  CTS_ASSERT_OK(tern_queue_record_event(queue_, event_, nullptr));
+  CTS_ASSERT_OK(tern_queue_record_event(queue_, done, nullptr));
+  CTS_ASSERT_OK(tern_queue_synchronize(queue_, kLongTimeout));
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT, tern_event_elapsed_ns(event_, done, nullptr),
+                   "out_ns");
+  for (const auto& [label, handle] : BadEvents()) {
+    SCOPED_TRACE(label);
+    tern_event_t bad = handle;
+    uint64_t ns = 99;
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE, tern_event_elapsed_ns(bad, done, &ns), "event");
+    EXPECT_EQ(0u, ns);
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE, tern_event_elapsed_ns(event_, bad, &ns), "event");
+  }
+  tern_event_t never = CreateEvent();
+  uint64_t ns = 99;
+  CTS_EXPECT_ERROR(TERN_ERROR_FAILED_PRECONDITION, tern_event_elapsed_ns(never, done, &ns),
+                   "never recorded");
+  EXPECT_EQ(0u, ns);
+  CTS_EXPECT_ERROR(TERN_ERROR_FAILED_PRECONDITION, tern_event_elapsed_ns(done, never, &ns),
+                   "never recorded");
+  CTS_EXPECT_OK(tern_event_elapsed_ns(event_, done, &ns));
+}
+
+TEST_P(NegativeTest, DeviceGetTelemetry) {
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT, tern_device_get_telemetry(device(0), nullptr),
+                   "out_telemetry");
+  auto* telemetry = Make<tern_device_telemetry_t>();
+  for (uint32_t size : {0u, static_cast<uint32_t>(sizeof(*telemetry) - 1)}) {
+    SCOPED_TRACE(size);
+    std::memset(telemetry, 0, sizeof(*telemetry));
+    telemetry->struct_size = size;
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT, tern_device_get_telemetry(device(0), telemetry),
+                     "struct_size");
+  }
+  for (const auto& [label, handle] : BadDevicesWithStale()) {
+    SCOPED_TRACE(label);
+    tern_device_t bad = handle;
+    std::memset(telemetry, 0xcd, sizeof(*telemetry));
+    telemetry->struct_size = sizeof(*telemetry);
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE, tern_device_get_telemetry(bad, telemetry),
+                     "device");
+    EXPECT_EQ(0u, telemetry->memory_capacity) << "out_telemetry kept stale contents";
+  }
+}
+
+TEST_P(NegativeTest, DebugInjectFault) {
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT, tern_debug_inject_fault(nullptr), "params");
+  tern_fault_params_t fault{};
+  fault.kind = TERN_FAULT_DMA_ABORT;
+  fault.core = core_;
+  for (uint32_t size : {0u, static_cast<uint32_t>(sizeof(fault) - 1)}) {
+    SCOPED_TRACE(size);
+    fault.struct_size = size;
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT, tern_debug_inject_fault(&fault), "struct_size");
+  }
+  fault.struct_size = sizeof(fault);
+  for (int kind : {0, 4, 99, -1}) {
+    SCOPED_TRACE(kind);
+    SetRawEnum(&fault.kind, kind);
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT, tern_debug_inject_fault(&fault), "kind");
+  }
+  for (tern_fault_kind_t kind :
+       {TERN_FAULT_DMA_ABORT, TERN_FAULT_CORE_HANG, TERN_FAULT_HBM_UNCORRECTABLE}) {
+    fault.kind = kind;
+    fault.buffer = nullptr;
+    for (const auto& [label, handle] : BadCores()) {
+      SCOPED_TRACE(label);
+      fault.core = handle;
+      CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE, tern_debug_inject_fault(&fault), "core");
+    }
+  }
+  fault.kind = TERN_FAULT_HBM_UNCORRECTABLE;
+  fault.core = core_;
+  for (const auto& [label, handle] : BadBuffers()) {
+    if (handle == nullptr) continue;  // NULL selects the command-counting form
+    SCOPED_TRACE(label);
+    fault.buffer = handle;
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE, tern_debug_inject_fault(&fault), "buffer");
+  }
+  // Nothing was armed: copies and fills on core_ and buffer_ still work.
+  uint8_t bytes[64];
+  CTS_ASSERT_OK(tern_queue_fill(queue_, buffer_, 0, 64, 0, nullptr));
+  CTS_ASSERT_OK(tern_queue_copy_d2h(queue_, bytes, buffer_, 0, 64, nullptr));
+  CTS_EXPECT_OK(tern_queue_synchronize(queue_, kLongTimeout));
+  CTS_EXPECT_OK(tern_buffer_read(buffer_, 0, bytes, 64));
+}
+
+CTS_INSTANTIATE(NegativeTest);
+
+}  // namespace
+}  // namespace tern::cts

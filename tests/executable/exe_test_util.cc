@@ -1,0 +1,281 @@
+#include "exe_test_util.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+namespace exetest {
+namespace {
+
+template <typename T>
+T Get(const Bytes& data, size_t offset) {
+  T value;
+  std::memcpy(&value, data.data() + offset, sizeof(T));
+  return value;
+}
+
+template <typename T>
+void Put(Bytes* data, size_t offset, T value) {
+  std::memcpy(data->data() + offset, &value, sizeof(T));
+}
+
+size_t AlignUp(size_t value, size_t alignment) {
+  return (value + alignment - 1) / alignment * alignment;
+}
+
+}  // namespace
+
+Section* Image::Find(uint32_t kind) {
+  for (auto& section : sections) {
+    if (section.kind == kind) return &section;
+  }
+  return nullptr;
+}
+
+uint64_t Xxh3(const uint8_t* data, size_t size) { return XXH3_64bits(data, size); }
+
+Image Decode(const Bytes& data) {
+  Image image;
+  EXPECT_GE(data.size(), 64u);
+  if (data.size() < 64) return image;
+  EXPECT_EQ(std::memcmp(data.data(), "TERNEXE\0", 8), 0);
+  image.major = Get<uint16_t>(data, 8);
+  image.minor = Get<uint16_t>(data, 10);
+  image.required_features = Get<uint64_t>(data, 40);
+  image.optional_features = Get<uint64_t>(data, 48);
+  const uint64_t table = Get<uint64_t>(data, 24);
+  const uint32_t count = Get<uint32_t>(data, 32);
+  const uint32_t entry_size = Get<uint32_t>(data, 36);
+  for (uint32_t i = 0; i < count; ++i) {
+    const size_t at = table + size_t{i} * entry_size;
+    Section section;
+    section.kind = Get<uint32_t>(data, at);
+    section.flags = Get<uint32_t>(data, at + 4);
+    const uint64_t offset = Get<uint64_t>(data, at + 8);
+    const uint64_t size = Get<uint64_t>(data, at + 16);
+    section.bytes.assign(data.begin() + offset, data.begin() + offset + size);
+    image.sections.push_back(std::move(section));
+  }
+  return image;
+}
+
+Bytes Encode(const Image& image) {
+  const uint32_t header_size = 64 + image.extra_header_bytes;
+  const uint32_t entry_size = 32 + image.extra_entry_bytes;
+  const size_t table = AlignUp(header_size, 8);
+  const size_t count = image.sections.size();
+  size_t cursor = table + count * entry_size;
+  std::vector<size_t> offsets;
+  for (const auto& section : image.sections) {
+    cursor = AlignUp(cursor, section.kind == kConstants ? 4096 : 8);
+    offsets.push_back(cursor);
+    cursor += section.bytes.size();
+  }
+  Bytes data(cursor, 0);
+  std::memcpy(data.data(), "TERNEXE\0", 8);
+  Put<uint16_t>(&data, 8, image.major);
+  Put<uint16_t>(&data, 10, image.minor);
+  Put<uint32_t>(&data, 12, header_size);
+  Put<uint64_t>(&data, 16, data.size());
+  Put<uint64_t>(&data, 24, table);
+  Put<uint32_t>(&data, 32, static_cast<uint32_t>(count));
+  Put<uint32_t>(&data, 36, entry_size);
+  Put<uint64_t>(&data, 40, image.required_features);
+  Put<uint64_t>(&data, 48, image.optional_features);
+  for (size_t i = 0; i < count; ++i) {
+    const Section& section = image.sections[i];
+    const size_t at = table + i * entry_size;
+    Put<uint32_t>(&data, at, section.kind);
+    Put<uint32_t>(&data, at + 4, section.flags);
+    Put<uint64_t>(&data, at + 8, offsets[i]);
+    Put<uint64_t>(&data, at + 16, section.bytes.size());
+    Put<uint64_t>(&data, at + 24, Xxh3(section.bytes.data(), section.bytes.size()));
+    if (!section.bytes.empty()) {
+      std::memcpy(data.data() + offsets[i], section.bytes.data(), section.bytes.size());
+    }
+  }
+  FixHeaderChecksum(&data);
+  return data;
+}
+
+void FixHeaderChecksum(Bytes* data) {
+  const uint32_t header_size = Get<uint32_t>(*data, 12);
+  const uint64_t table = Get<uint64_t>(*data, 24);
+  uint64_t table_bytes = uint64_t{Get<uint32_t>(*data, 32)} * Get<uint32_t>(*data, 36);
+  // A deliberately broken table may reach past the end: hash what exists.
+  if (table > data->size()) table_bytes = 0;
+  table_bytes =
+      std::min<uint64_t>(table_bytes, data->size() - std::min<uint64_t>(table, data->size()));
+  Bytes header(data->begin(), data->begin() + header_size);
+  std::memset(header.data() + 56, 0, 8);
+  const uint64_t seed = Xxh3(header.data(), header.size());
+  Put<uint64_t>(data, 56, XXH3_64bits_withSeed(data->data() + table, table_bytes, seed));
+}
+
+void FixSectionChecksum(Bytes* data, uint32_t index) {
+  const uint64_t table = Get<uint64_t>(*data, 24);
+  const size_t at = table + size_t{index} * Get<uint32_t>(*data, 36);
+  const uint64_t offset = Get<uint64_t>(*data, at + 8);
+  const uint64_t size = Get<uint64_t>(*data, at + 16);
+  Put<uint64_t>(data, at + 24, Xxh3(data->data() + offset, size));
+  FixHeaderChecksum(data);
+}
+
+std::unique_ptr<tern::format::ModuleT> UnpackModule(const Image& image) {
+  const Section* section = const_cast<Image&>(image).Find(kModule);
+  EXPECT_NE(section, nullptr);
+  // Copy to an aligned buffer for reading.
+  std::vector<uint64_t> aligned((section->bytes.size() + 7) / 8);
+  std::memcpy(aligned.data(), section->bytes.data(), section->bytes.size());
+  return std::unique_ptr<tern::format::ModuleT>(
+      flatbuffers::GetRoot<tern::format::Module>(aligned.data())->UnPack());
+}
+
+void PackModule(const tern::format::ModuleT& module, Image* image) {
+  flatbuffers::FlatBufferBuilder fbb;
+  fbb.Finish(tern::format::Module::Pack(fbb, &module));
+  image->Find(kModule)->bytes.assign(fbb.GetBufferPointer(),
+                                     fbb.GetBufferPointer() + fbb.GetSize());
+}
+
+std::unique_ptr<tern::format::DebugInfoT> UnpackDebug(const Image& image) {
+  const Section* section = const_cast<Image&>(image).Find(kDebug);
+  EXPECT_NE(section, nullptr);
+  std::vector<uint64_t> aligned((section->bytes.size() + 7) / 8);
+  std::memcpy(aligned.data(), section->bytes.data(), section->bytes.size());
+  return std::unique_ptr<tern::format::DebugInfoT>(
+      flatbuffers::GetRoot<tern::format::DebugInfo>(aligned.data())->UnPack());
+}
+
+void PackDebug(const tern::format::DebugInfoT& debug, Image* image) {
+  flatbuffers::FlatBufferBuilder fbb;
+  fbb.Finish(tern::format::DebugInfo::Pack(fbb, &debug));
+  image->Find(kDebug)->bytes.assign(fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize());
+}
+
+tern_operand_t Tensor(tern_segment_t segment, uint32_t index, tern_dtype_t dtype, uint32_t rank,
+                      const int64_t* shape, uint64_t offset) {
+  tern_operand_t operand{};
+  operand.segment = segment;
+  operand.index = index;
+  operand.offset = offset;
+  operand.dtype = dtype;
+  operand.rank = rank;
+  operand.shape = shape;
+  operand.strides = nullptr;
+  return operand;
+}
+
+std::string LastError() { return tern_last_error_message(); }
+
+#define EXPECT_TERN_OK(expr) EXPECT_EQ((expr), TERN_OK) << LastError()
+
+Bytes BuildAdd(bool y_from_constants) {
+  static const int64_t shape[2] = {4, 8};
+  tern_builder_t builder = nullptr;
+  EXPECT_TERN_OK(tern_builder_create(nullptr, &builder));
+  uint64_t constants_offset = 0;
+  if (y_from_constants) {
+    float values[32];
+    for (int i = 0; i < 32; ++i) values[i] = static_cast<float>(i);
+    EXPECT_TERN_OK(
+        tern_builder_add_constants(builder, values, sizeof(values), 64, &constants_offset));
+  }
+  uint32_t function = 99, index = 99;
+  EXPECT_TERN_OK(tern_builder_begin_function(builder, "add", &function));
+  EXPECT_EQ(function, 0u);
+  EXPECT_TERN_OK(tern_builder_add_input(builder, "x", TERN_DTYPE_F32, 2, shape, &index));
+  EXPECT_EQ(index, 0u);
+  if (!y_from_constants) {
+    EXPECT_TERN_OK(tern_builder_add_input(builder, "y", TERN_DTYPE_F32, 2, shape, &index));
+    EXPECT_EQ(index, 1u);
+  }
+  EXPECT_TERN_OK(tern_builder_add_output(builder, "z", TERN_DTYPE_F32, 2, shape, &index));
+  EXPECT_EQ(index, 0u);
+  tern_operand_t operands[3] = {
+      Tensor(TERN_SEGMENT_OUTPUT, 0, TERN_DTYPE_F32, 2, shape),
+      Tensor(TERN_SEGMENT_INPUT, 0, TERN_DTYPE_F32, 2, shape),
+      y_from_constants
+          ? Tensor(TERN_SEGMENT_CONSTANT, 0, TERN_DTYPE_F32, 2, shape, constants_offset)
+          : Tensor(TERN_SEGMENT_INPUT, 1, TERN_DTYPE_F32, 2, shape)};
+  const int64_t ints[1] = {TERN_BINARY_ADD};
+  tern_instruction_t instruction{};
+  instruction.struct_size = sizeof(instruction);
+  instruction.opcode = TERN_OP_BINARY;
+  instruction.operand_count = 3;
+  instruction.operands = operands;
+  instruction.int_count = 1;
+  instruction.ints = ints;
+  instruction.debug_op = "aten::add";
+  EXPECT_TERN_OK(tern_builder_add_instruction(builder, &instruction));
+  EXPECT_TERN_OK(tern_builder_end_function(builder));
+  void* data = nullptr;
+  uint64_t size = 0;
+  EXPECT_TERN_OK(tern_builder_finish(builder, &data, &size));
+  Bytes bytes(static_cast<uint8_t*>(data), static_cast<uint8_t*>(data) + size);
+  tern_builder_free_data(data);
+  EXPECT_TERN_OK(tern_builder_destroy(builder));
+  return bytes;
+}
+
+Bytes BuildPipeline() {
+  static const int64_t shape[1] = {16};
+  tern_builder_t builder = nullptr;
+  EXPECT_TERN_OK(tern_builder_create("trn2", &builder));
+  EXPECT_TERN_OK(tern_builder_begin_function(builder, "pipeline", nullptr));
+  EXPECT_TERN_OK(tern_builder_add_input(builder, "x", TERN_DTYPE_F32, 1, shape, nullptr));
+  EXPECT_TERN_OK(tern_builder_add_output(builder, "y", TERN_DTYPE_F32, 1, shape, nullptr));
+  EXPECT_TERN_OK(tern_builder_set_scratch(builder, 64));
+  auto add = [&](tern_opcode_t opcode, std::vector<tern_operand_t> operands,
+                 std::vector<int64_t> ints, const char* debug_op) {
+    tern_instruction_t instruction{};
+    instruction.struct_size = sizeof(instruction);
+    instruction.opcode = opcode;
+    instruction.operand_count = static_cast<uint32_t>(operands.size());
+    instruction.operands = operands.data();
+    instruction.int_count = static_cast<uint32_t>(ints.size());
+    instruction.ints = ints.data();
+    instruction.debug_op = debug_op;
+    EXPECT_TERN_OK(tern_builder_add_instruction(builder, &instruction));
+  };
+  // Vector first in program order: the schedule must still put the copy first.
+  add(TERN_OP_SEM_WAIT, {}, {0, 1, TERN_ENGINE_VECTOR}, nullptr);
+  add(TERN_OP_BINARY,
+      {Tensor(TERN_SEGMENT_OUTPUT, 0, TERN_DTYPE_F32, 1, shape),
+       Tensor(TERN_SEGMENT_SCRATCH, 0, TERN_DTYPE_F32, 1, shape),
+       Tensor(TERN_SEGMENT_SCRATCH, 0, TERN_DTYPE_F32, 1, shape)},
+      {TERN_BINARY_ADD}, "model.double");
+  add(TERN_OP_COPY,
+      {Tensor(TERN_SEGMENT_SCRATCH, 0, TERN_DTYPE_F32, 1, shape),
+       Tensor(TERN_SEGMENT_INPUT, 0, TERN_DTYPE_F32, 1, shape)},
+      {}, "model.stage");
+  add(TERN_OP_SEM_SIGNAL, {}, {0, 1, TERN_ENGINE_DMA}, nullptr);
+  EXPECT_TERN_OK(tern_builder_end_function(builder));
+  void* data = nullptr;
+  uint64_t size = 0;
+  EXPECT_TERN_OK(tern_builder_finish(builder, &data, &size));
+  Bytes bytes(static_cast<uint8_t*>(data), static_cast<uint8_t*>(data) + size);
+  tern_builder_free_data(data);
+  EXPECT_TERN_OK(tern_builder_destroy(builder));
+  return bytes;
+}
+
+std::string WriteTemp(const std::string& name, const Bytes& data) {
+  const char* dir = std::getenv("TMPDIR");
+  std::string path = std::string(dir && *dir ? dir : "/tmp") + "/tern-exe-test-" +
+                     std::to_string(getpid()) + "-" + name;
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size()));
+  out.close();
+  EXPECT_TRUE(out.good()) << path;
+  return path;
+}
+
+}  // namespace exetest

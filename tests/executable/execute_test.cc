@@ -1,0 +1,272 @@
+// tern_queue_execute: binding checks, scratch memory for each execution,
+// results computed by the simulated engines, and unload while executions are
+// in flight.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <vector>
+
+#include "exe_test_util.h"
+
+namespace {
+
+using exetest::Bytes;
+using exetest::LastError;
+
+#define EXPECT_CONTAINS(text, part) \
+  EXPECT_NE(std::string(text).find(part), std::string::npos) << (text)
+
+constexpr uint64_t kTimeout = 30ull * 1000000000ull;
+
+class ExecuteTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(tern_init(nullptr), TERN_OK) << LastError();
+    ASSERT_EQ(tern_device_get(0, &device_), TERN_OK);
+    ASSERT_EQ(tern_device_get(1, &other_device_), TERN_OK);
+    ASSERT_EQ(tern_core_open(device_, 0, &core_), TERN_OK) << LastError();
+    ASSERT_EQ(tern_queue_create(core_, nullptr, &queue_), TERN_OK) << LastError();
+  }
+  void TearDown() override {
+    for (tern_buffer_t buffer : buffers_) EXPECT_EQ(tern_buffer_free(buffer), TERN_OK);
+    for (const auto& path : temp_files_) std::remove(path.c_str());
+    EXPECT_EQ(tern_queue_destroy(queue_), TERN_OK) << LastError();
+    EXPECT_EQ(tern_core_close(core_), TERN_OK);
+    EXPECT_EQ(tern_shutdown(), TERN_OK);
+  }
+
+  tern_buffer_t Buffer(uint64_t size, tern_device_t device = nullptr) {
+    tern_buffer_params_t params{};
+    params.struct_size = sizeof(params);
+    params.size = size;
+    params.category = TERN_MEMORY_TENSORS;
+    tern_buffer_t buffer = nullptr;
+    EXPECT_EQ(tern_buffer_alloc(device ? device : device_, &params, &buffer), TERN_OK)
+        << LastError();
+    buffers_.push_back(buffer);
+    return buffer;
+  }
+
+  tern_buffer_t Floats(const std::vector<float>& values) {
+    tern_buffer_t buffer = Buffer(values.size() * sizeof(float));
+    EXPECT_EQ(tern_buffer_write(buffer, 0, values.data(), values.size() * sizeof(float)), TERN_OK);
+    return buffer;
+  }
+
+  std::vector<float> Read(tern_buffer_t buffer, size_t count) {
+    std::vector<float> values(count);
+    EXPECT_EQ(tern_buffer_read(buffer, 0, values.data(), count * sizeof(float)), TERN_OK)
+        << LastError();
+    return values;
+  }
+
+  tern_executable_t Load(const Bytes& data) {
+    tern_executable_t executable = nullptr;
+    EXPECT_EQ(tern_executable_load(device_, data.data(), data.size(), nullptr, &executable),
+              TERN_OK)
+        << LastError();
+    return executable;
+  }
+
+  tern_executable_t LoadFile(const std::string& name, const Bytes& data) {
+    temp_files_.push_back(exetest::WriteTemp(name, data));
+    tern_executable_t executable = nullptr;
+    EXPECT_EQ(tern_executable_load_file(device_, temp_files_.back().c_str(), nullptr, &executable),
+              TERN_OK)
+        << LastError();
+    return executable;
+  }
+
+  uint64_t ScratchUsed() {
+    tern_memory_stats_t stats{};
+    stats.struct_size = sizeof(stats);
+    EXPECT_EQ(tern_device_memory_stats(device_, &stats), TERN_OK);
+    return stats.used_by_category[TERN_MEMORY_SCRATCH];
+  }
+
+  tern_device_t device_ = nullptr;
+  tern_device_t other_device_ = nullptr;
+  tern_core_t core_ = nullptr;
+  tern_queue_t queue_ = nullptr;
+  std::vector<tern_buffer_t> buffers_;
+  std::vector<std::string> temp_files_;
+};
+
+std::vector<float> Iota(size_t count, float start) {
+  std::vector<float> values(count);
+  for (size_t i = 0; i < count; ++i) values[i] = start + static_cast<float>(i);
+  return values;
+}
+
+TEST_F(ExecuteTest, AddsTwoInputs) {
+  tern_executable_t executable = Load(exetest::BuildAdd());
+  tern_buffer_t x = Floats(Iota(32, 0.0f));
+  tern_buffer_t y = Floats(Iota(32, 100.0f));
+  tern_buffer_t z = Buffer(128);
+  const tern_binding_t inputs[2] = {{x, 0}, {y, 0}};
+  const tern_binding_t outputs[1] = {{z, 0}};
+  uint64_t sequence = 0;
+  ASSERT_EQ(tern_queue_execute(queue_, executable, 0, inputs, 2, outputs, 1, &sequence), TERN_OK)
+      << LastError();
+  EXPECT_GT(sequence, 0u);
+  ASSERT_EQ(tern_queue_synchronize(queue_, kTimeout), TERN_OK) << LastError();
+  const std::vector<float> result = Read(z, 32);
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(result[i], 100.0f + 2.0f * i) << i;
+  EXPECT_EQ(tern_executable_unload(executable), TERN_OK);
+}
+
+TEST_F(ExecuteTest, ReadsConstantsMappedFromAFile) {
+  tern_executable_t executable = LoadFile("constants.bin", exetest::BuildAdd(true));
+  tern_buffer_t x = Floats(Iota(32, 1.0f));
+  tern_buffer_t z = Buffer(256);
+  const tern_binding_t inputs[1] = {{x, 0}};
+  const tern_binding_t outputs[1] = {{z, 128}};  // at an offset
+  ASSERT_EQ(tern_queue_execute(queue_, executable, 0, inputs, 1, outputs, 1, nullptr), TERN_OK)
+      << LastError();
+  ASSERT_EQ(tern_queue_synchronize(queue_, kTimeout), TERN_OK) << LastError();
+  std::vector<float> result(32);
+  ASSERT_EQ(tern_buffer_read(z, 128, result.data(), 128), TERN_OK);
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(result[i], 1.0f + 2.0f * i) << i;
+  EXPECT_EQ(tern_executable_unload(executable), TERN_OK);
+}
+
+TEST_F(ExecuteTest, ScratchIsAllocatedPerExecutionAndFreedOnCompletion) {
+  tern_executable_t executable = Load(exetest::BuildPipeline());
+  tern_buffer_t x = Floats(Iota(16, -4.0f));
+  tern_buffer_t y = Buffer(64);
+  const tern_binding_t inputs[1] = {{x, 0}};
+  const tern_binding_t outputs[1] = {{y, 0}};
+  const uint64_t before = ScratchUsed();
+  // Hold the queue in a host callback until the test has looked at the
+  // pending execution's scratch.
+  static std::atomic<bool> release{false};
+  release = false;
+  ASSERT_EQ(tern_queue_host_callback(
+                queue_,
+                [](void*, tern_status_t) {
+                  while (!release.load()) usleep(1000);
+                },
+                nullptr, nullptr),
+            TERN_OK);
+  ASSERT_EQ(tern_queue_execute(queue_, executable, 0, inputs, 1, outputs, 1, nullptr), TERN_OK)
+      << LastError();
+  EXPECT_EQ(ScratchUsed(), before + 64);
+  release = true;
+  ASSERT_EQ(tern_queue_synchronize(queue_, kTimeout), TERN_OK) << LastError();
+  EXPECT_EQ(ScratchUsed(), before);
+  const std::vector<float> result = Read(y, 16);
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(result[i], 2.0f * (i - 4.0f)) << i;
+  EXPECT_EQ(tern_executable_unload(executable), TERN_OK);
+}
+
+TEST_F(ExecuteTest, UnloadWhileExecutionsAreInFlight) {
+  tern_executable_t executable = LoadFile("inflight.bin", exetest::BuildAdd(true));
+  tern_buffer_t x = Floats(Iota(32, 0.0f));
+  std::vector<tern_buffer_t> outputs;
+  for (int i = 0; i < 8; ++i) {
+    outputs.push_back(Buffer(128));
+    const tern_binding_t in[1] = {{x, 0}};
+    const tern_binding_t out[1] = {{outputs.back(), 0}};
+    ASSERT_EQ(tern_queue_execute(queue_, executable, 0, in, 1, out, 1, nullptr), TERN_OK);
+  }
+  ASSERT_EQ(tern_executable_unload(executable), TERN_OK);
+  ASSERT_EQ(tern_queue_synchronize(queue_, kTimeout), TERN_OK) << LastError();
+  for (tern_buffer_t out : outputs) {
+    const std::vector<float> result = Read(out, 32);
+    for (int i = 0; i < 32; ++i) ASSERT_EQ(result[i], 2.0f * i);
+  }
+  tern_memory_stats_t stats{};
+  stats.struct_size = sizeof(stats);
+  ASSERT_EQ(tern_device_memory_stats(device_, &stats), TERN_OK);
+  EXPECT_EQ(stats.used_by_category[TERN_MEMORY_CONSTANTS], 0u);
+}
+
+TEST_F(ExecuteTest, ChecksBindings) {
+  tern_executable_t executable = Load(exetest::BuildAdd());
+  tern_buffer_t x = Buffer(128);
+  tern_buffer_t small = Buffer(64);
+  tern_buffer_t remote = Buffer(128, other_device_);
+  const tern_binding_t two[2] = {{x, 0}, {x, 0}};
+  const tern_binding_t out[1] = {{x, 0}};
+  uint64_t sequence = 1;
+  // Counts.
+  EXPECT_EQ(tern_queue_execute(queue_, executable, 0, two, 1, out, 1, &sequence),
+            TERN_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(sequence, 0u);
+  EXPECT_CONTAINS(LastError(), "2 inputs and 1 outputs, but 1 and 1");
+  EXPECT_EQ(tern_queue_execute(queue_, executable, 0, nullptr, 2, out, 1, nullptr),
+            TERN_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(tern_queue_execute(queue_, executable, 3, two, 2, out, 1, nullptr),
+            TERN_ERROR_OUT_OF_RANGE);
+  // A buffer too small, at an offset, and of another device.
+  const tern_binding_t too_small[2] = {{x, 0}, {small, 0}};
+  EXPECT_EQ(tern_queue_execute(queue_, executable, 0, too_small, 2, out, 1, nullptr),
+            TERN_ERROR_OUT_OF_RANGE);
+  EXPECT_CONTAINS(LastError(), "inputs[1] ('y')");
+  const tern_binding_t offset[1] = {{x, 8}};
+  EXPECT_EQ(tern_queue_execute(queue_, executable, 0, two, 2, offset, 1, nullptr),
+            TERN_ERROR_OUT_OF_RANGE);
+  EXPECT_CONTAINS(LastError(), "outputs[0] ('z')");
+  const tern_binding_t elsewhere[2] = {{x, 0}, {remote, 0}};
+  EXPECT_EQ(tern_queue_execute(queue_, executable, 0, elsewhere, 2, out, 1, nullptr),
+            TERN_ERROR_INVALID_ARGUMENT);
+  EXPECT_CONTAINS(LastError(), "device 1");
+  // Handles.
+  const tern_binding_t null_buffer[2] = {{x, 0}, {nullptr, 0}};
+  EXPECT_EQ(tern_queue_execute(queue_, executable, 0, null_buffer, 2, out, 1, nullptr),
+            TERN_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(tern_queue_execute(nullptr, executable, 0, two, 2, out, 1, nullptr),
+            TERN_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(tern_queue_execute(queue_, nullptr, 0, two, 2, out, 1, nullptr),
+            TERN_ERROR_INVALID_HANDLE);
+  // An executable of the other device.
+  const Bytes data = exetest::BuildAdd();
+  tern_executable_t remote_executable = nullptr;
+  ASSERT_EQ(
+      tern_executable_load(other_device_, data.data(), data.size(), nullptr, &remote_executable),
+      TERN_OK);
+  EXPECT_EQ(tern_queue_execute(queue_, remote_executable, 0, two, 2, out, 1, nullptr),
+            TERN_ERROR_INVALID_ARGUMENT);
+  EXPECT_CONTAINS(LastError(), "loaded on device 1");
+  // Nothing was submitted by the failed calls.
+  uint64_t completed = 0;
+  ASSERT_EQ(tern_queue_query(queue_, &completed), TERN_OK);
+  EXPECT_EQ(completed, 0u);
+  EXPECT_EQ(tern_executable_unload(remote_executable), TERN_OK);
+  EXPECT_EQ(tern_executable_unload(executable), TERN_OK);
+}
+
+TEST_F(ExecuteTest, EmptyTensorsMayBeBoundToNothing) {
+  tern_builder_t builder = nullptr;
+  ASSERT_EQ(tern_builder_create(nullptr, &builder), TERN_OK);
+  const int64_t empty[2] = {0, 8};
+  ASSERT_EQ(tern_builder_begin_function(builder, "empty", nullptr), TERN_OK);
+  ASSERT_EQ(tern_builder_add_input(builder, "x", TERN_DTYPE_F32, 2, empty, nullptr), TERN_OK);
+  ASSERT_EQ(tern_builder_add_output(builder, "y", TERN_DTYPE_F32, 2, empty, nullptr), TERN_OK);
+  tern_operand_t operands[2] = {exetest::Tensor(TERN_SEGMENT_OUTPUT, 0, TERN_DTYPE_F32, 2, empty),
+                                exetest::Tensor(TERN_SEGMENT_INPUT, 0, TERN_DTYPE_F32, 2, empty)};
+  tern_instruction_t instruction{};
+  instruction.struct_size = sizeof(instruction);
+  instruction.opcode = TERN_OP_COPY;
+  instruction.operand_count = 2;
+  instruction.operands = operands;
+  ASSERT_EQ(tern_builder_add_instruction(builder, &instruction), TERN_OK) << LastError();
+  ASSERT_EQ(tern_builder_end_function(builder), TERN_OK);
+  void* data = nullptr;
+  uint64_t size = 0;
+  ASSERT_EQ(tern_builder_finish(builder, &data, &size), TERN_OK);
+  tern_executable_t executable = nullptr;
+  ASSERT_EQ(tern_executable_load(device_, data, size, nullptr, &executable), TERN_OK)
+      << LastError();
+  tern_builder_free_data(data);
+  tern_builder_destroy(builder);
+  const tern_binding_t none[1] = {{nullptr, 0}};
+  ASSERT_EQ(tern_queue_execute(queue_, executable, 0, none, 1, none, 1, nullptr), TERN_OK)
+      << LastError();
+  EXPECT_EQ(tern_queue_synchronize(queue_, kTimeout), TERN_OK) << LastError();
+  EXPECT_EQ(tern_executable_unload(executable), TERN_OK);
+}
+
+}  // namespace

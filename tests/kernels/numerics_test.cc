@@ -1,0 +1,188 @@
+// The scalar numerics under every kernel: bf16/f16 conversions against
+// independent references, the vectorisable math against libm in double, and
+// Philox4x32-10 against the published known-answer vectors.
+#include "sim/engines/numerics.h"
+
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <random>
+
+namespace tern::sim::num {
+namespace {
+
+// f32 -> bf16 by comparing the two neighbours in double (ties to even): an
+// implementation that shares nothing with the bit trick under test.
+uint16_t ReferenceBf16(float f) {
+  uint32_t u = std::bit_cast<uint32_t>(f);
+  if (std::isnan(f)) return static_cast<uint16_t>((u >> 16) | 0x40);
+  uint16_t lo = static_cast<uint16_t>(u >> 16);  // truncation: toward zero
+  if ((u & 0xffff) == 0) return lo;
+  uint16_t hi = static_cast<uint16_t>(lo + 1);  // away from zero (may become Inf)
+  double dlo =
+      std::fabs(static_cast<double>(std::bit_cast<float>(static_cast<uint32_t>(lo) << 16)));
+  double dhi =
+      std::fabs(static_cast<double>(std::bit_cast<float>(static_cast<uint32_t>(hi) << 16)));
+  if ((hi & 0x7fff) == 0x7f80) dhi = std::ldexp(1.0, 128);  // the next step past the max is 2^128
+  double df = std::fabs(static_cast<double>(f));
+  if (df - dlo < dhi - df) return lo;
+  if (df - dlo > dhi - df) return hi;
+  return (lo & 1) ? hi : lo;
+}
+
+TEST(NumericsTest, Bf16ToF32IsExactForEveryPattern) {
+  for (uint32_t h = 0; h < 65536; ++h) {
+    float f = Bf16ToF32(static_cast<uint16_t>(h));
+    EXPECT_EQ(std::bit_cast<uint32_t>(f), h << 16);
+  }
+}
+
+TEST(NumericsTest, F32ToBf16RoundsToNearestEven) {
+  const float cases[] = {0.0f,
+                         -0.0f,
+                         1.0f,
+                         1.00390625f,  // 1 + 2^-8: a tie between 1 and 1 + 2^-7 -> even (1)
+                         1.01171875f,  // 1 + 3 * 2^-8: tie -> 1 + 2^-6 (even)
+                         3.0e38f,
+                         3.3961775e38f,  // above the largest bf16 (3.3895e38): rounds to Inf
+                         INFINITY,
+                         -INFINITY,
+                         1e-40f,  // denormal
+                         std::numeric_limits<float>::denorm_min(),
+                         std::numeric_limits<float>::max(),
+                         -std::numeric_limits<float>::max()};
+  for (float f : cases) EXPECT_EQ(F32ToBf16(f), ReferenceBf16(f)) << f;
+  EXPECT_EQ(F32ToBf16(1.00390625f), 0x3f80);
+  EXPECT_EQ(F32ToBf16(1.01171875f), 0x3f82);
+  EXPECT_EQ(F32ToBf16(std::numeric_limits<float>::max()), 0x7f80);  // rounds up to Inf
+  uint16_t nan = F32ToBf16(std::nanf(""));
+  EXPECT_EQ(nan & 0x7f80, 0x7f80);
+  EXPECT_NE(nan & 0x7f, 0);  // still a NaN, not Inf
+  EXPECT_TRUE(
+      std::isnan(Bf16ToF32(F32ToBf16(std::bit_cast<float>(0x7f800001u)))));  // payload in low bits
+  std::mt19937 rng(1);
+  for (int i = 0; i < 200000; ++i) {
+    float f = std::bit_cast<float>(static_cast<uint32_t>(rng()));
+    if (std::isnan(f)) continue;
+    ASSERT_EQ(F32ToBf16(f), ReferenceBf16(f)) << std::hexfloat << f;
+  }
+}
+
+TEST(NumericsTest, F16ConversionsMatchTheCompiler) {
+  // GCC's _Float16 is IEEE binary16 with correctly rounded conversions.
+  for (uint32_t h = 0; h < 65536; ++h) {
+    _Float16 x;
+    uint16_t bits = static_cast<uint16_t>(h);
+    std::memcpy(&x, &bits, 2);
+    float expect = static_cast<float>(x);
+    float got = F16ToF32(bits);
+    if (std::isnan(expect)) {
+      ASSERT_TRUE(std::isnan(got)) << h;
+    } else {
+      ASSERT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(expect)) << h;
+    }
+  }
+  auto reference = [](float f) {
+    _Float16 x = static_cast<_Float16>(f);
+    uint16_t bits;
+    std::memcpy(&bits, &x, 2);
+    return bits;
+  };
+  const float cases[] = {0.0f,    -0.0f,    1.0f,      65504.0f, 65519.99f,     65520.0f,
+                         1e6f,    INFINITY, -INFINITY, 5.96e-8f, 2.98e-8f,      2.99e-8f,
+                         6.1e-5f, 6.09e-5f, 1e-10f,    -3.0e-5f, 1.00048828125f /* tie -> even */};
+  for (float f : cases) EXPECT_EQ(F32ToF16(f), reference(f)) << f;
+  EXPECT_EQ(F32ToF16(65520.0f), 0x7c00);  // ties up to Inf
+  EXPECT_EQ(F32ToF16(1.00048828125f), 0x3c00);
+  EXPECT_EQ(F32ToF16(std::nanf("")) & 0x7e00, 0x7e00);
+  std::mt19937 rng(2);
+  for (int i = 0; i < 200000; ++i) {
+    // Bias the samples toward the f16 range.
+    uint32_t u = static_cast<uint32_t>(rng());
+    if (i % 2) u = (u & 0x807fffffu) | ((100u + (u >> 24) % 50u) << 23);
+    float f = std::bit_cast<float>(u);
+    if (std::isnan(f)) continue;
+    ASSERT_EQ(F32ToF16(f), reference(f)) << std::hexfloat << f;
+  }
+}
+
+// Relative error of f against a double reference, in units of float epsilon,
+// with an absolute floor for results near 0.
+double UlpError(double got, double ref, double floor = 1e-30) {
+  return std::fabs(got - ref) / std::max(std::fabs(ref), floor) / 0x1.0p-23;
+}
+
+TEST(NumericsTest, ExpIsAccurateAndHandlesTheEdges) {
+  double worst = 0;
+  for (double x = -87.0; x <= 88.5; x += 0.0137) {
+    worst = std::max(worst, UlpError(Exp(static_cast<float>(x)),
+                                     std::exp(static_cast<double>(static_cast<float>(x)))));
+  }
+  EXPECT_LT(worst, 2.0);
+  EXPECT_EQ(Exp(0.0f), 1.0f);
+  EXPECT_EQ(Exp(-INFINITY), 0.0f);
+  EXPECT_EQ(Exp(INFINITY), INFINITY);
+  EXPECT_EQ(Exp(89.0f), INFINITY);
+  EXPECT_EQ(Exp(-110.0f), 0.0f);
+  EXPECT_TRUE(std::isnan(Exp(NAN)));
+  // Denormal results: within one denormal step.
+  EXPECT_NEAR(Exp(-100.0f), std::exp(-100.0), 0x1.0p-149);
+}
+
+TEST(NumericsTest, TanhErfcAndActivationsAreAccurate) {
+  double tanh_worst = 0, erfc_worst = 0, gelu_worst = 0, sig_worst = 0, gelu_tanh_worst = 0;
+  for (double xd = -12.0; xd <= 12.0; xd += 0.00731) {
+    float x = static_cast<float>(xd);
+    double xv = x;
+    tanh_worst = std::max(tanh_worst, UlpError(Tanh(x), std::tanh(xv)));
+    if (xv > -9.0) erfc_worst = std::max(erfc_worst, UlpError(Erfc(x), std::erfc(xv)));
+    double gelu = 0.5 * xv * std::erfc(-xv / std::sqrt(2.0));
+    if (std::fabs(gelu) > 1e-30) gelu_worst = std::max(gelu_worst, UlpError(Gelu(x), gelu));
+    sig_worst = std::max(sig_worst, UlpError(Sigmoid(x), 1.0 / (1.0 + std::exp(-xv))));
+    double u = std::sqrt(2.0 / M_PI) * (xv + 0.044715 * xv * xv * xv);
+    double gt = xv / (1.0 + std::exp(-2.0 * u));  // 0.5 x (1 + tanh u) without cancellation
+    if (std::fabs(gt) > 1e-20)
+      gelu_tanh_worst = std::max(gelu_tanh_worst, UlpError(GeluTanh(x), gt));
+  }
+  EXPECT_LT(tanh_worst, 4.0);
+  // About 1e-7 near 0; in the far tail the rounding of the exp argument
+  // (|x|^2 * 2^-24) dominates.
+  EXPECT_LT(erfc_worst, 128.0);
+  EXPECT_LT(gelu_worst, 256.0);
+  EXPECT_LT(sig_worst, 4.0);
+  EXPECT_LT(gelu_tanh_worst, 128.0);
+  EXPECT_EQ(Tanh(INFINITY), 1.0f);
+  EXPECT_EQ(Tanh(-INFINITY), -1.0f);
+  EXPECT_TRUE(std::isnan(Tanh(NAN)));
+  EXPECT_EQ(Tanh(-0.0f), -0.0f);
+  EXPECT_TRUE(std::signbit(Tanh(-0.0f)));
+  EXPECT_EQ(Gelu(INFINITY), INFINITY);
+  EXPECT_EQ(Sigmoid(-INFINITY), 0.0f);
+  EXPECT_EQ(Sigmoid(INFINITY), 1.0f);
+}
+
+TEST(NumericsTest, PhiloxMatchesKnownAnswers) {
+  // Known-answer vectors of Random123 (kat_vectors, philox4x32_10).
+  Philox4 zero = Philox4x32_10({{0, 0, 0, 0}}, 0, 0);
+  EXPECT_EQ(zero.v[0], 0x6627e8d5u);
+  EXPECT_EQ(zero.v[1], 0xe169c58du);
+  EXPECT_EQ(zero.v[2], 0xbc57ac4cu);
+  EXPECT_EQ(zero.v[3], 0x9b00dbd8u);
+  Philox4 ones = Philox4x32_10({{0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu}}, 0xffffffffu,
+                               0xffffffffu);
+  EXPECT_EQ(ones.v[0], 0x408f276du);
+  EXPECT_EQ(ones.v[1], 0x41c83b0eu);
+  EXPECT_EQ(ones.v[2], 0xa20bc7c6u);
+  EXPECT_EQ(ones.v[3], 0x6d5451fdu);
+  Philox4 pi = Philox4x32_10({{0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u}}, 0xa4093822u,
+                             0x299f31d0u);
+  EXPECT_EQ(pi.v[0], 0xd16cfe09u);
+  EXPECT_EQ(pi.v[1], 0x94fdccebu);
+  EXPECT_EQ(pi.v[2], 0x5001e420u);
+  EXPECT_EQ(pi.v[3], 0x24126ea1u);
+}
+
+}  // namespace
+}  // namespace tern::sim::num

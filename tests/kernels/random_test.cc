@@ -1,0 +1,191 @@
+// RANDOM: the documented Philox stream layout, reproducibility (same seed
+// and offset, same bits, whatever the thread count or layout), distinct
+// streams, ranges, and the moments of the distributions.
+#include <omp.h>
+
+#include <cmath>
+#include <set>
+
+#include "kernel_test_util.h"
+#include "sim/engines/numerics.h"
+
+namespace tern::testing {
+namespace {
+
+constexpr int64_t kSeed = 0x1234567890abcdefLL;
+
+Status Random(Tensor& out, int fn, int64_t seed, int64_t offset, std::vector<double> floats = {}) {
+  return Exec(TERN_OP_RANDOM, {&out}, {fn, seed, offset}, std::move(floats));
+}
+
+TEST(RandomTest, StreamLayoutIsTheDocumentedOne) {
+  // Element i uses word i % 4 of Philox4x32-10 with counter (offset + i / 4)
+  // and key (seed low, seed high); uniform keeps the top 24 bits.
+  Tensor out(TERN_DTYPE_F32, {10});
+  ASSERT_TRUE(Random(out, TERN_RANDOM_UNIFORM, kSeed, 77).ok());
+  for (int64_t i = 0; i < 10; ++i) {
+    const uint64_t c = 77 + i / 4;
+    sim::num::Philox4 r =
+        sim::num::Philox4x32_10({{static_cast<uint32_t>(c), static_cast<uint32_t>(c >> 32), 0, 0}},
+                                static_cast<uint32_t>(kSeed), static_cast<uint32_t>(kSeed >> 32));
+    EXPECT_EQ(out.Get(i), (r.v[i % 4] >> 8) * 0x1.0p-24) << i;
+  }
+}
+
+TEST(RandomTest, SameSeedAndOffsetGiveTheSameBits) {
+  for (tern_dtype_t dt : kAllDtypes) {
+    for (int fn = 0; fn < TERN_RANDOM_COUNT; ++fn) {
+      if (fn == TERN_RANDOM_NORMAL && !isa::IsFloat(dt)) continue;
+      if (fn == TERN_RANDOM_UNIFORM && dt == TERN_DTYPE_BOOL) continue;
+      std::vector<double> params = fn == TERN_RANDOM_BERNOULLI ? std::vector<double>{0.5}
+                                   : isa::IsFloat(dt)          ? std::vector<double>{-1.0, 3.0}
+                                                               : std::vector<double>{-5, 100};
+      Tensor a(dt, {37, 11}), b(dt, {37, 11}), c(dt, {37, 11});
+      ASSERT_TRUE(Random(a, fn, kSeed, 5, params).ok());
+      ASSERT_TRUE(Random(b, fn, kSeed, 5, params).ok());
+      ASSERT_TRUE(Random(c, fn, kSeed + 1, 5, params).ok());
+      int differ = 0;
+      for (int64_t i = 0; i < a.count(); ++i) {
+        ASSERT_EQ(a.Bits(i), b.Bits(i));
+        differ += a.Bits(i) != c.Bits(i);
+      }
+      if (fn != TERN_RANDOM_BERNOULLI && dt != TERN_DTYPE_BOOL) {
+        EXPECT_GT(differ, a.count() * 3 / 4) << "another seed, another stream";
+      }
+    }
+  }
+}
+
+TEST(RandomTest, OffsetsAdvanceByBlocksOfFour) {
+  for (tern_dtype_t dt : {TERN_DTYPE_F32, TERN_DTYPE_BF16, TERN_DTYPE_I32}) {
+    for (int fn = 0; fn < TERN_RANDOM_COUNT; ++fn) {
+      if (fn == TERN_RANDOM_NORMAL && !isa::IsFloat(dt)) continue;
+      std::vector<double> params = fn == TERN_RANDOM_BERNOULLI ? std::vector<double>{0.4}
+                                   : isa::IsFloat(dt)          ? std::vector<double>{0.0, 1.0}
+                                                               : std::vector<double>{0, 1000};
+      Tensor a(dt, {400}), b(dt, {400});
+      ASSERT_TRUE(Random(a, fn, kSeed, 10, params).ok());
+      ASSERT_TRUE(Random(b, fn, kSeed, 11, params).ok());
+      // Offset + 1 is the same stream, four elements on.
+      for (int64_t i = 0; i + 4 < 400; ++i) ASSERT_EQ(a.Bits(i + 4), b.Bits(i)) << i;
+      // Disjoint ranges: offset + n/4 continues where n elements ended.
+      Tensor tail(dt, {100});
+      ASSERT_TRUE(Random(tail, fn, kSeed, 10 + 300 / 4, params).ok());
+      for (int64_t i = 0; i < 100; ++i) ASSERT_EQ(a.Bits(300 + i), tail.Bits(i));
+      if (fn != TERN_RANDOM_BERNOULLI) {
+        int same = 0;
+        for (int64_t i = 0; i < 400; ++i) same += a.Bits(i) == b.Bits(i);
+        EXPECT_LT(same, 40);
+      }
+    }
+  }
+}
+
+TEST(RandomTest, IndependentOfThreadsAndLayout) {
+  const int64_t n = 1 << 20;
+  Tensor one(TERN_DTYPE_F32, {n}), two(TERN_DTYPE_F32, {n});
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  ASSERT_TRUE(Random(one, TERN_RANDOM_NORMAL, kSeed, 3).ok());
+  omp_set_num_threads(std::max(2, threads));
+  ASSERT_TRUE(Random(two, TERN_RANDOM_NORMAL, kSeed, 3).ok());
+  omp_set_num_threads(threads);
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(one.Bits(i), two.Bits(i)) << i;
+  // Element i is the logical (row-major) element, whatever the strides.
+  Tensor contiguous(TERN_DTYPE_BF16, {33, 65}),
+      transposed = Tensor::Permuted(TERN_DTYPE_BF16, {33, 65}, {1, 0});
+  ASSERT_TRUE(Random(contiguous, TERN_RANDOM_UNIFORM, kSeed, 9, {-2, 2}).ok());
+  ASSERT_TRUE(Random(transposed, TERN_RANDOM_UNIFORM, kSeed, 9, {-2, 2}).ok());
+  for (int64_t i = 0; i < contiguous.count(); ++i)
+    ASSERT_EQ(contiguous.Bits(i), transposed.Bits(i));
+  Tensor scalar(TERN_DTYPE_F32, {}), first(TERN_DTYPE_F32, {3}), empty(TERN_DTYPE_F32, {0, 3});
+  ASSERT_TRUE(Random(scalar, TERN_RANDOM_UNIFORM, kSeed, 77).ok());
+  ASSERT_TRUE(Random(first, TERN_RANDOM_UNIFORM, kSeed, 77).ok());
+  EXPECT_EQ(scalar.Bits(0), first.Bits(0));
+  ASSERT_TRUE(Random(empty, TERN_RANDOM_UNIFORM, kSeed, 77).ok());
+}
+
+TEST(RandomTest, UniformStaysInRange) {
+  const int64_t n = 1 << 20;
+  for (tern_dtype_t dt : kFloatDtypes) {
+    Tensor t(dt, {n});
+    ASSERT_TRUE(Random(t, TERN_RANDOM_UNIFORM, kSeed, 0, {0.0, 1.0}).ok());
+    double sum = 0, lo = 1, hi = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const double v = t.Get(i);
+      sum += v;
+      lo = std::min(lo, v);
+      hi = std::max(hi, v);
+    }
+    EXPECT_GE(lo, 0.0);
+    EXPECT_LT(hi, 1.0) << isa::DTypeName(dt) << ": values that round up to high are stepped down";
+    EXPECT_NEAR(sum / n, 0.5, 2e-3);
+    Tensor shifted(dt, {1000});
+    ASSERT_TRUE(Random(shifted, TERN_RANDOM_UNIFORM, kSeed, 0, {-3.0, -2.5}).ok());
+    for (int64_t i = 0; i < 1000; ++i) {
+      ASSERT_GE(shifted.Get(i), -3.0);
+      ASSERT_LT(shifted.Get(i), -2.5);
+    }
+  }
+  // Integers: every value of a small range, none outside.
+  for (tern_dtype_t dt : kIntDtypes) {
+    Tensor t(dt, {10000});
+    ASSERT_TRUE(Random(t, TERN_RANDOM_UNIFORM, kSeed, 0, {-3, 4}).ok());
+    std::set<int64_t> seen;
+    for (int64_t i = 0; i < t.count(); ++i) seen.insert(t.GetInt(i));
+    EXPECT_EQ(seen, (std::set<int64_t>{-3, -2, -1, 0, 1, 2, 3})) << isa::DTypeName(dt);
+  }
+  Tensor wide(TERN_DTYPE_I64, {1000});
+  ASSERT_TRUE(Random(wide, TERN_RANDOM_UNIFORM, kSeed, 0, {-2147483648.0, 2147483648.0}).ok());
+  int64_t big = 0;
+  for (int64_t i = 0; i < 1000; ++i) big += std::llabs(wide.GetInt(i)) > (1LL << 30);
+  EXPECT_GT(big, 300);
+}
+
+TEST(RandomTest, NormalMoments) {
+  const int64_t n = 1 << 20;
+  Tensor t(TERN_DTYPE_F32, {n});
+  ASSERT_TRUE(Random(t, TERN_RANDOM_NORMAL, kSeed, 1, {3.0, 2.0}).ok());
+  double sum = 0, sq = 0;
+  int64_t beyond3 = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = t.Get(i);
+    sum += v;
+    sq += v * v;
+    beyond3 += std::fabs(v - 3.0) > 6.0;
+  }
+  const double mean = sum / n, sd = std::sqrt(sq / n - mean * mean);
+  EXPECT_NEAR(mean, 3.0, 2.0 * 5 / std::sqrt(static_cast<double>(n)));
+  EXPECT_NEAR(sd, 2.0, 0.01);
+  EXPECT_NEAR(static_cast<double>(beyond3) / n, 0.0027, 0.0005);  // P(|z| > 3)
+  Tensor b(TERN_DTYPE_BF16, {100000});
+  ASSERT_TRUE(Random(b, TERN_RANDOM_NORMAL, kSeed, 1).ok());
+  double bs = 0;
+  for (int64_t i = 0; i < b.count(); ++i) bs += b.Get(i);
+  EXPECT_NEAR(bs / b.count(), 0.0, 0.02);
+}
+
+TEST(RandomTest, BernoulliRateInEveryDtype) {
+  const int64_t n = 1 << 20;
+  for (tern_dtype_t dt : {TERN_DTYPE_BOOL, TERN_DTYPE_F32, TERN_DTYPE_BF16, TERN_DTYPE_I32}) {
+    Tensor t(dt, {n});
+    ASSERT_TRUE(Random(t, TERN_RANDOM_BERNOULLI, kSeed, 2, {0.9}).ok());  // a dropout keep-mask
+    int64_t ones = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const double v = t.Get(i);
+      ASSERT_TRUE(v == 0.0 || v == 1.0) << v;
+      ones += v == 1.0;
+    }
+    EXPECT_NEAR(static_cast<double>(ones) / n, 0.9, 5 * std::sqrt(0.09 / n)) << isa::DTypeName(dt);
+  }
+  Tensor never(TERN_DTYPE_BOOL, {1000}), always(TERN_DTYPE_BOOL, {1000});
+  ASSERT_TRUE(Random(never, TERN_RANDOM_BERNOULLI, kSeed, 0, {0.0}).ok());
+  ASSERT_TRUE(Random(always, TERN_RANDOM_BERNOULLI, kSeed, 0, {1.0}).ok());
+  for (int64_t i = 0; i < 1000; ++i) {
+    ASSERT_EQ(never.GetInt(i), 0);
+    ASSERT_EQ(always.GetInt(i), 1);
+  }
+}
+
+}  // namespace
+}  // namespace tern::testing

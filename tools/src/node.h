@@ -1,0 +1,68 @@
+// The node as the tools see it: the runtime (initialized for reading, never
+// owning a core unless a subcommand asks), and snapshots of every device's
+// shared telemetry taken through the public C API.
+#ifndef TERN_TOOLS_NODE_H_
+#define TERN_TOOLS_NODE_H_
+
+#include <tern/tern.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tern::tools {
+
+// tern_init() on construction, tern_shutdown() on destruction. Throws
+// ToolError when the runtime cannot start (the message says why).
+class Runtime {
+ public:
+  Runtime();
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  uint32_t device_count() const { return static_cast<uint32_t>(devices_.size()); }
+  tern_device_t device(uint32_t index) const { return devices_[index]; }
+  const tern_device_info_t& info(uint32_t index) const { return infos_[index]; }
+  const std::string& driver() const { return driver_; }
+  // "0.1.0", from tern_get_version() (the library loaded, not the headers).
+  const std::string& version() const { return version_; }
+  const std::string& build() const { return build_; }
+
+ private:
+  std::vector<tern_device_t> devices_;
+  std::vector<tern_device_info_t> infos_;
+  std::string driver_;
+  std::string version_;
+  std::string build_;
+};
+
+struct DeviceSample {
+  tern_device_info_t info;
+  tern_device_telemetry_t telemetry;
+  tern_memory_stats_t memory;
+};
+
+struct NodeSample {
+  uint64_t monotonic_ns = 0;
+  double unix_seconds = 0;
+  std::vector<DeviceSample> devices;
+};
+
+// Reads every device's telemetry and memory statistics. Throws ToolError.
+NodeSample TakeSample(const Runtime& runtime);
+
+// Rates of one core between two samples of the same node.
+struct CoreRates {
+  double busy_ratio = 0;        // busy_ns delta / wall delta, clamped to [0, 1]
+  double commands_per_s = 0;
+  double executions_per_s = 0;
+};
+CoreRates ComputeRates(const NodeSample& before, const NodeSample& after, size_t device,
+                       size_t core);
+
+uint64_t TotalErrors(const tern_core_telemetry_t& core);
+
+}  // namespace tern::tools
+
+#endif  // TERN_TOOLS_NODE_H_
