@@ -7,6 +7,9 @@ packages=(
   build-essential cmake ninja-build pkg-config clang-format
   libfabric-dev libhwloc-dev libspdlog-dev libfmt-dev libabsl-dev
   libgtest-dev libgmock-dev
+  libflatbuffers-dev flatbuffers-compiler libxxhash-dev libdnnl-dev
+  libcli11-dev libncurses-dev nlohmann-json3-dev
+  clang libclang-rt-14-dev
 )
 
 missing=()

@@ -2,7 +2,9 @@
 # Sets up and runs every test of tern:
 #   1. a normal build (RelWithDebInfo): the whole suite;
 #   2. an AddressSanitizer + UBSan build: the whole suite again;
-#   3. a ThreadSanitizer build: the concurrency tests (label "concurrency").
+#   3. a ThreadSanitizer build: the concurrency tests (label "concurrency");
+#   4. the executable loader's fuzzer for 60 s (clang, ASan + UBSan);
+#   5. the PyTorch plugin's tests (python/build_and_test.sh, in .venv).
 # Usage: scripts/test.sh [--fast]   (--fast: only the normal build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,9 +17,11 @@ fast=0
 
 build_and_test() {
   local dir=$1 sanitize=$2 label=$3
+  shift 3
+  local targets=("$@")  # empty: everything
   echo "=== ${dir}: build (TERN_SANITIZE='${sanitize}') ==="
   cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTERN_SANITIZE="$sanitize" >/dev/null
-  ninja -C "$dir" -j "$jobs"
+  ninja -C "$dir" -j "$jobs" "${targets[@]}"
   echo "=== ${dir}: test ${label:+(label ${label})} ==="
   local args=(--test-dir "$dir" --output-on-failure -j "$jobs" --timeout 300)
   [ -n "$label" ] && args+=(-L "$label")
@@ -34,6 +38,9 @@ build_and_test build "" ""
 if [ "$fast" -eq 0 ]; then
   build_and_test build-asan address ""
   # The stress test under TSan runs fewer commands (TSan is ~10x slower).
-  TERN_STRESS_COMMANDS=${TERN_STRESS_COMMANDS_TSAN:-20000} build_and_test build-tsan thread concurrency
+  TERN_STRESS_COMMANDS=${TERN_STRESS_COMMANDS_TSAN:-20000} build_and_test build-tsan thread concurrency \
+    tern_stress_test tern_cts node_registry_test
+  scripts/fuzz.sh 60
+  python/build_and_test.sh
 fi
 echo "=== all test runs passed ==="
