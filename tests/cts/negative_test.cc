@@ -534,6 +534,17 @@ TEST_P(NegativeTest, BufferAlloc) {
     CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT, tern_buffer_alloc(device(0), &params, &buffer),
                      "alignment");
   }
+  // Larger than the device's memory (rounded up to a power of two): no
+  // device address can honour it.
+  params = good;
+  uint64_t too_aligned = 1;
+  while (too_aligned < DeviceInfo(0).memory_bytes) too_aligned <<= 1;
+  for (uint64_t alignment : {too_aligned << 1, uint64_t{1} << 63}) {
+    SCOPED_TRACE(alignment);
+    params.alignment = alignment;
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT, tern_buffer_alloc(device(0), &params, &buffer),
+                     "alignment");
+  }
   params = good;
   for (int category : {static_cast<int>(TERN_MEMORY_CATEGORY_COUNT), 7, 100, -1}) {
     SCOPED_TRACE(category);

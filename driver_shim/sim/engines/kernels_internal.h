@@ -16,7 +16,9 @@
 
 // Hot loops are compiled for AVX-512, AVX2 and baseline x86-64 and picked at
 // load time, so the library stays portable and still uses the wide units.
-#if defined(__x86_64__) && !defined(__clang__)
+// Not under ThreadSanitizer: the clones' load-time resolvers (IFUNC) run
+// before TSan initialises and crash the process while libtern loads.
+#if defined(__x86_64__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
 #define TERN_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define TERN_VECTOR_CLONES
