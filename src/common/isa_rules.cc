@@ -6,12 +6,26 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <type_traits>
 #include <limits>
 
 namespace tern::isa {
 namespace {
 
 constexpr uint32_t Bit(size_t slot) { return 1u << slot; }
+
+// The integer stored in an enum field, read without loading it as the enum:
+// a hostile file can hold any value there, and loading an out-of-range
+// value as the enum type is undefined behaviour.
+template <typename E>
+int64_t Raw(const E& e) {
+  std::underlying_type_t<E> v;
+  std::memcpy(&v, &e, sizeof v);
+  return static_cast<int64_t>(v);
+}
+
+bool KnownDtype(int64_t raw) { return raw >= 0 && raw < TERN_DTYPE_COUNT; }
 
 struct OpInfo {
   uint32_t opcode;
@@ -299,7 +313,8 @@ class Checker {
 Status CheckOperand(const Checker& c, size_t slot, bool written) {
   const OperandDesc& d = c.Op(slot);
   const char* name = c.Name(slot);
-  switch (d.segment) {
+  const int64_t segment = Raw(d.segment);
+  switch (segment) {
     case TERN_SEGMENT_INPUT:
     case TERN_SEGMENT_OUTPUT:
       break;
@@ -311,10 +326,9 @@ Status CheckOperand(const Checker& c, size_t slot, bool written) {
       }
       break;
     default:
-      return c.Fail("{} names unknown segment {}", name, static_cast<int>(d.segment));
+      return c.Fail("{} names unknown segment {}", name, segment);
   }
-  if (DTypeSize(d.dtype) == 0)
-    return c.Fail("{} has unknown dtype {}", name, static_cast<int>(d.dtype));
+  if (!KnownDtype(Raw(d.dtype))) return c.Fail("{} has unknown dtype {}", name, Raw(d.dtype));
   if (d.rank > TERN_MAX_RANK)
     return c.Fail("{} has rank {}; the maximum is {}", name, d.rank, TERN_MAX_RANK);
   int64_t count = 1;
@@ -1261,6 +1275,9 @@ void SetContiguousStrides(OperandDesc* desc) {
 }
 
 Status OperandExtent(const OperandDesc& desc, uint64_t* begin, uint64_t* end) {
+  if (!KnownDtype(Raw(desc.dtype))) {
+    return MakeStatus(TERN_ERROR_EXECUTABLE_INVALID, "unknown dtype {}", Raw(desc.dtype));
+  }
   const size_t size = DTypeSize(desc.dtype);
   if (size == 0) {
     return MakeStatus(TERN_ERROR_EXECUTABLE_INVALID, "unknown dtype {}",

@@ -1002,7 +1002,8 @@ TEST(DispatchTest, CollectivesSyncAndBadViews) {
   Tensor a(TERN_DTYPE_F32, {4}), b(TERN_DTYPE_F32, {4});
   Status st = Exec(TERN_OP_ALL_REDUCE, {&a, &b});
   EXPECT_EQ(st.code(), TERN_ERROR_UNIMPLEMENTED);
-  EXPECT_NE(st.message().find("collectives inside executables are not implemented yet"), std::string::npos);
+  EXPECT_NE(st.message().find("collectives inside executables are not implemented yet"),
+            std::string::npos);
   EXPECT_TRUE(Exec(TERN_OP_SEM_SIGNAL, {}, {0, 1}).ok());
   EXPECT_TRUE(Exec(TERN_OP_SEM_WAIT, {}, {0, 1}).ok());
   // One view per operand, each with memory.

@@ -89,30 +89,36 @@ void CheckMatmul(const MatmulCase& c, tern_dtype_t in_dt, tern_dtype_t out_dt,
     bias = Tensor::Broadcast(out_dt, o_shape, bc);
   }
   if (c.bias) bias.Randomize(rng, integer ? -5 : -1, integer ? 5 : 1);
-  // Reference.
+  // Reference, on the values in row-major order.
+  const std::vector<double> av = a.Values(), bv = b.Values(), ov = out.Values();
+  const std::vector<double> biasv = c.bias ? bias.Values() : std::vector<double>();
+  Shape as(r), bs(r);
+  for (int64_t d = static_cast<int64_t>(r) - 1, sa = 1, sb = 1; d >= 0; --d) {
+    as[d] = sa;
+    bs[d] = sb;
+    sa *= a_shape[d];
+    sb *= b_shape[d];
+  }
   std::vector<double> ref(out.count());
-  const int64_t batch = out.count() / std::max<int64_t>(1, c.m * c.n);
   for (int64_t o = 0; o < out.count(); ++o) {
     std::vector<int64_t> idx = out.Index(o);
     const int64_t m = idx[r - 2], n = idx[r - 1];
-    (void)batch;
+    int64_t abase = 0, bbase = 0;
+    for (size_t d = 0; d + 2 < r; ++d) {
+      abase += idx[d] * as[d];
+      bbase += idx[d] * bs[d];
+    }
     double acc = 0;
     for (int64_t kk = 0; kk < c.k; ++kk) {
-      std::vector<int64_t> ai = idx, bi = idx;
-      ai[r - 2] = c.ta ? kk : m;
-      ai[r - 1] = c.ta ? m : kk;
-      bi[r - 2] = c.tb ? n : kk;
-      bi[r - 1] = c.tb ? kk : n;
-      int64_t al = 0, bl = 0;
-      for (size_t d = 0; d < r; ++d) {
-        al = al * a_shape[d] + ai[d];
-        bl = bl * b_shape[d] + bi[d];
-      }
-      acc += a.Get(al) * b.Get(bl);
+      const int64_t al =
+          abase + (c.ta ? kk * as[r - 2] + m * as[r - 1] : m * as[r - 2] + kk * as[r - 1]);
+      const int64_t bl =
+          bbase + (c.tb ? n * bs[r - 2] + kk * bs[r - 1] : kk * bs[r - 2] + n * bs[r - 1]);
+      acc += av[al] * bv[bl];
     }
-    double v = c.alpha * acc + (c.beta != 0 ? c.beta * out.Get(o) : 0.0);
-    if (c.bias == 1) v += bias.Get(n);
-    if (c.bias == 2) v += bias.Get(o);
+    double v = c.alpha * acc + (c.beta != 0 ? c.beta * ov[o] : 0.0);
+    if (c.bias == 1) v += biasv[n];
+    if (c.bias == 2) v += biasv[o];
     ref[o] = integer ? static_cast<double>(static_cast<int64_t>(v)) : RoundToDtype(out_dt, v);
   }
   std::vector<Tensor*> ops = {&out, &a, &b};
@@ -245,6 +251,7 @@ TEST_P(OneDnnParam, Conv2dForwardAndBackward) {
       input.Randomize(rng, -1, 1);
       weight.Randomize(rng, -1, 1);
       bias.Randomize(rng, -1, 1);
+      const std::vector<double> iv = input.Values(), wv = weight.Values();
       auto in_at = [&](int64_t n, int64_t ch, int64_t y, int64_t x) {
         return ((n * c.c + ch) * c.h + y) * c.w + x;
       };
@@ -265,7 +272,7 @@ TEST_P(OneDnnParam, Conv2dForwardAndBackward) {
       }
       ForEachTerm(c, [&](int64_t n, int64_t o, int64_t y, int64_t x, int64_t ch, int64_t ci,
                          int64_t ky, int64_t kx, int64_t iy, int64_t ix) {
-        ref[o_at(n, o, y, x)] += input.Get(in_at(n, ch, iy, ix)) * weight.Get(w_at(o, ci, ky, kx));
+        ref[o_at(n, o, y, x)] += iv[in_at(n, ch, iy, ix)] * wv[w_at(o, ci, ky, kx)];
       });
       for (double& v : ref) v = RoundToDtype(dt, v);
       std::vector<Tensor*> ops = {&out, &input, &weight};
@@ -276,13 +283,14 @@ TEST_P(OneDnnParam, Conv2dForwardAndBackward) {
       // Backward input: grad_input = conv_transpose(grad_out, weight).
       Tensor go(dt, o_shape);
       go.Randomize(rng, -1, 1);
+      const std::vector<double> gov = go.Values();
       Tensor gi =
           c.channels_last ? Tensor::Permuted(dt, in_shape, {0, 2, 3, 1}) : Tensor(dt, in_shape);
       gi.Poison();
       std::vector<double> gi_ref(gi.count(), 0.0);
       ForEachTerm(c, [&](int64_t n, int64_t o, int64_t y, int64_t x, int64_t ch, int64_t ci,
                          int64_t ky, int64_t kx, int64_t iy, int64_t ix) {
-        gi_ref[in_at(n, ch, iy, ix)] += go.Get(o_at(n, o, y, x)) * weight.Get(w_at(o, ci, ky, kx));
+        gi_ref[in_at(n, ch, iy, ix)] += gov[o_at(n, o, y, x)] * wv[w_at(o, ci, ky, kx)];
       });
       for (double& v : gi_ref) v = RoundToDtype(dt, v);
       st = Exec(TERN_OP_CONV2D_BACKWARD_INPUT, {&gi, &go, &weight}, ConvInts(c));
@@ -294,7 +302,7 @@ TEST_P(OneDnnParam, Conv2dForwardAndBackward) {
       std::vector<double> gw_ref(gw.count(), 0.0);
       ForEachTerm(c, [&](int64_t n, int64_t o, int64_t y, int64_t x, int64_t ch, int64_t ci,
                          int64_t ky, int64_t kx, int64_t iy, int64_t ix) {
-        gw_ref[w_at(o, ci, ky, kx)] += go.Get(o_at(n, o, y, x)) * input.Get(in_at(n, ch, iy, ix));
+        gw_ref[w_at(o, ci, ky, kx)] += gov[o_at(n, o, y, x)] * iv[in_at(n, ch, iy, ix)];
       });
       for (double& v : gw_ref) v = RoundToDtype(dt, v);
       st = Exec(TERN_OP_CONV2D_BACKWARD_WEIGHT, {&gw, &go, &input}, ConvInts(c));

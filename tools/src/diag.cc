@@ -27,17 +27,21 @@ constexpr uint64_t kMiB = 1ull << 20;
 // Bound on one synchronize; a hung command fails earlier, at TERN_EXEC_TIMEOUT.
 constexpr uint64_t kSyncTimeoutNs = 300ull * 1000000000ull;
 constexpr int kBandwidthRepetitions = 8;
-constexpr double kDegradedBandwidthRatio = 0.25;
 
 enum class Result { kPass, kDegraded, kFailed, kSkipped, kUnavailable };
 
 const char* ResultName(Result result) {
   switch (result) {
-    case Result::kPass: return "pass";
-    case Result::kDegraded: return "degraded";
-    case Result::kFailed: return "failed";
-    case Result::kSkipped: return "skipped";
-    case Result::kUnavailable: return "not_available";
+    case Result::kPass:
+      return "pass";
+    case Result::kDegraded:
+      return "degraded";
+    case Result::kFailed:
+      return "failed";
+    case Result::kSkipped:
+      return "skipped";
+    case Result::kUnavailable:
+      return "not_available";
   }
   return "?";
 }
@@ -59,26 +63,40 @@ struct CheckResult {
 
 const char* CheckName(CheckId id) {
   switch (id) {
-    case CheckId::kRuntime: return "runtime";
-    case CheckId::kHbmPattern: return "hbm_pattern";
-    case CheckId::kCopyBandwidth: return "copy_bandwidth";
-    case CheckId::kCompute: return "compute_selftest";
-    case CheckId::kCollective: return "collective_loopback";
-    case CheckId::kEcc: return "ecc";
-    case CheckId::kErrors: return "error_counters";
+    case CheckId::kRuntime:
+      return "runtime";
+    case CheckId::kHbmPattern:
+      return "hbm_pattern";
+    case CheckId::kCopyBandwidth:
+      return "copy_bandwidth";
+    case CheckId::kCompute:
+      return "compute_selftest";
+    case CheckId::kCollective:
+      return "collective_loopback";
+    case CheckId::kEcc:
+      return "ecc";
+    case CheckId::kErrors:
+      return "error_counters";
   }
   return "?";
 }
 
 const char* CheckTitle(CheckId id) {
   switch (id) {
-    case CheckId::kRuntime: return "Runtime starts and lists devices";
-    case CheckId::kHbmPattern: return "HBM pattern test";
-    case CheckId::kCopyBandwidth: return "Copy bandwidth (H2D, D2H)";
-    case CheckId::kCompute: return "Compute self-test";
-    case CheckId::kCollective: return "Collective loopback";
-    case CheckId::kEcc: return "ECC counters";
-    case CheckId::kErrors: return "Error counters";
+    case CheckId::kRuntime:
+      return "Runtime starts and lists devices";
+    case CheckId::kHbmPattern:
+      return "HBM pattern test";
+    case CheckId::kCopyBandwidth:
+      return "Copy bandwidth (H2D, D2H)";
+    case CheckId::kCompute:
+      return "Compute self-test";
+    case CheckId::kCollective:
+      return "Collective loopback";
+    case CheckId::kEcc:
+      return "ECC counters";
+    case CheckId::kErrors:
+      return "Error counters";
   }
   return "?";
 }
@@ -89,6 +107,7 @@ struct DiagOptions {
   std::vector<uint32_t> devices;
   std::string hbm_bytes = "16M";
   std::string bandwidth_bytes = "16M";
+  double min_bandwidth_ratio = 0.25;
 };
 
 // A core diag opened for its active checks, with one queue; closed on scope exit.
@@ -162,14 +181,15 @@ class DeviceBuffer {
 // allows, pageable otherwise (the copy path stages or reads it directly).
 class HostBuffer {
  public:
-  explicit HostBuffer(uint64_t size) : size_(size) {
+  explicit HostBuffer(uint64_t size) {
     void* ptr = nullptr;
     if (tern_host_alloc(size, &ptr) == TERN_OK) {
       ptr_ = ptr;
       pinned_ = true;
     } else {
       ptr_ = std::aligned_alloc(4096, (size + 4095) & ~4095ull);
-      if (ptr_ == nullptr) throw ToolError(fmt::format("cannot allocate {} of host memory", FormatBytes(size)));
+      if (ptr_ == nullptr)
+        throw ToolError(fmt::format("cannot allocate {} of host memory", FormatBytes(size)));
       std::memset(ptr_, 0x5a, size);  // commit the pages before timing
     }
   }
@@ -187,7 +207,6 @@ class HostBuffer {
 
  private:
   void* ptr_ = nullptr;
-  uint64_t size_;
   bool pinned_ = false;
 };
 
@@ -262,16 +281,18 @@ CheckResult HbmPatternTest(uint32_t index, tern_device_t device, const DiagCore&
 
   // Fills by the core's DMA engine, read back with a queue copy.
   if (failure.empty() && core.queue() != nullptr) {
-    for (const uint32_t pattern : {0x00000000u, 0xFFFFFFFFu, 0x55555555u, 0xAAAAAAAAu, 0x5A5AA5A5u}) {
+    for (const uint32_t pattern :
+         {0x00000000u, 0xFFFFFFFFu, 0x55555555u, 0xAAAAAAAAu, 0x5A5AA5A5u}) {
       const uint64_t word = (static_cast<uint64_t>(pattern) << 32) | pattern;
       std::fill(expected.begin(), expected.end(), word);
       std::fill(got.begin(), got.end(), ~word);
       tern_status_t s = tern_queue_fill(core.queue(), buffer.get(), 0, size, pattern, nullptr);
-      if (s == TERN_OK) s = tern_queue_copy_d2h(core.queue(), got.data(), buffer.get(), 0, size, nullptr);
+      if (s == TERN_OK)
+        s = tern_queue_copy_d2h(core.queue(), got.data(), buffer.get(), 0, size, nullptr);
       if (s == TERN_OK) s = tern_queue_synchronize(core.queue(), kSyncTimeoutNs);
       if (s != TERN_OK) {
-        failure = fmt::format("DMA fill with {:#010x} on core {} failed: {}", pattern,
-                              core.index(), DescribeFailure("tern_queue_synchronize", s));
+        failure = fmt::format("DMA fill with {:#010x} on core {} failed: {}", pattern, core.index(),
+                              DescribeFailure("tern_queue_synchronize", s));
         tern_queue_clear_error(core.queue());
         break;
       }
@@ -292,15 +313,17 @@ CheckResult HbmPatternTest(uint32_t index, tern_device_t device, const DiagCore&
     check.detail = failure;
   } else if (total.count > 0) {
     check.result = Result::kFailed;
-    check.detail = fmt::format("{} words differ from what was written (first at offset {:#x} of "
-                               "{}); the device memory is faulty",
-                               total.count, total.first_offset, FormatBytes(size));
+    check.detail = fmt::format(
+        "{} words differ from what was written (first at offset {:#x} of "
+        "{}); the device memory is faulty",
+        total.count, total.first_offset, FormatBytes(size));
   } else if (core.queue() == nullptr) {
     check.result = Result::kSkipped;
-    check.detail = fmt::format("{} host-written patterns over {} passed; queue-fill patterns {}",
-                               host_patterns, FormatBytes(size),
-                               all_busy ? "skipped (all cores busy)"
-                                        : "skipped (no core could be opened: " + core.error() + ")");
+    check.detail =
+        fmt::format("{} host-written patterns over {} passed; queue-fill patterns {}",
+                    host_patterns, FormatBytes(size),
+                    all_busy ? "skipped (all cores busy)"
+                             : "skipped (no core could be opened: " + core.error() + ")");
     if (!all_busy) check.result = Result::kFailed;
   } else {
     check.detail = fmt::format("{} patterns over {} (core {}), 0 mismatches",
@@ -311,13 +334,13 @@ CheckResult HbmPatternTest(uint32_t index, tern_device_t device, const DiagCore&
 
 void KeepAlive(void* p) { asm volatile("" : : "r"(p) : "memory"); }
 
-CheckResult BandwidthTest(uint32_t index, tern_device_t device, const DiagCore& core,
-                          bool all_busy, uint64_t requested) {
+CheckResult BandwidthTest(uint32_t index, tern_device_t device, const DiagCore& core, bool all_busy,
+                          uint64_t requested, double min_ratio) {
   CheckResult check{CheckId::kCopyBandwidth, static_cast<int>(index)};
   if (core.queue() == nullptr) {
     check.result = all_busy ? Result::kSkipped : Result::kFailed;
-    check.detail = all_busy ? "skipped (all cores busy)"
-                            : "no core could be opened: " + core.error();
+    check.detail =
+        all_busy ? "skipped (all cores busy)" : "no core could be opened: " + core.error();
     return check;
   }
   const uint64_t size = TestSize(device, requested);
@@ -390,20 +413,18 @@ CheckResult BandwidthTest(uint32_t index, tern_device_t device, const DiagCore& 
   };
   const double h2d = gbps(h2d_s), d2h = gbps(d2h_s), host_memcpy = gbps(memcpy_s);
   const double ratio = host_memcpy > 0 ? std::min(h2d, d2h) / host_memcpy : 0.0;
-  check.metrics = {{"bytes", size},
-                   {"core", core.index()},
-                   {"pinned_host_memory", host.pinned()},
-                   {"h2d_gbps", h2d},
-                   {"d2h_gbps", d2h},
-                   {"memcpy_gbps", host_memcpy},
-                   {"ratio_to_memcpy", ratio}};
-  check.detail = fmt::format("H2D {:.2f} GB/s, D2H {:.2f} GB/s, memcpy {:.2f} GB/s: {:.2f}x ({}, {} "
-                             "host memory, core {})",
-                             h2d, d2h, host_memcpy, ratio, FormatBytes(size),
-                             host.pinned() ? "pinned" : "pageable", core.index());
-  if (ratio < kDegradedBandwidthRatio) {
+  check.metrics = {
+      {"bytes", size},           {"core", core.index()}, {"pinned_host_memory", host.pinned()},
+      {"h2d_gbps", h2d},         {"d2h_gbps", d2h},      {"memcpy_gbps", host_memcpy},
+      {"ratio_to_memcpy", ratio}};
+  check.detail = fmt::format(
+      "H2D {:.2f} GB/s, D2H {:.2f} GB/s, memcpy {:.2f} GB/s: {:.2f}x ({}, {} "
+      "host memory, core {})",
+      h2d, d2h, host_memcpy, ratio, FormatBytes(size), host.pinned() ? "pinned" : "pageable",
+      core.index());
+  if (ratio < min_ratio) {
     check.result = Result::kDegraded;
-    check.detail += fmt::format("; below {:.2f}x of memcpy", kDegradedBandwidthRatio);
+    check.detail += fmt::format("; below {:g}x of memcpy", min_ratio);
   }
   return check;
 }
@@ -414,10 +435,10 @@ CheckResult EccCheck(const DeviceSample& sample) {
   check.metrics = {{"corrected", t.ecc_corrected}, {"uncorrected", t.ecc_uncorrected}};
   if (t.ecc_uncorrected > 0) {
     check.result = Result::kFailed;
-    check.detail = fmt::format("{} uncorrected ECC error{} ({} corrected): device memory lost "
-                               "data; drain the device's workloads and reset or replace it",
-                               t.ecc_uncorrected, t.ecc_uncorrected == 1 ? "" : "s",
-                               t.ecc_corrected);
+    check.detail = fmt::format(
+        "{} uncorrected ECC error{} ({} corrected): device memory lost "
+        "data; drain the device's workloads and reset or replace it",
+        t.ecc_uncorrected, t.ecc_uncorrected == 1 ? "" : "s", t.ecc_corrected);
   } else {
     check.detail = fmt::format("0 uncorrected, {} corrected", t.ecc_corrected);
   }
@@ -536,9 +557,9 @@ int RunDiag(const DiagOptions& options) {
   }
   {
     CheckResult check{CheckId::kRuntime};
-    check.detail = fmt::format("driver {}, {} device{}, tern {}", runtime->driver(),
-                               runtime->device_count(), runtime->device_count() == 1 ? "" : "s",
-                               runtime->version());
+    check.detail =
+        fmt::format("driver {}, {} device{}, tern {}", runtime->driver(), runtime->device_count(),
+                    runtime->device_count() == 1 ? "" : "s", runtime->version());
     if (runtime->device_count() == 0) {
       check.result = Result::kFailed;
       check.detail += ": no device is visible (check TERN_VISIBLE_CORES)";
@@ -552,9 +573,9 @@ int RunDiag(const DiagOptions& options) {
   }
   for (uint32_t index : devices) {
     if (index >= runtime->device_count()) {
-      throw ToolError(fmt::format("--device {}: this node has {} devices", index,
-                                  runtime->device_count()),
-                      kExitUsage);
+      throw ToolError(
+          fmt::format("--device {}: this node has {} devices", index, runtime->device_count()),
+          kExitUsage);
     }
   }
 
@@ -574,17 +595,18 @@ int RunDiag(const DiagOptions& options) {
       injected = true;
     }
     checks.push_back(HbmPatternTest(index, device, core, all_busy, hbm_bytes));
-    checks.push_back(BandwidthTest(index, device, core, all_busy, bandwidth_bytes));
+    checks.push_back(
+        BandwidthTest(index, device, core, all_busy, bandwidth_bytes, options.min_bandwidth_ratio));
   }
   if (fault && !injected) {
     throw ToolError("--inject " + options.inject +
                     ": no core could be opened to arm the fault on (every core is busy)");
   }
 
-  checks.push_back({CheckId::kCompute, -1, Result::kUnavailable,
-                    "not available yet (needs executables)"});
-  checks.push_back({CheckId::kCollective, -1, Result::kUnavailable,
-                    "not available yet (needs collectives)"});
+  checks.push_back(
+      {CheckId::kCompute, -1, Result::kUnavailable, "not available yet (needs executables)"});
+  checks.push_back(
+      {CheckId::kCollective, -1, Result::kUnavailable, "not available yet (needs collectives)"});
 
   const NodeSample sample = TakeSample(*runtime);
   for (uint32_t index : devices) {
@@ -608,7 +630,8 @@ Subcommand AddDiagCommand(CLI::App& parent) {
       "allocate a little device memory and use a core that no workload holds; when every core "
       "of a device is busy, the checks that need one are skipped (reported as degraded).\n"
       "  hbm_pattern          write address and bit patterns, fill with DMA, read back, compare\n"
-      "  copy_bandwidth       H2D and D2H GB/s against memcpy (below 0.25x: degraded)\n"
+      "  copy_bandwidth       H2D and D2H GB/s against memcpy (below --min-bandwidth-ratio: "
+      "degraded)\n"
       "  compute_selftest     not available yet (needs executables)\n"
       "  collective_loopback  not available yet (needs collectives)\n"
       "  ecc                  uncorrected ECC errors: failed\n"
@@ -625,6 +648,12 @@ Subcommand AddDiagCommand(CLI::App& parent) {
   app->add_option("--bandwidth-bytes", options->bandwidth_bytes, "Size of each timed copy")
       ->type_name("SIZE")
       ->default_str("16M");
+  app->add_option("--min-bandwidth-ratio", options->min_bandwidth_ratio,
+                  "Copy bandwidth below this fraction of memcpy's is degraded (0 disables; "
+                  "timings on a loaded host vary)")
+      ->type_name("RATIO")
+      ->default_val(0.25)
+      ->check(CLI::NonNegativeNumber);
   app->add_option("--inject", options->inject,
                   "Test hook: arm a fault on the first core diag opens before the checks run: "
                   "dma_abort, hbm_ue or hang (hang sets TERN_EXEC_TIMEOUT=2 unless set)")

@@ -20,12 +20,18 @@ constexpr size_t kMaxRequestBytes = 8192;
 
 const char* ReasonPhrase(int status) {
   switch (status) {
-    case 200: return "OK";
-    case 400: return "Bad Request";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 500: return "Internal Server Error";
-    default: return "Unknown";
+    case 200:
+      return "OK";
+    case 400:
+      return "Bad Request";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 500:
+      return "Internal Server Error";
+    default:
+      return "Unknown";
   }
 }
 
@@ -68,8 +74,8 @@ std::unique_ptr<HttpServer> HttpServer::Listen(const std::string& spec) {
     if (colon > 0) host = spec.substr(0, colon);
     port = spec.substr(colon + 1);
   }
-  if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos ||
-      std::stoul(port) > 65535) {
+  if (port.empty() || port.size() > 5 ||
+      port.find_first_not_of("0123456789") != std::string::npos || std::stoul(port) > 65535) {
     throw ToolError(
         fmt::format("--listen '{}': expected [ADDR:]PORT with PORT 0-65535 (0 picks a free port)",
                     spec),
@@ -82,9 +88,9 @@ std::unique_ptr<HttpServer> HttpServer::Listen(const std::string& spec) {
   hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
   addrinfo* results = nullptr;
   if (const int rc = getaddrinfo(host.c_str(), port.c_str(), &hints, &results); rc != 0) {
-    throw ToolError(fmt::format("--listen '{}': cannot resolve '{}': {}", spec, host,
-                                gai_strerror(rc)),
-                    kExitUsage);
+    throw ToolError(
+        fmt::format("--listen '{}': cannot resolve '{}': {}", spec, host, gai_strerror(rc)),
+        kExitUsage);
   }
   std::string last_error = "no address";
   for (addrinfo* ai = results; ai != nullptr; ai = ai->ai_next) {
@@ -107,8 +113,8 @@ std::unique_ptr<HttpServer> HttpServer::Listen(const std::string& spec) {
     return std::unique_ptr<HttpServer>(new HttpServer(fd, FormatAddress(bound)));
   }
   freeaddrinfo(results);
-  throw ToolError(fmt::format("--listen '{}': cannot listen on {}:{}: {}", spec, host, port,
-                              last_error));
+  throw ToolError(
+      fmt::format("--listen '{}': cannot listen on {}:{}: {}", spec, host, port, last_error));
 }
 
 HttpServer::~HttpServer() { close(fd_); }

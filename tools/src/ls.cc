@@ -44,9 +44,9 @@ Json LsJson(const Runtime& runtime, const NodeSample& sample) {
       const tern_core_telemetry_t& core = t.cores[c];
       cores.push_back({{"core", core.physical_index},
                        {"owner_pid", core.owner_pid},
-                       {"owner_command", std::string(core.owner_command,
-                                                     strnlen(core.owner_command,
-                                                             sizeof(core.owner_command)))}});
+                       {"owner_command",
+                        std::string(core.owner_command,
+                                    strnlen(core.owner_command, sizeof(core.owner_command)))}});
     }
     device["cores"] = std::move(cores);
     device["ecc"] = {{"corrected", t.ecc_corrected}, {"uncorrected", t.ecc_uncorrected}};
@@ -58,12 +58,12 @@ Json LsJson(const Runtime& runtime, const NodeSample& sample) {
 }
 
 std::string LsTable(const Runtime& runtime, const NodeSample& sample) {
-  std::string out = fmt::format("tern {}, driver {}, {} device{}\n\n", runtime.version(),
-                                runtime.driver(), sample.devices.size(),
-                                sample.devices.size() == 1 ? "" : "s");
-  Table devices({"DEVICE", "NAME", "CORES", "HBM USED", "HBM TOTAL", "NUMA", "CPU AFFINITY",
-                 "CORE OWNERS"},
-                {true, false, true, true, true, true, false, false});
+  std::string out =
+      fmt::format("tern {}, driver {}, {} device{}\n\n", runtime.version(), runtime.driver(),
+                  sample.devices.size(), sample.devices.size() == 1 ? "" : "s");
+  Table devices(
+      {"DEVICE", "NAME", "CORES", "HBM USED", "HBM TOTAL", "NUMA", "CPU AFFINITY", "CORE OWNERS"},
+      {true, false, true, true, true, true, false, false});
   Table processes({"DEVICE", "PID", "COMMAND", "CORES", "HBM USED", "BY CATEGORY"},
                   {true, true, false, false, true, false});
   for (const DeviceSample& d : sample.devices) {
@@ -78,7 +78,8 @@ std::string LsTable(const Runtime& runtime, const NodeSample& sample) {
                     FormatBytes(t.memory_used), FormatBytes(d.info.memory_bytes),
                     d.info.numa_node >= 0 ? std::to_string(d.info.numa_node) : "-",
                     d.info.cpu_affinity[0] != '\0' ? d.info.cpu_affinity : "-", owners});
-    for (uint32_t i = 0; i < std::min<uint32_t>(t.process_count, TERN_TELEMETRY_MAX_PROCESSES); ++i) {
+    for (uint32_t i = 0; i < std::min<uint32_t>(t.process_count, TERN_TELEMETRY_MAX_PROCESSES);
+         ++i) {
       const tern_process_telemetry_t& p = t.processes[i];
       uint64_t total = 0;
       std::string by_category;

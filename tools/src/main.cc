@@ -14,7 +14,7 @@ using tern::tools::Subcommand;
 
 // The order here is the order of `tern --help`.
 constexpr Subcommand (*kSubcommands[])(CLI::App&) = {
-    tern::tools::AddLsCommand,   tern::tools::AddTopCommand, tern::tools::AddMonitorCommand,
+    tern::tools::AddLsCommand,   tern::tools::AddTopCommand,  tern::tools::AddMonitorCommand,
     tern::tools::AddDiagCommand, tern::tools::AddDumpCommand,
 };
 
@@ -27,13 +27,17 @@ int main(int argc, char** argv) {
       "tern");
   app.require_subcommand(1, 1);
   app.fallthrough(false);
-  app.set_version_flag("--version", [] {
-    tern_version_t version = {};
-    version.struct_size = sizeof(version);
-    if (tern_get_version(&version) != TERN_OK) return std::string("tern (unknown version)");
-    return "tern " + std::to_string(version.major) + "." + std::to_string(version.minor) + "." +
-           std::to_string(version.patch) + (version.build ? std::string(" (") + version.build + ")" : "");
-  }, "Print the version of the tern library and exit");
+  app.set_version_flag(
+      "--version",
+      [] {
+        tern_version_t version = {};
+        version.struct_size = sizeof(version);
+        if (tern_get_version(&version) != TERN_OK) return std::string("tern (unknown version)");
+        return "tern " + std::to_string(version.major) + "." + std::to_string(version.minor) + "." +
+               std::to_string(version.patch) +
+               (version.build ? std::string(" (") + version.build + ")" : "");
+      },
+      "Print the version of the tern library and exit");
   app.footer(
       "Run 'tern SUBCOMMAND --help' for the options of one subcommand.\n"
       "Environment: TERN_SIM_NODE and TERN_SIM_TOPOLOGY select the simulated node to inspect "

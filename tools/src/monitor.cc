@@ -98,9 +98,10 @@ Subcommand AddMonitorCommand(CLI::App& parent) {
             InstallStopHandlers();
             if (!options->listen.empty()) {
               if (options->count >= 0) {
-                throw ToolError("--count does not apply to --listen (the server runs until "
-                                "SIGINT or SIGTERM)",
-                                kExitUsage);
+                throw ToolError(
+                    "--count does not apply to --listen (the server runs until "
+                    "SIGINT or SIGTERM)",
+                    kExitUsage);
               }
               return RunHttp(*options);
             }

@@ -54,7 +54,7 @@ NodeSample TakeSample(const Runtime& runtime);
 
 // Rates of one core between two samples of the same node.
 struct CoreRates {
-  double busy_ratio = 0;        // busy_ns delta / wall delta, clamped to [0, 1]
+  double busy_ratio = 0;  // busy_ns delta / wall delta, clamped to [0, 1]
   double commands_per_s = 0;
   double executions_per_s = 0;
 };

@@ -91,10 +91,17 @@ std::string EscapeLabelValue(std::string_view value) {
   std::string out;
   for (char ch : value) {
     switch (ch) {
-      case '\\': out += "\\\\"; break;
-      case '"': out += "\\\""; break;
-      case '\n': out += "\\n"; break;
-      default: out += ch;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      default:
+        out += ch;
     }
   }
   return out;
@@ -182,7 +189,8 @@ std::string PrometheusExposition(const Runtime& runtime, const NodeSample& befor
   e.Family("tern_core_commands_total", "counter", "Commands the core completed, of any kind.");
   for (const auto& d : devices) {
     for (uint32_t c = 0; c < core_count(d); ++c) {
-      e.Sample({{"device", dev_label(d)}, {"core", std::to_string(c)}}, d.telemetry.cores[c].commands);
+      e.Sample({{"device", dev_label(d)}, {"core", std::to_string(c)}},
+               d.telemetry.cores[c].commands);
     }
   }
 
@@ -209,8 +217,9 @@ std::string PrometheusExposition(const Runtime& runtime, const NodeSample& befor
   for (const auto& d : devices) {
     for (uint32_t c = 0; c < core_count(d); ++c) {
       for (uint32_t k = 0; k < TERN_ERROR_CLASS_COUNT; ++k) {
-        e.Sample({{"device", dev_label(d)}, {"core", std::to_string(c)}, {"class", ErrorClassName(k)}},
-                 d.telemetry.cores[c].errors[k]);
+        e.Sample(
+            {{"device", dev_label(d)}, {"core", std::to_string(c)}, {"class", ErrorClassName(k)}},
+            d.telemetry.cores[c].errors[k]);
       }
     }
   }
@@ -230,7 +239,8 @@ std::string PrometheusExposition(const Runtime& runtime, const NodeSample& befor
   e.Family("tern_process_hbm_used_bytes", "gauge",
            "Device memory in use by one process, by category.");
   for (const auto& d : devices) {
-    const uint32_t count = std::min<uint32_t>(d.telemetry.process_count, TERN_TELEMETRY_MAX_PROCESSES);
+    const uint32_t count =
+        std::min<uint32_t>(d.telemetry.process_count, TERN_TELEMETRY_MAX_PROCESSES);
     for (uint32_t i = 0; i < count; ++i) {
       const tern_process_telemetry_t& p = d.telemetry.processes[i];
       for (uint32_t k = 0; k < TERN_MEMORY_CATEGORY_COUNT; ++k) {

@@ -10,8 +10,8 @@
 namespace tern::tools {
 
 struct Subcommand {
-  CLI::App* app = nullptr;        // the parsed options live in the runner's closure
-  std::function<int()> run;       // returns the exit code; may throw ToolError
+  CLI::App* app = nullptr;   // the parsed options live in the runner's closure
+  std::function<int()> run;  // returns the exit code; may throw ToolError
 };
 
 Subcommand AddLsCommand(CLI::App& parent);

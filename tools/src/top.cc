@@ -145,8 +145,9 @@ class CursesScreen {
   CursesScreen() {
     screen_ = newterm(nullptr, stdout, stdin);
     if (screen_ == nullptr) {
-      throw ToolError("cannot start the terminal view (is TERM set to a known terminal?); use "
-                      "--once to print one frame");
+      throw ToolError(
+          "cannot start the terminal view (is TERM set to a known terminal?); use "
+          "--once to print one frame");
     }
     set_term(screen_);
     cbreak();  // Ctrl-C still raises SIGINT, which stops the loop cleanly
@@ -173,11 +174,20 @@ class CursesScreen {
     for (int row = 0; row < static_cast<int>(lines.size()) && row < LINES; ++row) {
       attr_t attributes = A_NORMAL;
       switch (lines[row].style) {
-        case Style::kTitle: attributes = A_REVERSE; break;
-        case Style::kHeading: attributes = A_BOLD; break;
-        case Style::kTableHeader: attributes = A_UNDERLINE; break;
-        case Style::kAlert: attributes = A_BOLD | (has_colors() ? COLOR_PAIR(1) : 0); break;
-        case Style::kNormal: break;
+        case Style::kTitle:
+          attributes = A_REVERSE;
+          break;
+        case Style::kHeading:
+          attributes = A_BOLD;
+          break;
+        case Style::kTableHeader:
+          attributes = A_UNDERLINE;
+          break;
+        case Style::kAlert:
+          attributes = A_BOLD | (has_colors() ? COLOR_PAIR(1) : 0);
+          break;
+        case Style::kNormal:
+          break;
       }
       attrset(attributes);
       mvaddnstr(row, 0, lines[row].text.c_str(), COLS);
@@ -204,8 +214,9 @@ int RunOnce(const TopOptions& options) {
 
 int RunLive(const TopOptions& options) {
   if (!isatty(STDIN_FILENO) || !isatty(STDOUT_FILENO)) {
-    throw ToolError("the live view needs a terminal; use 'tern top --once' for one frame on "
-                    "stdout, or 'tern monitor' for a stream of samples");
+    throw ToolError(
+        "the live view needs a terminal; use 'tern top --once' for one frame on "
+        "stdout, or 'tern monitor' for a stream of samples");
   }
   Runtime runtime;
   NodeSample before = TakeSample(runtime);
@@ -236,8 +247,7 @@ int RunLive(const TopOptions& options) {
 
 Subcommand AddTopCommand(CLI::App& parent) {
   auto options = std::make_shared<TopOptions>();
-  CLI::App* app =
-      parent.add_subcommand("top", "Live view of core utilization, memory and errors");
+  CLI::App* app = parent.add_subcommand("top", "Live view of core utilization, memory and errors");
   app->footer(
       "A live terminal view of every device: per-core utilization (share of time running "
       "commands) and commands/s, device memory by category and by process, error counters by "

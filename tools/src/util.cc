@@ -26,25 +26,39 @@ void Check(const char* call, tern_status_t status) {
 
 std::string CategoryName(uint32_t category) {
   switch (category) {
-    case TERN_MEMORY_TENSORS: return "tensors";
-    case TERN_MEMORY_CONSTANTS: return "constants";
-    case TERN_MEMORY_CODE: return "code";
-    case TERN_MEMORY_SCRATCH: return "scratch";
-    case TERN_MEMORY_COLLECTIVES: return "collectives";
-    case TERN_MEMORY_RUNTIME: return "runtime";
-    default: return fmt::format("category_{}", category);
+    case TERN_MEMORY_TENSORS:
+      return "tensors";
+    case TERN_MEMORY_CONSTANTS:
+      return "constants";
+    case TERN_MEMORY_CODE:
+      return "code";
+    case TERN_MEMORY_SCRATCH:
+      return "scratch";
+    case TERN_MEMORY_COLLECTIVES:
+      return "collectives";
+    case TERN_MEMORY_RUNTIME:
+      return "runtime";
+    default:
+      return fmt::format("category_{}", category);
   }
 }
 
 std::string ErrorClassName(uint32_t error_class) {
   switch (error_class) {
-    case TERN_ERROR_CLASS_EXEC_TIMEOUT: return "exec_timeout";
-    case TERN_ERROR_CLASS_HBM_UNCORRECTABLE: return "hbm_uncorrectable";
-    case TERN_ERROR_CLASS_DMA_ABORT: return "dma_abort";
-    case TERN_ERROR_CLASS_INVALID_COMMAND: return "invalid_command";
-    case TERN_ERROR_CLASS_OTHER: return "other";
-    case TERN_ERROR_CLASS_EXECUTION_FAILED: return "execution_failed";
-    default: return fmt::format("class_{}", error_class);
+    case TERN_ERROR_CLASS_EXEC_TIMEOUT:
+      return "exec_timeout";
+    case TERN_ERROR_CLASS_HBM_UNCORRECTABLE:
+      return "hbm_uncorrectable";
+    case TERN_ERROR_CLASS_DMA_ABORT:
+      return "dma_abort";
+    case TERN_ERROR_CLASS_INVALID_COMMAND:
+      return "invalid_command";
+    case TERN_ERROR_CLASS_OTHER:
+      return "other";
+    case TERN_ERROR_CLASS_EXECUTION_FAILED:
+      return "execution_failed";
+    default:
+      return fmt::format("class_{}", error_class);
   }
 }
 
@@ -93,10 +107,20 @@ bool ParseByteSize(const std::string& text, uint64_t* out) {
   uint64_t multiplier = 1;
   std::string digits = text;
   switch (digits.back()) {
-    case 'K': case 'k': multiplier = 1ull << 10; break;
-    case 'M': case 'm': multiplier = 1ull << 20; break;
-    case 'G': case 'g': multiplier = 1ull << 30; break;
-    default: break;
+    case 'K':
+    case 'k':
+      multiplier = 1ull << 10;
+      break;
+    case 'M':
+    case 'm':
+      multiplier = 1ull << 20;
+      break;
+    case 'G':
+    case 'g':
+      multiplier = 1ull << 30;
+      break;
+    default:
+      break;
   }
   if (multiplier != 1) digits.pop_back();
   if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos) return false;

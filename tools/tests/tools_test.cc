@@ -84,7 +84,8 @@ class Process {
     std::vector<char*> argv_ptrs = Pointers(argv);
     std::vector<char*> env_ptrs = Pointers(env);
     pid_t pid = 0;
-    const int rc = posix_spawn(&pid, argv_ptrs[0], &actions, nullptr, argv_ptrs.data(), env_ptrs.data());
+    const int rc =
+        posix_spawn(&pid, argv_ptrs[0], &actions, nullptr, argv_ptrs.data(), env_ptrs.data());
     posix_spawn_file_actions_destroy(&actions);
     close(in[0]);
     close(out[1]);
@@ -248,8 +249,8 @@ class Workload {
     if (!process_) return;
     process_->CloseStdin();
     process_->Signal(SIGTERM);
-    EXPECT_EQ(process_->Wait(kStartTimeoutMs), 0) << process_->ReadToEnd(1000)
-                                                  << process_->stderr_text();
+    EXPECT_EQ(process_->Wait(kStartTimeoutMs), 0)
+        << process_->ReadToEnd(1000) << process_->stderr_text();
   }
   bool ready() const { return ready_; }
   int pid() const { return process_->pid(); }
@@ -293,7 +294,8 @@ bool ParseSample(const std::string& line, std::string* name, std::string* value)
       pos += 2;
       while (pos < line.size() && line[pos] != '"') {
         if (line[pos] == '\\') {
-          if (pos + 1 >= line.size() || std::string("\\\"n").find(line[pos + 1]) == std::string::npos) {
+          if (pos + 1 >= line.size() ||
+              std::string("\\\"n").find(line[pos + 1]) == std::string::npos) {
             return false;
           }
           ++pos;
@@ -347,7 +349,8 @@ std::string ValidateExposition(const std::string& text, std::map<std::string, do
       }
       if (!kTypes.count(rest)) return where + "unknown type";
       if (types.count(name)) return where + "second TYPE for the family";
-      if (rest == "counter" && !name.ends_with("_total")) return where + "counter names end in _total";
+      if (rest == "counter" && !name.ends_with("_total"))
+        return where + "counter names end in _total";
       types[name] = rest;
     } else if (line.empty() || line[0] == '#') {
       return where + "unexpected comment or blank line";
@@ -375,14 +378,14 @@ TEST(ExpositionValidatorTest, RejectsMalformedText) {
   EXPECT_EQ(ValidateExposition(good, &samples), "");
   EXPECT_EQ(samples.at("a_total{x=\"1\",y=\"q\\\"\\\\\"}"), 3.0);
   for (const char* bad : {
-           "# TYPE a_total counter\na_total 1\n",                       // no HELP
-           "# HELP a A.\n# TYPE a counter\na 1\n",                       // counter without _total
-           "# HELP a A.\n# TYPE a gauge\na{x=1} 1\n",                    // unquoted label
-           "# HELP a A.\n# TYPE a gauge\na{x=\"\\q\"} 1\n",              // bad escape
-           "# HELP a A.\n# TYPE a gauge\na one\n",                       // not a number
-           "# HELP a A.\n# TYPE a gauge\nb 1\n",                         // no TYPE for b
-           "# HELP a A.\n# TYPE a gauge\na 1\na 2\n",                     // duplicate series
-           "# HELP a A.\n# TYPE a gauge\na 1",                           // no final newline
+           "# TYPE a_total counter\na_total 1\n",            // no HELP
+           "# HELP a A.\n# TYPE a counter\na 1\n",           // counter without _total
+           "# HELP a A.\n# TYPE a gauge\na{x=1} 1\n",        // unquoted label
+           "# HELP a A.\n# TYPE a gauge\na{x=\"\\q\"} 1\n",  // bad escape
+           "# HELP a A.\n# TYPE a gauge\na one\n",           // not a number
+           "# HELP a A.\n# TYPE a gauge\nb 1\n",             // no TYPE for b
+           "# HELP a A.\n# TYPE a gauge\na 1\na 2\n",        // duplicate series
+           "# HELP a A.\n# TYPE a gauge\na 1",               // no final newline
        }) {
     samples.clear();
     EXPECT_NE(ValidateExposition(bad, &samples), "") << bad;
@@ -424,7 +427,8 @@ TEST(TernCliTest, HelpListsEverySubcommand) {
   const RunResult r = RunTern({"--help"});
   ASSERT_EQ(r.exit_code, 0) << Describe(r);
   for (const char* sub : {"ls", "top", "monitor", "diag", "dump"}) {
-    EXPECT_NE(r.out.find(std::string("\n  ") + sub + " "), std::string::npos) << sub << "\n" << r.out;
+    EXPECT_NE(r.out.find(std::string("\n  ") + sub + " "), std::string::npos) << sub << "\n"
+                                                                              << r.out;
   }
   const RunResult diag_help = RunTern({"diag", "--help"});
   ASSERT_EQ(diag_help.exit_code, 0) << Describe(diag_help);
@@ -585,10 +589,10 @@ TEST(TernMonitorTest, PrometheusOnStdoutParses) {
   EXPECT_EQ(value(R"(tern_hbm_capacity_bytes{device="0"})"), 256.0 * kMiB);
   EXPECT_EQ(value(R"(tern_core_errors_total{device="1",core="0",class="dma_abort"})"), 0.0);
   EXPECT_EQ(value(R"(tern_ecc_errors_total{device="1",kind="uncorrected"})"), 0.0);
-  EXPECT_EQ(value("tern_process_hbm_used_bytes{device=\"1\",pid=\"" +
-                  std::to_string(workload.pid()) +
-                  "\",command=\"tern_workload\",category=\"tensors\"}"),
-            kWorkloadBytes);
+  EXPECT_EQ(
+      value("tern_process_hbm_used_bytes{device=\"1\",pid=\"" + std::to_string(workload.pid()) +
+            "\",command=\"tern_workload\",category=\"tensors\"}"),
+      kWorkloadBytes);
   EXPECT_EQ(value("tern_core_owner_pid{device=\"1\",core=\"0\",command=\"tern_workload\"}"),
             workload.pid());
 }
@@ -602,7 +606,8 @@ TEST(TernMonitorTest, PrometheusCountsInjectedFaults) {
   std::map<std::string, double> samples;
   ASSERT_EQ(ValidateExposition(r.out, &samples), "") << r.out;
   EXPECT_EQ(samples[R"(tern_core_errors_total{device="0",core="0",class="dma_abort"})"], 1.0);
-  EXPECT_EQ(samples[R"(tern_core_errors_total{device="1",core="0",class="hbm_uncorrectable"})"], 1.0);
+  EXPECT_EQ(samples[R"(tern_core_errors_total{device="1",core="0",class="hbm_uncorrectable"})"],
+            1.0);
   EXPECT_EQ(samples[R"(tern_ecc_errors_total{device="1",kind="uncorrected"})"], 1.0);
   EXPECT_EQ(samples[R"(tern_ecc_errors_total{device="0",kind="uncorrected"})"], 0.0);
 }
@@ -632,13 +637,15 @@ TEST_P(TernMonitorHttpTest, ServesMetricsAndStopsOnSignal) {
     const std::string head = response.substr(0, body_at);
     const std::string body = response.substr(body_at + 4);
     EXPECT_NE(head.find("Content-Type: text/plain; version=0.0.4"), std::string::npos) << head;
-    EXPECT_NE(head.find("Content-Length: " + std::to_string(body.size())), std::string::npos) << head;
+    EXPECT_NE(head.find("Content-Length: " + std::to_string(body.size())), std::string::npos)
+        << head;
     std::map<std::string, double> samples;
     ASSERT_EQ(ValidateExposition(body, &samples), "") << body;
     EXPECT_GT(samples[R"(tern_core_busy_ratio{device="0",core="1"})"], 0.0);
     EXPECT_EQ(samples[R"(tern_hbm_used_bytes{device="0",category="tensors"})"], kWorkloadBytes);
   }
-  EXPECT_EQ(HttpExchange(port, "GET /nothing HTTP/1.0\r\n\r\n").rfind("HTTP/1.0 404 Not Found", 0), 0u);
+  EXPECT_EQ(HttpExchange(port, "GET /nothing HTTP/1.0\r\n\r\n").rfind("HTTP/1.0 404 Not Found", 0),
+            0u);
   EXPECT_EQ(HttpExchange(port, "POST /metrics HTTP/1.0\r\n\r\n").rfind("HTTP/1.0 405", 0), 0u);
 
   server->Signal(GetParam());
@@ -648,7 +655,9 @@ TEST_P(TernMonitorHttpTest, ServesMetricsAndStopsOnSignal) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Signals, TernMonitorHttpTest, ::testing::Values(SIGINT, SIGTERM),
-                         [](const auto& info) { return info.param == SIGINT ? "SIGINT" : "SIGTERM"; });
+                         [](const auto& info) {
+                           return info.param == SIGINT ? "SIGINT" : "SIGTERM";
+                         });
 
 // --- diag ---------------------------------------------------------------------
 
@@ -660,8 +669,13 @@ const Json* FindCheck(const Json& report, const std::string& name, int device) {
   return nullptr;
 }
 
+// Copy bandwidth against memcpy is a timing: on a loaded 2-CPU machine (or
+// under a sanitizer) the simulated DMA engine's thread can lose the CPU for
+// most of a copy. The tests that expect a healthy node therefore turn the
+// ratio check off (--min-bandwidth-ratio 0), and BandwidthBelowTheRatioIsDegraded
+// checks the threshold logic deterministically.
 TEST(TernDiagTest, HealthyOnACleanNode) {
-  const RunResult r = RunTern({"diag", "--json"});
+  const RunResult r = RunTern({"diag", "--json", "--min-bandwidth-ratio", "0"});
   ASSERT_EQ(r.exit_code, 0) << Describe(r);
   const Json report = Json::parse(r.out);
   EXPECT_EQ(report.at("status"), "healthy");
@@ -678,7 +692,8 @@ TEST(TernDiagTest, HealthyOnACleanNode) {
     const Json& bandwidth = *FindCheck(report, "copy_bandwidth", d);
     EXPECT_GT(bandwidth.at("metrics").at("h2d_gbps").get<double>(), 0.0);
     EXPECT_GT(bandwidth.at("metrics").at("d2h_gbps").get<double>(), 0.0);
-    EXPECT_GE(bandwidth.at("metrics").at("ratio_to_memcpy").get<double>(), 0.25);
+    EXPECT_GT(bandwidth.at("metrics").at("memcpy_gbps").get<double>(), 0.0);
+    EXPECT_GT(bandwidth.at("metrics").at("ratio_to_memcpy").get<double>(), 0.0);
   }
   for (const char* name : {"compute_selftest", "collective_loopback"}) {
     const Json* check = FindCheck(report, name, -1);
@@ -695,8 +710,23 @@ TEST(TernDiagTest, HealthyOnACleanNode) {
   }
 }
 
+TEST(TernDiagTest, BandwidthBelowTheRatioIsDegraded) {
+  // No copy reaches a million times memcpy's bandwidth.
+  const RunResult r = RunTern({"diag", "--json", "--device", "1", "--min-bandwidth-ratio", "1e6"});
+  ASSERT_EQ(r.exit_code, 1) << Describe(r);
+  const Json report = Json::parse(r.out);
+  EXPECT_EQ(report.at("status"), "degraded");
+  const Json& bandwidth = *FindCheck(report, "copy_bandwidth", 1);
+  EXPECT_EQ(bandwidth.at("result"), "degraded");
+  EXPECT_NE(bandwidth.at("detail").get<std::string>().find("below 1e+06x of memcpy"),
+            std::string::npos)
+      << bandwidth.dump();
+  EXPECT_EQ(FindCheck(report, "copy_bandwidth", 0), nullptr) << "--device 1 checks device 1 only";
+  EXPECT_EQ(FindCheck(report, "hbm_pattern", 1)->at("result"), "pass");
+}
+
 TEST(TernDiagTest, TableEndsWithTheVerdict) {
-  const RunResult r = RunTern({"diag"});
+  const RunResult r = RunTern({"diag", "--min-bandwidth-ratio", "0"});
   ASSERT_EQ(r.exit_code, 0) << Describe(r);
   EXPECT_EQ(r.out.rfind("CHECK", 0), 0u) << r.out;
   EXPECT_NE(r.out.find("compute_selftest     -       n/a"), std::string::npos) << r.out;
@@ -735,7 +765,8 @@ TEST_P(TernDiagInjectTest, DetectsTheFaultAndExits2) {
 INSTANTIATE_TEST_SUITE_P(
     Faults, TernDiagInjectTest,
     ::testing::Values(InjectCase{"dma_abort", "TERN_ERROR_DMA_ABORT", "dma_abort", false},
-                      InjectCase{"hbm_ue", "TERN_ERROR_HBM_UNCORRECTABLE", "hbm_uncorrectable", true},
+                      InjectCase{"hbm_ue", "TERN_ERROR_HBM_UNCORRECTABLE", "hbm_uncorrectable",
+                                 true},
                       InjectCase{"hang", "TERN_ERROR_EXEC_TIMEOUT", "exec_timeout", false}),
     [](const auto& info) { return std::string(info.param.fault); });
 
@@ -823,9 +854,9 @@ void DriveTopInPty(const std::string& keys) {
   // Wait for a frame with rates (after the first refresh) of the workload's core.
   const std::string owner = std::to_string(workload.pid()) + " tern_workload";
   int64_t deadline = NowMs() + kStartTimeoutMs;
-  while (NowMs() < deadline && (screen.find("tern top") == std::string::npos ||
-                                screen.find(owner) == std::string::npos ||
-                                screen.find("%") == std::string::npos)) {
+  while (NowMs() < deadline &&
+         (screen.find("tern top") == std::string::npos || screen.find(owner) == std::string::npos ||
+          screen.find("%") == std::string::npos)) {
     read_some(200);
   }
   EXPECT_NE(screen.find("tern top - driver sim"), std::string::npos) << screen;

@@ -134,7 +134,8 @@ int main(int argc, char** argv) {
   while (!g_stop && !StdinClosed()) {
     for (Lane& lane : lanes) {
       for (int i = 0; i < 8; ++i) {
-        Check("tern_queue_fill", tern_queue_fill(lane.queue, lane.buffer, 0, fill_bytes, 0x01020304u, nullptr));
+        Check("tern_queue_fill",
+              tern_queue_fill(lane.queue, lane.buffer, 0, fill_bytes, 0x01020304u, nullptr));
       }
     }
     for (Lane& lane : lanes) {
