@@ -29,5 +29,8 @@
 #include "tern/event.h"
 #include "tern/telemetry.h"
 #include "tern/debug.h"
+#include "tern/isa.h"
+#include "tern/executable.h"
+#include "tern/builder.h"
 
 #endif /* TERN_TERN_H_ */

@@ -1,6 +1,9 @@
 /* Compiled as C99 with -Wall -Wextra -Werror -pedantic by the build: every
  * public header must be valid C on its own and through the umbrella. */
+#include "tern/builder.h"
 #include "tern/debug.h"
+#include "tern/executable.h"
+#include "tern/isa.h"
 #include "tern/device.h"
 #include "tern/event.h"
 #include "tern/export.h"
