@@ -84,8 +84,10 @@ Status SimQueue::Execute(uint64_t sequence, Command& command) {
     }
   } else {
     status = device_->Run(core_, command, &error_class, trace_track_);
-    if (status.ok() && command.kind == CommandKind::kHostFunction) {
-      command.host_function(command.host_user_data, TERN_OK);
+    // A callback always runs, even when its own command failed, so that the
+    // caller can release what it holds.
+    if (command.kind == CommandKind::kHostFunction) {
+      command.host_function(command.host_user_data, status.ok() ? TERN_OK : status.code());
     }
   }
   const uint64_t end = MonotonicNs();

@@ -7,8 +7,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <type_traits>
 #include <limits>
+#include <type_traits>
 
 namespace tern::isa {
 namespace {
@@ -1327,7 +1327,8 @@ Status OperandExtent(const OperandDesc& desc, uint64_t* begin, uint64_t* end) {
 
 std::string DescribeOperand(const OperandDesc& desc) {
   const uint32_t rank = std::min<uint32_t>(desc.rank, TERN_MAX_RANK);
-  std::string s = ShapeString(desc.shape.data(), rank) + " " + DTypeName(desc.dtype);
+  std::string s = ShapeString(desc.shape.data(), rank) + " " +
+                  (KnownDtype(Raw(desc.dtype)) ? DTypeName(desc.dtype) : "unknown");
   OperandDesc contiguous = desc;
   contiguous.rank = rank;
   if (!IsContiguous(contiguous)) s += " strides " + ShapeString(desc.strides.data(), rank);

@@ -173,21 +173,19 @@ TERN_API tern_status_t tern_debug_inject_fault(const tern_fault_params_t* params
   Runtime* rt;
   status = GetRuntime(&rt);
   if (!status.ok()) return Report(status);
+  // Read the enum as an integer: a C caller may pass any value, and loading an
+  // out-of-range value as the enum type is undefined behaviour in C++.
+  int32_t kind_value;
+  std::memcpy(&kind_value, &params->kind, sizeof(kind_value));
+  if (kind_value < TERN_FAULT_HBM_UNCORRECTABLE || kind_value > TERN_FAULT_CORE_HANG) {
+    return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
+                             "fault kind {} is unknown; use a tern_fault_kind_t value", kind_value));
+  }
   driver::Device::Fault fault{};
-  fault.kind = params->kind;
+  fault.kind = static_cast<tern_fault_kind_t>(kind_value);
   fault.after_commands = params->after_commands;
   DeviceObject* dev = nullptr;
-  switch (params->kind) {
-    case TERN_FAULT_HBM_UNCORRECTABLE:
-    case TERN_FAULT_DMA_ABORT:
-    case TERN_FAULT_CORE_HANG:
-      break;
-    default:
-      return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
-                               "fault kind {} is unknown; use a tern_fault_kind_t value",
-                               static_cast<int>(params->kind)));
-  }
-  if (params->kind == TERN_FAULT_HBM_UNCORRECTABLE && params->buffer != nullptr) {
+  if (fault.kind == TERN_FAULT_HBM_UNCORRECTABLE && params->buffer != nullptr) {
     std::shared_ptr<BufferObject> buffer;
     status = LookupBuffer(rt, params->buffer, "params->buffer", &buffer);
     if (!status.ok()) return Report(status);

@@ -159,10 +159,13 @@ Status AllocateBuffer(Runtime* rt, tern_device_t device, const tern_buffer_param
                       "alignment {} is not a power of two (use 0 for the device minimum)",
                       params->alignment);
   }
-  if (static_cast<uint32_t>(params->category) >= TERN_MEMORY_CATEGORY_COUNT) {
+  // Read the enum as an integer: out-of-range enum loads are undefined in C++.
+  uint32_t category_value;
+  std::memcpy(&category_value, &params->category, sizeof(category_value));
+  if (category_value >= TERN_MEMORY_CATEGORY_COUNT) {
     return MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
                       "memory category {} is unknown; use a tern_memory_category_t value",
-                      static_cast<int>(params->category));
+                      category_value);
   }
   if (params->alignment > std::bit_ceil(dev->info.memory_bytes)) {
     return MakeStatus(TERN_ERROR_INVALID_ARGUMENT,

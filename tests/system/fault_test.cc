@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <tern/tern.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>

@@ -7,6 +7,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <initializer_list>
 #include <span>
@@ -40,26 +41,32 @@ inline constexpr bool kUseThreads = false;
 inline constexpr bool kUseThreads = true;
 #endif
 
-// Splits [0, n) into one contiguous range per thread, each of at least
-// `grain` items, and calls fn(begin, end) on each (on the calling thread
-// when the work is small). Results never depend on the split.
+// Splits [0, n) into contiguous ranges of at least `grain` items and calls
+// fn(begin, end) on each, on the CPU threads (on the calling thread when the
+// work is small). Ranges are handed out dynamically, a few per thread, so a
+// thread that the OS preempts (a busy machine, several engines running at
+// once) delays the others little. Callers never let results depend on the
+// split.
 template <typename Fn>
 void ParallelFor(int64_t n, int64_t grain, Fn&& fn) {
   if (n <= 0) return;
+  grain = std::max<int64_t>(grain, 1);
   int threads = 1;
   if (kUseThreads && n >= 2 * grain && !omp_in_parallel()) {
-    threads =
-        static_cast<int>(std::min<int64_t>(omp_get_max_threads(), n / std::max<int64_t>(grain, 1)));
+    threads = static_cast<int>(std::min<int64_t>(omp_get_max_threads(), n / grain));
   }
   if (threads <= 1) {
     fn(int64_t{0}, n);
     return;
   }
+  const int64_t chunks = std::min<int64_t>(n / grain, int64_t{threads} * 4);
+  std::atomic<int64_t> next{0};
 #pragma omp parallel num_threads(threads)
   {
-    const int64_t t = omp_get_thread_num(), count = omp_get_num_threads();
-    const int64_t begin = n * t / count, end = n * (t + 1) / count;
-    if (begin < end) fn(begin, end);
+    for (int64_t c = next.fetch_add(1, std::memory_order_relaxed); c < chunks;
+         c = next.fetch_add(1, std::memory_order_relaxed)) {
+      fn(n * c / chunks, n * (c + 1) / chunks);
+    }
   }
 }
 
@@ -90,6 +97,7 @@ inline Layout MakeLayout(uint32_t rank, const int64_t* shape,
 // layout.strides[i][rank - 1].
 template <typename Fn>
 void ForEachRun(const Layout& layout, int64_t begin, int64_t end, Fn&& fn) {
+  if (begin >= end) return;  // (an empty layout may have a 0 dimension)
   const int rank = layout.rank;
   const int ops = layout.operands;
   int64_t index[TERN_MAX_RANK] = {};
