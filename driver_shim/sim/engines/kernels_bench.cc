@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <random>
 #include <string>
@@ -29,6 +30,26 @@ using tern::isa::OperandDesc;
 
 double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
+}
+
+double ThreadCpuSeconds() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+// Best CPU time of fn on the calling thread (fn must not start threads):
+// what the work costs a core, whatever else the machine runs.
+template <typename Fn>
+double BestCpuTime(Fn&& fn, int reps) {
+  fn();
+  double best = 1e30;
+  for (int i = 0; i < reps; ++i) {
+    const double t0 = ThreadCpuSeconds();
+    fn();
+    best = std::min(best, ThreadCpuSeconds() - t0);
+  }
+  return best;
 }
 
 // Best time of fn over at least `min_reps` runs and `min_seconds`.
@@ -192,6 +213,14 @@ void BenchElementwise(int64_t n) {
     std::printf("  (memcpy of the same bytes: %.1f GB/s on 1 thread, %.1f GB/s on %d threads)\n",
                 c.bytes / one / 1e9, c.bytes / all / 1e9, threads);
     Report(what, c.bytes / ours / 1e9, c.bytes / std::min(one, all) / 1e9, "GB/s", 0.7);
+    // The same on one core in CPU time, which a loaded machine distorts less.
+    omp_set_num_threads(1);
+    const double ours_cpu = BestCpuTime([&] { c.op->Run(); }, 10);
+    omp_set_num_threads(threads);
+    const double copy_cpu = BestCpuTime([&] { std::memcpy(dst.data(), src.data(), copy); }, 10);
+    std::snprintf(what, sizeof(what), "%s %lldM, 1 core CPU time", c.name, static_cast<long long>(n >> 20));
+    std::printf("  ");
+    Report(what, c.bytes / ours_cpu / 1e9, c.bytes / copy_cpu / 1e9, "GB/s", 0.0);
   }
 }
 
