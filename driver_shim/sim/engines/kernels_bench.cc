@@ -218,7 +218,8 @@ void BenchElementwise(int64_t n) {
     const double ours_cpu = BestCpuTime([&] { c.op->Run(); }, 10);
     omp_set_num_threads(threads);
     const double copy_cpu = BestCpuTime([&] { std::memcpy(dst.data(), src.data(), copy); }, 10);
-    std::snprintf(what, sizeof(what), "%s %lldM, 1 core CPU time", c.name, static_cast<long long>(n >> 20));
+    std::snprintf(what, sizeof(what), "%s %lldM, 1 core CPU time", c.name,
+                  static_cast<long long>(n >> 20));
     std::printf("  ");
     Report(what, c.bytes / ours_cpu / 1e9, c.bytes / copy_cpu / 1e9, "GB/s", 0.0);
   }
