@@ -17,6 +17,7 @@
 //
 // Uses the public C API only.
 #include <linux/futex.h>
+#include <sched.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -129,10 +130,11 @@ std::string FormatSize(uint64_t bytes) {
 //
 // The wake mechanism of the runtime's timelines (src/common/timeline.cc),
 // reimplemented so the benchmark stays on the public API: a 64-bit value,
-// waiters spin ~200 pause instructions and then sleep on a 32-bit futex word
-// that the signaler bumps and wakes only when someone is registered as
-// sleeping. The ping-pong of two of these is the floor under a queue's
-// submit -> engine -> completion -> waiter round trip.
+// waiters spin with pause instructions for 1 us, then yield the CPU in a loop
+// until 50 us have passed, then sleep on a 32-bit futex word that the
+// signaler bumps and wakes only when someone is registered as sleeping. The
+// ping-pong of two of these is the floor under a queue's submit -> engine ->
+// completion -> waiter round trip.
 
 inline void CpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -156,9 +158,14 @@ class BareTimeline {
 
   void Wait(uint64_t target) {
     if (value_.load(std::memory_order_acquire) >= target) return;
-    for (int i = 0; i < kSpinIterations; ++i) {
+    const uint64_t spin_start = NowNs();
+    for (uint32_t i = 1;; ++i) {
       CpuRelax();
       if (value_.load(std::memory_order_acquire) >= target) return;
+      if (i % 16 != 0) continue;
+      const uint64_t waited = NowNs() - spin_start;
+      if (waited >= kYieldNs) break;
+      if (waited >= kSpinNs) sched_yield();
     }
     while (true) {
       const uint32_t word = wake_word_.load(std::memory_order_seq_cst);
@@ -175,7 +182,9 @@ class BareTimeline {
   }
 
  private:
-  static constexpr int kSpinIterations = 200;  // as in src/common/timeline.cc
+  // As in src/common/timeline.cc.
+  static constexpr uint64_t kSpinNs = 1'000;
+  static constexpr uint64_t kYieldNs = 50'000;
   std::atomic<uint64_t> value_{0};
   std::atomic<uint32_t> wake_word_{0};
   std::atomic<uint32_t> waiters_{0};

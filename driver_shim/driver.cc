@@ -21,6 +21,8 @@ const char* CommandKindName(CommandKind kind) {
       return "event record";
     case CommandKind::kExecute:
       return "execute";
+    case CommandKind::kHostTask:
+      return "host task";
   }
   return "unknown";
 }

@@ -20,6 +20,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -47,9 +48,9 @@ class Device;
 
 // One end of a copy: host memory, or an offset in some device's memory.
 struct MemoryRef {
-  void* host = nullptr;        // set for host memory
-  Device* device = nullptr;    // set for device memory
-  uint64_t offset = 0;         // offset in the device's memory
+  void* host = nullptr;      // set for host memory
+  Device* device = nullptr;  // set for device memory
+  uint64_t offset = 0;       // offset in the device's memory
 };
 
 enum class CommandKind : uint8_t {
@@ -57,27 +58,30 @@ enum class CommandKind : uint8_t {
   kCopy,          // size bytes from src to dst
   kFill,          // size bytes of dst with the 32-bit pattern
   kHostFunction,  // host_function(host_user_data, status)
-  kWait,          // block until wait_timeline reaches wait_value
+  kWait,          // block until details->wait_timeline reaches wait_value
   kTimestamp,     // store the device clock (ns) into *timestamp_out
-  kExecute,       // run program->functions[function] on the bound segments
+  kExecute,       // run details->program->functions[function] on the bound segments
+  // Runs details->host_task() on the queue's thread, in order; its status is the
+  // command's (a failure halts the queue like any failed command). For work
+  // the host does on the device's behalf, such as a collective's transfers.
+  // On a queue halted by an earlier failure it is skipped, not run.
+  kHostTask,
 };
 
 const char* CommandKindName(CommandKind kind);
 
-struct Command {
-  CommandKind kind = CommandKind::kNop;
-  MemoryRef dst;
-  MemoryRef src;
-  uint64_t size = 0;
-  uint32_t pattern = 0;
-  void (*host_function)(void* user_data, tern_status_t status) = nullptr;
-  void* host_user_data = nullptr;
+// The parts of a command that only waits, executions and host tasks need,
+// kept out of line so that the common commands (copies, fills, event records,
+// callbacks) fit in two cache lines: a queue's engine reads each command from
+// the submitting thread's cache, one line at a time.
+struct CommandDetails {
   // kWait: the timeline to wait on, and a name for it in error messages.
   std::shared_ptr<const Timeline> wait_timeline;
   std::string wait_description;
   uint64_t wait_value = 0;
-  std::atomic<uint64_t>* timestamp_out = nullptr;
-  std::shared_ptr<void> keep_alive;  // released when the command completes
+  // kHostTask: the work, and what it is called in errors and traces.
+  std::function<Status()> host_task;
+  std::string host_task_name;
   // kExecute: the program and where each segment starts. Constants are host
   // memory (a file mapping) or device memory; scratch is device memory.
   std::shared_ptr<const Program> program;
@@ -86,6 +90,25 @@ struct Command {
   std::vector<MemoryRef> outputs;
   MemoryRef constants;
   MemoryRef scratch;
+};
+
+struct Command {
+  CommandKind kind = CommandKind::kNop;
+  uint32_t pattern = 0;
+  MemoryRef dst;
+  MemoryRef src;
+  uint64_t size = 0;
+  void (*host_function)(void* user_data, tern_status_t status) = nullptr;
+  void* host_user_data = nullptr;
+  std::atomic<uint64_t>* timestamp_out = nullptr;
+  std::shared_ptr<void> keep_alive;         // released when the command completes
+  std::unique_ptr<CommandDetails> details;  // kWait, kExecute, kHostTask
+
+  // The details, created on first use.
+  CommandDetails& Details() {
+    if (!details) details = std::make_unique<CommandDetails>();
+    return *details;
+  }
 };
 
 // A hardware queue: executes commands in submission order on one core.
@@ -136,6 +159,16 @@ class Device {
                              std::unique_ptr<HwQueue>* out_queue) = 0;
   // Runs a copy or fill at once on the calling thread (the internal DMA path).
   virtual Status ExecuteSync(const Command& command) = 0;
+  // The host address through which the engines reach device memory
+  // [offset, offset + size), for work the host does on the device's behalf
+  // (a collective's transfers, registration with a network provider); it
+  // stays valid while the device is open. nullptr when the backend has no
+  // such view or the range is outside the memory.
+  virtual void* EngineAddress(uint64_t offset, uint64_t size) const {
+    (void)offset;
+    (void)size;
+    return nullptr;
+  }
 
   virtual Status GetTelemetry(tern_device_telemetry_t* out) const = 0;
 

@@ -292,11 +292,17 @@ Status SimDevice::Run(uint32_t core, const Command& command, tern_error_class_t*
       return MakeStatus(TERN_ERROR_UNIMPLEMENTED, "this build has no simulated compute engines");
 #endif
     case CommandKind::kHostFunction:
+    case CommandKind::kHostTask:
     case CommandKind::kWait:
       // Handled by the queue, which owns ordering and error state.
       return OkStatus();
   }
   return MakeStatus(TERN_ERROR_INTERNAL, "unknown command kind {}", static_cast<int>(command.kind));
+}
+
+void* SimDevice::EngineAddress(uint64_t offset, uint64_t size) const {
+  if (offset > info_.memory_bytes || size > info_.memory_bytes - offset) return nullptr;
+  return engine_view_ + offset;
 }
 
 Status SimDevice::ExecuteSync(const Command& command) {

@@ -13,29 +13,31 @@ namespace tern::sim {
 
 using driver::Command;
 
-Status SimDevice::ExecuteProgram(uint32_t core, const Command& command, tern_error_class_t* out_class,
-                                 uint32_t trace_track) {
-  if (!command.program || command.function >= command.program->functions.size()) {
+Status SimDevice::ExecuteProgram(uint32_t core, const Command& command,
+                                 tern_error_class_t* out_class, uint32_t trace_track) {
+  if (!command.details || !command.details->program ||
+      command.details->function >= command.details->program->functions.size()) {
     *out_class = TERN_ERROR_CLASS_INVALID_COMMAND;
     return MakeStatus(TERN_ERROR_INTERNAL, "execute command without a valid program or function");
   }
-  const driver::Function& function = command.program->functions[command.function];
+  const driver::CommandDetails& run = *command.details;
+  const driver::Function& function = run.program->functions[run.function];
   const uint64_t deadline = MonotonicNs() + exec_timeout_ns();
   Status status;
   auto segment_base = [&](const isa::OperandDesc& desc) -> uint8_t* {
     const driver::MemoryRef* ref = nullptr;
     switch (desc.segment) {
       case TERN_SEGMENT_INPUT:
-        ref = desc.index < command.inputs.size() ? &command.inputs[desc.index] : nullptr;
+        ref = desc.index < run.inputs.size() ? &run.inputs[desc.index] : nullptr;
         break;
       case TERN_SEGMENT_OUTPUT:
-        ref = desc.index < command.outputs.size() ? &command.outputs[desc.index] : nullptr;
+        ref = desc.index < run.outputs.size() ? &run.outputs[desc.index] : nullptr;
         break;
       case TERN_SEGMENT_CONSTANT:
-        ref = &command.constants;
+        ref = &run.constants;
         break;
       case TERN_SEGMENT_SCRATCH:
-        ref = &command.scratch;
+        ref = &run.scratch;
         break;
       default:
         return nullptr;
@@ -56,44 +58,45 @@ Status SimDevice::ExecuteProgram(uint32_t core, const Command& command, tern_err
       uint8_t* base = segment_base(desc);
       if (base == nullptr) {
         *out_class = TERN_ERROR_CLASS_INVALID_COMMAND;
-        return MakeStatus(TERN_ERROR_INTERNAL, "operand {} of instruction {} has no memory bound", j, i);
+        return MakeStatus(TERN_ERROR_INTERNAL, "operand {} of instruction {} has no memory bound",
+                          j, i);
       }
       views[j].data = base + desc.offset;
     }
     const uint64_t started = trace_track != 0 ? MonotonicNs() : 0;
     Status result = RunInstruction(instruction, views);
     if (trace_track != 0) {
-      trace::Span(trace_track,
-                  instruction.debug_op.empty() ? isa::OpcodeName(instruction.opcode) : instruction.debug_op,
-                  isa::EngineName(instruction.engine), started, MonotonicNs(),
-                  fmt::format("\"instruction\": {}, \"opcode\": \"{}\"", i,
-                              isa::OpcodeName(instruction.opcode)));
+      trace::Span(
+          trace_track,
+          instruction.debug_op.empty() ? isa::OpcodeName(instruction.opcode) : instruction.debug_op,
+          isa::EngineName(instruction.engine), started, MonotonicNs(),
+          fmt::format("\"instruction\": {}, \"opcode\": \"{}\"", i,
+                      isa::OpcodeName(instruction.opcode)));
     }
     if (!result.ok()) {
       *out_class = result.code() == TERN_ERROR_EXECUTION_FAILED ? TERN_ERROR_CLASS_EXECUTION_FAILED
-                                                                  : TERN_ERROR_CLASS_OTHER;
-      return Status(result.code(),
-                    fmt::format("function '{}', instruction {} ({} on the {} engine of core {}, "
-                                "position {}){}: {}",
-                                function.name, i, isa::OpcodeName(instruction.opcode),
-                                isa::EngineName(instruction.engine), instruction.core,
-                                instruction.position,
-                                instruction.debug_op.empty()
-                                    ? std::string()
-                                    : fmt::format(" from graph op '{}'", instruction.debug_op),
-                                result.message()));
+                                                                : TERN_ERROR_CLASS_OTHER;
+      return Status(
+          result.code(),
+          fmt::format("function '{}', instruction {} ({} on the {} engine of core {}, "
+                      "position {}){}: {}",
+                      function.name, i, isa::OpcodeName(instruction.opcode),
+                      isa::EngineName(instruction.engine), instruction.core, instruction.position,
+                      instruction.debug_op.empty()
+                          ? std::string()
+                          : fmt::format(" from graph op '{}'", instruction.debug_op),
+                      result.message()));
     }
     if (MonotonicNs() > deadline) {
       *out_class = TERN_ERROR_CLASS_EXEC_TIMEOUT;
-      return MakeStatus(TERN_ERROR_EXEC_TIMEOUT,
-                        "function '{}' ran longer than TERN_EXEC_TIMEOUT ({:.3f} s); it was "
-                        "stopped after instruction {} of {}{}; raise TERN_EXEC_TIMEOUT if the "
-                        "work is legitimately this long",
-                        function.name, static_cast<double>(exec_timeout_ns()) / 1e9, i,
-                        function.schedule.size(),
-                        instruction.debug_op.empty()
-                            ? std::string()
-                            : fmt::format(" (graph op '{}')", instruction.debug_op));
+      return MakeStatus(
+          TERN_ERROR_EXEC_TIMEOUT,
+          "function '{}' ran longer than TERN_EXEC_TIMEOUT ({:.3f} s); it was "
+          "stopped after instruction {} of {}{}; raise TERN_EXEC_TIMEOUT if the "
+          "work is legitimately this long",
+          function.name, static_cast<double>(exec_timeout_ns()) / 1e9, i, function.schedule.size(),
+          instruction.debug_op.empty() ? std::string()
+                                       : fmt::format(" (graph op '{}')", instruction.debug_op));
     }
   }
   (void)core;

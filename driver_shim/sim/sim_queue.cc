@@ -9,8 +9,14 @@ namespace tern::sim {
 using driver::Command;
 using driver::CommandKind;
 
+namespace {
+// How long an idle engine polls its ring before it sleeps on the doorbell.
+constexpr uint64_t kEnginePollNs = 50'000;
+}  // namespace
+
 SimQueue::SimQueue(SimDevice* device, uint32_t core, std::string name)
     : device_(device), core_(core), name_(std::move(name)) {
+  tail_ = head_ = new Segment;
   trace_track_ = trace::RegisterTrack(device_->index(), core_, name_);
   thread_ = std::thread([this] { Loop(); });
 }
@@ -18,22 +24,40 @@ SimQueue::SimQueue(SimDevice* device, uint32_t core, std::string name)
 SimQueue::~SimQueue() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    stopping_ = true;
-    // Wake the thread even if nothing is pending: UINT64_MAX means "stop
+    stopping_.store(true, std::memory_order_release);
+    // Wake the engine even if nothing is pending: UINT64_MAX means "stop
     // when drained".
     doorbell_.Signal(UINT64_MAX);
   }
   thread_.join();
+  for (Segment* segment = head_; segment != nullptr;) {
+    Segment* next = segment->next.load(std::memory_order_relaxed);
+    delete segment;
+    segment = next;
+  }
+  delete spare_.load(std::memory_order_relaxed);
 }
 
 Status SimQueue::Submit(Command command, uint64_t* out_sequence) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (stopping_) {
+  if (stopping_.load(std::memory_order_relaxed)) {
     return MakeStatus(TERN_ERROR_FAILED_PRECONDITION, "queue '{}' is being destroyed", name_);
   }
-  pending_.push_back(std::move(command));
   const uint64_t sequence = ++submitted_;
-  // Signalled under the lock so the doorbell never goes backwards.
+  const uint32_t index = static_cast<uint32_t>((sequence - 1) % kSlotsPerSegment);
+  Slot& slot = tail_->slots[index];
+  slot.command = std::move(command);
+  if (index == kSlotsPerSegment - 1) {
+    // The engine moves on to the next segment as soon as it has run this
+    // slot's command, so the next segment is linked before it is published.
+    Segment* next = spare_.exchange(nullptr, std::memory_order_acquire);
+    if (next == nullptr) next = new Segment;
+    tail_->next.store(next, std::memory_order_release);
+    tail_ = next;
+  }
+  slot.published.store(sequence, std::memory_order_release);
+  // Signalled under the lock so the doorbell never goes backwards; costs a
+  // futex wake only when the engine sleeps.
   doorbell_.Signal(sequence);
   *out_sequence = sequence;
   return OkStatus();
@@ -51,8 +75,12 @@ void SimQueue::ClearError() {
 }
 
 std::string SimQueue::Describe(uint64_t sequence, const Command& command) const {
-  return fmt::format("command {} ({}) on queue '{}' of device {} core {}", sequence,
-                     driver::CommandKindName(command.kind), name_, device_->index(), core_);
+  const char* what = command.kind == CommandKind::kHostTask && command.details &&
+                             !command.details->host_task_name.empty()
+                         ? command.details->host_task_name.c_str()
+                         : driver::CommandKindName(command.kind);
+  return fmt::format("command {} ({}) on queue '{}' of device {} core {}", sequence, what, name_,
+                     device_->index(), core_);
 }
 
 Status SimQueue::Execute(uint64_t sequence, Command& command) {
@@ -64,26 +92,32 @@ Status SimQueue::Execute(uint64_t sequence, Command& command) {
     uint64_t failed_at = 0;
     Status failure = completion_->CurrentFailure(&failed_at);
     if (command.kind == CommandKind::kHostFunction) {
-      command.host_function(command.host_user_data, failure.ok() ? TERN_ERROR_ABORTED : failure.code());
+      command.host_function(command.host_user_data,
+                            failure.ok() ? TERN_ERROR_ABORTED : failure.code());
     }
-    return MakeStatus(TERN_ERROR_ABORTED, "{} was skipped because command {} failed", Describe(sequence, command),
-                      failed_at);
+    return MakeStatus(TERN_ERROR_ABORTED, "{} was skipped because command {} failed",
+                      Describe(sequence, command), failed_at);
   }
 
   const uint64_t start = MonotonicNs();
   Status status;
   tern_error_class_t error_class = TERN_ERROR_CLASS_OTHER;
   if (command.kind == CommandKind::kWait) {
-    if (command.wait_timeline) {
-      command.wait_timeline->Wait(command.wait_value, UINT64_MAX);
-      Status dependency = command.wait_timeline->FailureAt(command.wait_value);
+    if (command.details && command.details->wait_timeline) {
+      const driver::CommandDetails& wait = *command.details;
+      wait.wait_timeline->Wait(wait.wait_value, UINT64_MAX);
+      Status dependency = wait.wait_timeline->FailureAt(wait.wait_value);
       if (!dependency.ok()) {
         status = MakeStatus(TERN_ERROR_DEPENDENCY_FAILED, "it waited on {}, which failed: {}",
-                            command.wait_description, dependency.message());
+                            wait.wait_description, dependency.message());
       }
     }
   } else {
     status = device_->Run(core_, command, &error_class, trace_track_);
+    if (status.ok() && command.kind == CommandKind::kHostTask && command.details &&
+        command.details->host_task) {
+      status = command.details->host_task();
+    }
     // A callback always runs, even when its own command failed, so that the
     // caller can release what it holds.
     if (command.kind == CommandKind::kHostFunction) {
@@ -103,7 +137,8 @@ Status SimQueue::Execute(uint64_t sequence, Command& command) {
   }
   if (!status.ok()) {
     counters.errors[error_class].fetch_add(1, std::memory_order_relaxed);
-    status = Status(status.code(), fmt::format("{} failed: {}", Describe(sequence, command), status.message()));
+    status = Status(status.code(),
+                    fmt::format("{} failed: {}", Describe(sequence, command), status.message()));
     TERN_LOG_WARN("{}", status.message());
     halted_ = true;
     halted_at_ = sequence;
@@ -128,9 +163,16 @@ void SimQueue::TraceCommand(uint64_t sequence, const Command& command, uint64_t 
     case CommandKind::kFill:
       args += fmt::format(", \"bytes\": {}", command.size);
       break;
+    case CommandKind::kHostTask:
+      if (command.details && !command.details->host_task_name.empty()) {
+        name = command.details->host_task_name;
+      }
+      break;
     case CommandKind::kExecute:
-      if (command.program && command.function < command.program->functions.size()) {
-        name = fmt::format("execute {}", command.program->functions[command.function].name);
+      if (command.details && command.details->program &&
+          command.details->function < command.details->program->functions.size()) {
+        name = fmt::format("execute {}",
+                           command.details->program->functions[command.details->function].name);
       }
       break;
     default:
@@ -140,25 +182,39 @@ void SimQueue::TraceCommand(uint64_t sequence, const Command& command, uint64_t 
   trace::Span(trace_track_, name, "queue", start, end, std::move(args));
 }
 
+bool SimQueue::AwaitSlot(const Slot& slot, uint64_t sequence) {
+  if (PollAtLeast(slot.published, sequence, kEnginePollNs)) return true;
+  while (true) {
+    // The doorbell reaches `sequence` after the slot is published, or
+    // UINT64_MAX when the queue stops.
+    doorbell_.Sleep(sequence, UINT64_MAX);
+    if (slot.published.load(std::memory_order_acquire) >= sequence) return true;
+    if (stopping_.load(std::memory_order_acquire)) {
+      // Everything submitted was published before stopping_ was set.
+      return slot.published.load(std::memory_order_acquire) >= sequence;
+    }
+  }
+}
+
 void SimQueue::Loop() {
   uint64_t next = 1;
+  uint32_t index = 0;
   while (true) {
-    doorbell_.Wait(next, UINT64_MAX);
-    Command command;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (pending_.empty()) {
-        if (stopping_) return;
-        continue;
-      }
-      command = std::move(pending_.front());
-      pending_.pop_front();
-    }
-    (void)Execute(next, command);
+    Slot& slot = head_->slots[index];
+    if (!AwaitSlot(slot, next)) return;
+    (void)Execute(next, slot.command);
     // Release what the command kept alive before the waiter wakes up.
-    command = Command();
+    slot.command = Command();
     completion_->Signal(next);
     ++next;
+    if (++index == kSlotsPerSegment) {
+      Segment* drained = head_;
+      head_ = drained->next.load(std::memory_order_acquire);
+      index = 0;
+      for (Slot& used : drained->slots) used.published.store(0, std::memory_order_relaxed);
+      drained->next.store(nullptr, std::memory_order_relaxed);
+      delete spare_.exchange(drained, std::memory_order_acq_rel);
+    }
   }
 }
 

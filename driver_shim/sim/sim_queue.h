@@ -1,11 +1,19 @@
-// A hardware queue of the simulated device: one host thread that executes
-// its commands in order, sleeping on a futex doorbell when there is nothing
-// to do. Submission takes an uncontended mutex and, only when the thread
-// sleeps, one futex wake.
+// A hardware queue of the simulated device: one host thread (the engine) that
+// executes its commands in order.
+//
+// Commands travel through a ring of fixed slots, like a real device's
+// descriptor ring: a submitter (serialised by a mutex that only submitters
+// touch) writes the command into the next slot and publishes it by storing
+// its sequence number in the slot; the engine polls the slot, so a command
+// crosses between CPUs in the few cache lines it occupies and nothing else.
+// The ring grows by whole segments instead of blocking a submitter, so a
+// queue that waits on an event never deadlocks a thread that would record it.
+// When idle, the engine polls for a bounded time and then sleeps on a futex
+// doorbell (see Timeline::Wait).
 #ifndef TERN_DRIVER_SHIM_SIM_SIM_QUEUE_H_
 #define TERN_DRIVER_SHIM_SIM_SIM_QUEUE_H_
 
-#include <deque>
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -29,7 +37,23 @@ class SimQueue final : public driver::HwQueue {
   void ClearError() override;
 
  private:
+  // One slot of the ring: the command and the sequence number that
+  // publishes it. Aligned so that a slot never shares a line with another.
+  struct alignas(64) Slot {
+    std::atomic<uint64_t> published{0};
+    driver::Command command;
+  };
+  static constexpr uint32_t kSlotsPerSegment = 256;
+  struct Segment {
+    Slot slots[kSlotsPerSegment];
+    // Set by the submitter of the segment's last slot, before publishing it.
+    std::atomic<Segment*> next{nullptr};
+  };
+
   void Loop();
+  // Waits until command `sequence` is published in `slot`; false when the
+  // queue stops first.
+  bool AwaitSlot(const Slot& slot, uint64_t sequence);
   // Runs one command; returns its status (OK, failure, or ABORTED).
   Status Execute(uint64_t sequence, driver::Command& command);
   void TraceCommand(uint64_t sequence, const driver::Command& command, uint64_t start, uint64_t end,
@@ -40,16 +64,19 @@ class SimQueue final : public driver::HwQueue {
   const uint32_t core_;
   const std::string name_;
 
-  mutable std::mutex mutex_;
-  std::deque<driver::Command> pending_;  // guarded by mutex_
-  uint64_t submitted_ = 0;               // guarded by mutex_
-  uint64_t resume_after_ = 0;            // guarded by mutex_: ClearError() point
-  bool stopping_ = false;                // guarded by mutex_
+  mutable std::mutex mutex_;   // submitters, ClearError(), the destructor
+  uint64_t submitted_ = 0;     // guarded by mutex_
+  Segment* tail_;              // guarded by mutex_: the segment being filled
+  uint64_t resume_after_ = 0;  // guarded by mutex_: ClearError() point
+  std::atomic<bool> stopping_{false};
+  // A drained segment kept for reuse (engine puts, submitters take).
+  std::atomic<Segment*> spare_{nullptr};
 
-  Timeline doorbell_;  // value = last submitted sequence; the thread waits on it
+  Timeline doorbell_;  // value = last submitted sequence; the engine sleeps on it
   std::shared_ptr<Timeline> completion_ = std::make_shared<Timeline>();
 
   // Engine-thread state.
+  Segment* head_;             // the segment being drained
   uint32_t trace_track_ = 0;  // 0: tracing off
   bool halted_ = false;
   uint64_t halted_at_ = 0;

@@ -1,18 +1,26 @@
 #include "common/timeline.h"
 
 #include <linux/futex.h>
+#include <sched.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 
 namespace tern {
 namespace {
 
-// Short enough not to steal a CPU from the thread we wait for on a 2-CPU box,
-// long enough to catch a completion that is already on its way.
-constexpr int kSpinIterations = 200;
+// How a waiter waits (see PollAtLeast and Timeline::Wait): first it spins on
+// the value for kSpinNs, then it yields its CPU in a loop until kYieldNs have
+// passed, then it sleeps on the futex. On small virtual machines a futex wake
+// costs 5-20 us (the sleeping vCPU is woken through the hypervisor), so a
+// short completion is caught by polling; yielding lets the thread we wait for
+// run when it shares our CPU. Both phases are bounded, so an idle waiter
+// soon costs nothing.
+constexpr uint64_t kSpinNs = 1'000;
+constexpr uint64_t kYieldNs = 50'000;
 
 inline void CpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -23,13 +31,13 @@ inline void CpuRelax() {
 }
 
 long FutexWait(std::atomic<uint32_t>* word, uint32_t expected, const struct timespec* timeout) {
-  return syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT_PRIVATE, expected, timeout,
-                 nullptr, 0);
+  return syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT_PRIVATE, expected,
+                 timeout, nullptr, 0);
 }
 
 void FutexWakeAll(std::atomic<uint32_t>* word) {
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr,
-          0);
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr,
+          nullptr, 0);
 }
 
 }  // namespace
@@ -50,15 +58,35 @@ void Timeline::Signal(uint64_t value) {
   }
 }
 
-bool Timeline::Wait(uint64_t target, uint64_t timeout_ns) const {
-  if (value_.load(std::memory_order_acquire) >= target) return true;
-  for (int i = 0; i < kSpinIterations; ++i) {
+bool PollAtLeast(const std::atomic<uint64_t>& value, uint64_t target, uint64_t budget_ns) {
+  if (value.load(std::memory_order_acquire) >= target) return true;
+  if (budget_ns == 0) return false;
+  budget_ns = std::min(budget_ns, kYieldNs);
+  const uint64_t start = MonotonicNs();
+  for (uint32_t i = 1;; ++i) {
     CpuRelax();
-    if (value_.load(std::memory_order_acquire) >= target) return true;
+    if (value.load(std::memory_order_acquire) >= target) return true;
+    if (i % 16 != 0) continue;  // read the clock now and then only
+    const uint64_t waited = MonotonicNs() - start;
+    if (waited >= budget_ns) return value.load(std::memory_order_acquire) >= target;
+    if (waited >= kSpinNs) sched_yield();
   }
+}
+
+bool Timeline::Wait(uint64_t target, uint64_t timeout_ns) const {
+  const uint64_t polling = std::min(timeout_ns, kYieldNs);
+  if (PollAtLeast(value_, target, polling)) return true;
+  if (timeout_ns <= polling) return false;
+  return Sleep(target, timeout_ns - polling);
+}
+
+bool Timeline::Sleep(uint64_t target, uint64_t timeout_ns) const {
+  if (value_.load(std::memory_order_acquire) >= target) return true;
   if (timeout_ns == 0) return false;
-  const bool infinite = timeout_ns == UINT64_MAX;
-  const uint64_t deadline = infinite ? 0 : MonotonicNs() + timeout_ns;
+  const uint64_t now = MonotonicNs();
+  // Timeouts too long to represent as a deadline (UINT64_MAX included) wait forever.
+  const bool infinite = timeout_ns >= UINT64_MAX - now;
+  const uint64_t deadline = infinite ? 0 : now + timeout_ns;
   while (true) {
     uint32_t word = wake_word_.load(std::memory_order_seq_cst);
     waiters_.fetch_add(1, std::memory_order_seq_cst);

@@ -1,6 +1,7 @@
 // A 64-bit timeline semaphore living in host memory: the completion counter of
 // a queue and the thing events point at. Signalers advance the value;
-// waiters block until it reaches a target (spin briefly, then futex).
+// waiters block until it reaches a target (spin, then yield, each for a
+// bounded time, then sleep on a futex).
 //
 // A timeline can also carry a failure: the range of points [first_failed,
 // cleared_at) whose commands failed or were aborted. A waiter that reaches a
@@ -29,8 +30,12 @@ class Timeline {
   void Signal(uint64_t value);
 
   // Waits until value() >= target or `timeout_ns` passes. Returns true when
-  // reached. Thread-safety: any number of concurrent waiters.
+  // reached. Polls first (see PollAtLeast), then sleeps.
+  // Thread-safety: any number of concurrent waiters.
   bool Wait(uint64_t target, uint64_t timeout_ns) const;
+  // Like Wait(), without the polling phase: for a waiter that has polled
+  // something else already.
+  bool Sleep(uint64_t target, uint64_t timeout_ns) const;
 
   // Marks points from `sequence` on as failed with `status` (only the first
   // failure of an error epoch is kept). Thread-safety: any thread.
@@ -52,6 +57,13 @@ class Timeline {
   uint64_t cleared_at_ = UINT64_MAX;
   Status failure_;
 };
+
+// Polls until value >= target, for at most `budget_ns` (capped at 50 us): it
+// spins for the first microsecond and then yields the CPU between looks, so a
+// thread it waits for that shares its CPU gets to run. Returns true when
+// reached. This is the first phase of every wait in tern: on small virtual
+// machines a futex wake-up costs 5-20 us, far more than most waits.
+bool PollAtLeast(const std::atomic<uint64_t>& value, uint64_t target, uint64_t budget_ns);
 
 // Nanoseconds on CLOCK_MONOTONIC.
 uint64_t MonotonicNs();

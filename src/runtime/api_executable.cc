@@ -248,19 +248,19 @@ Status Execute(Runtime* rt, tern_queue_t queue_handle, tern_executable_t executa
   }
   driver::Command command;
   command.kind = driver::CommandKind::kExecute;
-  command.program = executable->program;
-  command.function = function_index;
-  command.inputs.resize(input_count);
-  command.outputs.resize(output_count);
+  driver::CommandDetails& run = command.Details();
+  run.program = executable->program;
+  run.function = function_index;
+  run.inputs.resize(input_count);
+  run.outputs.resize(output_count);
   for (uint32_t i = 0; i < input_count; ++i) {
-    TERN_RETURN_IF_ERROR(
-        Bind(rt, *queue, function.inputs[i], inputs[i], true, i, &command.inputs[i]));
+    TERN_RETURN_IF_ERROR(Bind(rt, *queue, function.inputs[i], inputs[i], true, i, &run.inputs[i]));
   }
   for (uint32_t i = 0; i < output_count; ++i) {
     TERN_RETURN_IF_ERROR(
-        Bind(rt, *queue, function.outputs[i], outputs[i], false, i, &command.outputs[i]));
+        Bind(rt, *queue, function.outputs[i], outputs[i], false, i, &run.outputs[i]));
   }
-  command.constants = executable->constants->Ref();
+  run.constants = executable->constants->Ref();
   auto resources = std::make_shared<ExecutionResources>();
   resources->constants = executable->constants;
   if (function.scratch_bytes > 0) {
@@ -269,9 +269,9 @@ Status Execute(Runtime* rt, tern_queue_t queue_handle, tern_executable_t executa
         AllocateDeviceMemory(dev, function.scratch_bytes, 0, TERN_MEMORY_SCRATCH, &scratch)
             .WithContext(fmt::format("allocating the scratch of function '{}'", function.name)));
     resources->scratch = scratch;
-    command.scratch = driver::MemoryRef{nullptr, dev->hw.get(), scratch.offset};
+    run.scratch = driver::MemoryRef{nullptr, dev->hw.get(), scratch.offset};
   } else {
-    command.scratch = driver::MemoryRef{nullptr, dev->hw.get(), 0};  // never read
+    run.scratch = driver::MemoryRef{nullptr, dev->hw.get(), 0};  // never read
   }
   command.keep_alive = std::move(resources);
   uint64_t sequence = 0;

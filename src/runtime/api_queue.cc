@@ -99,9 +99,10 @@ Status WaitEvent(Runtime* rt, QueueObject& queue, tern_event_t event, uint64_t* 
   driver::Command command;
   command.kind = driver::CommandKind::kWait;
   if (point) {
-    command.wait_timeline = point->timeline;
-    command.wait_value = point->sequence;
-    command.wait_description = point->description;
+    driver::CommandDetails& wait = command.Details();
+    wait.wait_timeline = point->timeline;
+    wait.wait_value = point->sequence;
+    wait.wait_description = point->description;
   }
   return Submit(queue, std::move(command), out_sequence);
 }
@@ -121,7 +122,8 @@ Status RecordEvent(Runtime* rt, QueueObject& queue, tern_event_t event, uint64_t
   uint64_t sequence = 0;
   TERN_RETURN_IF_ERROR(queue.hw->Submit(std::move(command), &sequence));
   point->sequence = sequence;
-  point->description = fmt::format("the event recorded as command {} of queue '{}'", sequence, queue.name);
+  point->description =
+      fmt::format("the event recorded as command {} of queue '{}'", sequence, queue.name);
   object->point = std::move(point);
   if (out_sequence != nullptr) *out_sequence = sequence;
   return OkStatus();
@@ -147,7 +149,8 @@ using namespace tern;
 
 TERN_API tern_status_t tern_queue_create(tern_core_t core, const tern_queue_params_t* params,
                                          tern_queue_t* out_queue) {
-  if (out_queue == nullptr) return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_queue is NULL"));
+  if (out_queue == nullptr)
+    return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_queue is NULL"));
   *out_queue = nullptr;
   Runtime* rt;
   std::shared_ptr<CoreObject> object;
@@ -156,12 +159,13 @@ TERN_API tern_status_t tern_queue_create(tern_core_t core, const tern_queue_para
   if (!status.ok()) return Report(status);
   std::string name;
   if (params != nullptr) {
-    status = CheckStructSize(params->struct_size, sizeof(tern_queue_params_t), "tern_queue_params_t");
+    status =
+        CheckStructSize(params->struct_size, sizeof(tern_queue_params_t), "tern_queue_params_t");
     if (!status.ok()) return Report(status);
     if (params->flags != 0) {
-      return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
-                               "tern_queue_params_t.flags is {:#x}; no flags are defined yet: pass 0",
-                               params->flags));
+      return Report(MakeStatus(
+          TERN_ERROR_INVALID_ARGUMENT,
+          "tern_queue_params_t.flags is {:#x}; no flags are defined yet: pass 0", params->flags));
     }
     if (params->name != nullptr) name = params->name;
   }
@@ -204,8 +208,9 @@ TERN_API tern_status_t tern_queue_nop(tern_queue_t queue, uint64_t* out_sequence
   return Report(status);
 }
 
-TERN_API tern_status_t tern_queue_copy_h2d(tern_queue_t queue, tern_buffer_t dst, uint64_t dst_offset,
-                                           const void* src, uint64_t size, uint64_t* out_sequence) {
+TERN_API tern_status_t tern_queue_copy_h2d(tern_queue_t queue, tern_buffer_t dst,
+                                           uint64_t dst_offset, const void* src, uint64_t size,
+                                           uint64_t* out_sequence) {
   if (out_sequence) *out_sequence = 0;
   Runtime* rt;
   std::shared_ptr<QueueObject> q;
@@ -215,7 +220,8 @@ TERN_API tern_status_t tern_queue_copy_h2d(tern_queue_t queue, tern_buffer_t dst
 }
 
 TERN_API tern_status_t tern_queue_copy_d2h(tern_queue_t queue, void* dst, tern_buffer_t src,
-                                           uint64_t src_offset, uint64_t size, uint64_t* out_sequence) {
+                                           uint64_t src_offset, uint64_t size,
+                                           uint64_t* out_sequence) {
   if (out_sequence) *out_sequence = 0;
   Runtime* rt;
   std::shared_ptr<QueueObject> q;
@@ -224,8 +230,9 @@ TERN_API tern_status_t tern_queue_copy_d2h(tern_queue_t queue, void* dst, tern_b
   return Report(status);
 }
 
-TERN_API tern_status_t tern_queue_copy_d2d(tern_queue_t queue, tern_buffer_t dst, uint64_t dst_offset,
-                                           tern_buffer_t src, uint64_t src_offset, uint64_t size,
+TERN_API tern_status_t tern_queue_copy_d2d(tern_queue_t queue, tern_buffer_t dst,
+                                           uint64_t dst_offset, tern_buffer_t src,
+                                           uint64_t src_offset, uint64_t size,
                                            uint64_t* out_sequence) {
   if (out_sequence) *out_sequence = 0;
   Runtime* rt;
