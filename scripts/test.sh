@@ -2,7 +2,8 @@
 # Sets up and runs every test of tern:
 #   1. a normal build (RelWithDebInfo): the whole suite;
 #   2. an AddressSanitizer + UBSan build: the whole suite again;
-#   3. a ThreadSanitizer build: the concurrency tests (label "concurrency");
+#   3. a ThreadSanitizer build: the concurrency tests, the stress test and the
+#      whole conformance suite;
 #   4. the executable loader's fuzzer for 60 s (clang, ASan + UBSan);
 #   5. the PyTorch plugin's tests (python/build_and_test.sh, in .venv).
 # Usage: scripts/test.sh [--fast]   (--fast: only the normal build)
@@ -38,10 +39,11 @@ build_and_test build "" ""
 if [ "$fast" -eq 0 ]; then
   build_and_test build-asan address ""
   # The stress test under TSan runs fewer commands (TSan is ~10x slower).
-  # gtest_discover_tests keeps only the first of several labels, so the
-  # stress and node-registry tests are selected by their first label here.
+  # The whole conformance suite runs under TSan too (~10 s): every queue,
+  # event and callback path crosses threads. gtest_discover_tests keeps only
+  # the first of several labels, so tests are selected by their first label.
   TERN_STRESS_COMMANDS=${TERN_STRESS_COMMANDS_TSAN:-20000} build_and_test build-tsan thread \
-    'concurrency|stress|unit' tern_stress_test tern_cts node_registry_test
+    'concurrency|stress|unit|cts|negative' tern_stress_test tern_cts node_registry_test
   scripts/fuzz.sh 60
   python/build_and_test.sh
 fi
