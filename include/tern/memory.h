@@ -29,7 +29,9 @@ typedef struct tern_buffer_params_t {
   uint32_t struct_size;            /* IN: sizeof(tern_buffer_params_t) */
   uint32_t flags;                  /* IN: reserved, must be 0 */
   uint64_t size;                   /* IN: bytes, > 0 */
-  uint64_t alignment;              /* IN: power of two, or 0 for the device minimum (64) */
+  uint64_t alignment;              /* IN: power of two, or 0 for the device minimum (64);
+                                      at most the device memory size rounded up to a power
+                                      of two (else TERN_ERROR_INVALID_ARGUMENT) */
   tern_memory_category_t category; /* IN: what the memory is for */
 } tern_buffer_params_t;
 
