@@ -27,6 +27,8 @@
 #include <thread>
 #include <vector>
 
+#include "tern/tern.h"
+
 extern char** environ;
 
 namespace {
@@ -454,10 +456,98 @@ TEST(TernCliTest, BadUsageExits64WithAMessage) {
   EXPECT_NE(port.err.find("PORT 0-65535"), std::string::npos) << port.err;
 }
 
-TEST(TernCliTest, DumpSaysItIsNotAvailableYet) {
-  const RunResult r = RunTern({"dump", "model.tern"});
-  EXPECT_EQ(r.exit_code, 3) << Describe(r);
-  EXPECT_NE(r.err.find("not available yet"), std::string::npos) << r.err;
+// --- dump ---------------------------------------------------------------------
+
+// Writes a one-function executable (z = x + y, f32[4, 8]) with the public
+// builder API and returns its path.
+std::string WriteAddExecutable(const std::string& name) {
+  tern_builder_t builder = nullptr;
+  EXPECT_EQ(tern_builder_create(nullptr, &builder), TERN_OK) << tern_last_error_message();
+  const int64_t shape[2] = {4, 8};
+  EXPECT_EQ(tern_builder_begin_function(builder, "add_xy", nullptr), TERN_OK)
+      << tern_last_error_message();
+  EXPECT_EQ(tern_builder_add_input(builder, "x", TERN_DTYPE_F32, 2, shape, nullptr), TERN_OK);
+  EXPECT_EQ(tern_builder_add_input(builder, "y", TERN_DTYPE_F32, 2, shape, nullptr), TERN_OK);
+  EXPECT_EQ(tern_builder_add_output(builder, "z", TERN_DTYPE_F32, 2, shape, nullptr), TERN_OK);
+  const tern_operand_t operands[3] = {
+      {TERN_SEGMENT_OUTPUT, 0, 0, TERN_DTYPE_F32, 2, shape, nullptr},
+      {TERN_SEGMENT_INPUT, 0, 0, TERN_DTYPE_F32, 2, shape, nullptr},
+      {TERN_SEGMENT_INPUT, 1, 0, TERN_DTYPE_F32, 2, shape, nullptr},
+  };
+  const int64_t ints[1] = {TERN_BINARY_ADD};
+  tern_instruction_t add = {};
+  add.struct_size = sizeof(add);
+  add.opcode = TERN_OP_BINARY;
+  add.operand_count = 3;
+  add.operands = operands;
+  add.int_count = 1;
+  add.ints = ints;
+  add.debug_op = "model.residual_add";
+  EXPECT_EQ(tern_builder_add_instruction(builder, &add), TERN_OK) << tern_last_error_message();
+  EXPECT_EQ(tern_builder_end_function(builder), TERN_OK) << tern_last_error_message();
+  const std::string path = ::testing::TempDir() + name;
+  EXPECT_EQ(tern_builder_write_file(builder, path.c_str()), TERN_OK) << tern_last_error_message();
+  EXPECT_EQ(tern_builder_destroy(builder), TERN_OK);
+  return path;
+}
+
+TEST(TernDumpTest, DisassemblesAnExecutable) {
+  const std::string path = WriteAddExecutable("tools_dump_add.tern");
+  const RunResult r = RunTern({"dump", path});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  for (const char* expected :
+       {"function 0 'add_xy'", "input  0 'x': f32[4, 8]", "output 0 'z': f32[4, 8]", "binary",
+        "fn=add", "# model.residual_add", "loader verdict: accepted"}) {
+    EXPECT_NE(r.out.find(expected), std::string::npos) << expected << "\n" << r.out;
+  }
+
+  const RunResult summary = RunTern({"dump", "--summary", path});
+  ASSERT_EQ(summary.exit_code, 0) << Describe(summary);
+  EXPECT_NE(summary.out.find("input  1 'y'"), std::string::npos) << summary.out;
+  EXPECT_EQ(summary.out.find("fn=add"), std::string::npos) << summary.out;
+  std::remove(path.c_str());
+}
+
+TEST(TernDumpTest, DamagedFileIsShownAndRejected) {
+  const std::string path = WriteAddExecutable("tools_dump_damaged.tern");
+  {
+    // Flip one byte near the end (inside a section): its checksum no longer
+    // matches, which the dump shows and the loader refuses.
+    FILE* file = std::fopen(path.c_str(), "r+b");
+    ASSERT_NE(file, nullptr);
+    ASSERT_EQ(std::fseek(file, -8, SEEK_END), 0);
+    const int byte = std::fgetc(file);
+    ASSERT_EQ(std::fseek(file, -8, SEEK_END), 0);
+    std::fputc(byte ^ 0x5a, file);
+    std::fclose(file);
+  }
+  const RunResult r = RunTern({"dump", path});
+  EXPECT_EQ(r.exit_code, 1) << Describe(r);
+  EXPECT_NE(r.out.find("MISMATCH"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("would not load"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("checksum"), std::string::npos) << r.err;
+  std::remove(path.c_str());
+}
+
+TEST(TernDumpTest, UnreadableFileIsAnError) {
+  const RunResult missing = RunTern({"dump", "/nonexistent/model.tern"});
+  EXPECT_EQ(missing.exit_code, 3) << Describe(missing);
+  EXPECT_NE(missing.err.find("cannot open '/nonexistent/model.tern'"), std::string::npos)
+      << missing.err;
+
+  const RunResult directory = RunTern({"dump", "/tmp"});
+  EXPECT_EQ(directory.exit_code, 3) << Describe(directory);
+  EXPECT_NE(directory.err.find("directory"), std::string::npos) << directory.err;
+
+  const std::string garbage = ::testing::TempDir() + "tools_dump_garbage.tern";
+  FILE* file = std::fopen(garbage.c_str(), "wb");
+  ASSERT_NE(file, nullptr);
+  std::fputs("this is not an executable", file);
+  std::fclose(file);
+  const RunResult r = RunTern({"dump", garbage});
+  EXPECT_EQ(r.exit_code, 1) << Describe(r);
+  EXPECT_NE(r.err.find("would not load"), std::string::npos) << r.err;
+  std::remove(garbage.c_str());
 }
 
 // --- ls -----------------------------------------------------------------------
