@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -76,7 +77,7 @@ struct alignas(64) Header {
 
 constexpr uint64_t kMagic = 0x314d49534e524554ull;  // "TERNSIM1" in little-endian bytes
 // Bump whenever SharedNodeState changes shape (e.g. TERN_ERROR_CLASS_COUNT grows).
-constexpr uint32_t kLayoutVersion = 2;
+constexpr uint32_t kLayoutVersion = 3;  // 3: latency histogram per core
 
 }  // namespace node_layout
 
@@ -676,6 +677,14 @@ void NodeRegistry::ReapSlotLocked(uint32_t slot) const {
   s.state.store(kSlotFree, std::memory_order_release);
 }
 
+void CoreCounters::CountLatency(uint64_t ns) {
+  const uint64_t us = ns / 1000;
+  // Bucket 0: under 1 us; bucket i: [2^(i-1), 2^i) us; the last: the rest.
+  const uint32_t bucket = std::min<uint32_t>(static_cast<uint32_t>(std::bit_width(us)),
+                                             TERN_TELEMETRY_LATENCY_BUCKETS - 1);
+  latency[bucket].fetch_add(1, std::memory_order_relaxed);
+}
+
 CoreCounters& NodeRegistry::core_counters(uint32_t device, uint32_t core) {
   if (forked_.load(std::memory_order_relaxed) || device >= topology_.device_count ||
       core >= topology_.cores_per_device) {
@@ -732,6 +741,9 @@ Status NodeRegistry::Snapshot(uint32_t device, tern_device_telemetry_t* out) con
     t.busy_ns = record.counters.busy_ns.load(std::memory_order_relaxed);
     for (uint32_t e = 0; e < TERN_ERROR_CLASS_COUNT; ++e) {
       t.errors[e] = record.counters.errors[e].load(std::memory_order_relaxed);
+    }
+    for (uint32_t b = 0; b < TERN_TELEMETRY_LATENCY_BUCKETS; ++b) {
+      out->latency_histogram[c][b] = record.counters.latency[b].load(std::memory_order_relaxed);
     }
   }
 

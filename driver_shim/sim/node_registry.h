@@ -40,6 +40,11 @@ struct CoreCounters {
   std::atomic<uint64_t> executions;                      // compute commands completed
   std::atomic<uint64_t> busy_ns;                         // time spent running commands
   std::atomic<uint64_t> errors[TERN_ERROR_CLASS_COUNT];  // failed commands by class
+  // Commands by run time (TERN_TELEMETRY_LATENCY_BUCKETS in telemetry.h).
+  std::atomic<uint64_t> latency[TERN_TELEMETRY_LATENCY_BUCKETS];
+
+  // Counts one command that ran `ns` nanoseconds in its latency bucket.
+  void CountLatency(uint64_t ns);
 };
 
 class NodeRegistry {

@@ -131,6 +131,7 @@ Status SimQueue::Execute(uint64_t sequence, Command& command) {
   counters.commands.fetch_add(1, std::memory_order_relaxed);
   if (command.kind != CommandKind::kWait) {
     counters.busy_ns.fetch_add(end - start, std::memory_order_relaxed);
+    counters.CountLatency(end - start);
   }
   if (command.kind == CommandKind::kExecute && status.ok()) {
     counters.executions.fetch_add(1, std::memory_order_relaxed);

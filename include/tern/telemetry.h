@@ -2,8 +2,9 @@
  *
  * Every device publishes counters that any process on the node can read
  * without owning a core: per core (owner, commands, executions, busy time,
- * errors by class) and per device (memory used by category and by process,
- * ECC counters). Administrative tools are built on this call.
+ * errors by class, a histogram of command run times) and per device (memory
+ * used by category and by process, ECC counters). Administrative tools are
+ * built on this call.
  */
 #ifndef TERN_TELEMETRY_H_
 #define TERN_TELEMETRY_H_
@@ -20,6 +21,10 @@ extern "C" {
 
 #define TERN_TELEMETRY_MAX_CORES 16
 #define TERN_TELEMETRY_MAX_PROCESSES 64
+/* Buckets of the command run-time histogram: bucket 0 counts commands that
+ * ran less than 1 us, bucket i (1 <= i < 23) those that ran [2^(i-1), 2^i) us,
+ * and bucket 23 those that ran 2^22 us (about 4.2 s) or longer. */
+#define TERN_TELEMETRY_LATENCY_BUCKETS 24
 
 typedef struct tern_core_telemetry_t {
   uint32_t physical_index;
@@ -50,7 +55,15 @@ typedef struct tern_device_telemetry_t {
   uint32_t process_count; /* live processes using the device; entries of processes[] filled */
   uint32_t reserved;
   tern_process_telemetry_t processes[TERN_TELEMETRY_MAX_PROCESSES];
+  /* Added in 0.1: how long each core's commands ran (event waits excluded;
+   * counts only grow): latency_histogram[c] belongs to cores[c]. Filled
+   * when struct_size covers it. */
+  uint64_t latency_histogram[TERN_TELEMETRY_MAX_CORES][TERN_TELEMETRY_LATENCY_BUCKETS];
 } tern_device_telemetry_t;
+
+/* The smallest struct_size tern_device_get_telemetry() accepts: the structure
+ * without the fields added after it first appeared. */
+#define TERN_DEVICE_TELEMETRY_MIN_SIZE 7520
 
 /* Takes a snapshot of `device`'s counters; set `out_telemetry->struct_size`
  * first. Counters cover every process on the node.

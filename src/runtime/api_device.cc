@@ -1,5 +1,8 @@
 // Devices, cores, telemetry and fault injection.
+#include <algorithm>
+#include <cstddef>
 #include <cstring>
+#include <memory>
 
 #include "runtime/runtime.h"
 
@@ -20,7 +23,8 @@ extern "C" {
 using namespace tern;
 
 TERN_API tern_status_t tern_device_count(uint32_t* out_count) {
-  if (out_count == nullptr) return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_count is NULL"));
+  if (out_count == nullptr)
+    return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_count is NULL"));
   *out_count = 0;
   Runtime* rt;
   Status status = GetRuntime(&rt);
@@ -48,8 +52,10 @@ TERN_API tern_status_t tern_device_get(uint32_t index, tern_device_t* out_device
 }
 
 TERN_API tern_status_t tern_device_get_info(tern_device_t device, tern_device_info_t* out_info) {
-  if (out_info == nullptr) return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_info is NULL"));
-  Status status = CheckStructSize(out_info->struct_size, sizeof(tern_device_info_t), "tern_device_info_t");
+  if (out_info == nullptr)
+    return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_info is NULL"));
+  Status status =
+      CheckStructSize(out_info->struct_size, sizeof(tern_device_info_t), "tern_device_info_t");
   if (!status.ok()) return Report(status);
   const uint32_t struct_size = out_info->struct_size;
   std::memset(out_info, 0, sizeof(*out_info));
@@ -72,8 +78,10 @@ TERN_API tern_status_t tern_device_get_info(tern_device_t device, tern_device_in
   return TERN_OK;
 }
 
-TERN_API tern_status_t tern_core_open(tern_device_t device, uint32_t core_index, tern_core_t* out_core) {
-  if (out_core == nullptr) return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_core is NULL"));
+TERN_API tern_status_t tern_core_open(tern_device_t device, uint32_t core_index,
+                                      tern_core_t* out_core) {
+  if (out_core == nullptr)
+    return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_core is NULL"));
   *out_core = nullptr;
   Runtime* rt;
   DeviceObject* dev;
@@ -114,10 +122,11 @@ TERN_API tern_status_t tern_core_close(tern_core_t core) {
   DeviceObject* dev = object->device;
   std::lock_guard<std::mutex> lock(dev->cores_mutex);
   if (object->queue_count.load() != 0) {
-    return Report(MakeStatus(TERN_ERROR_FAILED_PRECONDITION,
-                             "core {} of device {} still has {} queues: destroy them before closing "
-                             "the core",
-                             object->index, dev->index, object->queue_count.load()));
+    return Report(
+        MakeStatus(TERN_ERROR_FAILED_PRECONDITION,
+                   "core {} of device {} still has {} queues: destroy them before closing "
+                   "the core",
+                   object->index, dev->index, object->queue_count.load()));
   }
   if (!rt->core_table.Remove(reinterpret_cast<uint64_t>(core))) {
     return Report(MakeStatus(TERN_ERROR_INVALID_HANDLE, "core was closed concurrently"));
@@ -128,8 +137,10 @@ TERN_API tern_status_t tern_core_close(tern_core_t core) {
 }
 
 TERN_API tern_status_t tern_core_get_info(tern_core_t core, tern_core_info_t* out_info) {
-  if (out_info == nullptr) return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_info is NULL"));
-  Status status = CheckStructSize(out_info->struct_size, sizeof(tern_core_info_t), "tern_core_info_t");
+  if (out_info == nullptr)
+    return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_info is NULL"));
+  Status status =
+      CheckStructSize(out_info->struct_size, sizeof(tern_core_info_t), "tern_core_info_t");
   if (!status.ok()) return Report(status);
   const uint32_t struct_size = out_info->struct_size;
   std::memset(out_info, 0, sizeof(*out_info));
@@ -146,29 +157,37 @@ TERN_API tern_status_t tern_core_get_info(tern_core_t core, tern_core_info_t* ou
   return TERN_OK;
 }
 
+static_assert(offsetof(tern_device_telemetry_t, latency_histogram) ==
+                  TERN_DEVICE_TELEMETRY_MIN_SIZE,
+              "TERN_DEVICE_TELEMETRY_MIN_SIZE is the size before the first added field");
+
 TERN_API tern_status_t tern_device_get_telemetry(tern_device_t device,
                                                  tern_device_telemetry_t* out_telemetry) {
   if (out_telemetry == nullptr) {
     return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_telemetry is NULL"));
   }
-  Status status = CheckStructSize(out_telemetry->struct_size, sizeof(tern_device_telemetry_t),
+  Status status = CheckStructSize(out_telemetry->struct_size, TERN_DEVICE_TELEMETRY_MIN_SIZE,
                                   "tern_device_telemetry_t");
   if (!status.ok()) return Report(status);
+  // A caller built against an older header passes a smaller structure: fill
+  // what it has room for, and keep its struct_size.
   const uint32_t struct_size = out_telemetry->struct_size;
-  std::memset(out_telemetry, 0, sizeof(*out_telemetry));
-  out_telemetry->struct_size = struct_size;
+  const size_t filled = std::min<size_t>(struct_size, sizeof(tern_device_telemetry_t));
+  auto snapshot = std::make_unique<tern_device_telemetry_t>();
   Runtime* rt;
   DeviceObject* dev;
   status = GetRuntime(&rt);
   if (status.ok()) status = LookupDevice(rt, device, "device", &dev);
-  if (status.ok()) status = dev->hw->GetTelemetry(out_telemetry);
+  if (status.ok()) status = dev->hw->GetTelemetry(snapshot.get());
+  std::memcpy(out_telemetry, snapshot.get(), filled);
   out_telemetry->struct_size = struct_size;
   return Report(status);
 }
 
 TERN_API tern_status_t tern_debug_inject_fault(const tern_fault_params_t* params) {
   if (params == nullptr) return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "params is NULL"));
-  Status status = CheckStructSize(params->struct_size, sizeof(tern_fault_params_t), "tern_fault_params_t");
+  Status status =
+      CheckStructSize(params->struct_size, sizeof(tern_fault_params_t), "tern_fault_params_t");
   if (!status.ok()) return Report(status);
   Runtime* rt;
   status = GetRuntime(&rt);
@@ -179,7 +198,8 @@ TERN_API tern_status_t tern_debug_inject_fault(const tern_fault_params_t* params
   std::memcpy(&kind_value, &params->kind, sizeof(kind_value));
   if (kind_value < TERN_FAULT_HBM_UNCORRECTABLE || kind_value > TERN_FAULT_CORE_HANG) {
     return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
-                             "fault kind {} is unknown; use a tern_fault_kind_t value", kind_value));
+                             "fault kind {} is unknown; use a tern_fault_kind_t value",
+                             kind_value));
   }
   driver::Device::Fault fault{};
   fault.kind = static_cast<tern_fault_kind_t>(kind_value);

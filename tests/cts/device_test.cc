@@ -202,6 +202,31 @@ TEST_P(DeviceTest, TelemetryReportsOwnershipMemoryAndCommands) {
   snapshot(after);
   EXPECT_EQ(before->cores[0].commands + kCommands, after->cores[0].commands);
   EXPECT_EQ(before->cores[1].commands, after->cores[1].commands);
+  // Each of them also lands in one bucket of the core's latency histogram;
+  // a nop runs in well under 2^22 us, so never in the last bucket.
+  auto histogram_total = [](const tern_device_telemetry_t& t, uint32_t core) {
+    uint64_t total = 0;
+    for (uint64_t count : t.latency_histogram[core]) total += count;
+    return total;
+  };
+  EXPECT_EQ(histogram_total(*before, 0) + kCommands, histogram_total(*after, 0));
+  EXPECT_EQ(histogram_total(*before, 1), histogram_total(*after, 1));
+  EXPECT_EQ(before->latency_histogram[0][TERN_TELEMETRY_LATENCY_BUCKETS - 1],
+            after->latency_histogram[0][TERN_TELEMETRY_LATENCY_BUCKETS - 1]);
+
+  // A caller built against the first version of the structure passes a
+  // smaller struct_size: it gets the fields it has, and nothing past them.
+  auto* old_layout = Make<tern_device_telemetry_t>();
+  std::memset(old_layout, 0xcd, sizeof(*old_layout));
+  old_layout->struct_size = TERN_DEVICE_TELEMETRY_MIN_SIZE;
+  CTS_EXPECT_OK(tern_device_get_telemetry(device(0), old_layout));
+  EXPECT_EQ(uint32_t{TERN_DEVICE_TELEMETRY_MIN_SIZE}, old_layout->struct_size);
+  EXPECT_EQ(after->cores[0].commands, old_layout->cores[0].commands);
+  const auto* tail =
+      reinterpret_cast<const unsigned char*>(old_layout) + TERN_DEVICE_TELEMETRY_MIN_SIZE;
+  for (size_t i = 0; i < sizeof(*old_layout) - TERN_DEVICE_TELEMETRY_MIN_SIZE; ++i) {
+    ASSERT_EQ(0xcd, tail[i]) << "byte " << i << " past struct_size was written";
+  }
 
   CTS_EXPECT_OK(tern_queue_destroy(queue));
   CTS_EXPECT_OK(tern_core_close(core));

@@ -1064,7 +1064,7 @@ TEST_P(NegativeTest, DeviceGetTelemetry) {
   CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT, tern_device_get_telemetry(device(0), nullptr),
                    "out_telemetry");
   auto* telemetry = Make<tern_device_telemetry_t>();
-  for (uint32_t size : {0u, static_cast<uint32_t>(sizeof(*telemetry) - 1)}) {
+  for (uint32_t size : {0u, static_cast<uint32_t>(TERN_DEVICE_TELEMETRY_MIN_SIZE - 1)}) {
     SCOPED_TRACE(size);
     std::memset(telemetry, 0, sizeof(*telemetry));
     telemetry->struct_size = size;

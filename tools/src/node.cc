@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 
 #include "util.h"
 
@@ -78,6 +80,42 @@ CoreRates ComputeRates(const NodeSample& before, const NodeSample& after, size_t
   rates.commands_per_s = delta(a.commands, b.commands) * 1e9 / wall_ns;
   rates.executions_per_s = delta(a.executions, b.executions) * 1e9 / wall_ns;
   return rates;
+}
+
+double LatencyBucketUpperUs(uint32_t bucket) {
+  if (bucket + 1 >= TERN_TELEMETRY_LATENCY_BUCKETS) return std::numeric_limits<double>::infinity();
+  return std::ldexp(1.0, static_cast<int>(bucket));
+}
+
+LatencyPercentiles ComputeLatency(const NodeSample& before, const NodeSample& after, size_t device,
+                                  size_t core) {
+  LatencyPercentiles result;
+  if (device >= before.devices.size() || device >= after.devices.size()) return result;
+  const uint64_t* a = before.devices[device].telemetry.latency_histogram[core];
+  const uint64_t* b = after.devices[device].telemetry.latency_histogram[core];
+  uint64_t counts[TERN_TELEMETRY_LATENCY_BUCKETS];
+  for (uint32_t i = 0; i < TERN_TELEMETRY_LATENCY_BUCKETS; ++i) {
+    counts[i] = b[i] >= a[i] ? b[i] - a[i] : 0;  // a decrease: the node was recreated
+    result.count += counts[i];
+  }
+  if (result.count == 0) return result;
+  auto percentile = [&](double q) {
+    // The smallest bucket whose cumulative count reaches q of the total.
+    const double rank = q * static_cast<double>(result.count);
+    uint64_t cumulative = 0;
+    for (uint32_t i = 0; i < TERN_TELEMETRY_LATENCY_BUCKETS; ++i) {
+      cumulative += counts[i];
+      if (static_cast<double>(cumulative) >= rank && counts[i] > 0) {
+        return i + 1 < TERN_TELEMETRY_LATENCY_BUCKETS ? LatencyBucketUpperUs(i)
+                                                      : std::ldexp(1.0, static_cast<int>(i) - 1);
+      }
+    }
+    return std::ldexp(1.0, TERN_TELEMETRY_LATENCY_BUCKETS - 2);
+  };
+  result.p50_us = percentile(0.50);
+  result.p90_us = percentile(0.90);
+  result.p99_us = percentile(0.99);
+  return result;
 }
 
 uint64_t TotalErrors(const tern_core_telemetry_t& core) {

@@ -63,6 +63,23 @@ CoreRates ComputeRates(const NodeSample& before, const NodeSample& after, size_t
 
 uint64_t TotalErrors(const tern_core_telemetry_t& core);
 
+// The upper bound, in microseconds, of latency-histogram bucket `bucket`
+// (telemetry.h): 1 for bucket 0, 2^bucket after; infinity for the last.
+double LatencyBucketUpperUs(uint32_t bucket);
+
+// Run-time percentiles of the commands a core completed between two samples,
+// from the deltas of its latency histogram. Each percentile is the upper
+// bound of the bucket that holds it (the last bucket reports its lower
+// bound, 2^22 us), so it is exact to within a factor of two.
+struct LatencyPercentiles {
+  uint64_t count = 0;  // commands in the window; the percentiles are 0 when none
+  double p50_us = 0;
+  double p90_us = 0;
+  double p99_us = 0;
+};
+LatencyPercentiles ComputeLatency(const NodeSample& before, const NodeSample& after, size_t device,
+                                  size_t core);
+
 }  // namespace tern::tools
 
 #endif  // TERN_TOOLS_NODE_H_

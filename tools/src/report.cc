@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <utility>
 #include <vector>
 
@@ -69,6 +70,17 @@ Json MonitorRecord(const NodeSample& before, const NodeSample& after) {
       entry["commands_per_s"] = rates.commands_per_s;
       entry["executions_per_s"] = rates.executions_per_s;
       entry["errors"] = ErrorsJson(core.errors);
+      const LatencyPercentiles latency = ComputeLatency(before, after, d, c);
+      Json latency_json;
+      latency_json["commands"] = latency.count;
+      if (latency.count > 0) {
+        latency_json["p50"] = latency.p50_us;
+        latency_json["p90"] = latency.p90_us;
+        latency_json["p99"] = latency.p99_us;
+      } else {
+        latency_json["p50"] = latency_json["p90"] = latency_json["p99"] = nullptr;
+      }
+      entry["latency_us"] = std::move(latency_json);
       cores.push_back(std::move(entry));
     }
     device["cores"] = std::move(cores);
@@ -118,7 +130,14 @@ class Exposition {
   }
   template <typename T>
   void Sample(const Labels& labels, T value) {
+    SuffixedSample("", labels, value);
+  }
+  // A sample of the family's name plus `suffix` ("_bucket", "_sum", "_count"
+  // of a histogram).
+  template <typename T>
+  void SuffixedSample(const char* suffix, const Labels& labels, T value) {
     out_ += name_;
+    out_ += suffix;
     if (!labels.empty()) {
       out_ += '{';
       for (size_t i = 0; i < labels.size(); ++i) {
@@ -199,6 +218,29 @@ std::string PrometheusExposition(const Runtime& runtime, const NodeSample& befor
     for (uint32_t c = 0; c < core_count(d); ++c) {
       e.Sample({{"device", dev_label(d)}, {"core", std::to_string(c)}},
                d.telemetry.cores[c].executions);
+    }
+  }
+
+  e.Family("tern_core_command_duration_seconds", "histogram",
+           "How long the core's commands ran (event waits excluded).");
+  for (const auto& d : devices) {
+    for (uint32_t c = 0; c < core_count(d); ++c) {
+      const std::string device = dev_label(d);
+      const std::string core = std::to_string(c);
+      uint64_t cumulative = 0;
+      for (uint32_t b = 0; b < TERN_TELEMETRY_LATENCY_BUCKETS; ++b) {
+        cumulative += d.telemetry.latency_histogram[c][b];
+        const double upper_us = LatencyBucketUpperUs(b);
+        e.SuffixedSample("_bucket",
+                         {{"device", device},
+                          {"core", core},
+                          {"le", std::isinf(upper_us) ? std::string("+Inf")
+                                                      : fmt::format("{}", upper_us / 1e6)}},
+                         cumulative);
+      }
+      e.SuffixedSample("_sum", {{"device", device}, {"core", core}},
+                       static_cast<double>(d.telemetry.cores[c].busy_ns) / 1e9);
+      e.SuffixedSample("_count", {{"device", device}, {"core", core}}, cumulative);
     }
   }
 

@@ -15,6 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -359,7 +360,18 @@ std::string ValidateExposition(const std::string& text, std::map<std::string, do
     } else {
       std::string name, value;
       if (!ParseSample(line, &name, &value)) return where + "malformed sample";
-      if (!types.count(name)) return where + "sample before its family's TYPE";
+      // A histogram's samples are its name plus _bucket, _sum or _count.
+      std::string family = name;
+      for (const char* suffix : {"_bucket", "_sum", "_count"}) {
+        const std::string base =
+            name.substr(0, name.size() - std::min(name.size(), strlen(suffix)));
+        if (name.ends_with(suffix) && types.count(base) && types[base] == "histogram")
+          family = base;
+      }
+      if (!types.count(family)) return where + "sample before its family's TYPE";
+      if (types[family] == "histogram" && family == name) {
+        return where + "histogram samples end in _bucket, _sum or _count";
+      }
       char* end = nullptr;
       const double v = std::strtod(value.c_str(), &end);
       if (end == value.c_str() || *end != '\0') return where + "value is not a number";
@@ -648,6 +660,17 @@ TEST(TernMonitorTest, JsonLinesShowAWorkloadsCommandsGrowing) {
     EXPECT_GT(core.at("busy_ratio").get<double>(), 0.0);
     EXPECT_LE(core.at("busy_ratio").get<double>(), 1.0);
     EXPECT_EQ(core.at("errors").at("dma_abort"), 0u);
+    // Run-time percentiles of the window's commands: ordered, within the
+    // histogram's range; null on a core that ran nothing.
+    const Json& latency = core.at("latency_us");
+    EXPECT_GT(latency.at("commands").get<uint64_t>(), 0u) << latency.dump();
+    const double p50 = latency.at("p50").get<double>();
+    EXPECT_GE(p50, 1.0) << latency.dump();
+    EXPECT_LE(p50, latency.at("p90").get<double>()) << latency.dump();
+    EXPECT_LE(latency.at("p90").get<double>(), latency.at("p99").get<double>()) << latency.dump();
+    EXPECT_LT(latency.at("p99").get<double>(), 5e6) << latency.dump();
+    EXPECT_EQ(device.at("cores")[1].at("latency_us").at("commands"), 0u);
+    EXPECT_TRUE(device.at("cores")[1].at("latency_us").at("p50").is_null());
     EXPECT_EQ(device.at("cores")[1].at("commands"), 0u);
     EXPECT_EQ(device.at("memory").at("used_bytes"), kWorkloadBytes);
     EXPECT_EQ(device.at("memory").at("by_category").at("tensors"), kWorkloadBytes);
@@ -674,6 +697,24 @@ TEST(TernMonitorTest, PrometheusOnStdoutParses) {
   EXPECT_GT(value(R"(tern_core_busy_ratio{device="1",core="0"})"), 0.0);
   EXPECT_EQ(value(R"(tern_core_busy_ratio{device="0",core="1"})"), 0.0);
   EXPECT_GT(value(R"(tern_core_commands_total{device="1",core="0"})"), 0.0);
+  // The command-duration histogram: cumulative buckets ending at +Inf = count.
+  const double count = value(R"(tern_core_command_duration_seconds_count{device="1",core="0"})");
+  EXPECT_GT(count, 0.0);
+  EXPECT_EQ(value(R"(tern_core_command_duration_seconds_bucket{device="1",core="0",le="+Inf"})"),
+            count);
+  double previous = 0;
+  for (int b = 0; b < TERN_TELEMETRY_LATENCY_BUCKETS - 1; ++b) {
+    char le[32];
+    *std::to_chars(le, le + sizeof(le) - 1, std::ldexp(1.0, b) / 1e6).ptr = '\0';
+    const double cumulative =
+        value("tern_core_command_duration_seconds_bucket{device=\"1\",core=\"0\",le=\"" +
+              std::string(le) + "\"}");
+    EXPECT_GE(cumulative, previous) << "le=" << le;
+    previous = cumulative;
+  }
+  EXPECT_LE(previous, count);
+  EXPECT_GT(value(R"(tern_core_command_duration_seconds_sum{device="1",core="0"})"), 0.0);
+  EXPECT_EQ(value(R"(tern_core_command_duration_seconds_count{device="0",core="1"})"), 0.0);
   EXPECT_EQ(value(R"(tern_hbm_used_bytes{device="1",category="tensors"})"), kWorkloadBytes);
   EXPECT_EQ(value(R"(tern_hbm_used_bytes{device="0",category="tensors"})"), 0.0);
   EXPECT_EQ(value(R"(tern_hbm_capacity_bytes{device="0"})"), 256.0 * kMiB);
