@@ -812,7 +812,8 @@ TEST(TernDiagTest, HealthyOnACleanNode) {
   EXPECT_EQ(report.at("status"), "healthy");
   EXPECT_EQ(report.at("exit_code"), 0);
   for (int d = 0; d < 2; ++d) {
-    for (const char* name : {"hbm_pattern", "copy_bandwidth", "ecc", "error_counters"}) {
+    for (const char* name :
+         {"hbm_pattern", "copy_bandwidth", "compute_selftest", "ecc", "error_counters"}) {
       const Json* check = FindCheck(report, name, d);
       ASSERT_NE(check, nullptr) << name << " " << d;
       EXPECT_EQ(check->at("result"), "pass") << check->dump();
@@ -825,13 +826,17 @@ TEST(TernDiagTest, HealthyOnACleanNode) {
     EXPECT_GT(bandwidth.at("metrics").at("d2h_gbps").get<double>(), 0.0);
     EXPECT_GT(bandwidth.at("metrics").at("memcpy_gbps").get<double>(), 0.0);
     EXPECT_GT(bandwidth.at("metrics").at("ratio_to_memcpy").get<double>(), 0.0);
+    const Json& compute = *FindCheck(report, "compute_selftest", d);
+    EXPECT_EQ(compute.at("metrics").at("mismatched_elements"), 0u) << compute.dump();
+    EXPECT_EQ(compute.at("metrics").at("runs"), 3) << compute.dump();
+    EXPECT_NE(compute.at("detail").get<std::string>().find("exact in 3 runs"), std::string::npos)
+        << compute.dump();
   }
-  for (const char* name : {"compute_selftest", "collective_loopback"}) {
-    const Json* check = FindCheck(report, name, -1);
-    ASSERT_NE(check, nullptr) << name;
-    EXPECT_EQ(check->at("result"), "not_available");
-    EXPECT_NE(check->at("detail").get<std::string>().find("not available yet"), std::string::npos);
-  }
+  const Json* collective = FindCheck(report, "collective_loopback", -1);
+  ASSERT_NE(collective, nullptr);
+  EXPECT_EQ(collective->at("result"), "not_available");
+  EXPECT_NE(collective->at("detail").get<std::string>().find("not available yet"),
+            std::string::npos);
 
   // Diag leaves nothing behind: no memory, no core, no process entry.
   const Json ls = Json::parse(RunTern({"ls", "--json"}).out);
@@ -860,7 +865,8 @@ TEST(TernDiagTest, TableEndsWithTheVerdict) {
   const RunResult r = RunTern({"diag", "--min-bandwidth-ratio", "0"});
   ASSERT_EQ(r.exit_code, 0) << Describe(r);
   EXPECT_EQ(r.out.rfind("CHECK", 0), 0u) << r.out;
-  EXPECT_NE(r.out.find("compute_selftest     -       n/a"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("compute_selftest     0       pass"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("collective_loopback  -       n/a"), std::string::npos) << r.out;
   EXPECT_TRUE(r.out.ends_with("Result: healthy (exit 0)\n")) << r.out;
 }
 
@@ -909,7 +915,7 @@ TEST(TernDiagTest, AllCoresBusyIsDegradedAndSaysSo) {
   const Json report = Json::parse(r.out);
   EXPECT_EQ(report.at("status"), "degraded");
   for (int d = 0; d < 2; ++d) {
-    for (const char* name : {"hbm_pattern", "copy_bandwidth"}) {
+    for (const char* name : {"hbm_pattern", "copy_bandwidth", "compute_selftest"}) {
       const Json& check = *FindCheck(report, name, d);
       EXPECT_EQ(check.at("result"), "skipped") << check.dump();
       EXPECT_NE(check.at("detail").get<std::string>().find("skipped (all cores busy)"),
