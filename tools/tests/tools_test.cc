@@ -641,6 +641,7 @@ TEST(TernMonitorTest, JsonLinesShowAWorkloadsCommandsGrowing) {
   while (std::getline(lines, line)) records.push_back(Json::parse(line));
   ASSERT_EQ(records.size(), 3u) << r.out;
   uint64_t previous_commands = 0;
+  uint64_t previous_executions = 0;
   double previous_time = 0;
   for (const Json& record : records) {
     EXPECT_TRUE(record.at("timestamp").is_string());
@@ -656,6 +657,10 @@ TEST(TernMonitorTest, JsonLinesShowAWorkloadsCommandsGrowing) {
     const uint64_t commands = core.at("commands").get<uint64_t>();
     EXPECT_GT(commands, previous_commands) << "commands must grow between samples";
     previous_commands = commands;
+    const uint64_t executions = core.at("executions").get<uint64_t>();
+    EXPECT_GT(executions, previous_executions) << "executions must grow between samples";
+    previous_executions = executions;
+    EXPECT_GT(core.at("executions_per_s").get<double>(), 0.0);
     EXPECT_GT(core.at("commands_per_s").get<double>(), 0.0);
     EXPECT_GT(core.at("busy_ratio").get<double>(), 0.0);
     EXPECT_LE(core.at("busy_ratio").get<double>(), 1.0);

@@ -5,9 +5,11 @@
 //
 // Opens cores LIST ("0" or "0,1", default "0") of device D (default 0), or
 // every core of every device with --all; allocates N bytes of tensor memory
-// per device (default 8 MiB) and writes it; creates a queue per core; prints
-// "ready <pid>" and then runs batches of fills on every queue until SIGTERM,
-// SIGINT or end of its stdin; then shuts tern down and exits 0.
+// per device (default 8 MiB) and writes it; loads a small executable (an
+// elementwise add, built with the builder API) per device; creates a queue
+// per core; prints "ready <pid>" and then runs batches of fills and one
+// execution on every queue until SIGTERM, SIGINT or end of its stdin; then
+// shuts tern down and exits 0.
 // A failure prints "error: <step>: <status> <message>" and exits 1.
 #include <poll.h>
 #include <signal.h>
@@ -49,7 +51,48 @@ struct Lane {
   tern_core_t core = nullptr;
   tern_queue_t queue = nullptr;
   tern_buffer_t buffer = nullptr;
+  tern_executable_t executable = nullptr;
 };
+
+// z = x + y over f32[1024]: the executions the tools should see counted.
+constexpr int64_t kAddElements = 1024;
+
+tern_executable_t LoadAddExecutable(tern_device_t device) {
+  tern_builder_t builder = nullptr;
+  Check("tern_builder_create", tern_builder_create(nullptr, &builder));
+  const int64_t shape[1] = {kAddElements};
+  Check("tern_builder_begin_function", tern_builder_begin_function(builder, "add", nullptr));
+  Check("tern_builder_add_input",
+        tern_builder_add_input(builder, "x", TERN_DTYPE_F32, 1, shape, nullptr));
+  Check("tern_builder_add_input",
+        tern_builder_add_input(builder, "y", TERN_DTYPE_F32, 1, shape, nullptr));
+  Check("tern_builder_add_output",
+        tern_builder_add_output(builder, "z", TERN_DTYPE_F32, 1, shape, nullptr));
+  const tern_operand_t operands[3] = {
+      {TERN_SEGMENT_OUTPUT, 0, 0, TERN_DTYPE_F32, 1, shape, nullptr},
+      {TERN_SEGMENT_INPUT, 0, 0, TERN_DTYPE_F32, 1, shape, nullptr},
+      {TERN_SEGMENT_INPUT, 1, 0, TERN_DTYPE_F32, 1, shape, nullptr},
+  };
+  const int64_t add[1] = {TERN_BINARY_ADD};
+  tern_instruction_t instruction = {};
+  instruction.struct_size = sizeof(instruction);
+  instruction.opcode = TERN_OP_BINARY;
+  instruction.operand_count = 3;
+  instruction.operands = operands;
+  instruction.int_count = 1;
+  instruction.ints = add;
+  instruction.debug_op = "workload.add";
+  Check("tern_builder_add_instruction", tern_builder_add_instruction(builder, &instruction));
+  Check("tern_builder_end_function", tern_builder_end_function(builder));
+  void* data = nullptr;
+  uint64_t size = 0;
+  Check("tern_builder_finish", tern_builder_finish(builder, &data, &size));
+  tern_executable_t executable = nullptr;
+  Check("tern_executable_load", tern_executable_load(device, data, size, nullptr, &executable));
+  tern_builder_free_data(data);
+  Check("tern_builder_destroy", tern_builder_destroy(builder));
+  return executable;
+}
 
 }  // namespace
 
@@ -98,6 +141,12 @@ int main(int argc, char** argv) {
 
   std::vector<Lane> lanes;
   std::vector<tern_buffer_t> buffers;
+  std::vector<tern_executable_t> executables;
+  if (bytes < 3 * kAddElements * sizeof(float)) {
+    std::fprintf(stderr, "tern_workload: --bytes must be at least %llu\n",
+                 static_cast<unsigned long long>(3 * kAddElements * sizeof(float)));
+    return 2;
+  }
   std::vector<unsigned char> data(bytes, 0x5a);
   for (uint32_t d : devices) {
     tern_device_t device = nullptr;
@@ -110,6 +159,7 @@ int main(int argc, char** argv) {
     Check("tern_buffer_alloc", tern_buffer_alloc(device, &params, &buffer));
     Check("tern_buffer_write", tern_buffer_write(buffer, 0, data.data(), bytes));
     buffers.push_back(buffer);
+    executables.push_back(LoadAddExecutable(device));
     std::vector<uint32_t> cores = core_list;
     if (all) {
       tern_device_info_t info = {};
@@ -121,6 +171,7 @@ int main(int argc, char** argv) {
     for (uint32_t c : cores) {
       Lane lane;
       lane.buffer = buffer;
+      lane.executable = executables.back();
       Check("tern_core_open", tern_core_open(device, c, &lane.core));
       Check("tern_queue_create", tern_queue_create(lane.core, nullptr, &lane.queue));
       lanes.push_back(lane);
@@ -131,12 +182,17 @@ int main(int argc, char** argv) {
 
   // Small fills keep the load light on a 2-CPU machine while the counters grow.
   const uint64_t fill_bytes = std::min<uint64_t>(bytes, 256 * 1024) & ~3ull;
+  constexpr uint64_t kVectorBytes = kAddElements * sizeof(float);
   while (!g_stop && !StdinClosed()) {
     for (Lane& lane : lanes) {
       for (int i = 0; i < 8; ++i) {
         Check("tern_queue_fill",
               tern_queue_fill(lane.queue, lane.buffer, 0, fill_bytes, 0x01020304u, nullptr));
       }
+      const tern_binding_t inputs[2] = {{lane.buffer, 0}, {lane.buffer, kVectorBytes}};
+      const tern_binding_t outputs[1] = {{lane.buffer, 2 * kVectorBytes}};
+      Check("tern_queue_execute",
+            tern_queue_execute(lane.queue, lane.executable, 0, inputs, 2, outputs, 1, nullptr));
     }
     for (Lane& lane : lanes) {
       Check("tern_queue_synchronize", tern_queue_synchronize(lane.queue, TERN_TIMEOUT_INFINITE));
@@ -147,6 +203,9 @@ int main(int argc, char** argv) {
   for (Lane& lane : lanes) {
     Check("tern_queue_destroy", tern_queue_destroy(lane.queue));
     Check("tern_core_close", tern_core_close(lane.core));
+  }
+  for (tern_executable_t executable : executables) {
+    Check("tern_executable_unload", tern_executable_unload(executable));
   }
   for (tern_buffer_t buffer : buffers) Check("tern_buffer_free", tern_buffer_free(buffer));
   Check("tern_shutdown", tern_shutdown());
