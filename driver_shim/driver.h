@@ -93,16 +93,19 @@ struct CommandDetails {
 };
 
 struct Command {
+  // Field order matters: in a queue's ring a command follows an 8-byte
+  // sequence number, so the first line holds these four fields and dst, and
+  // the engine touches the second line only for commands that use its fields.
   CommandKind kind = CommandKind::kNop;
   uint32_t pattern = 0;
+  std::unique_ptr<CommandDetails> details;  // kWait, kExecute, kHostTask
+  std::shared_ptr<void> keep_alive;         // released when the command completes
   MemoryRef dst;
   MemoryRef src;
   uint64_t size = 0;
   void (*host_function)(void* user_data, tern_status_t status) = nullptr;
   void* host_user_data = nullptr;
   std::atomic<uint64_t>* timestamp_out = nullptr;
-  std::shared_ptr<void> keep_alive;         // released when the command completes
-  std::unique_ptr<CommandDetails> details;  // kWait, kExecute, kHostTask
 
   // The details, created on first use.
   CommandDetails& Details() {

@@ -17,6 +17,7 @@ constexpr uint64_t kEnginePollNs = 50'000;
 SimQueue::SimQueue(SimDevice* device, uint32_t core, std::string name)
     : device_(device), core_(core), name_(std::move(name)) {
   tail_ = head_ = new Segment;
+  counters_ = &device_->registry().core_counters(device_->index(), core_);
   trace_track_ = trace::RegisterTrack(device_->index(), core_, name_);
   thread_ = std::thread([this] { Loop(); });
 }
@@ -43,7 +44,8 @@ Status SimQueue::Submit(Command command, uint64_t* out_sequence) {
   if (stopping_.load(std::memory_order_relaxed)) {
     return MakeStatus(TERN_ERROR_FAILED_PRECONDITION, "queue '{}' is being destroyed", name_);
   }
-  const uint64_t sequence = ++submitted_;
+  const uint64_t sequence = submitted_.load(std::memory_order_relaxed) + 1;
+  submitted_.store(sequence, std::memory_order_release);
   const uint32_t index = static_cast<uint32_t>((sequence - 1) % kSlotsPerSegment);
   Slot& slot = tail_->slots[index];
   slot.command = std::move(command);
@@ -63,15 +65,12 @@ Status SimQueue::Submit(Command command, uint64_t* out_sequence) {
   return OkStatus();
 }
 
-uint64_t SimQueue::submitted() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return submitted_;
-}
+uint64_t SimQueue::submitted() const { return submitted_.load(std::memory_order_acquire); }
 
 void SimQueue::ClearError() {
   std::lock_guard<std::mutex> lock(mutex_);
-  resume_after_ = submitted_;
-  completion_->ClearFailure(submitted_);
+  resume_after_ = submitted_.load(std::memory_order_relaxed);
+  completion_->ClearFailure(resume_after_);
 }
 
 std::string SimQueue::Describe(uint64_t sequence, const Command& command) const {
@@ -127,7 +126,7 @@ Status SimQueue::Execute(uint64_t sequence, Command& command) {
   const uint64_t end = MonotonicNs();
   if (trace_track_ != 0) TraceCommand(sequence, command, start, end, status);
 
-  CoreCounters& counters = device_->registry().core_counters(device_->index(), core_);
+  CoreCounters& counters = *counters_;
   counters.commands.fetch_add(1, std::memory_order_relaxed);
   if (command.kind != CommandKind::kWait) {
     counters.busy_ns.fetch_add(end - start, std::memory_order_relaxed);
@@ -204,8 +203,10 @@ void SimQueue::Loop() {
     Slot& slot = head_->slots[index];
     if (!AwaitSlot(slot, next)) return;
     (void)Execute(next, slot.command);
-    // Release what the command kept alive before the waiter wakes up.
-    slot.command = Command();
+    // Release what the command kept alive before the waiter wakes up. The
+    // other fields stay: the next submitter to use the slot overwrites them.
+    if (slot.command.keep_alive) slot.command.keep_alive.reset();
+    if (slot.command.details) slot.command.details.reset();
     completion_->Signal(next);
     ++next;
     if (++index == kSlotsPerSegment) {

@@ -24,6 +24,7 @@
 namespace tern::sim {
 
 class SimDevice;
+struct CoreCounters;
 
 class SimQueue final : public driver::HwQueue {
  public:
@@ -64,8 +65,9 @@ class SimQueue final : public driver::HwQueue {
   const uint32_t core_;
   const std::string name_;
 
-  mutable std::mutex mutex_;   // submitters, ClearError(), the destructor
-  uint64_t submitted_ = 0;     // guarded by mutex_
+  mutable std::mutex mutex_;  // submitters, ClearError(), the destructor
+  // Written under mutex_; read without it (submitted() is on every wait's path).
+  std::atomic<uint64_t> submitted_{0};
   Segment* tail_;              // guarded by mutex_: the segment being filled
   uint64_t resume_after_ = 0;  // guarded by mutex_: ClearError() point
   std::atomic<bool> stopping_{false};
@@ -76,8 +78,9 @@ class SimQueue final : public driver::HwQueue {
   std::shared_ptr<Timeline> completion_ = std::make_shared<Timeline>();
 
   // Engine-thread state.
-  Segment* head_;             // the segment being drained
-  uint32_t trace_track_ = 0;  // 0: tracing off
+  Segment* head_;                     // the segment being drained
+  uint32_t trace_track_ = 0;          // 0: tracing off
+  CoreCounters* counters_ = nullptr;  // this core's live counters, in the node registry
   bool halted_ = false;
   uint64_t halted_at_ = 0;
 
