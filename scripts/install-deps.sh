@@ -10,6 +10,8 @@ packages=(
   libflatbuffers-dev flatbuffers-compiler libxxhash-dev libdnnl-dev
   libcli11-dev libncurses-dev nlohmann-json3-dev
   clang libclang-rt-14-dev
+  iproute2                     # collectives: the two-host test's network namespaces
+  openmpi-bin libopenmpi-dev   # collectives: the comparison in scripts/bench-collectives.sh
 )
 
 missing=()

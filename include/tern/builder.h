@@ -59,8 +59,9 @@ TERN_API tern_status_t tern_builder_create(const char* target, tern_builder_t* o
 /* Destroys a builder. Thread-safety: not with other calls on this builder. */
 TERN_API tern_status_t tern_builder_destroy(tern_builder_t builder);
 
-/* Appends `size` bytes of constants aligned to `alignment` (power of two, at
- * least 64) and stores their offset in the constants segment.
+/* Appends `size` bytes of constants aligned to `alignment` and stores their
+ * offset in the constants segment. `alignment` is 0 or a power of two up to
+ * 4096; anything below 64 (0 included) means 64. `data` is copied.
  * Thread-safety: not concurrently on one builder. */
 TERN_API tern_status_t tern_builder_add_constants(tern_builder_t builder, const void* data,
                                                   uint64_t size, uint64_t alignment,
@@ -84,7 +85,11 @@ TERN_API tern_status_t tern_builder_add_output(tern_builder_t builder, const cha
  * Thread-safety: not concurrently on one builder. */
 TERN_API tern_status_t tern_builder_set_scratch(tern_builder_t builder, uint64_t bytes);
 
-/* Appends an instruction to the current function.
+/* Appends an instruction to the current function, after checking it against
+ * its opcode's rules (docs/isa.md) and its operands against the inputs,
+ * outputs and constants declared so far. Sync instructions (TERN_OP_SEM_*)
+ * take one more int here than in the file: the tern_engine_t of the stream
+ * they order (isa.h). Nothing is added when the call fails.
  * Thread-safety: not concurrently on one builder. */
 TERN_API tern_status_t tern_builder_add_instruction(tern_builder_t builder,
                                                     const tern_instruction_t* instruction);

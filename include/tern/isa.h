@@ -97,9 +97,20 @@ typedef enum tern_opcode_t {
   /* Collective (reserved: validated, not yet executable) */
   TERN_OP_ALL_REDUCE = 0x0600,
 
-  /* Sync: semaphores between the engines of a core */
-  TERN_OP_SEM_SIGNAL = 0x0700, /* ints [semaphore, increment] */
-  TERN_OP_SEM_WAIT = 0x0701    /* ints [semaphore, value]: wait until semaphore >= value */
+  /* Sync: semaphores between the engines of a core. No operands. A sync
+   * instruction runs on no engine of its own: it orders the engine stream
+   * that holds it. In a file (docs/executable-format.md) its ints are the
+   * two below and the stream says the engine. tern_builder_add_instruction()
+   * cannot guess the stream, so there it takes a third int, the
+   * tern_engine_t of the stream (TERN_ENGINE_DMA to TERN_ENGINE_COLLECTIVE):
+   * [semaphore, increment, engine] and [semaphore, value, engine]; the
+   * builder puts the instruction in that engine's stream of `core` and
+   * stores the first two ints. Semaphores 0..255 per core, all 0 when an
+   * execution starts; increment 1..2^32, value 0..2^40. */
+  TERN_OP_SEM_SIGNAL = 0x0700, /* ints [semaphore, increment] (builder: + engine): adds
+                                  increment once the stream's earlier instructions are done */
+  TERN_OP_SEM_WAIT = 0x0701    /* ints [semaphore, value] (builder: + engine): the rest of
+                                  the stream waits until semaphore >= value */
 } tern_opcode_t;
 
 typedef enum tern_unary_fn_t {

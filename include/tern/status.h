@@ -66,6 +66,16 @@ enum {
   TERN_ERROR_EXECUTABLE_INVALID = 400,     /* malformed or inconsistent: rejected at load */
   TERN_ERROR_EXECUTABLE_UNSUPPORTED = 401, /* newer format, unknown feature, target or opcode */
   TERN_ERROR_EXECUTABLE_CHECKSUM = 402,    /* the contents do not match their checksum */
+
+  /* 500–599: collectives. */
+  TERN_ERROR_COMM_PEER_LOST = 500, /* a peer rank's process died or its connection broke;
+                                      the message names its rank, host and pid */
+  TERN_ERROR_COMM_TIMEOUT = 501,   /* an operation or the bootstrap did not complete in time;
+                                      the message names the ranks waited for */
+  TERN_ERROR_COMM_MISMATCH = 502,  /* ranks called different operations (op, count, dtype,
+                                      reduction or root), or joined with different sizes */
+  TERN_ERROR_COMM_ABORTED = 503,   /* the communicator was aborted, here or by a peer */
+  TERN_ERROR_COMM_TRANSPORT = 504, /* the network or shared-memory transport failed */
 };
 
 /* Returns the symbolic name of `status` ("TERN_ERROR_OUT_OF_MEMORY"), or

@@ -32,5 +32,6 @@
 #include "tern/isa.h"
 #include "tern/executable.h"
 #include "tern/builder.h"
+#include "tern/comm.h"
 
 #endif /* TERN_TERN_H_ */

@@ -1266,12 +1266,24 @@ const char* RandomFnName(int64_t fn) {
   return fn >= 0 && fn < TERN_RANDOM_COUNT ? kRandomNames[fn] : nullptr;
 }
 
-void SetContiguousStrides(OperandDesc* desc) {
+bool SetContiguousStrides(OperandDesc* desc) {
+  // Each stride is the product of the dimensions inside it. The product of
+  // them all (the element count) is not a stride and is not computed, so a
+  // shape whose strides fit never overflows; those that do not fit (only
+  // possible with a dimension of 0 beside huge ones, or more elements than
+  // int64 counts) saturate at INT64_MAX instead of overflowing (undefined).
   int64_t stride = 1;
+  bool exact = true;
   for (int i = static_cast<int>(std::min<uint32_t>(desc->rank, TERN_MAX_RANK)) - 1; i >= 0; --i) {
     desc->strides[i] = stride;
-    stride *= desc->shape[i];
+    if (i == 0) break;
+    if (desc->shape[i] < 0) exact = false;
+    if (__builtin_mul_overflow(stride, desc->shape[i], &stride)) {
+      stride = INT64_MAX;
+      exact = false;
+    }
   }
+  return exact;
 }
 
 Status OperandExtent(const OperandDesc& desc, uint64_t* begin, uint64_t* end) {

@@ -46,8 +46,10 @@ const char* BinaryFnName(int64_t fn);
 const char* ReduceFnName(int64_t fn);
 const char* RandomFnName(int64_t fn);
 
-// Fills contiguous row-major strides for desc->shape.
-void SetContiguousStrides(OperandDesc* desc);
+// Fills contiguous row-major strides for desc->shape. Returns false when a
+// stride does not fit in int64 (it is then INT64_MAX) or a dimension is
+// negative; never overflows, whatever the shape (hostile files included).
+bool SetContiguousStrides(OperandDesc* desc);
 
 // The bytes [*begin, *end) of its segment that an operand can touch, given its
 // offset, shape and strides (negative strides are invalid). Fails on

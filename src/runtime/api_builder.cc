@@ -64,6 +64,7 @@ Status CheckShape(uint32_t rank, const int64_t* shape, const char* what) {
 
 Status AddTensor(tern_builder_t handle, bool input, const char* name, tern_dtype_t dtype,
                  uint32_t rank, const int64_t* shape, uint32_t* out_index) {
+  if (out_index != nullptr) *out_index = 0;
   exe::Builder* builder;
   TERN_RETURN_IF_ERROR(GetBuilder(handle, &builder));
   if (name == nullptr) return MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "name is NULL");
@@ -179,6 +180,7 @@ TERN_API tern_status_t tern_builder_destroy(tern_builder_t builder) {
 TERN_API tern_status_t tern_builder_add_constants(tern_builder_t builder, const void* data,
                                                   uint64_t size, uint64_t alignment,
                                                   uint64_t* out_offset) {
+  if (out_offset != nullptr) *out_offset = 0;
   exe::Builder* object;
   Status status = GetBuilder(builder, &object);
   if (status.ok() && out_offset == nullptr) {
@@ -196,6 +198,7 @@ TERN_API tern_status_t tern_builder_add_constants(tern_builder_t builder, const 
 
 TERN_API tern_status_t tern_builder_begin_function(tern_builder_t builder, const char* name,
                                                    uint32_t* out_function) {
+  if (out_function != nullptr) *out_function = 0;
   exe::Builder* object;
   Status status = GetBuilder(builder, &object);
   if (status.ok() && name == nullptr) {

@@ -375,8 +375,13 @@ TERN_API tern_status_t tern_executable_function_info(tern_executable_t executabl
     return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_info is NULL"));
   Status status =
       CheckStructSize(out_info->struct_size, sizeof(tern_function_info_t), "tern_function_info_t");
+  if (!status.ok()) return Report(status);
+  // Nothing stale on failure (tern.h): everything but struct_size is zeroed.
+  const uint32_t struct_size = out_info->struct_size;
+  std::memset(out_info, 0, sizeof(*out_info));
+  out_info->struct_size = struct_size;
   std::shared_ptr<ExecutableObject> object;
-  if (status.ok()) status = GetExecutable(executable, &object);
+  status = GetExecutable(executable, &object);
   if (!status.ok()) return Report(status);
   const auto& functions = object->program->functions;
   if (function >= functions.size()) {
@@ -400,8 +405,12 @@ TERN_API tern_status_t tern_executable_tensor_info(tern_executable_t executable,
     return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_info is NULL"));
   Status status =
       CheckStructSize(out_info->struct_size, sizeof(tern_tensor_info_t), "tern_tensor_info_t");
+  if (!status.ok()) return Report(status);
+  const uint32_t struct_size = out_info->struct_size;
+  std::memset(out_info, 0, sizeof(*out_info));
+  out_info->struct_size = struct_size;
   std::shared_ptr<ExecutableObject> object;
-  if (status.ok()) status = GetExecutable(executable, &object);
+  status = GetExecutable(executable, &object);
   if (!status.ok()) return Report(status);
   if (is_output != 0 && is_output != 1) {
     return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT,

@@ -22,6 +22,7 @@ enum class HandleKind : uint8_t {
   kQueue = 4,
   kEvent = 5,
   kExecutable = 6,
+  kComm = 7,
 };
 
 // Next generation for any handle of any table in this process.

@@ -72,6 +72,8 @@ struct EventObject {
 
 // A loaded executable (defined in src/runtime/api_executable.cc).
 struct ExecutableObject;
+// One rank of a communicator (defined in collectives/).
+struct CommObject;
 
 class Runtime {
  public:
@@ -85,6 +87,8 @@ class Runtime {
   HandleTable<QueueObject> queue_table{HandleKind::kQueue};
   HandleTable<EventObject> event_table{HandleKind::kEvent};
   HandleTable<ExecutableObject> executable_table{HandleKind::kExecutable};
+  // Communicators go with the runtime object, after its queues drained.
+  HandleTable<CommObject> comm_table{HandleKind::kComm};
 
   std::mutex host_mutex;
   std::vector<std::pair<void*, uint64_t>> host_allocations;  // guarded by host_mutex

@@ -1,6 +1,7 @@
 /* Compiled as C99 with -Wall -Wextra -Werror -pedantic by the build: every
  * public header must be valid C on its own and through the umbrella. */
 #include "tern/builder.h"
+#include "tern/comm.h"
 #include "tern/debug.h"
 #include "tern/executable.h"
 #include "tern/isa.h"

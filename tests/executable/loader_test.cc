@@ -470,6 +470,40 @@ TEST_F(LoaderTest, RejectsBadSyncParameters) {
   EXPECT_CONTAINS(ExpectLoad(data, TERN_ERROR_EXECUTABLE_INVALID), "semaphore 100000");
 }
 
+// The builder takes sync instructions as [semaphore, value, engine] and
+// files hold [semaphore, value] in that engine's stream (isa.h, docs/isa.md).
+TEST_F(LoaderTest, SyncInstructionsHoldTwoIntsInTheirEnginesStream) {
+  const Bytes data = exetest::BuildPipeline();
+  const auto module = exetest::UnpackModule(exetest::Decode(data));
+  int found = 0;
+  for (const auto& stream : module->functions[0]->streams) {
+    for (const auto& instruction : stream->instructions) {
+      if (instruction->opcode == TERN_OP_SEM_SIGNAL) {
+        EXPECT_EQ(stream->engine, TERN_ENGINE_DMA);
+        EXPECT_EQ(instruction->ints, (std::vector<int64_t>{0, 1}));
+        ++found;
+      } else if (instruction->opcode == TERN_OP_SEM_WAIT) {
+        EXPECT_EQ(stream->engine, TERN_ENGINE_VECTOR);
+        EXPECT_EQ(instruction->ints, (std::vector<int64_t>{0, 1}));
+        ++found;
+      }
+    }
+  }
+  EXPECT_EQ(found, 2);
+  // A file that carries the builder's third int is malformed.
+  const Bytes three = exetest::EditModule(data, [](tern::format::ModuleT* m) {
+    for (auto& stream : m->functions[0]->streams) {
+      for (auto& instruction : stream->instructions) {
+        if (instruction->opcode == TERN_OP_SEM_WAIT)
+          instruction->ints.push_back(TERN_ENGINE_VECTOR);
+      }
+    }
+  });
+  const std::string message = ExpectLoad(three, TERN_ERROR_EXECUTABLE_INVALID);
+  EXPECT_CONTAINS(message, "sem_wait");
+  EXPECT_CONTAINS(message, "takes 2 ints");
+}
+
 TEST_F(LoaderTest, RejectsDebugIndexOutOfRange) {
   const Bytes data = exetest::EditModule(exetest::BuildAdd(), [](tern::format::ModuleT* m) {
     m->functions[0]->streams[0]->instructions[0]->debug_op = 1;

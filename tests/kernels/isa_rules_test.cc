@@ -127,6 +127,56 @@ TEST(IsaExtentTest, ExtentsAndOverflow) {
   EXPECT_FALSE(OperandExtent(big_rank, &b, &e).ok());
 }
 
+// Hostile shapes: strides that do not fit saturate instead of overflowing
+// (UBSan checks the arithmetic in the ASan build), and the element count is
+// never formed, so shapes whose strides fit are exact up to the last bit.
+TEST(IsaExtentTest, ContiguousStridesNeverOverflow) {
+  OperandDesc d;
+  d.rank = 3;
+  d.shape = {1LL << 40, 1LL << 40, 1LL << 40};
+  EXPECT_FALSE(SetContiguousStrides(&d));
+  EXPECT_EQ(d.strides[2], 1);
+  EXPECT_EQ(d.strides[1], 1LL << 40);
+  EXPECT_EQ(d.strides[0], std::numeric_limits<int64_t>::max());
+  // Empty, with huge dimensions: the stride of dimension 1 does not fit;
+  // dimension 0's is 0 times it, which is exact again.
+  d.rank = 4;
+  d.shape = {3, 0, 1LL << 62, 1LL << 62};
+  EXPECT_FALSE(SetContiguousStrides(&d));
+  EXPECT_EQ(d.strides[3], 1);
+  EXPECT_EQ(d.strides[2], 1LL << 62);
+  EXPECT_EQ(d.strides[1], std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(d.strides[0], 0);
+  // The largest strides that fit: [2, 2^62] has strides [2^62, 1] although
+  // its 2^63 elements do not fit in int64.
+  d.rank = 2;
+  d.shape = {2, 1LL << 62};
+  EXPECT_TRUE(SetContiguousStrides(&d));
+  EXPECT_EQ(d.strides[0], 1LL << 62);
+  EXPECT_EQ(d.strides[1], 1);
+  d.rank = 8;
+  d.shape = {std::numeric_limits<int64_t>::max(), 1, 1, 1, 1, 1, 1, 1};
+  EXPECT_TRUE(SetContiguousStrides(&d));
+  EXPECT_EQ(d.strides[0], 1);
+  d.shape = {1, 1, 1, 1, 1, 1, 3, std::numeric_limits<int64_t>::max()};
+  EXPECT_FALSE(SetContiguousStrides(&d));
+  EXPECT_EQ(d.strides[6], std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(d.strides[5], std::numeric_limits<int64_t>::max());
+  // Negative dimensions (a hostile file) are reported, not trusted.
+  d.rank = 2;
+  d.shape = {4, -3};
+  EXPECT_FALSE(SetContiguousStrides(&d));
+  // Ordinary shapes, and rank 0.
+  d.rank = 3;
+  d.shape = {2, 3, 4};
+  EXPECT_TRUE(SetContiguousStrides(&d));
+  EXPECT_EQ(d.strides[0], 12);
+  EXPECT_EQ(d.strides[1], 4);
+  EXPECT_EQ(d.strides[2], 1);
+  d.rank = 0;
+  EXPECT_TRUE(SetContiguousStrides(&d));
+}
+
 TEST(IsaValidateTest, StructureOfOperands) {
   EXPECT_TRUE(Rejects(V(0x0250, {}), {"unknown opcode 0x0250"}, TERN_ERROR_EXECUTABLE_UNSUPPORTED));
   EXPECT_TRUE(

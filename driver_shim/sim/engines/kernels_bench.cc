@@ -5,8 +5,11 @@
 //   elementwise add and gelu f32 on 16M elements: GB/s (bytes read + written)
 //     beside memcpy moving the same bytes, on one thread and on all threads
 //     (target >= 0.7x of the better).
-// Usage: tern_kernels_bench [--quick] [--matmul | --elementwise]
-//   --quick: small sizes, for a smoke run; --matmul / --elementwise: one part.
+//   --unary: every f32 unary function on one core (CPU time) beside memcpy,
+//     to find the transcendental functions that are still slow.
+// Usage: tern_kernels_bench [--quick] [--matmul | --elementwise | --unary]
+//   --quick: small sizes, for a smoke run; --matmul / --elementwise /
+//   --unary: one part (--unary only runs when asked for).
 #include <omp.h>
 
 #include <algorithm>
@@ -225,10 +228,48 @@ void BenchElementwise(int64_t n) {
   }
 }
 
+// Every f32 unary function (inputs in a range where it is defined) on one
+// core in CPU time, beside memcpy of the same bytes.
+void BenchUnary(int64_t n) {
+  std::vector<float> in(n), out(n);
+  std::vector<uint8_t> src(n * 4), dst(n * 4);
+  std::memset(src.data(), 1, src.size());
+  std::memset(dst.data(), 0, dst.size());
+  const double bytes = 8.0 * n;
+  const double copy_cpu = BestCpuTime([&] { std::memcpy(dst.data(), src.data(), n * 4); }, 10);
+  std::printf("unary f32 %lldM on 1 core (CPU time); memcpy of the same bytes: %.1f GB/s\n",
+              static_cast<long long>(n >> 20), bytes / copy_cpu / 1e9);
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  for (int64_t fn = 0; fn < TERN_UNARY_COUNT; ++fn) {
+    if (fn == TERN_UNARY_BITWISE_NOT) continue;  // integers only
+    // Arguments inside every function's domain: (0, 1) for asin/acos/log,
+    // (-4, 4) otherwise.
+    const bool unit = fn == TERN_UNARY_ASIN || fn == TERN_UNARY_ACOS || fn == TERN_UNARY_LOG ||
+                      fn == TERN_UNARY_LOG2 || fn == TERN_UNARY_LOG1P || fn == TERN_UNARY_SQRT ||
+                      fn == TERN_UNARY_RSQRT;
+    std::mt19937 rng(3);
+    std::uniform_real_distribution<float> dist(unit ? 0.001f : -4.0f, unit ? 0.999f : 4.0f);
+    for (int64_t i = 0; i < n; ++i) in[i] = dist(rng);
+    std::vector<double> floats;
+    if (fn == TERN_UNARY_CLAMP) floats = {-1.0, 1.0};
+    if (fn == TERN_UNARY_POW_SCALAR) floats = {1.5};
+    if (fn == TERN_UNARY_AFFINE) floats = {2.0, 1.0};
+    const tern_dtype_t odt =
+        fn == TERN_UNARY_ISNAN || fn == TERN_UNARY_LOGICAL_NOT ? TERN_DTYPE_BOOL : TERN_DTYPE_F32;
+    Op op(TERN_OP_UNARY, {Desc(odt, {n}), Desc(TERN_DTYPE_F32, {n})}, {out.data(), in.data()}, {fn},
+          floats);
+    const double ours = BestCpuTime([&] { op.Run(); }, 5);
+    std::printf("  %-12s %7.1f GB/s  ratio %.2f\n", tern::isa::UnaryFnName(fn), bytes / ours / 1e9,
+                copy_cpu / ours);
+  }
+  omp_set_num_threads(threads);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false, matmul = true, elementwise = true;
+  bool quick = false, matmul = true, elementwise = true, unary = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) {
       quick = true;
@@ -236,8 +277,11 @@ int main(int argc, char** argv) {
       elementwise = false;
     } else if (std::strcmp(argv[i], "--elementwise") == 0) {
       matmul = false;
+    } else if (std::strcmp(argv[i], "--unary") == 0) {
+      matmul = elementwise = false;
+      unary = true;
     } else {
-      std::fprintf(stderr, "usage: %s [--quick] [--matmul | --elementwise]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--quick] [--matmul | --elementwise | --unary]\n", argv[0]);
       return 2;
     }
   }
@@ -250,6 +294,7 @@ int main(int argc, char** argv) {
     }
   }
   if (elementwise) BenchElementwise(quick ? (int64_t{1} << 20) : (int64_t{16} << 20));
+  if (unary) BenchUnary(quick ? (int64_t{1} << 20) : (int64_t{4} << 20));
   std::printf("%s\n", failures ? "some targets missed" : "all targets met");
   return 0;
 }

@@ -537,7 +537,7 @@ void UnaryF32(int64_t fn, UnaryParams p, float* o, const float* in, int64_t n) {
     case TERN_UNARY_EXP:
       TERN_LOOP1(num::Exp(x));
     case TERN_UNARY_LOG:
-      TERN_LOOP1(std::log(x));
+      TERN_LOOP1(num::Log(x));
     case TERN_UNARY_SQRT:
       TERN_LOOP1(std::sqrt(x));
     case TERN_UNARY_RSQRT:
@@ -559,7 +559,7 @@ void UnaryF32(int64_t fn, UnaryParams p, float* o, const float* in, int64_t n) {
     case TERN_UNARY_SILU:
       TERN_LOOP1(num::Silu(x));
     case TERN_UNARY_ERF:
-      TERN_LOOP1(std::erf(x));
+      TERN_LOOP1(num::Erf(x));
     case TERN_UNARY_FLOOR:
       TERN_LOOP1(std::floor(x));
     case TERN_UNARY_CEIL:
@@ -575,15 +575,15 @@ void UnaryF32(int64_t fn, UnaryParams p, float* o, const float* in, int64_t n) {
     case TERN_UNARY_LOGICAL_NOT:
       TERN_LOOP1(x == 0.0f ? 1.0f : 0.0f);
     case TERN_UNARY_EXPM1:
-      TERN_LOOP1(std::expm1(x));
+      TERN_LOOP1(num::Expm1(x));
     case TERN_UNARY_LOG1P:
-      TERN_LOOP1(std::log1p(x));
+      TERN_LOOP1(num::Log1p(x));
     case TERN_UNARY_SQUARE:
       TERN_LOOP1(x * x);
     case TERN_UNARY_LEAKY_RELU:
       TERN_LOOP1(x > 0.0f ? x : x * p0);
     case TERN_UNARY_ELU:
-      TERN_LOOP1(x > 0.0f ? x : p0 * std::expm1(x));
+      TERN_LOOP1(x > 0.0f ? x : p0 * num::Expm1(x));
     case TERN_UNARY_POW_SCALAR:
       if (p0 == 2.0f) {
         TERN_LOOP1(x * x);
@@ -693,7 +693,7 @@ void UnaryI64(int64_t fn, UnaryParams p, const std::vector<double>& floats, bool
   return
 
 TERN_INLINE float GeluGrad(float x) {
-  float cdf = 0.5f * num::Erfc(-x * num::kSqrt1_2);
+  float cdf = 0.5f + 0.5f * num::Erf(x * num::kSqrt1_2);
   float pdf = kInvSqrt2Pi * num::Exp(-0.5f * x * x);
   return cdf + x * pdf;
 }

@@ -1,0 +1,786 @@
+// The tern_comm_* functions: argument checks, handles, and the queue
+// commands that run the operations.
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <thread>
+
+#include "bootstrap.h"
+#include "comm_config.h"
+#include "comm_kernels.h"
+#include "common/logging.h"
+#include "communicator.h"
+#include "runtime/runtime.h"
+#include "tern/comm.h"
+
+namespace tern::comm {
+namespace {
+
+Status LookupComm(Runtime* rt, tern_comm_t handle, std::shared_ptr<Communicator>* out) {
+  auto object = rt->comm_table.Lookup(reinterpret_cast<uint64_t>(handle));
+  if (!object || !object->comm) {
+    return MakeStatus(TERN_ERROR_INVALID_HANDLE,
+                      "comm is not a live communicator handle (NULL, already destroyed or aborted, "
+                      "or another kind of handle); create one with tern_comm_init_rank()");
+  }
+  *out = object->comm;
+  return OkStatus();
+}
+
+tern_comm_t InsertComm(Runtime* rt, std::shared_ptr<Communicator> comm) {
+  auto object = std::make_shared<CommObject>();
+  object->comm = std::move(comm);
+  return reinterpret_cast<tern_comm_t>(rt->comm_table.Insert(std::move(object)));
+}
+
+Status NameFromConfig(const tern_comm_config_t* config, std::string* out) {
+  out->clear();
+  if (config != nullptr && config->struct_size >= sizeof(tern_comm_config_t) &&
+      config->name != nullptr) {
+    *out = config->name;
+  }
+  return OkStatus();
+}
+
+// An operation's queue command holds one of these; whether it ran or was
+// skipped (its queue had failed earlier), it settles the books when the
+// command goes away.
+struct Ticket {
+  std::shared_ptr<Communicator> comm;
+  OpDesc op;
+  uint64_t record = 0;
+  bool ran = false;
+  const QueueObject* queue = nullptr;  // alive while its commands are
+  ~Ticket() {
+    if (!ran) {
+      comm->recorder().Finish(record, FlightRecorder::kSkipped, TERN_ERROR_ABORTED);
+      // The other ranks would wait for this rank forever: fail the
+      // communicator everywhere instead.
+      comm->Fail(MakeStatus(TERN_ERROR_COMM_ABORTED,
+                            "rank {} did not run operation #{} ({}): its queue '{}' had failed "
+                            "earlier and skipped it, so the ranks are out of step",
+                            comm->rank(), op.sequence, Describe(op), queue->name),
+                 /*broadcast=*/true);
+    }
+    comm->RemoveInflight();
+  }
+};
+
+// The command's name ("all_reduce sum fp32 count=1024 comm 0x.. rank 1"):
+// loops enqueue the same operation over and over, so the last name made on
+// this thread is reused when it fits.
+const std::string& CommandName(const Communicator& comm, const OpDesc& op) {
+  struct Cache {
+    const Communicator* comm = nullptr;
+    OpKind kind;
+    tern_dtype_t dtype;
+    tern_comm_redop_t redop;
+    uint64_t count;
+    uint32_t root;
+    size_t group;
+    std::string name;
+  };
+  thread_local Cache cache;
+  if (cache.comm != &comm || cache.kind != op.kind || cache.dtype != op.dtype || cache.redop != op.redop ||
+      cache.count != op.count || cache.root != op.root || cache.group != op.group.size()) {
+    cache.comm = &comm;
+    cache.kind = op.kind;
+    cache.dtype = op.dtype;
+    cache.redop = op.redop;
+    cache.count = op.count;
+    cache.root = op.root;
+    cache.group = op.group.size();
+    cache.name = fmt::format("{} comm {} rank {}", Describe(op), comm.label(), comm.rank());
+  }
+  return cache.name;
+}
+
+Status Submit(const std::shared_ptr<Communicator>& comm, QueueObject& queue, OpDesc op) {
+  auto ticket = std::make_shared<Ticket>();
+  ticket->comm = comm;
+  ticket->queue = &queue;
+  driver::Command command;
+  command.kind = driver::CommandKind::kHostTask;
+  command.Details().host_task_name = CommandName(*comm, op);
+  ticket->op = std::move(op);
+  ticket->record = comm->recorder().Add(ticket->op);
+  comm->AddInflight();
+  command.Details().host_task = [ticket]() {
+    ticket->ran = true;
+    return ticket->comm->Run(ticket->op, ticket->record);
+  };
+  uint64_t sequence = 0;
+  return queue.hw->Submit(std::move(command), &sequence);
+}
+
+Status SubmitNop(QueueObject& queue) {
+  driver::Command command;
+  command.kind = driver::CommandKind::kNop;
+  uint64_t sequence = 0;
+  return queue.hw->Submit(std::move(command), &sequence);
+}
+
+// Thread-local group of sends and receives (tern_comm_group_start/end).
+struct PendingP2P {
+  std::shared_ptr<Communicator> comm;
+  std::shared_ptr<QueueObject> queue;
+  P2P op;
+};
+struct GroupState {
+  int depth = 0;
+  std::vector<PendingP2P> ops;
+};
+thread_local GroupState t_group;
+
+// What every operation checks and resolves.
+struct Prepared {
+  Runtime* rt = nullptr;
+  std::shared_ptr<Communicator> comm;
+  std::shared_ptr<QueueObject> queue;
+};
+
+Status Prepare(tern_comm_t comm, tern_queue_t queue, Prepared* out) {
+  TERN_RETURN_IF_ERROR(GetRuntime(&out->rt));
+  TERN_RETURN_IF_ERROR(LookupComm(out->rt, comm, &out->comm));
+  TERN_RETURN_IF_ERROR(LookupQueue(out->rt, queue, "queue", &out->queue));
+  if (out->queue->core != out->comm->core()) {
+    return MakeStatus(
+        TERN_ERROR_INVALID_ARGUMENT,
+        "queue '{}' runs on device {} core {}, but rank {} of communicator {} is core "
+        "{} of device {}: enqueue the communicator's operations on a queue of its core",
+        out->queue->name, out->queue->core->device->index, out->queue->core->index,
+        out->comm->rank(), out->comm->label(), out->comm->core()->index,
+        out->comm->core()->device->index);
+  }
+  if (out->comm->failed()) {
+    Status why = out->comm->failure();
+    return Status(why.code(),
+                  fmt::format("communicator {} failed earlier and cannot run operations: "
+                              "{}; destroy it and create a new one",
+                              out->comm->label(), why.message()));
+  }
+  return OkStatus();
+}
+
+Status CheckDtype(tern_dtype_t dtype_in, size_t* out_size) {
+  const int32_t value = static_cast<int32_t>(dtype_in);
+  if (value < 0 || value >= TERN_DTYPE_COUNT || DtypeSize(static_cast<tern_dtype_t>(value)) == 0) {
+    return MakeStatus(
+        TERN_ERROR_INVALID_ARGUMENT,
+        "dtype {} is not supported by collectives: use fp32, bf16, fp16, int8, int32 or "
+        "int64",
+        value);
+  }
+  *out_size = DtypeSize(dtype_in);
+  return OkStatus();
+}
+
+Status CheckRedop(tern_comm_redop_t op_in) {
+  const int32_t value = static_cast<int32_t>(op_in);
+  if (value < 0 || value >= TERN_COMM_REDOP_COUNT) {
+    return MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
+                      "reduction {} is not one of TERN_COMM_SUM, PROD, MAX, MIN, AVG", value);
+  }
+  return OkStatus();
+}
+
+Status CheckRank(uint32_t value, uint32_t size, const char* what) {
+  if (value >= size) {
+    return MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
+                      "{} {} is out of range: the communicator has {} ranks (0-{})", what, value,
+                      size, size - 1);
+  }
+  return OkStatus();
+}
+
+// A device range as the engines see it, on the communicator's device.
+Status Resolve(const Prepared& p, tern_buffer_t buffer, uint64_t offset, uint64_t bytes,
+               const char* arg, uint8_t** out) {
+  std::shared_ptr<BufferObject> object;
+  TERN_RETURN_IF_ERROR(LookupBuffer(p.rt, buffer, arg, &object));
+  TERN_RETURN_IF_ERROR(CheckBufferRange(*object, offset, bytes, arg));
+  DeviceObject* device = p.comm->core()->device;
+  if (object->device != device) {
+    return MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
+                      "{} lives on device {}, but rank {} of communicator {} runs on device {}: "
+                      "collectives read and write the rank's own device memory",
+                      arg, object->device->index, p.comm->rank(), p.comm->label(), device->index);
+  }
+  void* address = device->hw->EngineAddress(object->offset + offset, std::max<uint64_t>(bytes, 1));
+  if (address == nullptr) {
+    return MakeStatus(TERN_ERROR_UNIMPLEMENTED,
+                      "the '{}' driver backend gives the host no access to device memory, which "
+                      "collectives need",
+                      p.rt->driver->name());
+  }
+  *out = static_cast<uint8_t*>(address);
+  return OkStatus();
+}
+
+Status CheckBytes(uint64_t count, size_t element, uint64_t factor, uint64_t* out) {
+  if (count > UINT64_MAX / element / std::max<uint64_t>(factor, 1)) {
+    return MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "count {} is too large", count);
+  }
+  *out = count * element;
+  return OkStatus();
+}
+
+bool Overlap(const uint8_t* a, uint64_t a_bytes, const uint8_t* b, uint64_t b_bytes) {
+  return a < b + b_bytes && b < a + a_bytes;
+}
+
+Status NotInGroup(const char* what) {
+  if (t_group.depth > 0) {
+    return MakeStatus(
+        TERN_ERROR_FAILED_PRECONDITION,
+        "{} cannot be part of a group: only tern_comm_send and tern_comm_recv can; end "
+        "the group with tern_comm_group_end() first",
+        what);
+  }
+  return OkStatus();
+}
+
+// The collectives with a send and a receive range of the same size:
+// all-reduce, broadcast, reduce.
+Status EnqueueSymmetric(OpKind kind, tern_comm_t comm, tern_buffer_t send, uint64_t send_offset,
+                        tern_buffer_t recv, uint64_t recv_offset, uint64_t count,
+                        tern_dtype_t dtype, tern_comm_redop_t redop, uint32_t root,
+                        tern_queue_t queue) {
+  TERN_RETURN_IF_ERROR(NotInGroup(OpKindName(kind)));
+  Prepared p;
+  TERN_RETURN_IF_ERROR(Prepare(comm, queue, &p));
+  size_t element = 0;
+  TERN_RETURN_IF_ERROR(CheckDtype(dtype, &element));
+  if (kind != OpKind::kBroadcast) TERN_RETURN_IF_ERROR(CheckRedop(redop));
+  if (kind != OpKind::kAllReduce) TERN_RETURN_IF_ERROR(CheckRank(root, p.comm->size(), "root"));
+  uint64_t bytes = 0;
+  TERN_RETURN_IF_ERROR(CheckBytes(count, element, 1, &bytes));
+  const uint32_t rank = p.comm->rank();
+  const bool uses_send = kind != OpKind::kBroadcast || rank == root;
+  const bool uses_recv = kind != OpKind::kReduce || rank == root;
+  OpDesc op;
+  op.kind = kind;
+  op.dtype = dtype;
+  op.redop = kind == OpKind::kBroadcast ? TERN_COMM_SUM : redop;
+  op.count = count;
+  op.root = kind == OpKind::kAllReduce ? 0 : root;
+  if (uses_send) TERN_RETURN_IF_ERROR(Resolve(p, send, send_offset, bytes, "send", &op.send));
+  if (uses_recv) TERN_RETURN_IF_ERROR(Resolve(p, recv, recv_offset, bytes, "recv", &op.recv));
+  if (op.send != nullptr && op.recv != nullptr && op.send != op.recv &&
+      Overlap(op.send, bytes, op.recv, bytes)) {
+    return MakeStatus(
+        TERN_ERROR_INVALID_ARGUMENT,
+        "the send and recv ranges of {} overlap without being the same: pass the same "
+        "buffer and offset twice for in place, or ranges that do not overlap",
+        OpKindName(kind));
+  }
+  if (count == 0) return SubmitNop(*p.queue);
+  op.sequence = p.comm->NextCollectiveSequence();
+  op.signature = Signature(kind, dtype, op.redop, count, op.root);
+  return Submit(p.comm, *p.queue, std::move(op));
+}
+
+}  // namespace
+}  // namespace tern::comm
+
+extern "C" {
+
+using namespace tern;
+using namespace tern::comm;
+
+TERN_API tern_status_t tern_comm_get_unique_id(tern_comm_unique_id_t* out_id) {
+  if (out_id == nullptr) return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_id is NULL"));
+  std::memset(out_id, 0, sizeof(*out_id));
+  CommConfig config;
+  Status status = LoadConfig(nullptr, &config);
+  UniqueId id;
+  if (status.ok()) status = CreateUniqueId(config.init_timeout_ns, &id);
+  if (status.ok()) status = EncodeUniqueId(id, out_id);
+  return Report(status);
+}
+
+namespace {
+
+Status InitRank(tern_core_t core, uint32_t size, const tern_comm_unique_id_t* id, uint32_t rank,
+                const tern_comm_config_t* config, tern_comm_t* out_comm, const UniqueId* decoded) {
+  Runtime* rt;
+  TERN_RETURN_IF_ERROR(GetRuntime(&rt));
+  InitParams params;
+  TERN_RETURN_IF_ERROR(LookupCore(rt, core, "core", &params.core));
+  params.core_handle = core;
+  if (size == 0 || size > kMaxRanks) {
+    return MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "size {} is out of range: 1 to {} ranks", size,
+                      kMaxRanks);
+  }
+  TERN_RETURN_IF_ERROR(CheckRank(rank, size, "rank"));
+  if (decoded != nullptr) {
+    params.id = *decoded;
+  } else {
+    if (id == nullptr) return MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "id is NULL");
+    TERN_RETURN_IF_ERROR(DecodeUniqueId(*id, &params.id));
+  }
+  TERN_RETURN_IF_ERROR(LoadConfig(config, &params.config));
+  TERN_RETURN_IF_ERROR(NameFromConfig(config, &params.name));
+  params.size = size;
+  params.rank = rank;
+  std::shared_ptr<Communicator> comm;
+  TERN_RETURN_IF_ERROR(Communicator::Create(params, &comm));
+  *out_comm = InsertComm(rt, std::move(comm));
+  return OkStatus();
+}
+
+}  // namespace
+
+TERN_API tern_status_t tern_comm_init_rank(tern_core_t core, uint32_t size,
+                                           const tern_comm_unique_id_t* id, uint32_t rank,
+                                           const tern_comm_config_t* config,
+                                           tern_comm_t* out_comm) {
+  if (out_comm == nullptr)
+    return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_comm is NULL"));
+  *out_comm = nullptr;
+  return Report(InitRank(core, size, id, rank, config, out_comm, nullptr));
+}
+
+TERN_API tern_status_t tern_comm_init_all(const tern_core_t* cores, uint32_t count,
+                                          const tern_comm_config_t* config,
+                                          tern_comm_t* out_comms) {
+  if (out_comms == nullptr)
+    return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_comms is NULL"));
+  if (cores == nullptr) return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "cores is NULL"));
+  if (count == 0 || count > kMaxRanks) {
+    return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "count {} is out of range: 1 to {}",
+                             count, kMaxRanks));
+  }
+  std::fill(out_comms, out_comms + count, nullptr);
+  Runtime* rt;
+  Status status = GetRuntime(&rt);
+  if (!status.ok()) return Report(status);
+  for (uint32_t i = 0; i < count; ++i) {
+    std::shared_ptr<CoreObject> core;
+    status = LookupCore(rt, cores[i], fmt::format("cores[{}]", i).c_str(), &core);
+    if (!status.ok()) return Report(status);
+    for (uint32_t j = 0; j < i; ++j) {
+      if (cores[j] == cores[i]) {
+        return Report(MakeStatus(
+            TERN_ERROR_INVALID_ARGUMENT,
+            "cores[{}] and cores[{}] are the same core: every rank needs its own", j, i));
+      }
+    }
+  }
+  CommConfig checked;
+  status = LoadConfig(config, &checked);
+  UniqueId id;
+  if (status.ok()) status = CreateUniqueId(checked.init_timeout_ns, &id);
+  if (!status.ok()) return Report(status);
+  std::vector<Status> results(count);
+  std::vector<std::thread> threads;
+  for (uint32_t i = 1; i < count; ++i) {
+    threads.emplace_back(
+        [&, i] { results[i] = InitRank(cores[i], count, nullptr, i, config, &out_comms[i], &id); });
+  }
+  results[0] = InitRank(cores[0], count, nullptr, 0, config, &out_comms[0], &id);
+  for (auto& t : threads) t.join();
+  Status first;
+  for (const Status& s : results) {
+    // A rank that failed first is the cause; the others time out on it.
+    if (!s.ok() && (first.ok() || first.code() == TERN_ERROR_COMM_TIMEOUT)) first = s;
+  }
+  if (!first.ok()) {
+    for (uint32_t i = 0; i < count; ++i) {
+      if (out_comms[i] == nullptr) continue;
+      if (auto object = rt->comm_table.Remove(reinterpret_cast<uint64_t>(out_comms[i])))
+        object->comm->Close(false);
+      out_comms[i] = nullptr;
+    }
+  }
+  return Report(first);
+}
+
+TERN_API tern_status_t tern_comm_init_from_env(tern_core_t core, const tern_comm_config_t* config,
+                                               tern_comm_t* out_comm) {
+  if (out_comm == nullptr)
+    return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_comm is NULL"));
+  *out_comm = nullptr;
+  auto env = [](const char* a, const char* b) -> const char* {
+    const char* v = std::getenv(a);
+    if ((v == nullptr || *v == '\0') && b != nullptr) v = std::getenv(b);
+    return (v == nullptr || *v == '\0') ? nullptr : v;
+  };
+  auto number = [](const char* text, uint32_t* out) {
+    char* end = nullptr;
+    const unsigned long v = std::strtoul(text, &end, 10);
+    if (end == text || *end != '\0' || v > UINT32_MAX) return false;
+    *out = static_cast<uint32_t>(v);
+    return true;
+  };
+  std::string address;
+  if (const char* id = env("TERN_COMM_ID", nullptr)) {
+    address = id;
+  } else if (const char* host = env("MASTER_ADDR", nullptr)) {
+    const char* port_text = env("MASTER_PORT", nullptr);
+    uint32_t port = 0;
+    if (port_text == nullptr || !number(port_text, &port) || port == 0 || port >= 65535) {
+      return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
+                               "MASTER_ADDR is set but MASTER_PORT is missing or not a port number "
+                               "below 65535; tern serves its bootstrap on MASTER_PORT + 1"));
+    }
+    address = fmt::format("{}:{}", host, port + 1);
+  } else {
+    return Report(
+        MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
+                   "tern_comm_init_from_env needs TERN_COMM_ID=host:port (the bootstrap root, "
+                   "served by rank 0), or MASTER_ADDR and MASTER_PORT as torchrun sets them"));
+  }
+  uint32_t rank = 0, size = 0;
+  const char* rank_text = env("TERN_COMM_RANK", "RANK");
+  const char* size_text = env("TERN_COMM_WORLD_SIZE", "WORLD_SIZE");
+  if (rank_text == nullptr || !number(rank_text, &rank)) {
+    return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
+                             "TERN_COMM_RANK (or RANK) is {}: set it to this process's rank",
+                             rank_text ? fmt::format("'{}', not a number", rank_text) : "not set"));
+  }
+  if (size_text == nullptr || !number(size_text, &size)) {
+    return Report(
+        MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
+                   "TERN_COMM_WORLD_SIZE (or WORLD_SIZE) is {}: set it to the number of ranks",
+                   size_text ? fmt::format("'{}', not a number", size_text) : "not set"));
+  }
+  UniqueId id;
+  Status status = ParseHostPort(address, &id.root);
+  if (!status.ok()) {
+    return Report(status.WithContext("TERN_COMM_ID (or MASTER_ADDR:MASTER_PORT+1)"));
+  }
+  // Every rank derives the same nonce from the address.
+  uint64_t nonce = 1469598103934665603ull;
+  for (char c : address) nonce = (nonce ^ static_cast<uint8_t>(c)) * 1099511628211ull;
+  id.nonce = nonce | 1;
+  if (rank == 0 && size > 0) {
+    CommConfig checked;
+    status = LoadConfig(config, &checked);
+    SockAddr bind = id.root;
+    if (status.ok() && !IsLocalAddress(bind)) {
+      return Report(
+          MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
+                     "rank 0 serves the bootstrap on {}, but that address does not belong to "
+                     "this host ({}): run rank 0 on the host named in TERN_COMM_ID",
+                     address, HostName()));
+    }
+    SockAddr bound;
+    if (status.ok()) status = StartBootstrapRoot(bind, id.nonce, checked.init_timeout_ns, &bound);
+    if (!status.ok())
+      return Report(status.WithContext(fmt::format("serving the bootstrap on {}", address)));
+  }
+  return Report(InitRank(core, size, nullptr, rank, config, out_comm, &id));
+}
+
+TERN_API tern_status_t tern_comm_split(tern_comm_t comm, int32_t color, int32_t key,
+                                       const tern_comm_config_t* config, tern_comm_t* out_comm) {
+  if (out_comm == nullptr)
+    return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_comm is NULL"));
+  *out_comm = nullptr;
+  Runtime* rt;
+  std::shared_ptr<Communicator> parent;
+  Status status = GetRuntime(&rt);
+  if (status.ok()) status = LookupComm(rt, comm, &parent);
+  if (!status.ok()) return Report(status);
+  if (color < 0 && color != TERN_COMM_SPLIT_NOCOLOR) {
+    return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
+                             "color {} is negative: use a color >= 0, or TERN_COMM_SPLIT_NOCOLOR",
+                             color));
+  }
+  if (parent->failed()) return Report(parent->failure());
+  CommConfig split_config = parent->config();
+  if (config != nullptr) {
+    status = LoadConfig(config, &split_config);
+    if (!status.ok()) return Report(status);
+  }
+  std::string name;
+  (void)NameFromConfig(config, &name);
+  std::shared_ptr<Communicator> child;
+  status = parent->Split(color, key, split_config, name, &child);
+  if (!status.ok()) return Report(status);
+  if (child) *out_comm = InsertComm(rt, std::move(child));
+  return TERN_OK;
+}
+
+TERN_API tern_status_t tern_comm_destroy(tern_comm_t comm) {
+  Runtime* rt;
+  Status status = GetRuntime(&rt);
+  if (!status.ok()) return Report(status);
+  auto object = rt->comm_table.Remove(reinterpret_cast<uint64_t>(comm));
+  if (!object) {
+    return Report(
+        MakeStatus(TERN_ERROR_INVALID_HANDLE,
+                   "comm is not a live communicator handle: already destroyed or aborted, "
+                   "never created, or another kind of handle"));
+  }
+  object->comm->Close(/*graceful=*/true);
+  return Report(object->comm->failure());
+}
+
+TERN_API tern_status_t tern_comm_abort(tern_comm_t comm) {
+  Runtime* rt;
+  Status status = GetRuntime(&rt);
+  if (!status.ok()) return Report(status);
+  auto object = rt->comm_table.Remove(reinterpret_cast<uint64_t>(comm));
+  if (!object) {
+    return Report(
+        MakeStatus(TERN_ERROR_INVALID_HANDLE,
+                   "comm is not a live communicator handle: already destroyed or aborted, "
+                   "never created, or another kind of handle"));
+  }
+  object->comm->Fail(
+      MakeStatus(TERN_ERROR_COMM_ABORTED, "rank {} aborted communicator {} (tern_comm_abort)",
+                 object->comm->rank(), object->comm->label()),
+      /*broadcast=*/true);
+  object->comm->Close(/*graceful=*/false);
+  return TERN_OK;
+}
+
+TERN_API tern_status_t tern_comm_get_async_error(tern_comm_t comm, tern_status_t* out_error) {
+  if (out_error == nullptr)
+    return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_error is NULL"));
+  *out_error = TERN_OK;
+  Runtime* rt;
+  std::shared_ptr<Communicator> object;
+  Status status = GetRuntime(&rt);
+  if (status.ok()) status = LookupComm(rt, comm, &object);
+  if (!status.ok()) return Report(status);
+  if (object->failed()) {
+    Status failure = object->failure();
+    *out_error = failure.code();
+    (void)Report(failure);  // leaves the message for tern_last_error_message()
+  }
+  return TERN_OK;
+}
+
+TERN_API tern_status_t tern_comm_get_info(tern_comm_t comm, tern_comm_info_t* out_info) {
+  if (out_info == nullptr)
+    return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_info is NULL"));
+  Status status =
+      CheckStructSize(out_info->struct_size, sizeof(tern_comm_info_t), "tern_comm_info_t");
+  if (!status.ok()) return Report(status);
+  Runtime* rt;
+  std::shared_ptr<Communicator> object;
+  status = GetRuntime(&rt);
+  if (status.ok()) status = LookupComm(rt, comm, &object);
+  if (!status.ok()) return Report(status);
+  const uint32_t size = out_info->struct_size;
+  std::memset(out_info, 0, sizeof(*out_info));
+  out_info->struct_size = size;
+  out_info->rank = object->rank();
+  out_info->size = object->size();
+  out_info->local_rank = object->local_rank();
+  out_info->local_size = object->local_size();
+  out_info->node_count = object->node_count();
+  out_info->device = object->core()->device->handle;
+  out_info->core = object->core_handle();
+  std::snprintf(out_info->transport, sizeof(out_info->transport), "%s",
+                object->transport().c_str());
+  return TERN_OK;
+}
+
+TERN_API tern_status_t tern_comm_all_reduce(tern_comm_t comm, tern_buffer_t send,
+                                            uint64_t send_offset, tern_buffer_t recv,
+                                            uint64_t recv_offset, uint64_t count,
+                                            tern_dtype_t dtype, tern_comm_redop_t op,
+                                            tern_queue_t queue) {
+  return Report(EnqueueSymmetric(OpKind::kAllReduce, comm, send, send_offset, recv, recv_offset,
+                                 count, dtype, op, 0, queue));
+}
+
+TERN_API tern_status_t tern_comm_broadcast(tern_comm_t comm, tern_buffer_t send,
+                                           uint64_t send_offset, tern_buffer_t recv,
+                                           uint64_t recv_offset, uint64_t count, tern_dtype_t dtype,
+                                           uint32_t root, tern_queue_t queue) {
+  return Report(EnqueueSymmetric(OpKind::kBroadcast, comm, send, send_offset, recv, recv_offset,
+                                 count, dtype, TERN_COMM_SUM, root, queue));
+}
+
+TERN_API tern_status_t tern_comm_reduce(tern_comm_t comm, tern_buffer_t send, uint64_t send_offset,
+                                        tern_buffer_t recv, uint64_t recv_offset, uint64_t count,
+                                        tern_dtype_t dtype, tern_comm_redop_t op, uint32_t root,
+                                        tern_queue_t queue) {
+  return Report(EnqueueSymmetric(OpKind::kReduce, comm, send, send_offset, recv, recv_offset, count,
+                                 dtype, op, root, queue));
+}
+
+namespace {
+
+// All-gather (kAllGather: send is one block, recv all of them) and
+// reduce-scatter (the other way round) and all-to-all (both all of them).
+Status EnqueueBlocks(OpKind kind, tern_comm_t comm, tern_buffer_t send, uint64_t send_offset,
+                     tern_buffer_t recv, uint64_t recv_offset, uint64_t count, tern_dtype_t dtype,
+                     tern_comm_redop_t redop, tern_queue_t queue) {
+  TERN_RETURN_IF_ERROR(NotInGroup(OpKindName(kind)));
+  Prepared p;
+  TERN_RETURN_IF_ERROR(Prepare(comm, queue, &p));
+  size_t element = 0;
+  TERN_RETURN_IF_ERROR(CheckDtype(dtype, &element));
+  if (kind == OpKind::kReduceScatter) TERN_RETURN_IF_ERROR(CheckRedop(redop));
+  const uint32_t n = p.comm->size(), rank = p.comm->rank();
+  uint64_t block = 0;
+  TERN_RETURN_IF_ERROR(CheckBytes(count, element, n, &block));
+  const uint64_t send_bytes = kind == OpKind::kAllGather ? block : block * n;
+  const uint64_t recv_bytes = kind == OpKind::kReduceScatter ? block : block * n;
+  OpDesc op;
+  op.kind = kind;
+  op.dtype = dtype;
+  op.redop = kind == OpKind::kReduceScatter ? redop : TERN_COMM_SUM;
+  op.count = count;
+  TERN_RETURN_IF_ERROR(Resolve(p, send, send_offset, send_bytes, "send", &op.send));
+  TERN_RETURN_IF_ERROR(Resolve(p, recv, recv_offset, recv_bytes, "recv", &op.recv));
+  if (Overlap(op.send, send_bytes, op.recv, recv_bytes)) {
+    bool in_place = false;
+    if (kind == OpKind::kAllGather) in_place = op.send == op.recv + rank * block;
+    if (kind == OpKind::kReduceScatter) in_place = op.recv == op.send + rank * block;
+    if (!in_place) {
+      return MakeStatus(
+          TERN_ERROR_INVALID_ARGUMENT, "the send and recv ranges of {} overlap{}", OpKindName(kind),
+          kind == OpKind::kAllToAll ? ": all-to-all cannot run in place; use separate ranges"
+          : kind == OpKind::kAllGather
+              ? ": for in place, send must be this rank's block of recv (recv "
+                "offset + rank * count * element size)"
+              : ": for in place, recv must be this rank's block of send (send "
+                "offset + rank * count * element size)");
+    }
+  }
+  if (count == 0) return SubmitNop(*p.queue);
+  op.sequence = p.comm->NextCollectiveSequence();
+  op.signature = Signature(kind, dtype, op.redop, count, 0);
+  return Submit(p.comm, *p.queue, std::move(op));
+}
+
+Status EnqueueP2P(bool is_send, tern_comm_t comm, tern_buffer_t buffer, uint64_t offset,
+                  uint64_t count, tern_dtype_t dtype, uint32_t peer, tern_queue_t queue) {
+  Prepared p;
+  TERN_RETURN_IF_ERROR(Prepare(comm, queue, &p));
+  size_t element = 0;
+  TERN_RETURN_IF_ERROR(CheckDtype(dtype, &element));
+  TERN_RETURN_IF_ERROR(CheckRank(peer, p.comm->size(), "peer"));
+  if (peer == p.comm->rank()) {
+    return MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
+                      "peer {} is this rank itself: send and recv exchange data with another rank; "
+                      "copy with tern_queue_copy_d2d instead",
+                      peer);
+  }
+  uint64_t bytes = 0;
+  TERN_RETURN_IF_ERROR(CheckBytes(count, element, 1, &bytes));
+  uint8_t* address = nullptr;
+  TERN_RETURN_IF_ERROR(Resolve(p, buffer, offset, bytes, is_send ? "send" : "recv", &address));
+  P2P item;
+  item.is_send = is_send;
+  item.peer = peer;
+  item.buffer = address;
+  item.count = count;
+  item.dtype = dtype;
+  if (t_group.depth > 0) {
+    if (count == 0) return OkStatus();
+    item.sequence = p.comm->NextP2PSequence(peer, is_send);
+    t_group.ops.push_back(PendingP2P{p.comm, p.queue, item});
+    return OkStatus();
+  }
+  if (count == 0) return SubmitNop(*p.queue);
+  OpDesc op;
+  op.kind = is_send ? OpKind::kSend : OpKind::kRecv;
+  op.dtype = dtype;
+  op.count = count;
+  op.root = peer;
+  (is_send ? op.send : op.recv) = address;
+  op.sequence = p.comm->NextP2PSequence(peer, is_send);
+  op.signature = Signature(op.kind, dtype, TERN_COMM_SUM, count, 0);
+  return Submit(p.comm, *p.queue, std::move(op));
+}
+
+}  // namespace
+
+TERN_API tern_status_t tern_comm_all_gather(tern_comm_t comm, tern_buffer_t send,
+                                            uint64_t send_offset, tern_buffer_t recv,
+                                            uint64_t recv_offset, uint64_t send_count,
+                                            tern_dtype_t dtype, tern_queue_t queue) {
+  return Report(EnqueueBlocks(OpKind::kAllGather, comm, send, send_offset, recv, recv_offset,
+                              send_count, dtype, TERN_COMM_SUM, queue));
+}
+
+TERN_API tern_status_t tern_comm_reduce_scatter(tern_comm_t comm, tern_buffer_t send,
+                                                uint64_t send_offset, tern_buffer_t recv,
+                                                uint64_t recv_offset, uint64_t recv_count,
+                                                tern_dtype_t dtype, tern_comm_redop_t op,
+                                                tern_queue_t queue) {
+  return Report(EnqueueBlocks(OpKind::kReduceScatter, comm, send, send_offset, recv, recv_offset,
+                              recv_count, dtype, op, queue));
+}
+
+TERN_API tern_status_t tern_comm_all_to_all(tern_comm_t comm, tern_buffer_t send,
+                                            uint64_t send_offset, tern_buffer_t recv,
+                                            uint64_t recv_offset, uint64_t count,
+                                            tern_dtype_t dtype, tern_queue_t queue) {
+  return Report(EnqueueBlocks(OpKind::kAllToAll, comm, send, send_offset, recv, recv_offset, count,
+                              dtype, TERN_COMM_SUM, queue));
+}
+
+TERN_API tern_status_t tern_comm_send(tern_comm_t comm, tern_buffer_t send, uint64_t send_offset,
+                                      uint64_t count, tern_dtype_t dtype, uint32_t peer,
+                                      tern_queue_t queue) {
+  return Report(EnqueueP2P(true, comm, send, send_offset, count, dtype, peer, queue));
+}
+
+TERN_API tern_status_t tern_comm_recv(tern_comm_t comm, tern_buffer_t recv, uint64_t recv_offset,
+                                      uint64_t count, tern_dtype_t dtype, uint32_t peer,
+                                      tern_queue_t queue) {
+  return Report(EnqueueP2P(false, comm, recv, recv_offset, count, dtype, peer, queue));
+}
+
+TERN_API tern_status_t tern_comm_barrier(tern_comm_t comm, tern_queue_t queue) {
+  Status status = NotInGroup("barrier");
+  Prepared p;
+  if (status.ok()) status = Prepare(comm, queue, &p);
+  if (!status.ok()) return Report(status);
+  OpDesc op;
+  op.kind = OpKind::kBarrier;
+  op.dtype = TERN_DTYPE_I8;
+  op.sequence = p.comm->NextCollectiveSequence();
+  op.signature = Signature(op.kind, op.dtype, TERN_COMM_SUM, 0, 0);
+  return Report(Submit(p.comm, *p.queue, std::move(op)));
+}
+
+TERN_API tern_status_t tern_comm_group_start(void) {
+  ++t_group.depth;
+  return TERN_OK;
+}
+
+TERN_API tern_status_t tern_comm_group_end(void) {
+  if (t_group.depth == 0) {
+    return Report(
+        MakeStatus(TERN_ERROR_FAILED_PRECONDITION,
+                   "tern_comm_group_end() without tern_comm_group_start() on this thread"));
+  }
+  if (--t_group.depth > 0) return TERN_OK;
+  std::vector<PendingP2P> ops = std::move(t_group.ops);
+  t_group.ops.clear();
+  // One command per communicator and queue, in the order of first use.
+  std::vector<std::pair<std::pair<Communicator*, QueueObject*>, OpDesc>> groups;
+  std::vector<std::pair<std::shared_ptr<Communicator>, std::shared_ptr<QueueObject>>> owners;
+  for (PendingP2P& pending : ops) {
+    auto key = std::make_pair(pending.comm.get(), pending.queue.get());
+    auto it =
+        std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == key; });
+    if (it == groups.end()) {
+      OpDesc op;
+      op.kind = OpKind::kGroup;
+      groups.emplace_back(key, std::move(op));
+      owners.emplace_back(pending.comm, pending.queue);
+      it = std::prev(groups.end());
+    }
+    it->second.group.push_back(pending.op);
+  }
+  Status first;
+  for (size_t i = 0; i < groups.size(); ++i) {
+    Status status = Submit(owners[i].first, *owners[i].second, std::move(groups[i].second));
+    if (!status.ok() && first.ok()) first = status;
+  }
+  return Report(first);
+}
+
+}  // extern "C"

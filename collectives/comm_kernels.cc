@@ -1,0 +1,267 @@
+#include "comm_kernels.h"
+
+#include <bit>
+#include <cstring>
+#include <limits>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace tern::comm {
+namespace {
+
+// Symmetric MAX/MIN of floats (see the header): NaN wins, and for equal
+// values (+0 and -0 included) the bits are combined so the order of the
+// operands cannot matter.
+inline float MaxF(float a, float b) {
+  const uint32_t ab = std::bit_cast<uint32_t>(a), bb = std::bit_cast<uint32_t>(b);
+  const float equal = std::bit_cast<float>(ab & bb);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  return a > b ? a : (b > a ? b : (a == b ? equal : nan));
+}
+inline float MinF(float a, float b) {
+  const uint32_t ab = std::bit_cast<uint32_t>(a), bb = std::bit_cast<uint32_t>(b);
+  const float equal = std::bit_cast<float>(ab | bb);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  return a < b ? a : (b < a ? b : (a == b ? equal : nan));
+}
+
+template <tern_comm_redop_t Op>
+inline float CombineF(float a, float b) {
+  if constexpr (Op == TERN_COMM_SUM || Op == TERN_COMM_AVG) return a + b;
+  if constexpr (Op == TERN_COMM_PROD) return a * b;
+  if constexpr (Op == TERN_COMM_MAX) return MaxF(a, b);
+  if constexpr (Op == TERN_COMM_MIN) return MinF(a, b);
+}
+
+// Integers: SUM and PROD in the unsigned type, so overflow wraps without
+// undefined behaviour.
+template <tern_comm_redop_t Op, typename T>
+inline T CombineI(T a, T b) {
+  using U = std::make_unsigned_t<T>;
+  if constexpr (Op == TERN_COMM_SUM || Op == TERN_COMM_AVG) {
+    return static_cast<T>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
+  }
+  if constexpr (Op == TERN_COMM_PROD) {
+    // Promote through uint64_t: uint8/uint16 products would become int.
+    return static_cast<T>(static_cast<U>(static_cast<uint64_t>(static_cast<U>(a)) *
+                                         static_cast<uint64_t>(static_cast<U>(b))));
+  }
+  if constexpr (Op == TERN_COMM_MAX) return a > b ? a : b;
+  if constexpr (Op == TERN_COMM_MIN) return a < b ? a : b;
+}
+
+template <tern_comm_redop_t Op>
+void ReduceF32(float* dst, const float* a, const float* b, size_t n) {
+  for (size_t i = 0; i < n; ++i) dst[i] = CombineF<Op>(a[i], b[i]);
+}
+
+template <tern_comm_redop_t Op, typename T>
+void ReduceInt(T* dst, const T* a, const T* b, size_t n) {
+  for (size_t i = 0; i < n; ++i) dst[i] = CombineI<Op, T>(a[i], b[i]);
+}
+
+inline uint16_t Bf16Round(float value) {
+  const uint32_t u = std::bit_cast<uint32_t>(value);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // quiet NaN
+  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+inline float Bf16Widen(uint16_t bits) {
+  return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16);
+}
+
+template <tern_comm_redop_t Op>
+void ReduceBf16(uint16_t* dst, const uint16_t* a, const uint16_t* b, size_t n) {
+  for (size_t i = 0; i < n; ++i) dst[i] = Bf16Round(CombineF<Op>(Bf16Widen(a[i]), Bf16Widen(b[i])));
+}
+
+// fp16 through the compiler's _Float16 (IEEE conversions, round to nearest
+// even); with F16C the hardware converts eight at a time.
+inline float Fp16Widen(uint16_t bits) { return static_cast<float>(std::bit_cast<_Float16>(bits)); }
+inline uint16_t Fp16Round(float value) {
+  return std::bit_cast<uint16_t>(static_cast<_Float16>(value));
+}
+
+template <tern_comm_redop_t Op>
+void ReduceFp16Scalar(uint16_t* dst, const uint16_t* a, const uint16_t* b, size_t n) {
+  for (size_t i = 0; i < n; ++i) dst[i] = Fp16Round(CombineF<Op>(Fp16Widen(a[i]), Fp16Widen(b[i])));
+}
+
+#if defined(__x86_64__)
+template <tern_comm_redop_t Op>
+__attribute__((target("avx2,f16c"))) void ReduceFp16F16c(uint16_t* dst, const uint16_t* a,
+                                                         const uint16_t* b, size_t n) {
+  size_t i = 0;
+  float fa[8], fb[8], fr[8];
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(fa, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i))));
+    _mm256_storeu_ps(fb, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + i))));
+    for (int k = 0; k < 8; ++k) fr[k] = CombineF<Op>(fa[k], fb[k]);
+    _mm_storeu_si128(
+        reinterpret_cast<__m128i*>(dst + i),
+        _mm256_cvtps_ph(_mm256_loadu_ps(fr), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  ReduceFp16Scalar<Op>(dst + i, a + i, b + i, n - i);
+}
+bool HaveF16c() {
+  static const bool have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  return have;
+}
+#endif
+
+template <tern_comm_redop_t Op>
+void ReduceFp16(uint16_t* dst, const uint16_t* a, const uint16_t* b, size_t n) {
+#if defined(__x86_64__)
+  if (HaveF16c()) return ReduceFp16F16c<Op>(dst, a, b, n);
+#endif
+  ReduceFp16Scalar<Op>(dst, a, b, n);
+}
+
+template <tern_comm_redop_t Op>
+void ReduceOp(void* dst, const void* a, const void* b, size_t n, tern_dtype_t dtype) {
+  switch (dtype) {
+    case TERN_DTYPE_F32:
+      return ReduceF32<Op>(static_cast<float*>(dst), static_cast<const float*>(a),
+                           static_cast<const float*>(b), n);
+    case TERN_DTYPE_BF16:
+      return ReduceBf16<Op>(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(a),
+                            static_cast<const uint16_t*>(b), n);
+    case TERN_DTYPE_F16:
+      return ReduceFp16<Op>(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(a),
+                            static_cast<const uint16_t*>(b), n);
+    case TERN_DTYPE_I8:
+      return ReduceInt<Op, int8_t>(static_cast<int8_t*>(dst), static_cast<const int8_t*>(a),
+                                   static_cast<const int8_t*>(b), n);
+    case TERN_DTYPE_I32:
+      return ReduceInt<Op, int32_t>(static_cast<int32_t*>(dst), static_cast<const int32_t*>(a),
+                                    static_cast<const int32_t*>(b), n);
+    case TERN_DTYPE_I64:
+      return ReduceInt<Op, int64_t>(static_cast<int64_t*>(dst), static_cast<const int64_t*>(a),
+                                    static_cast<const int64_t*>(b), n);
+    default:
+      return;
+  }
+}
+
+template <typename T>
+void DivideInt(T* dst, const T* src, size_t n, uint32_t divisor) {
+  // In 64 bits: a divisor above the type's maximum must not wrap.
+  const int64_t d = static_cast<int64_t>(divisor);
+  for (size_t i = 0; i < n; ++i) dst[i] = static_cast<T>(static_cast<int64_t>(src[i]) / d);
+}
+
+}  // namespace
+
+size_t DtypeSize(tern_dtype_t dtype) {
+  switch (dtype) {
+    case TERN_DTYPE_F32:
+    case TERN_DTYPE_I32:
+      return 4;
+    case TERN_DTYPE_BF16:
+    case TERN_DTYPE_F16:
+      return 2;
+    case TERN_DTYPE_I8:
+      return 1;
+    case TERN_DTYPE_I64:
+      return 8;
+    default:
+      return 0;
+  }
+}
+
+const char* DtypeName(tern_dtype_t dtype) {
+  switch (dtype) {
+    case TERN_DTYPE_F32:
+      return "fp32";
+    case TERN_DTYPE_BF16:
+      return "bf16";
+    case TERN_DTYPE_F16:
+      return "fp16";
+    case TERN_DTYPE_I8:
+      return "int8";
+    case TERN_DTYPE_I32:
+      return "int32";
+    case TERN_DTYPE_I64:
+      return "int64";
+    case TERN_DTYPE_BOOL:
+      return "bool";
+    default:
+      return "unknown-dtype";
+  }
+}
+
+const char* RedopName(tern_comm_redop_t op) {
+  switch (op) {
+    case TERN_COMM_SUM:
+      return "sum";
+    case TERN_COMM_PROD:
+      return "prod";
+    case TERN_COMM_MAX:
+      return "max";
+    case TERN_COMM_MIN:
+      return "min";
+    case TERN_COMM_AVG:
+      return "avg";
+    default:
+      return "unknown-op";
+  }
+}
+
+void Reduce(void* dst, const void* a, const void* b, size_t count, tern_dtype_t dtype,
+            tern_comm_redop_t op) {
+  switch (op) {
+    case TERN_COMM_SUM:
+    case TERN_COMM_AVG:
+      return ReduceOp<TERN_COMM_SUM>(dst, a, b, count, dtype);
+    case TERN_COMM_PROD:
+      return ReduceOp<TERN_COMM_PROD>(dst, a, b, count, dtype);
+    case TERN_COMM_MAX:
+      return ReduceOp<TERN_COMM_MAX>(dst, a, b, count, dtype);
+    case TERN_COMM_MIN:
+      return ReduceOp<TERN_COMM_MIN>(dst, a, b, count, dtype);
+    default:
+      return;
+  }
+}
+
+void DivideBy(void* dst, const void* src, size_t n, tern_dtype_t dtype, uint32_t divisor) {
+  switch (dtype) {
+    case TERN_DTYPE_F32: {
+      auto* d = static_cast<float*>(dst);
+      const auto* s = static_cast<const float*>(src);
+      const float f = static_cast<float>(divisor);
+      for (size_t i = 0; i < n; ++i) d[i] = s[i] / f;
+      return;
+    }
+    case TERN_DTYPE_BF16: {
+      auto* d = static_cast<uint16_t*>(dst);
+      const auto* s = static_cast<const uint16_t*>(src);
+      const float f = static_cast<float>(divisor);
+      for (size_t i = 0; i < n; ++i) d[i] = Bf16Round(Bf16Widen(s[i]) / f);
+      return;
+    }
+    case TERN_DTYPE_F16: {
+      auto* d = static_cast<uint16_t*>(dst);
+      const auto* s = static_cast<const uint16_t*>(src);
+      const float f = static_cast<float>(divisor);
+      for (size_t i = 0; i < n; ++i) d[i] = Fp16Round(Fp16Widen(s[i]) / f);
+      return;
+    }
+    case TERN_DTYPE_I8:
+      return DivideInt(static_cast<int8_t*>(dst), static_cast<const int8_t*>(src), n, divisor);
+    case TERN_DTYPE_I32:
+      return DivideInt(static_cast<int32_t*>(dst), static_cast<const int32_t*>(src), n, divisor);
+    case TERN_DTYPE_I64:
+      return DivideInt(static_cast<int64_t*>(dst), static_cast<const int64_t*>(src), n, divisor);
+    default:
+      return;
+  }
+}
+
+float Bf16ToFloat(uint16_t bits) { return Bf16Widen(bits); }
+uint16_t FloatToBf16(float value) { return Bf16Round(value); }
+float Fp16ToFloat(uint16_t bits) { return Fp16Widen(bits); }
+uint16_t FloatToFp16(float value) { return Fp16Round(value); }
+
+}  // namespace tern::comm

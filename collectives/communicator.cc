@@ -1,0 +1,936 @@
+#include "communicator.h"
+
+#include <sched.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <set>
+
+#include "algorithms.h"
+#include "comm_kernels.h"
+#include "common/logging.h"
+#include "common/timeline.h"
+#include "fabric_channel.h"
+#include "shm_channel.h"
+
+namespace tern::comm {
+
+// --- Names and signatures ---------------------------------------------------
+
+const char* OpKindName(OpKind kind) {
+  switch (kind) {
+    case OpKind::kAllReduce:
+      return "all_reduce";
+    case OpKind::kBroadcast:
+      return "broadcast";
+    case OpKind::kReduce:
+      return "reduce";
+    case OpKind::kAllGather:
+      return "all_gather";
+    case OpKind::kReduceScatter:
+      return "reduce_scatter";
+    case OpKind::kAllToAll:
+      return "all_to_all";
+    case OpKind::kSend:
+      return "send";
+    case OpKind::kRecv:
+      return "recv";
+    case OpKind::kBarrier:
+      return "barrier";
+    case OpKind::kGroup:
+      return "group";
+  }
+  return "unknown";
+}
+
+namespace {
+
+bool HasRedop(OpKind kind) {
+  return kind == OpKind::kAllReduce || kind == OpKind::kReduce || kind == OpKind::kReduceScatter;
+}
+bool HasRoot(OpKind kind) { return kind == OpKind::kBroadcast || kind == OpKind::kReduce; }
+
+std::string DescribeFields(OpKind kind, tern_dtype_t dtype, tern_comm_redop_t redop, uint64_t count,
+                           uint32_t root) {
+  std::string text = OpKindName(kind);
+  if (kind == OpKind::kBarrier || kind == OpKind::kGroup) return text;
+  if (HasRedop(kind)) text += fmt::format(" {}", RedopName(redop));
+  text += fmt::format(" {} count={}", DtypeName(dtype), count);
+  if (HasRoot(kind)) text += fmt::format(" root={}", root);
+  if (kind == OpKind::kSend || kind == OpKind::kRecv) text += fmt::format(" peer={}", root);
+  return text;
+}
+
+uint64_t Mix(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  return x;
+}
+
+}  // namespace
+
+std::string Describe(const OpDesc& op) {
+  if (op.kind == OpKind::kGroup)
+    return fmt::format("group of {} sends and receives", op.group.size());
+  return DescribeFields(op.kind, op.dtype, op.redop, op.count, op.root);
+}
+
+uint32_t Signature(OpKind kind, tern_dtype_t dtype, tern_comm_redop_t redop, uint64_t count,
+                   uint32_t root) {
+  // Sends and receives must carry the same signature to match.
+  const uint32_t k =
+      (kind == OpKind::kSend || kind == OpKind::kRecv) ? 7u : static_cast<uint32_t>(kind);
+  const uint32_t r =
+      HasRedop(kind)
+          ? (static_cast<uint32_t>(redop) == TERN_COMM_AVG ? 0u : static_cast<uint32_t>(redop))
+          : 0u;
+  const uint32_t hash =
+      static_cast<uint32_t>(Mix(count * 1000003u + (HasRoot(kind) ? root : 0u)) & 3u);
+  return ((k & 0xf) << 8) | ((static_cast<uint32_t>(dtype) & 0x7) << 5) | ((r & 0x7) << 2) | hash;
+}
+
+// --- FlightRecorder -----------------------------------------------------------
+
+uint64_t FlightRecorder::Add(const OpDesc& op) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const uint64_t id = next_++;
+  Record& r = records_[id % kCapacity];
+  r = Record{op.kind, op.dtype,  op.redop, op.count,      op.root, op.sequence,
+             id,      kEnqueued, TERN_OK,  MonotonicNs(), 0,       0};
+  if (op.kind != OpKind::kSend && op.kind != OpKind::kRecv && op.kind != OpKind::kGroup) {
+    last_enqueued_ = op.sequence;
+  }
+  return id;
+}
+
+void FlightRecorder::Start(uint64_t id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Record& r = records_[id % kCapacity];
+  if (r.id != id) return;
+  r.state = kRunning;
+  r.started_ns = MonotonicNs();
+}
+
+void FlightRecorder::Finish(uint64_t id, State state, tern_status_t code) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Record& r = records_[id % kCapacity];
+  if (r.id != id) return;
+  r.state = state;
+  r.code = code;
+  r.finished_ns = MonotonicNs();
+  if (state == kDone && r.kind != OpKind::kSend && r.kind != OpKind::kRecv &&
+      r.kind != OpKind::kGroup) {
+    if (last_completed_ == UINT64_MAX || r.sequence > last_completed_) last_completed_ = r.sequence;
+  }
+}
+
+bool FlightRecorder::FindCollective(uint64_t sequence, Record* out) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const uint64_t first = next_ > kCapacity ? next_ - kCapacity : 0;
+  for (uint64_t id = first; id < next_; ++id) {
+    const Record& r = records_[id % kCapacity];
+    if (r.kind == OpKind::kSend || r.kind == OpKind::kRecv || r.kind == OpKind::kGroup) continue;
+    if (r.sequence == sequence) {
+      *out = r;
+      return true;
+    }
+  }
+  return false;
+}
+
+void FlightRecorder::Progress(uint64_t* last_enqueued, uint64_t* last_completed) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  *last_enqueued = last_enqueued_;
+  *last_completed = last_completed_;
+}
+
+std::string FlightRecorder::Dump() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  static const char* const kStates[] = {"enqueued", "running", "done", "failed", "skipped"};
+  std::string text;
+  const uint64_t first = next_ > kCapacity ? next_ - kCapacity : 0;
+  const uint64_t now = MonotonicNs();
+  for (uint64_t id = first; id < next_; ++id) {
+    const Record& r = records_[id % kCapacity];
+    const bool p2p = r.kind == OpKind::kSend || r.kind == OpKind::kRecv;
+    text +=
+        fmt::format("\n  {}#{} {}: {}", p2p ? "p2p " : "", r.sequence,
+                    DescribeFields(r.kind, r.dtype, r.redop, r.count, r.root), kStates[r.state]);
+    if (r.started_ns != 0) {
+      const uint64_t end = r.finished_ns != 0 ? r.finished_ns : now;
+      text += fmt::format(" ({:.3f} ms{})", static_cast<double>(end - r.started_ns) / 1e6,
+                          r.finished_ns != 0 ? "" : " so far");
+    }
+    if (r.code != TERN_OK) text += fmt::format(" {}", tern_status_string(r.code));
+  }
+  return text.empty() ? std::string("\n  (no operations)") : text;
+}
+
+// --- Exec ---------------------------------------------------------------------
+
+namespace {
+
+// Per thread: requests and staging memory are reused from one operation to
+// the next (an operation runs on one queue thread).
+struct ThreadPools {
+  std::vector<Request*> free_requests;
+  std::vector<std::pair<void*, size_t>> free_memory;
+  ~ThreadPools() {
+    for (Request* r : free_requests) delete r;
+    for (auto& [p, n] : free_memory) std::free(p);
+  }
+};
+thread_local ThreadPools t_pools;
+
+void* AcquireMemory(size_t bytes) {
+  auto& pool = t_pools.free_memory;
+  size_t best = pool.size();
+  for (size_t i = 0; i < pool.size(); ++i) {
+    if (pool[i].second >= bytes && (best == pool.size() || pool[i].second < pool[best].second))
+      best = i;
+  }
+  if (best != pool.size()) {
+    void* p = pool[best].first;
+    pool.erase(pool.begin() + static_cast<ptrdiff_t>(best));
+    return p;
+  }
+  const size_t rounded = std::max<size_t>(4096, (bytes + 4095) & ~size_t{4095});
+  void* p = std::aligned_alloc(64, rounded);
+  return p;
+}
+
+size_t AllocatedSize(size_t bytes) {
+  return std::max<size_t>(4096, (bytes + 4095) & ~size_t{4095});
+}
+
+void ReleaseMemory(void* p, size_t bytes) {
+  if (p == nullptr) return;
+  // Cap what a thread keeps: 256 MiB.
+  size_t kept = 0;
+  for (auto& [q, n] : t_pools.free_memory) kept += n;
+  if (kept + bytes > (256u << 20)) {
+    std::free(p);
+    return;
+  }
+  t_pools.free_memory.emplace_back(p, bytes);
+}
+
+}  // namespace
+
+Exec::Exec(Communicator* comm, const OpDesc& op)
+    : comm_(comm),
+      op_(op),
+      element_size_(std::max<size_t>(1, DtypeSize(op.dtype))),
+      p2p_(op.kind == OpKind::kSend || op.kind == OpKind::kRecv || op.kind == OpKind::kGroup) {
+  start_ns_ = MonotonicNs();
+  deadline_ns_ = start_ns_ + comm->config().timeout_ns;
+  next_stall_check_ns_ = start_ns_ + comm->config().stall_check_ns;
+  answers_seen_ = comm->answers_version_.load(std::memory_order_acquire);
+}
+
+Exec::~Exec() {
+  bool pending = false;
+  for (Request* r : requests_) pending |= !r->done();
+  if (pending) {
+    if (!comm_->failed()) {
+      comm_->Fail(failure_.ok() ? MakeStatus(TERN_ERROR_INTERNAL,
+                                             "an operation ended with messages in flight")
+                                : failure_,
+                  /*broadcast=*/true);
+    }
+    for (Request* r : requests_) {
+      if (!r->done()) comm_->channel_of_[r->peer]->Cancel(r);
+    }
+  }
+  for (auto& [p, n] : staging_) ReleaseMemory(p, n);
+  for (Request* r : requests_) {
+    if (r->staging != nullptr && r->reduce_after)
+      ReleaseMemory(r->staging, AllocatedSize(r->bytes));
+    t_pools.free_requests.push_back(r);
+  }
+}
+
+uint32_t Exec::rank() const { return comm_->rank(); }
+uint32_t Exec::size() const { return comm_->size(); }
+const CommConfig& Exec::config() const { return comm_->config(); }
+
+Request* Exec::NewRequest() {
+  Request* r;
+  if (!t_pools.free_requests.empty()) {
+    r = t_pools.free_requests.back();
+    t_pools.free_requests.pop_back();
+    r->state.store(Request::kPending, std::memory_order_relaxed);
+    r->is_send = false;
+    r->reduce = false;
+    r->reduce_after = false;
+    r->reduce_a = nullptr;
+    r->staging = nullptr;
+    r->error = Status();
+    r->channel_data = nullptr;
+  } else {
+    r = new Request();
+  }
+  requests_.push_back(r);
+  return r;
+}
+
+Request* Exec::Post(Request* req) {
+  Channel* channel = comm_->channel_of_[req->peer];
+  if (channel == nullptr) {
+    req->Fail(MakeStatus(TERN_ERROR_INTERNAL, "no channel to rank {}", req->peer));
+    return req;
+  }
+  Status status = req->is_send ? channel->PostSend(req) : channel->PostRecv(req);
+  if (!status.ok()) req->Fail(status);
+  return req;
+}
+
+Request* Exec::SendTagged(uint32_t peer, uint64_t tag, const void* buffer, size_t bytes) {
+  Request* r = NewRequest();
+  r->is_send = true;
+  r->peer = peer;
+  r->tag = tag;
+  r->buffer = const_cast<void*>(buffer);
+  r->bytes = bytes;
+  return Post(r);
+}
+
+Request* Exec::RecvTagged(uint32_t peer, uint64_t tag, void* buffer, size_t bytes) {
+  Request* r = NewRequest();
+  r->peer = peer;
+  r->tag = tag;
+  r->buffer = buffer;
+  r->bytes = bytes;
+  return Post(r);
+}
+
+Request* Exec::Send(uint32_t peer, uint32_t step, const void* buffer, size_t bytes) {
+  return SendTagged(peer, MakeTag(false, rank(), op_.sequence, op_.signature, step), buffer, bytes);
+}
+
+Request* Exec::Recv(uint32_t peer, uint32_t step, void* buffer, size_t bytes) {
+  return RecvTagged(peer, MakeTag(false, peer, op_.sequence, op_.signature, step), buffer, bytes);
+}
+
+Request* Exec::RecvReduce(uint32_t peer, uint32_t step, void* dst, const void* a, size_t bytes) {
+  Request* r = NewRequest();
+  r->peer = peer;
+  r->tag = MakeTag(false, peer, op_.sequence, op_.signature, step);
+  r->buffer = dst;
+  r->bytes = bytes;
+  r->reduce_a = a;
+  r->spec = ReduceSpec{op_.dtype, op_.redop, element_size_};
+  Channel* channel = comm_->channel_of_[peer];
+  if (channel != nullptr && channel->FusesReduce()) {
+    r->reduce = true;
+  } else {
+    r->reduce_after = true;
+    r->staging = AcquireMemory(bytes);
+  }
+  return Post(r);
+}
+
+uint8_t* Exec::Scratch(size_t bytes) {
+  const size_t n = AllocatedSize(bytes);
+  void* p = AcquireMemory(bytes);
+  staging_.emplace_back(p, n);
+  return static_cast<uint8_t*>(p);
+}
+
+void Exec::ReduceLocal(void* dst, const void* a, const void* b, uint64_t count) const {
+  Reduce(dst, a, b, count, op_.dtype, op_.redop);
+}
+
+std::string Exec::WaitingFor() const {
+  std::set<uint32_t> peers;
+  for (const Request* r : requests_) {
+    if (!r->done()) peers.insert(r->peer);
+  }
+  std::string text;
+  size_t shown = 0;
+  for (uint32_t p : peers) {
+    if (++shown > 8) {
+      text += fmt::format(" and {} more", peers.size() - 8);
+      break;
+    }
+    text += fmt::format("{}{}", text.empty() ? "" : ", ", comm_->PeerName(p));
+  }
+  return text;
+}
+
+template <typename Done>
+Status Exec::Spin(Done done) {
+  uint32_t spins = 0;
+  uint64_t idle_since = 0;
+  while (!done()) {
+    bool progressed = false;
+    for (Channel* channel : comm_->progress_) {
+      Status error;
+      progressed |= channel->Progress(&error);
+      if (!error.ok()) {
+        failure_ = error;
+        comm_->Fail(error, true);
+        return error;
+      }
+    }
+    if (done()) break;
+    if (progressed) {
+      idle_since = 0;
+      continue;
+    }
+    if ((++spins & 63) != 0) continue;
+    if (comm_->failed()) {
+      Status why = comm_->failure();
+      const std::string waiting = WaitingFor();
+      failure_ = waiting.empty()
+                     ? why
+                     : Status(why.code(), fmt::format("{} (this rank was waiting for {})",
+                                                      why.message(), waiting));
+      return failure_;
+    }
+    const uint64_t now = MonotonicNs();
+    if (now >= deadline_ns_) return TimeoutStatus();
+    if (now >= next_stall_check_ns_ ||
+        comm_->answers_version_.load(std::memory_order_acquire) != answers_seen_) {
+      Status stall = CheckStall(now);
+      if (!stall.ok()) return stall;
+    }
+    // Back off when nothing moves: yield the CPU to the ranks we wait for,
+    // then sleep briefly.
+    if (idle_since == 0) idle_since = now;
+    const uint64_t idle = now - idle_since;
+    if (idle > 2000000) {
+      const timespec pause{0, 50000};
+      nanosleep(&pause, nullptr);
+    } else if (idle > 20000) {
+      sched_yield();
+    }
+  }
+  return OkStatus();
+}
+
+Status Exec::Wait(Request* req) {
+  if (!req->done()) {
+    Status status = Spin([req] { return req->done(); });
+    if (!status.ok()) return status;
+  }
+  if (req->state.load(std::memory_order_acquire) == Request::kFailed) {
+    Status error = req->error;
+    if (error.code() != TERN_ERROR_COMM_MISMATCH && !comm_->failed()) {
+      // A transfer that breaks usually means the peer died; its control
+      // connection tells which within moments, and that is the better error.
+      const uint64_t until = MonotonicNs() + 1000000000ull;
+      while (!comm_->failed() && MonotonicNs() < until) {
+        const timespec pause{0, 1000000};
+        nanosleep(&pause, nullptr);
+      }
+    }
+    if (comm_->failed()) {
+      Status why = comm_->failure();
+      failure_ = Status(why.code(), fmt::format("{} (this rank was waiting for {})", why.message(),
+                                                comm_->PeerName(req->peer)));
+      return failure_;
+    }
+    failure_ =
+        Status(error.code(), fmt::format("{} ({})", error.message(), comm_->PeerName(req->peer)));
+    comm_->Fail(failure_, true);
+    return failure_;
+  }
+  if (req->reduce_after) {
+    Reduce(req->buffer, req->reduce_a, req->staging, req->bytes / element_size_, op_.dtype,
+           op_.redop);
+    ReleaseMemory(req->staging, AllocatedSize(req->bytes));
+    req->staging = nullptr;
+    req->reduce_after = false;
+  }
+  return OkStatus();
+}
+
+Status Exec::WaitAll() {
+  for (Request* r : requests_) TERN_RETURN_IF_ERROR(Wait(r));
+  return OkStatus();
+}
+
+Status Exec::CheckStall(uint64_t now) {
+  next_stall_check_ns_ = now + comm_->config().stall_check_ns;
+  std::set<uint32_t> peers;
+  for (const Request* r : requests_) {
+    if (!r->done()) peers.insert(r->peer);
+  }
+  // A peer that destroyed its communicator will never come.
+  for (uint32_t p : peers) {
+    if (comm_->control_ && comm_->control_->Departed(p)) {
+      failure_ = MakeStatus(TERN_ERROR_COMM_MISMATCH,
+                            "{} destroyed its communicator while this rank still waits for it in "
+                            "operation #{} ({}): the ranks did not enqueue the same operations",
+                            comm_->PeerName(p), op_.sequence, Describe(op_));
+      comm_->Fail(failure_, true);
+      return failure_;
+    }
+  }
+  if (p2p_) return OkStatus();
+  // Compare what the peers answered about this sequence number.
+  answers_seen_ = comm_->answers_version_.load(std::memory_order_acquire);
+  {
+    std::lock_guard<std::mutex> lock(comm_->answers_mutex_);
+    for (uint32_t p : peers) {
+      auto it = comm_->answers_.find(p);
+      if (it == comm_->answers_.end() || it->second.sequence != op_.sequence) continue;
+      Reader r(it->second.data);
+      const uint32_t found = r.U32();
+      if (!found) continue;
+      const auto kind = static_cast<OpKind>(r.U32());
+      const auto dtype = static_cast<tern_dtype_t>(r.U32());
+      const auto redop = static_cast<tern_comm_redop_t>(r.U32());
+      const uint64_t count = r.U64();
+      const uint32_t root = r.U32();
+      if (!r.ok()) continue;
+      const bool same = kind == op_.kind && dtype == op_.dtype && count == op_.count &&
+                        (!HasRedop(kind) || redop == op_.redop) &&
+                        (!HasRoot(kind) || root == op_.root);
+      if (same) continue;
+      failure_ = MakeStatus(TERN_ERROR_COMM_MISMATCH,
+                            "mismatched collectives: {} enqueued '{}' as operation #{} of the "
+                            "communicator, but rank {} enqueued '{}'; every rank must enqueue the "
+                            "same collectives in the same order, with the same count, dtype, "
+                            "reduction and root",
+                            comm_->PeerName(p), DescribeFields(kind, dtype, redop, count, root),
+                            op_.sequence, comm_->rank(), Describe(op_));
+    }
+  }
+  if (!failure_.ok()) {
+    comm_->Fail(failure_, true);
+    return failure_;
+  }
+  if (comm_->control_) {
+    size_t asked = 0;
+    for (uint32_t p : peers) {
+      if (++asked > 16) break;
+      comm_->control_->SendQuery(p, op_.sequence);
+    }
+  }
+  return OkStatus();
+}
+
+Status Exec::TimeoutStatus() {
+  const double seconds = static_cast<double>(comm_->config().timeout_ns) / 1e9;
+  std::set<uint32_t> peers;
+  for (const Request* r : requests_) {
+    if (!r->done()) peers.insert(r->peer);
+  }
+  std::string detail;
+  {
+    std::lock_guard<std::mutex> lock(comm_->answers_mutex_);
+    for (uint32_t p : peers) {
+      auto it = comm_->answers_.find(p);
+      if (p2p_ || it == comm_->answers_.end() || it->second.sequence != op_.sequence) continue;
+      Reader r(it->second.data);
+      const uint32_t found = r.U32();
+      if (found) {
+        r.U32(), r.U32(), r.U32(), r.U64(), r.U32();
+        const uint32_t state = r.U32();
+        static const char* const kStates[] = {
+            "enqueued but not started (its queue has not reached it)",
+            "running it too (and waiting in turn)", "done with it", "failed in it", "skipped it"};
+        detail += fmt::format("; rank {} has it {}", p, kStates[std::min<uint32_t>(state, 4)]);
+      } else {
+        const uint64_t last_enqueued = r.U64();
+        const uint64_t last_completed = r.U64();
+        auto seq = [](uint64_t s) {
+          return s == UINT64_MAX ? std::string("none") : fmt::format("#{}", s);
+        };
+        detail += fmt::format(
+            "; rank {} has not enqueued it (its last enqueued collective is {}, last "
+            "completed {})",
+            p, seq(last_enqueued), seq(last_completed));
+      }
+    }
+  }
+  failure_ = MakeStatus(TERN_ERROR_COMM_TIMEOUT,
+                        "operation #{} ({}) of communicator {} did not complete within "
+                        "TERN_COMM_TIMEOUT ({:.3f} s) on rank {}: it waits for {}{}; the last "
+                        "operations of the communicator are in the log (flight recorder)",
+                        op_.sequence, Describe(op_), comm_->label(), seconds, comm_->rank(),
+                        WaitingFor(), detail);
+  TERN_LOG_ERROR("{}\nflight recorder of communicator {} rank {} (oldest first):{}",
+                 failure_.message(), comm_->label(), comm_->rank(), comm_->recorder().Dump());
+  comm_->Fail(failure_, true);
+  return failure_;
+}
+
+// --- Communicator ---------------------------------------------------------------
+
+std::string Communicator::PeerName(uint32_t rank) const {
+  if (rank >= peers_.size()) return fmt::format("rank {}", rank);
+  const RankIdentity& p = peers_[rank];
+  return fmt::format("rank {} (host {}, pid {})", rank, p.host, p.pid);
+}
+
+uint64_t Communicator::NextP2PSequence(uint32_t peer, bool send) {
+  std::lock_guard<std::mutex> lock(p2p_mutex_);
+  return send ? p2p_send_[peer]++ : p2p_recv_[peer]++;
+}
+
+Status Communicator::Create(const InitParams& params, std::shared_ptr<Communicator>* out) {
+  std::shared_ptr<Communicator> comm(new Communicator());
+  Status status = comm->Init(params);
+  if (!status.ok()) {
+    comm->Close(false);
+    return status;
+  }
+  *out = std::move(comm);
+  return OkStatus();
+}
+
+Status Communicator::Init(const InitParams& params) {
+  rank_ = params.rank;
+  size_ = params.size;
+  nonce_ = params.id.nonce;
+  config_ = params.config;
+  core_ = params.core;
+  core_handle_ = params.core_handle;
+  label_ = params.name.empty() ? fmt::format("{:#x}", nonce_) : fmt::format("'{}'", params.name);
+  p2p_send_.assign(size_, 0);
+  p2p_recv_.assign(size_, 0);
+  channel_of_.assign(size_, nullptr);
+  const uint64_t deadline = MonotonicNs() + config_.init_timeout_ns;
+  control_ = std::make_unique<ControlPlane>(rank_, size_, nonce_, label_);
+
+  RankIdentity self;
+  self.rank = rank_;
+  self.pid = static_cast<uint32_t>(getpid());
+  self.process_key = ProcessKey();
+  self.host = HostName();
+  self.node_key = NodeKey();
+  TERN_RETURN_IF_ERROR(JoinBootstrap(
+      params.id, size_, &self, deadline,
+      [&](const SockAddr& local) {
+        return rank_ == 0 ? control_->OpenListener(local, &self.ctrl_address) : OkStatus();
+      },
+      &peers_));
+
+  ControlPlane::Callbacks callbacks;
+  callbacks.on_peer_lost = [this](uint32_t rank) { OnPeerLost(rank); };
+  callbacks.on_abort = [this](uint32_t origin, const Status& status) {
+    Fail(Status(status.code(),
+                fmt::format("{} failed the communicator: {}", PeerName(origin), status.message())),
+         false);
+  };
+  callbacks.on_query = [this](uint64_t sequence) { return AnswerQuery(sequence); };
+  callbacks.on_answer = [this](uint32_t from, uint64_t sequence, const std::string& answer) {
+    OnAnswer(from, sequence, answer);
+  };
+  TERN_RETURN_IF_ERROR(control_->Connect(peers_, deadline, std::move(callbacks)));
+  TERN_RETURN_IF_ERROR(SetUpChannels(deadline));
+  // Everyone has its channels ready before the first message flies.
+  std::vector<std::string> ignored;
+  TERN_RETURN_IF_ERROR(control_->AllGather(std::string(), deadline, &ignored));
+  for (auto& channel : channels_) {
+    if (auto* shm = dynamic_cast<ShmChannel*>(channel.get())) shm->Unlink();
+  }
+  TERN_LOG_INFO("communicator {} rank {} of {} ready on core {}: transport {}", label_, rank_,
+                size_, core_ ? core_->index : 0, transport_);
+  return OkStatus();
+}
+
+Status Communicator::SetUpChannels(uint64_t deadline_ns) {
+  const RankIdentity& self = peers_[rank_];
+  enum Kind { kLocal, kNode, kNet };
+  std::vector<Kind> kind(size_, kLocal);
+  std::set<std::string> nodes;
+  bool any_local = false, any_node = false, any_net = false;
+  local_size_ = 0;
+  for (uint32_t p = 0; p < size_; ++p) {
+    const RankIdentity& peer = peers_[p];
+    nodes.insert(peer.node_key);
+    if (peer.node_key == self.node_key) {
+      if (p < rank_) ++local_rank_;
+      ++local_size_;
+    }
+    if (p == rank_) continue;
+    if (peer.node_key == self.node_key && peer.process_key == self.process_key &&
+        peer.pid == self.pid) {
+      kind[p] = kLocal;
+      any_local = true;
+    } else if (peer.node_key == self.node_key) {
+      kind[p] = kNode;
+      any_node = true;
+    } else {
+      kind[p] = kNet;
+      any_net = true;
+    }
+  }
+  local_rank_ = 0;
+  for (uint32_t p = 0; p < rank_; ++p) local_rank_ += peers_[p].node_key == self.node_key;
+  node_count_ = static_cast<uint32_t>(nodes.size());
+
+  const char* forced = std::getenv("FI_PROVIDER");
+  const bool fabric_forced = forced != nullptr && *forced != '\0';
+  const bool node_by_shm = any_node && config_.use_shm && !fabric_forced;
+  // Slots of the exchange: 0 fabric for this host, 1 fabric for other hosts
+  // (with FI_PROVIDER: for every peer outside the process), 2 shared memory.
+  std::string provider[3], address[3];
+  Channel* slot_channel[3] = {nullptr, nullptr, nullptr};
+  FabricChannel* fabric_node = nullptr;
+  FabricChannel* fabric_net = nullptr;
+  ShmChannel* shm = nullptr;
+  if (any_local) {
+    channels_.push_back(std::make_unique<LocalChannel>(LocalGroup::Get(nonce_, size_), rank_));
+  }
+  Channel* local = any_local ? channels_.back().get() : nullptr;
+  if (fabric_forced && (any_node || any_net)) {
+    std::unique_ptr<FabricChannel> channel;
+    TERN_RETURN_IF_ERROR(FabricChannel::Open(!any_net, size_, &channel));
+    fabric_net = channel.get();
+    channels_.push_back(std::move(channel));
+  } else {
+    if (any_node && !node_by_shm) {
+      std::unique_ptr<FabricChannel> channel;
+      TERN_RETURN_IF_ERROR(FabricChannel::Open(true, size_, &channel));
+      fabric_node = channel.get();
+      channels_.push_back(std::move(channel));
+    }
+    if (any_net) {
+      std::unique_ptr<FabricChannel> channel;
+      TERN_RETURN_IF_ERROR(FabricChannel::Open(false, size_, &channel));
+      fabric_net = channel.get();
+      channels_.push_back(std::move(channel));
+    }
+  }
+  if (node_by_shm) {
+    std::vector<uint32_t> node_peers;
+    for (uint32_t p = 0; p < size_; ++p) {
+      if (p != rank_ && kind[p] == kNode) node_peers.push_back(p);
+    }
+    std::unique_ptr<ShmChannel> channel;
+    TERN_RETURN_IF_ERROR(ShmChannel::Create(nonce_, rank_, size_, node_peers, &channel));
+    shm = channel.get();
+    channels_.push_back(std::move(channel));
+  }
+  if (fabric_node) {
+    provider[0] = fabric_node->name();
+    address[0] = fabric_node->address();
+    slot_channel[0] = fabric_node;
+  }
+  if (fabric_net) {
+    provider[1] = fabric_net->name();
+    address[1] = fabric_net->address();
+    slot_channel[1] = fabric_net;
+  }
+  if (shm) {
+    provider[2] = "tern-shm";
+    address[2] = shm->segment_name();
+    slot_channel[2] = shm;
+  }
+  Writer w;
+  for (int s = 0; s < 3; ++s) w.Str(provider[s]).Str(address[s]);
+  std::vector<std::string> all;
+  TERN_RETURN_IF_ERROR(control_->AllGather(w.data(), deadline_ns, &all));
+
+  std::vector<std::pair<uint32_t, std::string>> node_addrs, net_addrs;
+  std::vector<std::pair<uint32_t, std::string>> shm_names;
+  for (uint32_t p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    if (kind[p] == kLocal) {
+      channel_of_[p] = local;
+      continue;
+    }
+    int slot;
+    if (fabric_forced)
+      slot = 1;
+    else if (kind[p] == kNode)
+      slot = node_by_shm ? 2 : 0;
+    else
+      slot = 1;
+    Reader r(all[p]);
+    std::string their_provider[3], their_address[3];
+    for (int s = 0; s < 3; ++s) {
+      their_provider[s] = r.Str();
+      their_address[s] = r.Str();
+    }
+    if (!r.ok() || their_address[slot].empty() || their_provider[slot] != provider[slot]) {
+      return MakeStatus(
+          TERN_ERROR_COMM_TRANSPORT,
+          "rank {} reaches {} through '{}', but that rank offers '{}' for it: set the "
+          "same FI_PROVIDER and TERN_COMM_SHM on every rank",
+          rank_, PeerName(p), provider[slot],
+          their_provider[slot].empty() ? std::string("nothing") : their_provider[slot]);
+    }
+    channel_of_[p] = slot_channel[slot];
+    if (slot == 0) node_addrs.emplace_back(p, their_address[0]);
+    if (slot == 1) net_addrs.emplace_back(p, their_address[1]);
+    if (slot == 2) shm_names.emplace_back(p, their_address[2]);
+  }
+  if (fabric_node) TERN_RETURN_IF_ERROR(fabric_node->AddPeers(node_addrs));
+  if (fabric_net) TERN_RETURN_IF_ERROR(fabric_net->AddPeers(net_addrs));
+  if (shm) TERN_RETURN_IF_ERROR(shm->Attach(shm_names));
+
+  std::string names;
+  for (auto& channel : channels_) {
+    names += fmt::format("{}{}", names.empty() ? "" : "+", channel->name());
+    if (channel.get() != local) progress_.push_back(channel.get());
+  }
+  transport_ = names.empty() ? "none" : names;
+  return OkStatus();
+}
+
+Communicator::~Communicator() {
+  Close(false);
+  control_.reset();
+  channels_.clear();
+}
+
+void Communicator::RemoveInflight() {
+  inflight_.fetch_sub(1, std::memory_order_seq_cst);
+  // Only Close() waits, and it sets closing_ before reading inflight_.
+  if (closing_.load(std::memory_order_seq_cst)) {
+    std::lock_guard<std::mutex> lock(inflight_mutex_);
+    inflight_cv_.notify_all();
+  }
+}
+
+void Communicator::Close(bool graceful) {
+  {
+    std::unique_lock<std::mutex> lock(inflight_mutex_);
+    if (closed_) return;
+    closed_ = true;
+    closing_.store(true, std::memory_order_seq_cst);
+    if (graceful) {
+      inflight_cv_.wait(lock, [this] { return inflight_.load(std::memory_order_relaxed) <= 0; });
+    }
+  }
+  if (control_) control_->Close(graceful && !failed());
+  for (auto& channel : channels_) channel->Shutdown();
+}
+
+Status Communicator::failure() const {
+  std::lock_guard<std::mutex> lock(failure_mutex_);
+  return failure_;
+}
+
+void Communicator::Fail(const Status& status, bool broadcast) {
+  {
+    std::lock_guard<std::mutex> lock(failure_mutex_);
+    if (failed_.load(std::memory_order_relaxed)) return;
+    failure_ = status;
+    failed_.store(true, std::memory_order_release);
+  }
+  TERN_LOG_WARN("communicator {} rank {} of {} failed: {}", label_, rank_, size_, status.message());
+  if (control_) {
+    if (broadcast) control_->BroadcastAbort(status);
+    control_->FailWaiters(status);
+  }
+  for (auto& channel : channels_) channel->Shutdown();
+}
+
+void Communicator::OnPeerLost(uint32_t rank) {
+  Fail(MakeStatus(
+           TERN_ERROR_COMM_PEER_LOST,
+           "{} is gone: its process exited or was killed before destroying the communicator "
+           "(its control connection closed); communicator {} cannot be used any more: destroy "
+           "it, and restart the job or re-create the communicator without that rank",
+           PeerName(rank), label_),
+       false);
+}
+
+std::string Communicator::AnswerQuery(uint64_t sequence) {
+  FlightRecorder::Record record;
+  Writer w;
+  if (recorder_.FindCollective(sequence, &record)) {
+    w.U32(1)
+        .U32(static_cast<uint32_t>(record.kind))
+        .U32(static_cast<uint32_t>(record.dtype))
+        .U32(static_cast<uint32_t>(record.redop))
+        .U64(record.count)
+        .U32(record.root)
+        .U32(static_cast<uint32_t>(record.state));
+  } else {
+    uint64_t last_enqueued, last_completed;
+    recorder_.Progress(&last_enqueued, &last_completed);
+    w.U32(0).U64(last_enqueued).U64(last_completed);
+  }
+  return w.data();
+}
+
+void Communicator::OnAnswer(uint32_t from, uint64_t sequence, const std::string& answer) {
+  {
+    std::lock_guard<std::mutex> lock(answers_mutex_);
+    answers_[from] = Answer{sequence, answer};
+  }
+  answers_version_.fetch_add(1, std::memory_order_release);
+}
+
+Status Communicator::Run(const OpDesc& op, uint64_t record) {
+  recorder_.Start(record);
+  Status status;
+  if (failed()) {
+    Status why = failure();
+    status = Status(why.code(), fmt::format("not run: communicator {} had already failed: {}",
+                                            label_, why.message()));
+  } else {
+    Exec exec(this, op);
+    status = RunAlgorithm(exec);
+  }
+  recorder_.Finish(record, status.ok() ? FlightRecorder::kDone : FlightRecorder::kFailed,
+                   status.code());
+  return status;
+}
+
+Status Communicator::Split(int32_t color, int32_t key, const CommConfig& config,
+                           const std::string& name, std::shared_ptr<Communicator>* out) {
+  out->reset();
+  const uint64_t deadline = MonotonicNs() + config.init_timeout_ns;
+  Writer mine;
+  mine.I32(color).I32(key);
+  std::vector<std::string> all;
+  TERN_RETURN_IF_ERROR(control_->AllGather(mine.data(), deadline, &all));
+  struct Member {
+    int32_t key;
+    uint32_t rank;
+  };
+  std::vector<Member> members;
+  for (uint32_t p = 0; p < size_; ++p) {
+    Reader r(all[p]);
+    const int32_t c = r.I32();
+    const int32_t k = r.I32();
+    if (c == color && color >= 0) members.push_back({k, p});
+  }
+  std::sort(members.begin(), members.end(), [](const Member& a, const Member& b) {
+    return a.key != b.key ? a.key < b.key : a.rank < b.rank;
+  });
+  std::string id_bytes;
+  if (color >= 0 && members.front().rank == rank_) {
+    UniqueId id;
+    TERN_RETURN_IF_ERROR(CreateUniqueId(config.init_timeout_ns, &id));
+    tern_comm_unique_id_t packed;
+    TERN_RETURN_IF_ERROR(EncodeUniqueId(id, &packed));
+    id_bytes.assign(packed.internal, sizeof(packed.internal));
+  }
+  TERN_RETURN_IF_ERROR(control_->AllGather(id_bytes, deadline, &all));
+  if (color < 0) return OkStatus();
+  uint32_t new_rank = 0;
+  for (uint32_t i = 0; i < members.size(); ++i) {
+    if (members[i].rank == rank_) new_rank = i;
+  }
+  tern_comm_unique_id_t packed;
+  const std::string& leader_id = all[members.front().rank];
+  if (leader_id.size() != sizeof(packed.internal)) {
+    return MakeStatus(TERN_ERROR_INTERNAL, "split: the leader sent no unique id");
+  }
+  std::memcpy(packed.internal, leader_id.data(), sizeof(packed.internal));
+  InitParams params;
+  params.core = core_;
+  params.core_handle = core_handle_;
+  params.size = static_cast<uint32_t>(members.size());
+  params.rank = new_rank;
+  params.config = config;
+  params.name = name;
+  TERN_RETURN_IF_ERROR(DecodeUniqueId(packed, &params.id));
+  return Create(params, out);
+}
+
+}  // namespace tern::comm

@@ -1,0 +1,370 @@
+#include "shm_channel.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include "comm_kernels.h"
+#include "common/logging.h"
+
+namespace tern::comm {
+
+// One slot: the header shares its cache line with the first payload bytes.
+struct ShmChannel::Slot {
+  std::atomic<uint64_t> sequence;  // position + 1 once published
+  uint64_t tag;
+  uint64_t message_bytes;
+  uint64_t offset;  // of this fragment in the message
+  uint32_t bytes;   // of this fragment
+  uint32_t reserved;
+  // payload follows (24 bytes in this line, the rest after it)
+};
+static_assert(sizeof(ShmChannel::Slot) == 40);
+
+struct ShmChannel::Ring {
+  alignas(64) std::atomic<uint64_t> tail;  // written by the consumer: slots consumed
+  char pad[56];
+  // slots follow, each slot_bytes long
+};
+static_assert(sizeof(ShmChannel::Ring) == 64);
+
+namespace {
+
+constexpr uint64_t kMagic = 0x5445524e53484d31ull;  // "TERNSHM1"
+constexpr size_t kHeaderBytes = 4096;
+constexpr size_t kSlotHeader = sizeof(ShmChannel::Slot);
+
+struct SegmentHeader {
+  uint64_t magic;
+  uint64_t nonce;
+  uint32_t owner;
+  uint32_t ring_count;
+  uint32_t slots;
+  uint32_t slot_bytes;
+  // followed by ring_count entries
+};
+struct RingEntry {
+  uint32_t sender;
+  uint32_t reserved;
+  uint64_t offset;
+};
+constexpr size_t kMaxRingsInHeader = (kHeaderBytes - sizeof(SegmentHeader)) / sizeof(RingEntry);
+
+uint64_t EnvBytes(const char* name, uint64_t fallback, uint64_t minimum, uint64_t maximum) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0') return fallback;
+  char* end = nullptr;
+  unsigned long long value = std::strtoull(text, &end, 10);
+  if (end != text && (*end == 'K' || *end == 'k')) value <<= 10;
+  return std::clamp<uint64_t>(value, minimum, maximum);
+}
+
+ShmChannel::Slot* SlotAt(ShmChannel::Ring* ring, uint32_t slot_bytes, uint32_t slots,
+                         uint64_t position) {
+  auto* base = reinterpret_cast<uint8_t*>(ring) + sizeof(ShmChannel::Ring);
+  return reinterpret_cast<ShmChannel::Slot*>(base + (position % slots) * slot_bytes);
+}
+uint8_t* Payload(ShmChannel::Slot* slot) { return reinterpret_cast<uint8_t*>(slot) + kSlotHeader; }
+
+size_t RingBytes(uint32_t slots, uint32_t slot_bytes) {
+  return sizeof(ShmChannel::Ring) + static_cast<size_t>(slots) * slot_bytes;
+}
+
+}  // namespace
+
+Status ShmChannel::Create(uint64_t nonce, uint32_t rank, uint32_t size,
+                          const std::vector<uint32_t>& peers, std::unique_ptr<ShmChannel>* out) {
+  std::unique_ptr<ShmChannel> channel(new ShmChannel());
+  channel->rank_ = rank;
+  // TERN_COMM_SHM_SLOT: bytes per slot (a multiple of 64); TERN_COMM_SHM_SLOTS: slots per ring.
+  channel->slot_bytes_ = static_cast<uint32_t>(
+      EnvBytes("TERN_COMM_SHM_SLOT", 64u << 10, 256, 16u << 20) & ~uint64_t{63});
+  channel->slots_ = static_cast<uint32_t>(EnvBytes("TERN_COMM_SHM_SLOTS", 16, 2, 4096));
+  channel->in_.resize(size);
+  channel->out_.resize(size);
+  channel->peers_ = peers;
+  if (peers.size() > kMaxRingsInHeader) {
+    return MakeStatus(
+        TERN_ERROR_UNIMPLEMENTED,
+        "{} ranks share this host with rank {}; the shared-memory channel supports {}: "
+        "set TERN_COMM_SHM=0 to use libfabric's shm provider",
+        peers.size() + 1, rank, kMaxRingsInHeader + 1);
+  }
+  channel->name_ = fmt::format("/tern-comm-{:016x}-{}-{}", nonce, rank, getpid());
+  const size_t ring_bytes = RingBytes(channel->slots_, channel->slot_bytes_);
+  const size_t total = kHeaderBytes + peers.size() * ring_bytes;
+  const int fd = shm_open(channel->name_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return ErrnoStatus(TERN_ERROR_COMM_TRANSPORT, errno,
+                       fmt::format("shm_open({}) for the shared-memory channel", channel->name_));
+  }
+  channel->unlinked_ = false;
+  if (ftruncate(fd, static_cast<off_t>(total)) != 0) {
+    const int err = errno;
+    close(fd);
+    return ErrnoStatus(TERN_ERROR_HOST_OUT_OF_MEMORY, err,
+                       fmt::format("sizing the shared-memory channel to {} bytes", total));
+  }
+  void* base = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (base == MAP_FAILED) {
+    return ErrnoStatus(TERN_ERROR_HOST_OUT_OF_MEMORY, errno, "mapping the shared-memory channel");
+  }
+  channel->own_ = Mapping{base, total};
+  auto* header = static_cast<SegmentHeader*>(base);
+  header->nonce = nonce;
+  header->owner = rank;
+  header->ring_count = static_cast<uint32_t>(peers.size());
+  header->slots = channel->slots_;
+  header->slot_bytes = channel->slot_bytes_;
+  auto* entries = reinterpret_cast<RingEntry*>(header + 1);
+  for (size_t i = 0; i < peers.size(); ++i) {
+    const uint64_t offset = kHeaderBytes + i * ring_bytes;
+    entries[i] = RingEntry{peers[i], 0, offset};
+    auto* ring = reinterpret_cast<Ring*>(static_cast<uint8_t*>(base) + offset);
+    new (ring) Ring();
+    ring->tail.store(0, std::memory_order_relaxed);
+    channel->in_[peers[i]].ring = ring;
+  }
+  std::atomic_thread_fence(std::memory_order_release);
+  header->magic = kMagic;
+  *out = std::move(channel);
+  return OkStatus();
+}
+
+ShmChannel::~ShmChannel() {
+  Unlink();
+  if (own_.base != nullptr) munmap(own_.base, own_.bytes);
+  for (const Mapping& m : mapped_) munmap(m.base, m.bytes);
+}
+
+void ShmChannel::Unlink() {
+  if (unlinked_) return;
+  shm_unlink(name_.c_str());
+  unlinked_ = true;
+}
+
+Status ShmChannel::Attach(const std::vector<std::pair<uint32_t, std::string>>& peers) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& [peer, name] : peers) {
+    const int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
+    if (fd < 0) {
+      return ErrnoStatus(
+          TERN_ERROR_COMM_TRANSPORT, errno,
+          fmt::format("opening rank {}'s shared-memory channel {} (is /dev/shm shared "
+                      "between the processes?)",
+                      peer, name));
+    }
+    off_t size = lseek(fd, 0, SEEK_END);
+    void* base = size > 0 ? mmap(nullptr, static_cast<size_t>(size), PROT_READ | PROT_WRITE,
+                                 MAP_SHARED, fd, 0)
+                          : MAP_FAILED;
+    close(fd);
+    if (base == MAP_FAILED) {
+      return ErrnoStatus(TERN_ERROR_COMM_TRANSPORT, errno,
+                         fmt::format("mapping rank {}'s channel", peer));
+    }
+    mapped_.push_back(Mapping{base, static_cast<size_t>(size)});
+    const auto* header = static_cast<const SegmentHeader*>(base);
+    if (header->magic != kMagic || header->owner != peer) {
+      return MakeStatus(TERN_ERROR_COMM_TRANSPORT,
+                        "rank {}'s shared-memory channel {} is not valid", peer, name);
+    }
+    const auto* entries = reinterpret_cast<const RingEntry*>(header + 1);
+    Ring* ring = nullptr;
+    for (uint32_t i = 0; i < header->ring_count && i < kMaxRingsInHeader; ++i) {
+      if (entries[i].sender == rank_) {
+        ring = reinterpret_cast<Ring*>(static_cast<uint8_t*>(base) + entries[i].offset);
+      }
+    }
+    if (ring == nullptr || header->slots != slots_ || header->slot_bytes != slot_bytes_) {
+      return MakeStatus(
+          TERN_ERROR_COMM_TRANSPORT,
+          "rank {}'s shared-memory channel has no ring for rank {} or another geometry "
+          "({} slots of {} bytes, here {} of {}): set the same TERN_COMM_SHM_SLOT(S) "
+          "on every rank",
+          peer, rank_, header->slots, header->slot_bytes, slots_, slot_bytes_);
+    }
+    out_[peer].ring = ring;
+  }
+  return OkStatus();
+}
+
+void ShmChannel::Deliver(Request* req, uint64_t offset, const uint8_t* data, uint64_t bytes) {
+  if (bytes == 0) return;
+  auto* dst = static_cast<uint8_t*>(req->buffer) + offset;
+  if (req->reduce) {
+    const size_t es = req->spec.element_size;
+    Reduce(dst, static_cast<const uint8_t*>(req->reduce_a) + offset, data, bytes / es,
+           req->spec.dtype, req->spec.op);
+  } else {
+    std::memcpy(dst, data, bytes);
+  }
+}
+
+bool ShmChannel::PushOutgoing(Outgoing& out) {
+  bool progressed = false;
+  const uint64_t payload_capacity = (slot_bytes_ - kSlotHeader) & ~uint64_t{7};
+  while (!out.queue.empty()) {
+    if (out.position - out.tail >= slots_) {
+      out.tail = out.ring->tail.load(std::memory_order_acquire);
+      if (out.position - out.tail >= slots_) break;
+    }
+    Request* req = out.queue.front();
+    const uint64_t offset = out.front_sent;
+    const uint64_t bytes = std::min<uint64_t>(req->bytes - offset, payload_capacity);
+    Slot* slot = SlotAt(out.ring, slot_bytes_, slots_, out.position);
+    slot->tag = req->tag;
+    slot->message_bytes = req->bytes;
+    slot->offset = offset;
+    slot->bytes = static_cast<uint32_t>(bytes);
+    if (bytes > 0)
+      std::memcpy(Payload(slot), static_cast<const uint8_t*>(req->buffer) + offset, bytes);
+    slot->sequence.store(out.position + 1, std::memory_order_release);
+    ++out.position;
+    progressed = true;
+    out.front_sent += bytes;
+    if (out.front_sent >= req->bytes) {
+      out.queue.pop_front();
+      out.front_sent = 0;
+      req->Complete();
+    }
+  }
+  return progressed;
+}
+
+bool ShmChannel::PollIncoming(Incoming& in, uint32_t peer, Status* error) {
+  (void)error;
+  bool progressed = false;
+  while (true) {
+    Slot* slot = SlotAt(in.ring, slot_bytes_, slots_, in.position);
+    if (slot->sequence.load(std::memory_order_acquire) != in.position + 1) break;
+    const uint64_t tag = slot->tag;
+    const uint64_t message_bytes = slot->message_bytes;
+    const uint64_t offset = slot->offset;
+    const uint64_t bytes = slot->bytes;
+    Request* req = nullptr;
+    for (size_t i = 0; i < in.posted.size(); ++i) {
+      if (in.posted[i]->tag == tag) {
+        req = in.posted[i];
+        if (message_bytes != req->bytes) {
+          req->Fail(MakeStatus(TERN_ERROR_COMM_MISMATCH,
+                               "rank {} sent {} bytes where {} were expected: the ranks called the "
+                               "operation with different counts",
+                               peer, message_bytes, req->bytes));
+          in.posted.erase(in.posted.begin() + static_cast<ptrdiff_t>(i));
+          req = nullptr;
+          break;  // the fragment is dropped below
+        }
+        Deliver(req, offset, Payload(slot), bytes);
+        const uint64_t received = reinterpret_cast<uintptr_t>(req->channel_data) + bytes;
+        req->channel_data = reinterpret_cast<void*>(static_cast<uintptr_t>(received));
+        if (received >= req->bytes) {
+          in.posted.erase(in.posted.begin() + static_cast<ptrdiff_t>(i));
+          req->Complete();
+        }
+        break;
+      }
+    }
+    if (req == nullptr) {
+      auto it = in.unexpected.find(tag);
+      const bool started = it != in.unexpected.end();
+      // Leave an unmatched message in the ring until the ring is full (its
+      // receive is usually about to be posted); then set it aside.
+      const bool full = SlotAt(in.ring, slot_bytes_, slots_, in.position + slots_ - 1)
+                            ->sequence.load(std::memory_order_acquire) == in.position + slots_;
+      if (!started && !full && offset == 0) break;
+      Unexpected& u = in.unexpected[tag];
+      u.message_bytes = message_bytes;
+      const uint8_t* payload = Payload(slot);
+      u.data.insert(u.data.end(), payload, payload + bytes);
+    }
+    ++in.position;
+    in.ring->tail.store(in.position, std::memory_order_release);
+    progressed = true;
+  }
+  return progressed;
+}
+
+Status ShmChannel::PostSend(Request* req) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (shut_) return MakeStatus(TERN_ERROR_COMM_ABORTED, "the shared-memory channel was closed");
+  Outgoing& out = out_[req->peer];
+  out.queue.push_back(req);
+  if (out.queue.size() == 1) PushOutgoing(out);
+  return OkStatus();
+}
+
+Status ShmChannel::PostRecv(Request* req) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (shut_) return MakeStatus(TERN_ERROR_COMM_ABORTED, "the shared-memory channel was closed");
+  Incoming& in = in_[req->peer];
+  req->channel_data = nullptr;
+  auto it = in.unexpected.find(req->tag);
+  if (it != in.unexpected.end()) {
+    Unexpected& u = it->second;
+    if (u.message_bytes != req->bytes) {
+      req->Fail(MakeStatus(TERN_ERROR_COMM_MISMATCH,
+                           "rank {} sent {} bytes where {} were expected: the ranks called the "
+                           "operation with different counts",
+                           req->peer, u.message_bytes, req->bytes));
+      in.unexpected.erase(it);
+      return OkStatus();
+    }
+    Deliver(req, 0, u.data.data(), u.data.size());
+    req->channel_data = reinterpret_cast<void*>(static_cast<uintptr_t>(u.data.size()));
+    const bool complete = u.data.size() >= req->bytes;
+    in.unexpected.erase(it);
+    if (complete) {
+      req->Complete();
+      return OkStatus();
+    }
+  }
+  in.posted.push_back(req);
+  Status ignored;
+  PollIncoming(in, req->peer, &ignored);
+  return OkStatus();
+}
+
+bool ShmChannel::Progress(Status* error) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (shut_) return false;
+  bool progressed = false;
+  for (uint32_t peer : peers_) {
+    Outgoing& out = out_[peer];
+    if (!out.queue.empty()) progressed |= PushOutgoing(out);
+    Incoming& in = in_[peer];
+    if (!in.posted.empty() || true) progressed |= PollIncoming(in, peer, error);
+  }
+  return progressed;
+}
+
+void ShmChannel::Cancel(Request* req) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (req->is_send) {
+    Outgoing& out = out_[req->peer];
+    auto it = std::find(out.queue.begin(), out.queue.end(), req);
+    if (it != out.queue.end()) {
+      if (it == out.queue.begin()) out.front_sent = 0;
+      out.queue.erase(it);
+    }
+  } else {
+    Incoming& in = in_[req->peer];
+    std::erase(in.posted, req);
+  }
+}
+
+void ShmChannel::Shutdown() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  shut_ = true;
+  for (Outgoing& out : out_) out.queue.clear();
+  for (Incoming& in : in_) in.posted.clear();
+}
+
+}  // namespace tern::comm

@@ -1,0 +1,101 @@
+// ShmChannel: ranks in other processes of this host, through shared memory
+// (tern's own channel, used instead of libfabric's shm provider; see
+// docs/collectives.md for why).
+//
+// Each rank creates one POSIX shared-memory segment with an incoming ring
+// per peer on the host; the peers map it after the bootstrap and it is
+// unlinked once everyone has (so nothing is left behind, even after a
+// crash). A ring has single-producer single-consumer slots: a 64-byte header
+// (sequence word, tag, message size, fragment offset and size) followed by
+// payload; the first 24 payload bytes share the header's cache line, so a
+// small message costs one cache line transfer. The sender copies fragments
+// in and publishes each with a release store of its sequence word; the
+// receiver polls the next slot's sequence word, and copies (or reduces)
+// the fragment straight into the destination. A fragment whose receive is
+// not posted stays in the ring until the ring fills up; then it is moved
+// aside so that later messages can pass. Sends complete as soon as their
+// last fragment is in the ring.
+#ifndef TERN_COLLECTIVES_SHM_CHANNEL_H_
+#define TERN_COLLECTIVES_SHM_CHANNEL_H_
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "transport.h"
+
+namespace tern::comm {
+
+class ShmChannel final : public Channel {
+ public:
+  // Creates this rank's segment with a ring for each of `peers`.
+  static Status Create(uint64_t nonce, uint32_t rank, uint32_t size,
+                       const std::vector<uint32_t>& peers, std::unique_ptr<ShmChannel>* out);
+  ~ShmChannel() override;
+
+  const std::string& segment_name() const { return name_; }
+  // Maps the peers' segments (rank, segment name).
+  Status Attach(const std::vector<std::pair<uint32_t, std::string>>& peers);
+  // Removes this rank's segment name (the mappings stay).
+  void Unlink();
+
+  const char* name() const override { return "tern-shm"; }
+  bool FusesReduce() const override { return true; }
+  Status PostSend(Request* req) override;
+  Status PostRecv(Request* req) override;
+  bool Progress(Status* error) override;
+  void Cancel(Request* req) override;
+  void Shutdown() override;
+
+  struct Slot;
+  struct Ring;
+
+ private:
+  struct Mapping {
+    void* base = nullptr;
+    size_t bytes = 0;
+  };
+  struct Unexpected {
+    uint64_t message_bytes = 0;
+    std::vector<uint8_t> data;  // the fragments received so far, in order
+  };
+  struct Incoming {
+    Ring* ring = nullptr;
+    uint64_t position = 0;
+    std::vector<Request*> posted;
+    std::map<uint64_t, Unexpected> unexpected;
+  };
+  struct Outgoing {
+    Ring* ring = nullptr;
+    uint64_t position = 0;
+    uint64_t tail = 0;  // the consumer's position when last read
+    std::deque<Request*> queue;
+    uint64_t front_sent = 0;
+  };
+
+  ShmChannel() = default;
+  bool PollIncoming(Incoming& in, uint32_t peer, Status* error);  // caller holds mutex_
+  bool PushOutgoing(Outgoing& out);                               // caller holds mutex_
+  void Deliver(Request* req, uint64_t offset, const uint8_t* data, uint64_t bytes);
+
+  std::mutex mutex_;
+  std::string name_;
+  bool unlinked_ = true;
+  bool shut_ = false;
+  uint32_t rank_ = 0;
+  uint32_t slots_ = 0;
+  uint32_t slot_bytes_ = 0;
+  Mapping own_;
+  std::vector<Mapping> mapped_;
+  std::vector<Incoming> in_;   // by rank (empty for ranks not on this channel)
+  std::vector<Outgoing> out_;  // by rank
+  std::vector<uint32_t> peers_;
+};
+
+}  // namespace tern::comm
+
+#endif  // TERN_COLLECTIVES_SHM_CHANNEL_H_

@@ -1,0 +1,256 @@
+// tern_comm_child: one process of the multi-process collectives tests. Public
+// API only. Ranks come from the environment (tern_comm_init_from_env:
+// TERN_COMM_ID, TERN_COMM_RANK, TERN_COMM_WORLD_SIZE) unless --id gives a
+// unique id (hex) with --ranks and --size, in which case the process runs
+// several ranks, one thread each (tern_comm_init_rank).
+//
+//   tern_comm_child matrix [--small]
+//       Runs the exact-check matrix; prints "transport <name>", "nodes <n>"
+//       and then "ok <checks>", or the failures; exits 0 when everything
+//       matched.
+//   tern_comm_child loop COUNT
+//       All-reduces COUNT fp32 values over and over; prints "iteration <k>"
+//       after each, until an operation fails: then prints
+//       "failed <STATUS> <message>" and, after waiting for the
+//       communicator's asynchronous error, "async <STATUS>", and exits 3.
+//   tern_comm_child mismatch WHAT
+//       Rank 0 enqueues all_reduce sum fp32 count=64 (reduce root=0 for
+//       WHAT=root); the other ranks change WHAT (kind, count, dtype, redop,
+//       root). Prints "result <STATUS> <message>", then runs a barrier and
+//       prints "then <STATUS> <message>"; exits 0.
+//   tern_comm_child idle
+//       Joins, prints "ready", then enqueues nothing and waits for stdin to
+//       close (a rank that never calls the collective).
+//   tern_comm_child init-only
+//       Joins and prints "joined" or "init <STATUS> <message>".
+//
+// Rank r runs on core r % 2 of device (r / 2) % 2. Every line is flushed.
+#include <tern/tern.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm_matrix.h"
+
+namespace {
+
+using tern_test::LastError;
+
+void Say(const std::string& line) {
+  std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+}
+
+[[noreturn]] void Die(const std::string& step, tern_status_t status) {
+  Say("error " + step + ": " + LastError(status));
+  std::_Exit(100 + status % 100);
+}
+
+void Check(const std::string& step, tern_status_t status) {
+  if (status != TERN_OK) Die(step, status);
+}
+
+bool ParseHex(const std::string& hex, tern_comm_unique_id_t* id) {
+  if (hex.size() != 2 * sizeof(id->internal)) return false;
+  for (size_t i = 0; i < sizeof(id->internal); ++i) {
+    id->internal[i] = static_cast<char>(std::stoul(hex.substr(2 * i, 2), nullptr, 16));
+  }
+  return true;
+}
+
+struct Rank {
+  uint32_t rank = 0;
+  tern_device_t device = nullptr;
+  tern_core_t core = nullptr;
+  tern_queue_t queue = nullptr;
+  tern_comm_t comm = nullptr;
+};
+
+void OpenCore(Rank* r) {
+  Check("tern_device_get", tern_device_get((r->rank / 2) % 2, &r->device));
+  Check("tern_core_open", tern_core_open(r->device, r->rank % 2, &r->core));
+  Check("tern_queue_create", tern_queue_create(r->core, nullptr, &r->queue));
+}
+
+void WaitStdinClosed() {
+  char c;
+  while (read(STDIN_FILENO, &c, 1) > 0) {
+  }
+}
+
+int RunLoop(Rank& r, uint64_t count) {
+  tern_buffer_params_t params = {sizeof(tern_buffer_params_t), 0, count * 4, 0,
+                                 TERN_MEMORY_TENSORS};
+  tern_buffer_t buffer = nullptr;
+  Check("tern_buffer_alloc", tern_buffer_alloc(r.device, &params, &buffer));
+  std::vector<float> ones(count, 1.0f);
+  Check("tern_buffer_write", tern_buffer_write(buffer, 0, ones.data(), count * 4));
+  for (uint64_t k = 0;; ++k) {
+    tern_status_t s = tern_comm_all_reduce(r.comm, buffer, 0, buffer, 0, count, TERN_DTYPE_F32,
+                                           TERN_COMM_MAX, r.queue);
+    if (s == TERN_OK) s = tern_queue_synchronize(r.queue, TERN_TIMEOUT_INFINITE);
+    if (s != TERN_OK) {
+      Say("failed " + LastError(s));
+      tern_status_t async = TERN_OK;
+      tern_comm_get_async_error(r.comm, &async);
+      Say(std::string("async ") + tern_status_string(async) + " " +
+          (async != TERN_OK ? tern_last_error_message() : ""));
+      return 3;
+    }
+    Say("iteration " + std::to_string(k));
+  }
+}
+
+int RunMismatch(Rank& r, const std::string& what) {
+  tern_buffer_params_t params = {sizeof(tern_buffer_params_t), 0, 1024, 0, TERN_MEMORY_TENSORS};
+  tern_buffer_t send = nullptr, recv = nullptr;
+  Check("tern_buffer_alloc", tern_buffer_alloc(r.device, &params, &send));
+  Check("tern_buffer_alloc", tern_buffer_alloc(r.device, &params, &recv));
+  const bool odd = r.rank != 0;
+  tern_status_t s;
+  if (what == "root") {
+    s = tern_comm_reduce(r.comm, send, 0, recv, 0, 64, TERN_DTYPE_F32, TERN_COMM_SUM, odd ? 1 : 0,
+                         r.queue);
+  } else if (what == "kind" && odd) {
+    s = tern_comm_broadcast(r.comm, send, 0, recv, 0, 64, TERN_DTYPE_F32, 1, r.queue);
+  } else {
+    const uint64_t count = what == "count" && odd ? 65 : 64;
+    const tern_dtype_t dtype = what == "dtype" && odd ? TERN_DTYPE_I32 : TERN_DTYPE_F32;
+    const tern_comm_redop_t op = what == "redop" && odd ? TERN_COMM_MAX : TERN_COMM_SUM;
+    s = tern_comm_all_reduce(r.comm, send, 0, recv, 0, count, dtype, op, r.queue);
+  }
+  if (s == TERN_OK) s = tern_queue_synchronize(r.queue, TERN_TIMEOUT_INFINITE);
+  Say("result " + LastError(s));
+  // A rank whose own side completed (a broadcast root sends and is done)
+  // learns of the mismatch through the communicator: its next operation fails.
+  tern_queue_clear_error(r.queue);
+  s = tern_comm_barrier(r.comm, r.queue);
+  if (s == TERN_OK) s = tern_queue_synchronize(r.queue, TERN_TIMEOUT_INFINITE);
+  Say("then " + LastError(s));
+  return 0;
+}
+
+int RunScenario(Rank& r, const std::vector<std::string>& args) {
+  const std::string& scenario = args[0];
+  if (scenario == "matrix") {
+    tern_comm_info_t info = {};
+    info.struct_size = sizeof(info);
+    Check("tern_comm_get_info", tern_comm_get_info(r.comm, &info));
+    Say(std::string("transport ") + info.transport);
+    Say("nodes " + std::to_string(info.node_count));
+    tern_test::MatrixOptions options;
+    if (args.size() > 1 && args[1] == "--small") {
+      options.dtypes = {TERN_DTYPE_F32, TERN_DTYPE_BF16, TERN_DTYPE_F16, TERN_DTYPE_I8,
+                        TERN_DTYPE_I64};
+      options.counts = {1, 1001};
+      options.large_counts = {100003};
+    }
+    uint32_t size = info.size;
+    tern_test::MatrixResult result =
+        tern_test::RunMatrix(r.comm, r.queue, r.device, r.rank, size, options);
+    if (!result.failures.empty()) {
+      Say("failures\n" + result.failures);
+      return 1;
+    }
+    Say("ok " + std::to_string(result.checks));
+    return 0;
+  }
+  if (scenario == "loop" && args.size() > 1) return RunLoop(r, std::stoull(args[1]));
+  if (scenario == "mismatch" && args.size() > 1) return RunMismatch(r, args[1]);
+  if (scenario == "idle") {
+    Say("ready");
+    WaitStdinClosed();
+    return 0;
+  }
+  Say("unknown scenario " + scenario);
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  std::string id_hex;
+  std::vector<uint32_t> ranks;
+  uint32_t size = 0;
+  std::vector<std::string> rest;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--id" && i + 1 < args.size()) {
+      id_hex = args[++i];
+    } else if (args[i] == "--ranks" && i + 1 < args.size()) {
+      std::string list = args[++i];
+      size_t pos = 0;
+      while (pos < list.size()) {
+        const size_t comma = list.find(',', pos);
+        ranks.push_back(static_cast<uint32_t>(std::stoul(list.substr(pos, comma - pos))));
+        if (comma == std::string::npos) break;
+        pos = comma + 1;
+      }
+    } else if (args[i] == "--size" && i + 1 < args.size()) {
+      size = static_cast<uint32_t>(std::stoul(args[++i]));
+    } else {
+      rest.push_back(args[i]);
+    }
+  }
+  if (rest.empty()) {
+    std::fprintf(stderr,
+                 "usage: tern_comm_child [--id HEX --ranks R,.. --size N] SCENARIO [ARGS]\n");
+    return 2;
+  }
+  Check("tern_init", tern_init(nullptr));
+  if (id_hex.empty()) {
+    // One rank, from the environment.
+    const char* rank_text = std::getenv("TERN_COMM_RANK");
+    Rank r;
+    r.rank = rank_text ? static_cast<uint32_t>(std::atoi(rank_text)) : 0;
+    OpenCore(&r);
+    const tern_status_t s = tern_comm_init_from_env(r.core, nullptr, &r.comm);
+    if (rest[0] == "init-only") {
+      Say(s == TERN_OK ? "joined" : "init " + LastError(s));
+      return 0;
+    }
+    Check("tern_comm_init_from_env", s);
+    const int code = RunScenario(r, rest);
+    tern_comm_destroy(r.comm);
+    tern_queue_destroy(r.queue);
+    tern_core_close(r.core);
+    tern_shutdown();
+    return code;
+  }
+  tern_comm_unique_id_t id;
+  if (!ParseHex(id_hex, &id) || ranks.empty() || size == 0) {
+    std::fprintf(stderr, "bad --id/--ranks/--size\n");
+    return 2;
+  }
+  std::vector<Rank> local(ranks.size());
+  std::vector<int> codes(ranks.size(), 0);
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    local[i].rank = ranks[i];
+    OpenCore(&local[i]);
+  }
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    threads.emplace_back([&, i] {
+      Check("tern_comm_init_rank",
+            tern_comm_init_rank(local[i].core, size, &id, local[i].rank, nullptr, &local[i].comm));
+      codes[i] = RunScenario(local[i], rest);
+    });
+  }
+  int code = 0;
+  for (size_t i = 0; i < threads.size(); ++i) {
+    threads[i].join();
+    code = std::max(code, codes[i]);
+  }
+  for (Rank& r : local) {
+    tern_comm_destroy(r.comm);
+    tern_queue_destroy(r.queue);
+    tern_core_close(r.core);
+  }
+  tern_shutdown();
+  return code;
+}
