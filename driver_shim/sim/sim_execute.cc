@@ -1,11 +1,13 @@
-// Running a loaded program on the simulated engines: the queue's thread walks
-// the function's schedule (an order of the engine streams that honours their
-// semaphores, fixed at load) and runs each instruction's kernel on the engine
-// view of device memory.
+// Running a loaded program on the simulated engines: the process's compute
+// thread (compute_worker.h) walks the function's schedule (an order of the
+// engine streams that honours their semaphores, fixed at load) and runs each
+// instruction's kernel on the engine view of device memory, while the queue's
+// thread waits for it.
 #include <fmt/format.h>
 
 #include "common/timeline.h"
 #include "common/trace.h"
+#include "sim/compute_worker.h"
 #include "sim/engines/kernels.h"
 #include "sim/sim_driver.h"
 
@@ -15,6 +17,12 @@ using driver::Command;
 
 Status SimDevice::ExecuteProgram(uint32_t core, const Command& command,
                                  tern_error_class_t* out_class, uint32_t trace_track) {
+  return RunOnComputeThread(
+      [&] { return ExecuteProgramHere(core, command, out_class, trace_track); });
+}
+
+Status SimDevice::ExecuteProgramHere(uint32_t core, const Command& command,
+                                     tern_error_class_t* out_class, uint32_t trace_track) {
   if (!command.details || !command.details->program ||
       command.details->function >= command.details->program->functions.size()) {
     *out_class = TERN_ERROR_CLASS_INVALID_COMMAND;
