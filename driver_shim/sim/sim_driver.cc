@@ -34,9 +34,11 @@ bool RangesOverlap(uint64_t a, uint64_t a_size, uint64_t b, uint64_t b_size) {
 // larger range, trim it, map the file over the aligned part.
 void* MapAligned(int fd, uint64_t size, uint64_t alignment, int protection, Status* status) {
   const uint64_t span = size + alignment;
-  void* reserved = mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  void* reserved =
+      mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (reserved == MAP_FAILED) {
-    *status = ErrnoStatus(TERN_ERROR_HOST_OUT_OF_MEMORY, errno, "reserving address space for device memory");
+    *status = ErrnoStatus(TERN_ERROR_HOST_OUT_OF_MEMORY, errno,
+                          "reserving address space for device memory");
     return nullptr;
   }
   const uint64_t start = reinterpret_cast<uint64_t>(reserved);
@@ -72,8 +74,9 @@ Status SimDevice::Init() {
   memfd_ = memfd_create(name.c_str(), MFD_CLOEXEC);
   if (memfd_ < 0) return ErrnoStatus(TERN_ERROR_IO, errno, "memfd_create for device memory");
   if (ftruncate(memfd_, static_cast<off_t>(info_.memory_bytes)) != 0) {
-    return ErrnoStatus(TERN_ERROR_HOST_OUT_OF_MEMORY, errno,
-                       fmt::format("sizing {} bytes of simulated device memory", info_.memory_bytes));
+    return ErrnoStatus(
+        TERN_ERROR_HOST_OUT_OF_MEMORY, errno,
+        fmt::format("sizing {} bytes of simulated device memory", info_.memory_bytes));
   }
   // Both views start at an address aligned to the memory's size rounded up to
   // a power of two, so any alignment a buffer can ask for holds for its
@@ -86,7 +89,8 @@ Status SimDevice::Init() {
   if (driver_->config().protect) {
     // The view users see: same pages, no access. A host dereference of a
     // device address faults at once instead of corrupting silently.
-    user_view_ = static_cast<uint8_t*>(MapAligned(memfd_, info_.memory_bytes, alignment, PROT_NONE, &status));
+    user_view_ = static_cast<uint8_t*>(
+        MapAligned(memfd_, info_.memory_bytes, alignment, PROT_NONE, &status));
     if (user_view_ == nullptr) return status;
   } else {
     user_view_ = engine_view_;
@@ -120,7 +124,8 @@ void SimDevice::MemoryFreed(uint64_t offset, uint64_t size) {
     std::erase_if(armed_faults_, [&](const Fault& f) {
       return f.has_range && RangesOverlap(f.offset, f.size, offset, size);
     });
-    armed_fault_count_.store(static_cast<uint32_t>(armed_faults_.size()), std::memory_order_release);
+    armed_fault_count_.store(static_cast<uint32_t>(armed_faults_.size()),
+                             std::memory_order_release);
   }
   if (size < kDiscardThreshold) return;
   // Give whole pages inside the block back to the host: device memory stays
@@ -186,7 +191,8 @@ Status SimDevice::CheckPoison(const Command& command) {
   for (const Fault& fault : armed_faults_) {
     if (!fault.has_range) continue;
     for (const MemoryRef* ref : {&command.dst, &command.src}) {
-      if (ref->device == this && RangesOverlap(ref->offset, command.size, fault.offset, fault.size)) {
+      if (ref->device == this &&
+          RangesOverlap(ref->offset, command.size, fault.offset, fault.size)) {
         registry().CountEcc(index(), /*uncorrected=*/true);
         return MakeStatus(TERN_ERROR_HBM_UNCORRECTABLE,
                           "uncorrectable ECC error in device {} memory at offset {:#x} "
@@ -199,7 +205,8 @@ Status SimDevice::CheckPoison(const Command& command) {
   return OkStatus();
 }
 
-Status SimDevice::CheckFaults(uint32_t core, const Command& command, tern_error_class_t* out_class) {
+Status SimDevice::CheckFaults(uint32_t core, const Command& command,
+                              tern_error_class_t* out_class) {
   const bool is_dma = command.kind == CommandKind::kCopy || command.kind == CommandKind::kFill;
   if (is_dma) {
     // Poisoned memory first, on whichever device it lives: it fails every
@@ -225,7 +232,8 @@ Status SimDevice::CheckFaults(uint32_t core, const Command& command, tern_error_
     }
     const Fault fired = fault;
     armed_faults_.erase(it);
-    armed_fault_count_.store(static_cast<uint32_t>(armed_faults_.size()), std::memory_order_release);
+    armed_fault_count_.store(static_cast<uint32_t>(armed_faults_.size()),
+                             std::memory_order_release);
     switch (fired.kind) {
       case TERN_FAULT_DMA_ABORT:
         *out_class = TERN_ERROR_CLASS_DMA_ABORT;
@@ -322,8 +330,8 @@ Status SimDevice::InjectFault(const Fault& fault) {
   std::lock_guard<std::mutex> lock(fault_mutex_);
   armed_faults_.push_back(fault);
   armed_fault_count_.store(static_cast<uint32_t>(armed_faults_.size()), std::memory_order_release);
-  TERN_LOG_INFO("armed fault kind {} on device {} core {} after {} commands", static_cast<int>(fault.kind),
-                index(), fault.core, fault.after_commands);
+  TERN_LOG_INFO("armed fault kind {} on device {} core {} after {} commands",
+                static_cast<int>(fault.kind), index(), fault.core, fault.after_commands);
   return OkStatus();
 }
 
@@ -333,9 +341,24 @@ SimDriver::SimDriver(const driver::DriverOptions& options, SimConfig config)
     : options_(options), config_(std::move(config)) {}
 
 Status SimDriver::Init() {
-  NodeRegistry::Topology topology{config_.device_count, config_.cores_per_device, config_.hbm_bytes};
-  TERN_RETURN_IF_ERROR(
-      NodeRegistry::Open(config_.node_name, topology, NodeRegistry::Role::kParticipant, &registry_));
+  if (!config_.topology_explicit) {
+    // No topology asked for: join the node as it is, if a process set it up;
+    // the defaults apply only to a node this process creates.
+    std::unique_ptr<NodeRegistry> probe;
+    if (NodeRegistry::Open(config_.node_name, NodeRegistry::Topology{},
+                           NodeRegistry::Role::kObserver, &probe)
+            .ok()) {
+      config_.device_count = probe->topology().device_count;
+      config_.cores_per_device = probe->topology().cores_per_device;
+      config_.hbm_bytes = probe->topology().hbm_bytes;
+      TERN_LOG_INFO("sim node '{}' exists: adopting its topology {}x{}x{} bytes", config_.node_name,
+                    config_.device_count, config_.cores_per_device, config_.hbm_bytes);
+    }
+  }
+  NodeRegistry::Topology topology{config_.device_count, config_.cores_per_device,
+                                  config_.hbm_bytes};
+  TERN_RETURN_IF_ERROR(NodeRegistry::Open(config_.node_name, topology,
+                                          NodeRegistry::Role::kParticipant, &registry_));
   std::vector<DevicePlacement> placements = PlaceDevices(config_.device_count);
   for (uint32_t i = 0; i < config_.device_count; ++i) {
     driver::DeviceStaticInfo info;

@@ -13,11 +13,24 @@ bool ParseSize(absl::string_view text, uint64_t* out) {
   if (text.empty()) return false;
   uint64_t multiplier = 1;
   switch (text.back()) {
-    case 'K': case 'k': multiplier = 1ull << 10; break;
-    case 'M': case 'm': multiplier = 1ull << 20; break;
-    case 'G': case 'g': multiplier = 1ull << 30; break;
-    case 'T': case 't': multiplier = 1ull << 40; break;
-    default: break;
+    case 'K':
+    case 'k':
+      multiplier = 1ull << 10;
+      break;
+    case 'M':
+    case 'm':
+      multiplier = 1ull << 20;
+      break;
+    case 'G':
+    case 'g':
+      multiplier = 1ull << 30;
+      break;
+    case 'T':
+    case 't':
+      multiplier = 1ull << 40;
+      break;
+    default:
+      break;
   }
   if (multiplier != 1) text.remove_suffix(1);
   uint64_t value = 0;
@@ -55,6 +68,7 @@ Status ParseTopology(const std::string& text, SimConfig* config) {
 Status ConfigFromEnvironment(SimConfig* config) {
   if (const char* topology = std::getenv("TERN_SIM_TOPOLOGY"); topology && *topology) {
     TERN_RETURN_IF_ERROR(ParseTopology(topology, config));
+    config->topology_explicit = true;
   }
   if (const char* node = std::getenv("TERN_SIM_NODE"); node && *node) {
     config->node_name = node;
@@ -66,9 +80,9 @@ Status ConfigFromEnvironment(SimConfig* config) {
     } else if (value == "0") {
       config->protect = false;
     } else {
-      return MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
-                        "TERN_SIM_PROTECT='{}' must be 1 (device memory is not host-accessible) or 0",
-                        value);
+      return MakeStatus(
+          TERN_ERROR_INVALID_ARGUMENT,
+          "TERN_SIM_PROTECT='{}' must be 1 (device memory is not host-accessible) or 0", value);
     }
   }
   return OkStatus();

@@ -22,6 +22,10 @@ struct SimConfig {
   uint64_t hbm_bytes = 8ull << 30;
   std::string node_name = "default";
   bool protect = true;
+  // True when TERN_SIM_TOPOLOGY chose the topology. Otherwise a process that
+  // finds the node already set up adopts its topology (an administrator's
+  // `tern ls` sees the node as the workload configured it).
+  bool topology_explicit = false;
 };
 
 // Parses "DxCxSIZE" (SIZE in bytes with an optional K, M, G or T suffix,

@@ -600,6 +600,27 @@ TEST(TernLsTest, TableListsDevicesAndSaysWhenNoProcessRuns) {
   EXPECT_NE(r.out.find("No process is using a device."), std::string::npos) << r.out;
 }
 
+// An administrator does not know the workload's TERN_SIM_TOPOLOGY: without
+// one, the tool adopts the topology of the node it finds.
+TEST(TernLsTest, WithoutATopologyAdoptsTheNodes) {
+  Workload workload({"--device", "0", "--cores", "1"});
+  ASSERT_TRUE(workload.ready());
+  const RunResult r = RunTern({"ls", "--json"}, {"TERN_SIM_TOPOLOGY="});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  const Json root = Json::parse(r.out);
+  ASSERT_EQ(root.at("devices").size(), 2u);
+  for (const Json& device : root.at("devices")) {
+    EXPECT_EQ(device.at("memory_total_bytes"), 256 * kMiB) << device.dump();
+  }
+  EXPECT_EQ(root.at("devices")[0].at("cores")[1].at("owner_pid"), workload.pid());
+
+  // An explicit topology that differs is still refused, naming the workload.
+  const RunResult other = RunTern({"ls", "--json"}, {"TERN_SIM_TOPOLOGY=1x1x64M"});
+  EXPECT_EQ(other.exit_code, 3) << Describe(other);
+  EXPECT_NE(other.err.find("TERN_SIM_TOPOLOGY"), std::string::npos) << other.err;
+  EXPECT_NE(other.err.find(std::to_string(workload.pid())), std::string::npos) << other.err;
+}
+
 TEST(TernLsTest, SeesAWorkloadInAnotherProcess) {
   Workload workload({"--device", "1", "--cores", "0"});
   ASSERT_TRUE(workload.ready());
