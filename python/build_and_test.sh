@@ -25,7 +25,7 @@ fi
 missing="$(TORCH_DEVICE_BACKEND_AUTOLOAD=0 "$py" - <<'PY'
 import importlib.metadata as md
 want = {"torch": "2.13.0", "numpy": None, "pytest": None, "expecttest": None,
-        "scikit-build-core": None}
+        "scikit-build-core": None, "transformers": None}
 out = []
 for name, version in want.items():
     try:
@@ -39,8 +39,17 @@ PY
 )"
 if [[ -n "$missing" ]]; then
   echo "== installing into $venv: $missing"
-  # torch is pinned: pip never replaces it with another version.
-  "$py" -m pip install --quiet $missing
+  # torch is pinned, also as a constraint for everything else (transformers
+  # and its dependencies): pip never replaces it with another version.
+  constraints="$(mktemp)"
+  trap 'rm -f "$constraints"' EXIT
+  echo "torch==2.13.0" > "$constraints"
+  "$py" -m pip install --quiet -c "$constraints" $missing
+  torch_version="$(TORCH_DEVICE_BACKEND_AUTOLOAD=0 "$py" -c 'import torch; print(torch.__version__)')"
+  if [[ "${torch_version%%+*}" != 2.13.0 ]]; then
+    echo "error: torch is $torch_version after installing packages, expected 2.13.0" >&2
+    exit 1
+  fi
 fi
 
 if [[ "${TORCH_TERN_SKIP_BUILD:-0}" != 1 ]]; then

@@ -196,6 +196,22 @@ void Copy(const at::Tensor& src_in, const at::Tensor& dst, bool non_blocking) {
   at::Tensor src = src_in.sizes() == dst.sizes() ? src_in : src_in.expand_as(dst);
   const bool src_tern = src.device().type() == c10::DeviceType::PrivateUse1;
   const bool dst_tern = dst.device().type() == c10::DeviceType::PrivateUse1;
+  if (src_tern && (src.is_conj() || src.is_neg())) {
+    // A lazily conjugated/negated tern tensor: read its stored elements,
+    // apply the bits on the host, write the values (ops.cc registers
+    // _copy_from as a fallthrough of the Conjugate/Negative keys, so it
+    // arrives here with its bits).
+    at::Tensor host = ReadToHost(src);
+    if (src.is_conj()) host = host.conj();
+    if (src.is_neg()) host = host._neg_view();
+    host = host.resolve_conj().resolve_neg();
+    if (dst_tern) {
+      CopyHostToDevice(host, dst, false);
+    } else {
+      dst.copy_(host);
+    }
+    return;
+  }
   if (src_tern && dst_tern) {
     CopyDeviceToDevice(src, dst, non_blocking);
   } else if (dst_tern) {

@@ -31,7 +31,9 @@ std::string OperatorName(const c10::OperatorHandle& op) {
   return name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
 }
 
-void TernCpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+}  // namespace
+
+void CpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const std::string name = OperatorName(op);
   const char* mode = std::getenv("TORCH_TERN_FALLBACK");
   bool warn = false;
@@ -52,8 +54,6 @@ void TernCpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   at::native::cpu_fallback(op, stack);
 }
 
-}  // namespace
-
 std::map<std::string, int64_t> FallbackOps() {
   std::lock_guard<std::mutex> lock(g_mutex);
   return std::map<std::string, int64_t>(g_counts->begin(), g_counts->end());
@@ -66,7 +66,7 @@ void ClearFallbackOps() {
 }
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
-  m.fallback(torch::CppFunction::makeFromBoxedFunction<&TernCpuFallback>());
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&CpuFallback>());
 }
 
 }  // namespace torch_tern

@@ -1,12 +1,16 @@
 #include "kernels.h"
 
+#include <ATen/TensorUtils.h>
+#include <ATen/ops/empty.h>
 #include <c10/util/Exception.h>
 
 #include <cstdlib>
 #include <cstring>
+#include <list>
 #include <mutex>
 #include <unordered_map>
 
+#include "allocator.h"
 #include "ops.h"
 #include "runtime.h"
 
@@ -16,9 +20,11 @@
 // can go.
 #pragma weak tern_builder_create
 #pragma weak tern_builder_destroy
+#pragma weak tern_builder_add_constants
 #pragma weak tern_builder_begin_function
 #pragma weak tern_builder_add_input
 #pragma weak tern_builder_add_output
+#pragma weak tern_builder_set_scratch
 #pragma weak tern_builder_add_instruction
 #pragma weak tern_builder_end_function
 #pragma weak tern_builder_finish
@@ -30,14 +36,20 @@
 namespace torch_tern::kernels {
 namespace {
 
+// Executables kept loaded; the least recently used one beyond this is
+// unloaded (executions already queued keep what they need).
+constexpr size_t kCacheCapacity = 4096;
+
 struct Entry {
   tern_executable_t executable = nullptr;  // nullptr: refused, see error
   uint32_t function = 0;
   std::string error;
+  std::list<std::string>::iterator lru;
 };
 
 std::mutex g_mutex;
-std::unordered_map<std::string, Entry>* g_cache = new std::unordered_map<std::string, Entry>();
+auto* g_cache = new std::unordered_map<std::string, Entry>();
+auto* g_lru = new std::list<std::string>();  // front: most recently used
 CacheInfo g_info;
 
 template <typename T>
@@ -45,92 +57,38 @@ void Append(std::string& key, const T& value) {
   key.append(reinterpret_cast<const char*>(&value), sizeof(T));
 }
 
-void AppendTensor(std::string& key, const at::Tensor& t) {
-  Append(key, static_cast<int32_t>(t.scalar_type()));
-  Append(key, static_cast<int32_t>(t.dim()));
-  for (int64_t d = 0; d < t.dim(); ++d) {
-    Append(key, t.size(d));
-    Append(key, t.stride(d));
+void AppendOperand(std::string& key, const Operand& o) {
+  Append(key, static_cast<uint8_t>(o.segment));
+  if (!o.present()) return;
+  Append(key, static_cast<uint8_t>(o.dtype));
+  Append(key, o.index);
+  Append(key, o.offset);
+  Append(key, static_cast<uint8_t>(o.shape.size()));
+  for (size_t d = 0; d < o.shape.size(); ++d) {
+    Append(key, o.shape[d]);
+    Append(key, o.strides[d]);
   }
 }
 
-struct OperandShape {
-  std::vector<int64_t> shape;
-  std::vector<int64_t> strides;
-};
-
-// Builds and loads the single-instruction executable. Returns "" or why not.
-std::string Build(c10::DeviceIndex device, const std::string& op, tern_opcode_t opcode,
-                  const std::vector<at::Tensor>& outputs, const std::vector<at::Tensor>& inputs,
-                  const std::vector<int64_t>& ints, const std::vector<double>& floats,
-                  Entry* entry) {
-  tern_builder_t builder = nullptr;
-  tern_status_t status = tern_builder_create(nullptr, &builder);
-  if (status != TERN_OK) return "tern_builder_create: " + DescribeLastError(status);
-  std::string error;
-  auto check = [&](tern_status_t s, const char* what) {
-    if (s != TERN_OK && error.empty()) error = std::string(what) + ": " + DescribeLastError(s);
-    return s == TERN_OK;
-  };
-  uint32_t function = 0;
-  std::vector<OperandShape> shapes;
-  std::vector<tern_operand_t> operands;
-  bool ok = check(tern_builder_begin_function(builder, "main", &function), "begin_function");
-  auto declare = [&](const at::Tensor& t, bool is_output, uint32_t index) {
-    const tern_dtype_t dtype = *ToTernDtype(t.scalar_type());
-    const int64_t span = SpanElements(t);
-    uint32_t declared = 0;
-    const std::string name = (is_output ? "out" : "in") + std::to_string(index);
-    return is_output
-               ? check(tern_builder_add_output(builder, name.c_str(), dtype, 1, &span, &declared),
-                       "add_output")
-               : check(tern_builder_add_input(builder, name.c_str(), dtype, 1, &span, &declared),
-                       "add_input");
-  };
-  for (size_t i = 0; ok && i < inputs.size(); ++i) ok = declare(inputs[i], false, i);
-  for (size_t i = 0; ok && i < outputs.size(); ++i) ok = declare(outputs[i], true, i);
-  if (ok) {
-    // Operands: outputs first, then inputs, each with its own sizes/strides.
-    shapes.reserve(outputs.size() + inputs.size());
-    auto add_operand = [&](const at::Tensor& t, tern_segment_t segment, uint32_t index) {
-      shapes.push_back({t.sizes().vec(), t.strides().vec()});
-      tern_operand_t operand{};
-      operand.segment = segment;
-      operand.index = index;
-      operand.offset = 0;
-      operand.dtype = *ToTernDtype(t.scalar_type());
-      operand.rank = static_cast<uint32_t>(t.dim());
-      operand.shape = shapes.back().shape.data();
-      operand.strides = shapes.back().strides.data();
-      operands.push_back(operand);
-    };
-    for (size_t i = 0; i < outputs.size(); ++i) add_operand(outputs[i], TERN_SEGMENT_OUTPUT, i);
-    for (size_t i = 0; i < inputs.size(); ++i) add_operand(inputs[i], TERN_SEGMENT_INPUT, i);
-    tern_instruction_t instruction{};
-    instruction.struct_size = sizeof(instruction);
-    instruction.opcode = opcode;
-    instruction.operand_count = static_cast<uint32_t>(operands.size());
-    instruction.operands = operands.data();
-    instruction.int_count = static_cast<uint32_t>(ints.size());
-    instruction.ints = ints.data();
-    instruction.float_count = static_cast<uint32_t>(floats.size());
-    instruction.floats = floats.data();
-    instruction.debug_op = op.c_str();
-    ok = check(tern_builder_add_instruction(builder, &instruction), "add_instruction") &&
-         check(tern_builder_end_function(builder), "end_function");
+Dims ContiguousStrides(c10::IntArrayRef shape) {
+  Dims strides(shape.size());
+  int64_t s = 1;
+  for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
+    strides[d] = s;
+    s *= std::max<int64_t>(shape[d], 1);
   }
-  void* data = nullptr;
-  uint64_t size = 0;
-  if (ok) ok = check(tern_builder_finish(builder, &data, &size), "finish");
-  tern_builder_destroy(builder);
-  if (!ok) return error;
-  tern_executable_t executable = nullptr;
-  status = tern_executable_load(GetTernDevice(device), data, size, nullptr, &executable);
-  tern_builder_free_data(data);
-  if (status != TERN_OK) return "tern_executable_load: " + DescribeLastError(status);
-  entry->executable = executable;
-  entry->function = function;
-  return "";
+  return strides;
+}
+
+int64_t WrapDim(int64_t dim, int64_t rank) {
+  const int64_t r = std::max<int64_t>(rank, 1);
+  if (dim < 0) dim += r;
+  TORCH_CHECK(dim >= 0 && dim < r, "kernels: dimension out of range");
+  return dim;
+}
+
+void Unload(tern_executable_t executable) {
+  if (executable != nullptr) tern_executable_unload(executable);
 }
 
 }  // namespace
@@ -140,8 +98,9 @@ bool ExecutablesAvailable() {
     const char* env = std::getenv("TORCH_TERN_KERNELS");
     if (env != nullptr && std::strcmp(env, "0") == 0) return false;
     return tern_builder_create != nullptr && tern_builder_destroy != nullptr &&
-           tern_builder_begin_function != nullptr && tern_builder_add_input != nullptr &&
-           tern_builder_add_output != nullptr && tern_builder_add_instruction != nullptr &&
+           tern_builder_add_constants != nullptr && tern_builder_begin_function != nullptr &&
+           tern_builder_add_input != nullptr && tern_builder_add_output != nullptr &&
+           tern_builder_set_scratch != nullptr && tern_builder_add_instruction != nullptr &&
            tern_builder_end_function != nullptr && tern_builder_finish != nullptr &&
            tern_builder_free_data != nullptr && tern_executable_load != nullptr &&
            tern_executable_unload != nullptr && tern_queue_execute != nullptr;
@@ -170,78 +129,583 @@ std::optional<tern_dtype_t> ToTernDtype(at::ScalarType type) {
   }
 }
 
-bool LaunchSingleOp(const std::string& op, tern_opcode_t opcode,
-                    const std::vector<at::Tensor>& outputs, const std::vector<at::Tensor>& inputs,
-                    const std::vector<int64_t>& ints, const std::vector<double>& floats) {
-  if (!ExecutablesAvailable()) return false;
-  TORCH_CHECK(!outputs.empty(), "LaunchSingleOp(", op, ") needs an output");
-  const c10::Device device = outputs[0].device();
-  bool empty = false;
-  for (const auto* list : {&outputs, &inputs}) {
-    for (const at::Tensor& t : *list) {
-      if (t.device() != device || !ToTernDtype(t.scalar_type()) || t.dim() > TERN_MAX_RANK ||
-          t.is_conj() || t.is_neg()) {
-        return false;
-      }
-      empty = empty || t.numel() == 0;
+int64_t DtypeSize(tern_dtype_t dtype) {
+  switch (dtype) {
+    case TERN_DTYPE_F32:
+    case TERN_DTYPE_I32:
+      return 4;
+    case TERN_DTYPE_BF16:
+    case TERN_DTYPE_F16:
+      return 2;
+    case TERN_DTYPE_I64:
+      return 8;
+    default:
+      return 1;
+  }
+}
+
+// ---- Operand views ----------------------------------------------------------
+
+int64_t Operand::numel() const {
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  return n;
+}
+
+bool Operand::IsContiguous() const {
+  int64_t expected = 1;
+  for (int64_t d = dim() - 1; d >= 0; --d) {
+    if (shape[d] == 1) continue;
+    if (strides[d] != expected) return false;
+    expected *= shape[d];
+  }
+  return true;
+}
+
+Operand Operand::Expand(c10::IntArrayRef to) const {
+  TORCH_CHECK(static_cast<int64_t>(to.size()) >= dim(), "kernels: cannot expand rank ", dim(),
+              " to rank ", to.size());
+  Operand o = *this;
+  const int64_t lead = static_cast<int64_t>(to.size()) - dim();
+  o.shape.assign(to.begin(), to.end());
+  o.strides.assign(to.size(), 0);
+  for (int64_t d = 0; d < dim(); ++d) {
+    if (shape[d] == to[lead + d]) {
+      o.strides[lead + d] = strides[d];
+    } else {
+      TORCH_CHECK(shape[d] == 1, "kernels: cannot expand size ", shape[d], " to ", to[lead + d]);
     }
   }
-  if (empty) return true;  // nothing to compute
+  return o;
+}
 
-  std::string key = op;
+Operand Operand::View(c10::IntArrayRef to) const {
+  Operand o = *this;
+  auto strides_opt = at::detail::computeStride(shape, strides, to);
+  TORCH_CHECK(strides_opt.has_value(), "kernels: view of a non-viewable layout");
+  o.shape.assign(to.begin(), to.end());
+  o.strides.assign(strides_opt->begin(), strides_opt->end());
+  return o;
+}
+
+Operand Operand::Permute(c10::IntArrayRef dims) const {
+  TORCH_CHECK(static_cast<int64_t>(dims.size()) == dim(), "kernels: permute rank mismatch");
+  Operand o = *this;
+  for (int64_t d = 0; d < dim(); ++d) {
+    o.shape[d] = shape[dims[d]];
+    o.strides[d] = strides[dims[d]];
+  }
+  return o;
+}
+
+Operand Operand::Transpose(int64_t a, int64_t b) const {
+  Operand o = *this;
+  a = WrapDim(a, dim());
+  b = WrapDim(b, dim());
+  std::swap(o.shape[a], o.shape[b]);
+  std::swap(o.strides[a], o.strides[b]);
+  return o;
+}
+
+Operand Operand::Slice(int64_t d, int64_t start, int64_t length, int64_t step) const {
+  Operand o = *this;
+  d = WrapDim(d, dim());
+  o.offset += start * strides[d];
+  o.shape[d] = length;
+  o.strides[d] = strides[d] * step;
+  return o;
+}
+
+Operand Operand::Select(int64_t d, int64_t i) const {
+  Operand o = *this;
+  d = WrapDim(d, dim());
+  o.offset += i * strides[d];
+  o.shape.erase(o.shape.begin() + d);
+  o.strides.erase(o.strides.begin() + d);
+  return o;
+}
+
+Operand Operand::Unsqueeze(int64_t d) const {
+  Operand o = *this;
+  if (d < 0) d += dim() + 1;
+  o.shape.insert(o.shape.begin() + d, 1);
+  o.strides.insert(o.strides.begin() + d, 0);
+  return o;
+}
+
+Operand Operand::Reinterpret(tern_dtype_t to) const {
+  TORCH_CHECK(DtypeSize(to) == DtypeSize(dtype), "kernels: reinterpret needs equal sizes");
+  Operand o = *this;
+  o.dtype = to;
+  return o;
+}
+
+Operand None() { return Operand{}; }
+
+// ---- Program ------------------------------------------------------------------
+
+Program::Program(std::string name) : name_(std::move(name)) {
+  bindings_.reserve(6);
+  instructions_.reserve(4);
+}
+
+Operand Program::Bind(const at::Tensor& t, bool output) {
+  Operand o;
+  const auto dtype = ToTernDtype(t.scalar_type());
+  if (!t.defined() || t.device().type() != c10::DeviceType::PrivateUse1 || !dtype ||
+      t.dim() > TERN_MAX_RANK || t.is_conj() || t.is_neg()) {
+    ok_ = false;
+    return o;
+  }
+  if (device_.index() < 0) {
+    device_ = t.device();
+  } else if (t.device() != device_) {
+    ok_ = false;
+    return o;
+  }
+  const int64_t span = SpanElements(t);
+  o.dtype = *dtype;
+  o.shape.assign(t.sizes().begin(), t.sizes().end());
+  o.strides.assign(t.strides().begin(), t.strides().end());
+  o.segment = output ? TERN_SEGMENT_OUTPUT : TERN_SEGMENT_INPUT;
+  uint32_t index = 0;
+  for (const Binding& b : bindings_) {
+    if (b.output != output) continue;
+    if (b.tensor.defined() && b.dtype == *dtype && b.span == span &&
+        b.tensor.data_ptr() == t.data_ptr()) {
+      o.index = index;
+      return o;
+    }
+    ++index;
+  }
+  o.index = output ? outputs_++ : inputs_++;
+  bindings_.push_back({t, output, *dtype, span});
+  return o;
+}
+
+Operand Program::BindRaw(tern_buffer_t buffer, uint64_t offset, tern_dtype_t dtype,
+                         int64_t elements, bool output) {
+  Operand o;
+  o.dtype = dtype;
+  o.shape = {elements};
+  o.strides = {1};
+  o.segment = output ? TERN_SEGMENT_OUTPUT : TERN_SEGMENT_INPUT;
+  o.index = output ? outputs_++ : inputs_++;
+  Binding b{at::Tensor(), output, dtype, elements};
+  b.raw_buffer = buffer;
+  b.raw_offset = offset;
+  bindings_.push_back(b);
+  return o;
+}
+
+void Program::SetDevice(c10::DeviceIndex device) {
+  if (device_.index() < 0) {
+    device_ = c10::Device(c10::DeviceType::PrivateUse1, device);
+  } else if (device_.index() != device) {
+    ok_ = false;
+  }
+}
+
+Operand Program::InRaw(tern_buffer_t buffer, uint64_t offset, tern_dtype_t dtype,
+                       int64_t elements) {
+  return BindRaw(buffer, offset, dtype, elements, false);
+}
+
+Operand Program::OutRaw(tern_buffer_t buffer, uint64_t offset, tern_dtype_t dtype,
+                        int64_t elements) {
+  return BindRaw(buffer, offset, dtype, elements, true);
+}
+
+Operand Program::In(const at::Tensor& t) { return Bind(t, false); }
+Operand Program::Out(const at::Tensor& t) { return Bind(t, true); }
+
+Operand Program::Temp(tern_dtype_t dtype, c10::IntArrayRef shape) {
+  Operand o;
+  o.segment = TERN_SEGMENT_SCRATCH;
+  o.dtype = dtype;
+  const int64_t start = (scratch_bytes_ + 63) / 64 * 64;
+  o.offset = start / DtypeSize(dtype);
+  o.shape.assign(shape.begin(), shape.end());
+  o.strides = ContiguousStrides(shape);
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  scratch_bytes_ = start + std::max<int64_t>(n, 1) * DtypeSize(dtype);
+  return o;
+}
+
+namespace {
+
+// `value` as the bytes of one element of `dtype`.
+void EncodeFloat(double value, tern_dtype_t dtype, uint8_t* out) {
+  switch (dtype) {
+    case TERN_DTYPE_F32: {
+      const float v = static_cast<float>(value);
+      std::memcpy(out, &v, 4);
+      return;
+    }
+    case TERN_DTYPE_BF16: {
+      const c10::BFloat16 v(static_cast<float>(value));
+      std::memcpy(out, &v, 2);
+      return;
+    }
+    case TERN_DTYPE_F16: {
+      const c10::Half v(static_cast<float>(value));
+      std::memcpy(out, &v, 2);
+      return;
+    }
+    default:
+      TORCH_CHECK(false, "kernels: a float constant needs a float dtype");
+  }
+}
+
+void EncodeInt(int64_t value, tern_dtype_t dtype, uint8_t* out) {
+  switch (dtype) {
+    case TERN_DTYPE_I8:
+    case TERN_DTYPE_BOOL: {
+      const int8_t v = static_cast<int8_t>(dtype == TERN_DTYPE_BOOL ? value != 0 : value);
+      std::memcpy(out, &v, 1);
+      return;
+    }
+    case TERN_DTYPE_I32: {
+      const int32_t v = static_cast<int32_t>(value);
+      std::memcpy(out, &v, 4);
+      return;
+    }
+    case TERN_DTYPE_I64:
+      std::memcpy(out, &value, 8);
+      return;
+    default:
+      EncodeFloat(static_cast<double>(value), dtype, out);
+  }
+}
+
+bool IsFloatDtype(tern_dtype_t d) {
+  return d == TERN_DTYPE_F32 || d == TERN_DTYPE_BF16 || d == TERN_DTYPE_F16;
+}
+
+}  // namespace
+
+Operand Program::AddConstant(const void* bytes, tern_dtype_t dtype) {
+  const size_t at = (constants_.size() + 7) / 8 * 8;
+  constants_.resize(at + 8, 0);
+  std::memcpy(constants_.data() + at, bytes, DtypeSize(dtype));
+  Operand o;
+  o.segment = TERN_SEGMENT_CONSTANT;
+  o.dtype = dtype;
+  o.offset = static_cast<int64_t>(at) / DtypeSize(dtype);
+  return o;
+}
+
+Operand Program::Const(double value, tern_dtype_t dtype) {
+  uint8_t bytes[8] = {};
+  if (IsFloatDtype(dtype)) {
+    EncodeFloat(value, dtype, bytes);
+  } else {
+    EncodeInt(static_cast<int64_t>(value), dtype, bytes);
+  }
+  return AddConstant(bytes, dtype);
+}
+
+Operand Program::ConstInt(int64_t value, tern_dtype_t dtype) {
+  uint8_t bytes[8] = {};
+  EncodeInt(value, dtype, bytes);
+  return AddConstant(bytes, dtype);
+}
+
+Operand Program::AddArg(const void* bytes, tern_dtype_t dtype) {
+  if (args_input_ < 0) {
+    args_input_ = static_cast<int32_t>(inputs_++);
+    bindings_.push_back({at::Tensor(), false, TERN_DTYPE_I8, 0});
+  }
+  const size_t at = (args_.size() + 7) / 8 * 8;
+  args_.resize(at + 8, 0);
+  std::memcpy(args_.data() + at, bytes, DtypeSize(dtype));
+  Operand o;
+  o.segment = TERN_SEGMENT_INPUT;
+  o.index = static_cast<uint32_t>(args_input_);
+  o.dtype = dtype;
+  o.offset = static_cast<int64_t>(at) / DtypeSize(dtype);
+  return o;
+}
+
+Operand Program::Arg(double value, tern_dtype_t dtype) {
+  uint8_t bytes[8] = {};
+  if (IsFloatDtype(dtype)) {
+    EncodeFloat(value, dtype, bytes);
+  } else {
+    EncodeInt(static_cast<int64_t>(value), dtype, bytes);
+  }
+  return AddArg(bytes, dtype);
+}
+
+Operand Program::ArgInt(int64_t value, tern_dtype_t dtype) {
+  uint8_t bytes[8] = {};
+  EncodeInt(value, dtype, bytes);
+  return AddArg(bytes, dtype);
+}
+
+namespace {
+
+// Size-1 dimensions get the stride a row-major layout would give them: their
+// stride never moves, and engines that derive layouts from strides (oneDNN in
+// the simulated device) reject odd ones such as a [1, K] transpose with
+// strides [1, 1]. Equivalent layouts then also share one cache key.
+void CanonicalStrides(Operand& o) {
+  int64_t outer = 1;
+  for (int64_t d = o.dim() - 1; d >= 0; --d) {
+    if (o.shape[d] == 1) {
+      o.strides[d] = outer;
+    } else if (o.shape[d] > 1) {
+      outer = std::max(outer, o.strides[d] * o.shape[d]);
+    }
+  }
+}
+
+}  // namespace
+
+void Program::Emit(tern_opcode_t opcode, std::vector<Operand> operands, std::vector<int64_t> ints,
+                   std::vector<double> floats) {
+  for (Operand& o : operands) {
+    if (o.present()) CanonicalStrides(o);
+  }
+  instructions_.push_back({opcode, std::move(operands), std::move(ints), std::move(floats)});
+}
+
+namespace {
+
+struct Built {
+  tern_executable_t executable = nullptr;
+  uint32_t function = 0;
+};
+
+// Builds and loads the program. Returns "" or why not.
+std::string Build(c10::DeviceIndex device, const std::string& name,
+                  const std::vector<Program::Binding>& bindings, int64_t args_bytes,
+                  int64_t scratch_bytes, const std::vector<uint8_t>& constants,
+                  const std::vector<Program::Instruction>& instructions, Built* out) {
+  tern_builder_t builder = nullptr;
+  tern_status_t status = tern_builder_create(nullptr, &builder);
+  if (status != TERN_OK) return "tern_builder_create: " + DescribeLastError(status);
+  std::string error;
+  auto check = [&](tern_status_t s, const char* what) {
+    if (s != TERN_OK && error.empty()) error = std::string(what) + ": " + DescribeLastError(s);
+    return s == TERN_OK;
+  };
+  uint64_t constants_offset = 0;
+  bool ok = true;
+  if (!constants.empty()) {
+    ok = check(tern_builder_add_constants(builder, constants.data(), constants.size(), 64,
+                                          &constants_offset),
+               "add_constants");
+  }
+  uint32_t function = 0;
+  ok = ok && check(tern_builder_begin_function(builder, "main", &function), "begin_function");
+  for (int pass = 0; ok && pass < 2; ++pass) {
+    const bool outputs = pass == 1;
+    uint32_t index = 0;
+    for (const Program::Binding& b : bindings) {
+      if (b.output != outputs) continue;
+      const int64_t span = (b.tensor.defined() || b.raw_buffer != nullptr) ? b.span : args_bytes;
+      const std::string tensor_name = (outputs ? "out" : "in") + std::to_string(index++);
+      uint32_t declared = 0;
+      ok = outputs ? check(tern_builder_add_output(builder, tensor_name.c_str(), b.dtype, 1, &span,
+                                                   &declared),
+                           "add_output")
+                   : check(tern_builder_add_input(builder, tensor_name.c_str(), b.dtype, 1, &span,
+                                                  &declared),
+                           "add_input");
+      if (!ok) break;
+    }
+  }
+  if (ok && scratch_bytes > 0) {
+    ok = check(tern_builder_set_scratch(builder, static_cast<uint64_t>(scratch_bytes)),
+               "set_scratch");
+  }
+  int engine = -1;
+  int64_t semaphore_value = 0;
+  auto add = [&](tern_opcode_t opcode, const std::vector<tern_operand_t>& operands,
+                 const std::vector<int64_t>& ints, const std::vector<double>& floats) {
+    tern_instruction_t instruction{};
+    instruction.struct_size = sizeof(instruction);
+    instruction.opcode = opcode;
+    instruction.operand_count = static_cast<uint32_t>(operands.size());
+    instruction.operands = operands.data();
+    instruction.int_count = static_cast<uint32_t>(ints.size());
+    instruction.ints = ints.data();
+    instruction.float_count = static_cast<uint32_t>(floats.size());
+    instruction.floats = floats.data();
+    instruction.debug_op = name.c_str();
+    return check(tern_builder_add_instruction(builder, &instruction), "add_instruction");
+  };
+  for (size_t i = 0; ok && i < instructions.size(); ++i) {
+    const Program::Instruction& ins = instructions[i];
+    const int this_engine = static_cast<int>(ins.opcode) >> 8;
+    if (engine >= 0 && this_engine != engine) {
+      // Order this engine's stream after everything before (see header).
+      ++semaphore_value;
+      ok = add(TERN_OP_SEM_SIGNAL, {}, {0, 1, engine}, {}) &&
+           add(TERN_OP_SEM_WAIT, {}, {0, semaphore_value, this_engine}, {});
+      if (!ok) break;
+    }
+    engine = this_engine;
+    std::vector<tern_operand_t> operands;
+    operands.reserve(ins.operands.size());
+    for (const Operand& o : ins.operands) {
+      tern_operand_t operand{};
+      operand.segment = o.segment;
+      if (o.present()) {
+        operand.index = o.index;
+        operand.offset = static_cast<uint64_t>(o.offset * DtypeSize(o.dtype));
+        if (o.segment == TERN_SEGMENT_CONSTANT) operand.offset += constants_offset;
+        operand.dtype = o.dtype;
+        operand.rank = static_cast<uint32_t>(o.shape.size());
+        operand.shape = o.shape.data();
+        operand.strides = o.strides.data();
+      }
+      operands.push_back(operand);
+    }
+    ok = add(ins.opcode, operands, ins.ints, ins.floats);
+  }
+  ok = ok && check(tern_builder_end_function(builder), "end_function");
+  void* data = nullptr;
+  uint64_t size = 0;
+  if (ok) ok = check(tern_builder_finish(builder, &data, &size), "finish");
+  tern_builder_destroy(builder);
+  if (!ok) return error;
+  tern_executable_t executable = nullptr;
+  status = tern_executable_load(GetTernDevice(device), data, size, nullptr, &executable);
+  tern_builder_free_data(data);
+  if (status != TERN_OK) return "tern_executable_load: " + DescribeLastError(status);
+  out->executable = executable;
+  out->function = function;
+  return "";
+}
+
+}  // namespace
+
+bool Program::Run(bool cache) {
+  if (!ok_ || !ExecutablesAvailable() || instructions_.empty() || device_.index() < 0) {
+    return false;
+  }
+  bool any_output = false;
+  for (const Binding& b : bindings_) any_output = any_output || (b.output && b.span > 0);
+  if (!any_output) return true;  // nothing to write
+
+  std::string key = name_;
   key.push_back('\0');
-  Append(key, static_cast<int32_t>(opcode));
-  Append(key, static_cast<int32_t>(device.index()));
-  Append(key, static_cast<int32_t>(outputs.size()));
-  for (const at::Tensor& t : outputs) AppendTensor(key, t);
-  Append(key, static_cast<int32_t>(inputs.size()));
-  for (const at::Tensor& t : inputs) AppendTensor(key, t);
-  Append(key, static_cast<int32_t>(ints.size()));
-  for (int64_t v : ints) Append(key, v);
-  Append(key, static_cast<int32_t>(floats.size()));
-  for (double v : floats) Append(key, v);
+  Append(key, static_cast<int32_t>(device_.index()));
+  Append(key, static_cast<int32_t>(bindings_.size()));
+  for (const Binding& b : bindings_) {
+    Append(key, static_cast<uint8_t>(b.output));
+    Append(key, static_cast<uint8_t>(b.dtype));
+    Append(key, (b.tensor.defined() || b.raw_buffer != nullptr)
+                    ? b.span
+                    : static_cast<int64_t>(args_.size()));
+  }
+  Append(key, scratch_bytes_);
+  Append(key, static_cast<int32_t>(constants_.size()));
+  key.append(reinterpret_cast<const char*>(constants_.data()), constants_.size());
+  for (const Instruction& ins : instructions_) {
+    Append(key, static_cast<int32_t>(ins.opcode));
+    Append(key, static_cast<uint8_t>(ins.operands.size()));
+    for (const Operand& o : ins.operands) AppendOperand(key, o);
+    Append(key, static_cast<uint8_t>(ins.ints.size()));
+    for (int64_t v : ins.ints) Append(key, v);
+    Append(key, static_cast<uint8_t>(ins.floats.size()));
+    for (double v : ins.floats) Append(key, v);
+  }
 
   tern_executable_t executable = nullptr;
   uint32_t function = 0;
+  tern_executable_t evicted = nullptr;
+  bool one_off = false;
   {
     std::lock_guard<std::mutex> lock(g_mutex);
     auto it = g_cache->find(key);
     if (it == g_cache->end()) {
       ++g_info.misses;
-      Entry entry;
-      entry.error = Build(device.index(), op, opcode, outputs, inputs, ints, floats, &entry);
-      if (entry.executable == nullptr) {
+      Built built;
+      std::string error =
+          Build(device_.index(), name_, bindings_, static_cast<int64_t>(args_.size()),
+                scratch_bytes_, constants_, instructions_, &built);
+      if (built.executable == nullptr) {
         ++g_info.failures;
-        g_info.last_error = op + ": " + entry.error;
-      } else {
-        ++g_info.entries;
+        g_info.last_error = name_ + ": " + error;
       }
-      it = g_cache->emplace(std::move(key), std::move(entry)).first;
+      if (!cache && built.executable != nullptr) {
+        executable = built.executable;
+        function = built.function;
+        one_off = true;
+      } else {
+        if (built.executable != nullptr) ++g_info.entries;
+        g_lru->push_front(key);
+        Entry entry;
+        entry.executable = built.executable;
+        entry.function = built.function;
+        entry.error = std::move(error);
+        entry.lru = g_lru->begin();
+        it = g_cache->emplace(std::move(key), std::move(entry)).first;
+        if (g_cache->size() > kCacheCapacity) {
+          auto victim = g_cache->find(g_lru->back());
+          evicted = victim->second.executable;
+          if (evicted != nullptr) --g_info.entries;
+          ++g_info.evictions;
+          g_lru->pop_back();
+          g_cache->erase(victim);
+        }
+      }
     } else {
       ++g_info.hits;
+      g_lru->splice(g_lru->begin(), *g_lru, it->second.lru);
     }
-    executable = it->second.executable;
-    function = it->second.function;
+    if (!one_off) {
+      executable = it->second.executable;
+      function = it->second.function;
+    }
   }
+  Unload(evicted);
   if (executable == nullptr) return false;
 
-  auto bind = [](const std::vector<at::Tensor>& tensors) {
-    std::vector<tern_binding_t> bindings;
-    bindings.reserve(tensors.size());
-    for (const at::Tensor& t : tensors) {
-      const DeviceLocation loc = Locate(t);
-      bindings.push_back({loc.buffer, loc.offset});
+  const c10::DeviceIndex device = device_.index();
+  tern_queue_t queue = CurrentQueue(device);
+  at::Tensor args_tensor;
+  if (args_input_ >= 0) {
+    // The per-run values: one small host-to-device copy, in queue order.
+    args_tensor = at::empty({static_cast<int64_t>(args_.size())},
+                            at::TensorOptions().dtype(at::kByte).device(device_));
+    const DeviceLocation loc = Locate(args_tensor);
+    EnqueueOwnedH2D(queue, loc.buffer, loc.offset, args_);
+  }
+  c10::SmallVector<tern_binding_t, 8> in, out;
+  for (const Binding& b : bindings_) {
+    tern_binding_t binding{nullptr, 0};
+    if (b.raw_buffer != nullptr) {
+      binding = {b.raw_buffer, b.raw_offset};
+    } else if ((b.tensor.defined() ? b.span : 1) > 0) {
+      const DeviceLocation loc = Locate(b.tensor.defined() ? b.tensor : args_tensor);
+      binding = {loc.buffer, loc.offset};
     }
-    return bindings;
-  };
-  const std::vector<tern_binding_t> in = bind(inputs);
-  const std::vector<tern_binding_t> out = bind(outputs);
-  TERN_CHECK(tern_queue_execute(CurrentQueue(device.index()), executable, function, in.data(),
-                                static_cast<uint32_t>(in.size()), out.data(),
-                                static_cast<uint32_t>(out.size()), nullptr));
+    (b.output ? out : in).push_back(binding);
+  }
+  const tern_status_t status =
+      tern_queue_execute(queue, executable, function, in.data(), static_cast<uint32_t>(in.size()),
+                         out.data(), static_cast<uint32_t>(out.size()), nullptr);
+  if (one_off) Unload(executable);
+  TERN_CHECK(status);
   std::lock_guard<std::mutex> lock(g_mutex);
   ++g_info.launches;
   return true;
+}
+
+bool LaunchSingleOp(const std::string& op, tern_opcode_t opcode,
+                    const std::vector<at::Tensor>& outputs, const std::vector<at::Tensor>& inputs,
+                    const std::vector<int64_t>& ints, const std::vector<double>& floats) {
+  Program p(op);
+  std::vector<Operand> operands;
+  for (const at::Tensor& t : outputs) operands.push_back(p.Out(t));
+  for (const at::Tensor& t : inputs) operands.push_back(p.In(t));
+  p.Emit(opcode, std::move(operands), ints, floats);
+  return p.Run();
 }
 
 bool TryCopyKernel(const at::Tensor& src, const at::Tensor& dst) {
@@ -260,10 +724,9 @@ CacheInfo GetCacheInfo() {
 
 void ClearCache() {
   std::lock_guard<std::mutex> lock(g_mutex);
-  for (auto& [key, entry] : *g_cache) {
-    if (entry.executable != nullptr) tern_executable_unload(entry.executable);
-  }
+  for (auto& [key, entry] : *g_cache) Unload(entry.executable);
   g_cache->clear();
+  g_lru->clear();
   g_info = CacheInfo();
 }
 

@@ -1,25 +1,34 @@
-// Native compute kernels: single-op tern executables, built with the builder
-// API (include/tern/builder.h), cached by key and run with
-// tern_queue_execute() on the current stream's queue.
+// Native compute kernels: small tern executables built with the builder API
+// (include/tern/builder.h), cached by key and run with tern_queue_execute()
+// on the current stream's queue.
 //
-// How an operator plugs in (see README.md, "Adding a native kernel"):
+// An operator describes its computation as a Program: it binds tensors as
+// inputs and outputs, takes views of them (Operand: shape, strides and an
+// offset in elements, all metadata), asks for scratch temporaries and
+// constants, and emits instructions (docs/isa.md). Run() looks the program
+// up by its key, builds and loads it the first time, and enqueues it:
 //
-//   at::Tensor& TernAdd(...) {
-//     if (kernels::LaunchSingleOp("aten::add.out", TERN_OP_BINARY, {out}, {a, b},
-//                                 /*ints=*/{TERN_BINARY_ADD}, /*floats=*/{}))
-//       return out;
-//     return <fallback>;            // e.g. the boxed CPU fallback
-//   }
+//   kernels::Program p("aten::add.out");
+//   auto a = p.In(self).Expand(out.sizes()), b = p.In(other).Expand(out.sizes());
+//   p.Emit(TERN_OP_BINARY, {p.Out(out), a, b}, {TERN_BINARY_ADD});
+//   if (!p.Run()) return <fallback>;
 //
-// Every tensor operand is bound through the range its elements span in its
-// buffer (input/output i of the executable, declared as a 1-D tensor of that
-// many elements), and the instruction addresses it with the tensor's own
-// sizes and strides: non-contiguous and broadcast (stride 0) tensors need no
-// copies. The key is (op, opcode, device, each operand's dtype, sizes and
-// strides, ints, floats), so one executable serves every call of that shape.
+// Every tensor is bound through the range its elements span in its buffer
+// (input/output i of the executable, declared as a 1-D tensor of that many
+// elements), and instructions address it with its own sizes and strides:
+// non-contiguous and broadcast (stride 0) tensors need no copies. The key is
+// the op name, every binding's dtype and span, and every instruction with
+// its operands, ints, floats and constants: one executable serves every call
+// of that shape. Values that change from call to call without changing the
+// program (optimizer step sizes, RNG positions) travel as Arg()s, packed into
+// one small host-to-device copy per run, so they do not enter the key.
+//
+// Instructions on different engines are ordered with semaphores (each one
+// waits for the one before it), so a program runs as written.
 #pragma once
 
 #include <ATen/Tensor.h>
+#include <c10/util/SmallVector.h>
 
 #include <cstdint>
 #include <optional>
@@ -37,12 +46,118 @@ namespace torch_tern::kernels {
 bool ExecutablesAvailable();
 
 std::optional<tern_dtype_t> ToTernDtype(at::ScalarType type);
+int64_t DtypeSize(tern_dtype_t dtype);
 
-// Builds (first call for a key) and enqueues one instruction on the current
-// stream of the operands' device. Returns false, having queued nothing, when
-// the op cannot run natively (no executables, unsupported dtype or rank, or
-// the builder/loader refused it: the reason is kept in CacheInfo()); callers
-// then take their fallback path.
+using Dims = c10::SmallVector<int64_t, 6>;
+
+// A tensor in one of the program's segments; views are metadata only.
+struct Operand {
+  tern_segment_t segment = TERN_SEGMENT_NONE;
+  uint32_t index = 0;
+  int64_t offset = 0;  // elements from the start of the segment
+  tern_dtype_t dtype = TERN_DTYPE_F32;
+  Dims shape;
+  Dims strides;
+
+  int64_t dim() const { return static_cast<int64_t>(shape.size()); }
+  int64_t numel() const;
+  bool present() const { return segment != TERN_SEGMENT_NONE; }
+  bool IsContiguous() const;
+
+  // numpy broadcasting to `shape` (new leading dims and size-1 dims get stride 0).
+  Operand Expand(c10::IntArrayRef shape) const;
+  // Another shape over the same elements (as Tensor.view); throws if the
+  // strides cannot express it.
+  Operand View(c10::IntArrayRef shape) const;
+  Operand Permute(c10::IntArrayRef dims) const;
+  Operand Transpose(int64_t a, int64_t b) const;
+  Operand Slice(int64_t dim, int64_t start, int64_t length, int64_t step = 1) const;
+  Operand Select(int64_t dim, int64_t index) const;
+  Operand Unsqueeze(int64_t dim) const;
+  // Re-labels the elements with another dtype of the same size (bits unchanged).
+  Operand Reinterpret(tern_dtype_t dtype) const;
+};
+
+// An absent optional operand.
+Operand None();
+
+class Program {
+ public:
+  explicit Program(std::string name);
+  Program(const Program&) = delete;
+  Program& operator=(const Program&) = delete;
+
+  const std::string& name() const { return name_; }
+
+  // Binds a tern tensor as an input / an output; the operand has the tensor's
+  // sizes and strides. Binding the same range twice reuses the binding.
+  Operand In(const at::Tensor& t);
+  Operand Out(const at::Tensor& t);
+  // Binds `elements` elements of `dtype` at byte `offset` of a tern buffer
+  // the plugin manages itself (e.g. the RNG pools); a 1-D operand. Only the
+  // element count enters the key, so the offset can change from run to run.
+  // The device of a program that binds only raw buffers.
+  void SetDevice(c10::DeviceIndex device);
+  Operand InRaw(tern_buffer_t buffer, uint64_t offset, tern_dtype_t dtype, int64_t elements);
+  Operand OutRaw(tern_buffer_t buffer, uint64_t offset, tern_dtype_t dtype, int64_t elements);
+  // A contiguous temporary in the program's scratch memory.
+  Operand Temp(tern_dtype_t dtype, c10::IntArrayRef shape);
+  // A rank-0 constant of the executable (its value is part of the key).
+  Operand Const(double value, tern_dtype_t dtype);
+  Operand ConstInt(int64_t value, tern_dtype_t dtype);
+  // A rank-0 value passed at run time (not part of the key).
+  Operand Arg(double value, tern_dtype_t dtype);
+  Operand ArgInt(int64_t value, tern_dtype_t dtype);
+
+  void Emit(tern_opcode_t opcode, std::vector<Operand> operands, std::vector<int64_t> ints = {},
+            std::vector<double> floats = {});
+
+  // False when a tensor cannot be bound (not on one tern device, a dtype tern
+  // lacks, rank > 8, conj/neg bit).
+  bool ok() const { return ok_; }
+  // Builds (first run of a key) and enqueues the program. Returns false,
+  // having queued nothing, when it cannot run natively (see ok(), or the
+  // builder/loader refused it: the reason is kept in GetCacheInfo()); the
+  // caller then takes its fallback path. `cache` false builds a one-off
+  // executable that is unloaded once queued.
+  bool Run(bool cache = true);
+
+  struct Binding {
+    at::Tensor tensor;  // undefined for the args blob and raw buffers
+    bool output;
+    tern_dtype_t dtype;
+    int64_t span;
+    tern_buffer_t raw_buffer = nullptr;
+    uint64_t raw_offset = 0;
+  };
+  struct Instruction {
+    tern_opcode_t opcode;
+    std::vector<Operand> operands;
+    std::vector<int64_t> ints;
+    std::vector<double> floats;
+  };
+
+ private:
+  Operand Bind(const at::Tensor& t, bool output);
+  Operand BindRaw(tern_buffer_t buffer, uint64_t offset, tern_dtype_t dtype, int64_t elements,
+                  bool output);
+  Operand AddConstant(const void* bytes, tern_dtype_t dtype);
+  Operand AddArg(const void* bytes, tern_dtype_t dtype);
+
+  std::string name_;
+  bool ok_ = true;
+  c10::Device device_{c10::DeviceType::PrivateUse1, -1};
+  std::vector<Binding> bindings_;  // inputs and outputs in binding order
+  uint32_t inputs_ = 0;
+  uint32_t outputs_ = 0;
+  int64_t scratch_bytes_ = 0;
+  std::vector<uint8_t> constants_;
+  std::vector<uint8_t> args_;
+  int32_t args_input_ = -1;  // input index of the args blob
+  std::vector<Instruction> instructions_;
+};
+
+// One instruction over whole tensors (outputs first in the operand list).
 bool LaunchSingleOp(const std::string& op, tern_opcode_t opcode,
                     const std::vector<at::Tensor>& outputs, const std::vector<at::Tensor>& inputs,
                     const std::vector<int64_t>& ints, const std::vector<double>& floats);
@@ -52,15 +167,16 @@ bool TryCopyKernel(const at::Tensor& src, const at::Tensor& dst);
 
 struct CacheInfo {
   bool executables_available = false;
-  int64_t entries = 0;  // executables loaded
+  int64_t entries = 0;  // executables loaded (cached)
   int64_t hits = 0;
   int64_t misses = 0;    // builds attempted
   int64_t failures = 0;  // builds or loads refused (cached: not retried)
+  int64_t evictions = 0;
   int64_t launches = 0;
   std::string last_error;
 };
 CacheInfo GetCacheInfo();
-// Unloads every cached executable (waits for the device first).
+// Unloads every cached executable.
 void ClearCache();
 
 }  // namespace torch_tern::kernels

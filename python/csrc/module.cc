@@ -195,6 +195,7 @@ PYBIND11_MODULE(_C, m) {
     out["hits"] = info.hits;
     out["misses"] = info.misses;
     out["failures"] = info.failures;
+    out["evictions"] = info.evictions;
     out["launches"] = info.launches;
     out["last_error"] = info.last_error;
     return out;

@@ -4,6 +4,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import torch_tern
+
 
 def draw():
     return [torch.rand(100, device="tern").cpu(), torch.randn(7, 3, device="tern").cpu(),
@@ -75,3 +77,61 @@ def test_explicit_generator_and_devices():
     assert torch.equal(on0, on1)  # same seed and offset on each device
     states = torch.tern.get_rng_state_all()
     assert len(states) == 2
+
+
+def test_pool_and_direct_draws_agree(fallback_log):
+    # Small draws read a pool filled by RANDOM, large ones run RANDOM
+    # directly: the numbers are the same Philox stream either way.
+    torch.tern.manual_seed(123)
+    direct = torch.rand(100000, device="tern").cpu()
+    torch.tern.manual_seed(123)
+    pooled = torch.cat([torch.rand(10000, device="tern").cpu() for _ in range(10)])
+    assert torch.equal(direct, pooled)
+    torch.tern.manual_seed(9)
+    direct = torch.randn(100000, device="tern").cpu()
+    torch.tern.manual_seed(9)
+    pooled = torch.cat([torch.randn(25000, device="tern").cpu() for _ in range(4)])
+    assert torch.equal(direct, pooled)
+    assert fallback_log.get_fallback_ops() == {}
+
+
+def test_distributions_on_device(fallback_log):
+    torch.tern.manual_seed(0)
+    u = torch.empty(200000, device="tern").uniform_(-2, 3).cpu()
+    assert float(u.min()) >= -2 and float(u.max()) < 3
+    assert abs(float(u.mean()) - 0.5) < 0.02
+    n = torch.empty(200000, device="tern").normal_(1.5, 2.0).cpu()
+    assert abs(float(n.mean()) - 1.5) < 0.02 and abs(float(n.std()) - 2.0) < 0.02
+    b = torch.empty(100000, device="tern").bernoulli_(0.3).cpu()
+    assert set(b.unique().tolist()) <= {0.0, 1.0} and abs(float(b.mean()) - 0.3) < 0.01
+    p = torch.full((100000,), 0.8, device="tern")
+    assert abs(float(torch.bernoulli(p).cpu().mean()) - 0.8) < 0.01
+    e = torch.empty(100000, device="tern").exponential_(4.0).cpu()
+    assert float(e.min()) >= 0 and abs(float(e.mean()) - 0.25) < 0.01
+    r = torch.randint(3, 9, (100000,), device="tern").cpu()
+    assert int(r.min()) == 3 and int(r.max()) == 8
+    h = torch.rand(10000, dtype=torch.bfloat16, device="tern").cpu()
+    assert float(h.max()) < 1.0
+    assert fallback_log.get_fallback_ops() == {}
+
+
+def test_dropout_mask_and_scale(fallback_log):
+    torch.tern.manual_seed(5)
+    x = torch.ones(100000, device="tern")
+    out, mask = torch.ops.aten.native_dropout(x, 0.25, True)
+    out, mask = out.cpu(), mask.cpu()
+    assert mask.dtype == torch.bool
+    assert abs(float(mask.float().mean()) - 0.75) < 0.01
+    assert torch.equal(out, mask.float() / 0.75)
+    assert fallback_log.get_fallback_ops() == {}
+
+
+def test_draws_reuse_executables():
+    torch.tern.manual_seed(1)
+    torch.rand(64, device="tern")
+    F.dropout(torch.ones(64, device="tern"), 0.1)
+    before = torch_tern.kernel_cache_info()["misses"]
+    for _ in range(20):
+        torch.rand(64, device="tern")
+        F.dropout(torch.ones(64, device="tern"), 0.1)
+    assert torch_tern.kernel_cache_info()["misses"] == before

@@ -1,0 +1,1051 @@
+// Native elementwise operators: arithmetic with broadcasting and scalars,
+// comparisons, where, activations and their backward functions, clamps,
+// lerp/addcmul/addcdiv (the optimizers' foreach ops reach these per tensor),
+// mse_loss and dropout's backward.
+//
+// Most ATen functional and in-place variants of these ops are generated on
+// top of their `.out` kernel (structured kernels), so registering `.out`
+// covers all three; the others are registered one by one.
+#include <ATen/ATen.h>
+#include <ATen/ScalarOps.h>
+#include <torch/library.h>
+
+#include <cmath>
+
+#include "native.h"
+
+namespace torch_tern::native {
+namespace {
+
+enum class Kind {
+  kArith,    // computes and writes the common dtype
+  kFloat,    // integers promote to the default float dtype (true division, atan2)
+  kCompare,  // writes bool
+};
+
+at::Tensor Wrap(const c10::Scalar& s) {
+  at::Tensor t = c10::scalar_to_tensor(s);
+  t.unsafeGetTensorImpl()->set_wrapped_number(true);
+  return t;
+}
+
+bool Operable(const at::Tensor& t) { return IsTern(t) || IsCpuScalar(t); }
+
+// The dtype the instruction computes in: bf16/f16 with a CPU scalar (or an
+// alpha) computes in f32, as PyTorch's opmath does (the scalar is not rounded).
+at::ScalarType ComputeDtype(at::ScalarType common, bool scalar_involved) {
+  return scalar_involved && IsReducedFloat(common) ? at::kFloat : common;
+}
+
+// out = fn(a, alpha * b), broadcasting.
+bool Binary(const char* name, tern_binary_fn_t fn, Kind kind, const at::Tensor& a,
+            const at::Tensor& b, const at::Tensor& out, const c10::Scalar& alpha = c10::Scalar(1)) {
+  if (!Operable(a) || !Operable(b) || (!IsTern(a) && !IsTern(b)) || !IsTern(out)) return false;
+  at::ScalarType common = ResultType(a, b);
+  if (kind == Kind::kFloat && at::isIntegralType(common, /*includeBool=*/true)) {
+    common = c10::typeMetaToScalarType(c10::get_default_dtype());
+  }
+  const std::vector<int64_t> shape = at::infer_size(a.sizes(), b.sizes());
+  ResizeOut(out, shape);
+  if (!OutputOk(out, {a, b})) return false;
+  const bool has_alpha = !(alpha.isIntegral(false) && alpha.toLong() == 1) &&
+                         !(alpha.isFloatingPoint() && alpha.toDouble() == 1.0);
+  const at::ScalarType cd = ComputeDtype(common, IsCpuScalar(a) || IsCpuScalar(b) || has_alpha);
+  Program p(name);
+  Operand A = Input(p, a, cd, shape);
+  Operand B = Input(p, b, cd, shape);
+  if (!p.ok()) return false;
+  if (has_alpha) {
+    Operand scaled = p.Temp(*TD(cd), shape);
+    p.Emit(TERN_OP_BINARY, {scaled, B, ScalarArg(p, alpha, cd).Expand(shape)}, {TERN_BINARY_MUL});
+    B = scaled;
+  }
+  if (cd == at::kBool) {
+    // bool arithmetic is logical: a * b is and, a + b is or (as on the CPU).
+    if (has_alpha) return false;
+    if (fn == TERN_BINARY_MUL) fn = TERN_BINARY_LOGICAL_AND;
+    if (fn == TERN_BINARY_ADD) fn = TERN_BINARY_LOGICAL_OR;
+  }
+  const Target t = BeginOut(p, out, kind == Kind::kCompare ? at::kBool : cd);
+  p.Emit(TERN_OP_BINARY, {t.write, A, B}, {fn});
+  Finish(p, t);
+  return p.Run();
+}
+
+// out = fn(self) (floats: the function's parameters).
+bool Unary(const char* name, tern_unary_fn_t fn, const at::Tensor& self, const at::Tensor& out,
+           std::vector<double> floats = {}, bool bool_out = false) {
+  if (!IsTern(self) || !IsTern(out)) return false;
+  ResizeOut(out, self.sizes());
+  if (!OutputOk(out, {self})) return false;
+  const at::ScalarType cd = bool_out ? self.scalar_type() : out.scalar_type();
+  Program p(name);
+  Operand A = Input(p, self, cd, self.sizes());
+  if (!p.ok()) return false;
+  const Target t = BeginOut(p, out, bool_out ? at::kBool : cd);
+  p.Emit(TERN_OP_UNARY, {t.write, A}, {fn}, std::move(floats));
+  Finish(p, t);
+  return p.Run();
+}
+
+// grad_input = grad_output * f'(self).
+bool UnaryBackward(const char* name, tern_unary_fn_t fn, const at::Tensor& grad_output,
+                   const at::Tensor& self, const at::Tensor& grad_input,
+                   std::vector<double> floats = {}) {
+  if (!IsTern(grad_output) || !IsTern(self) || !IsTern(grad_input)) return false;
+  const std::vector<int64_t> shape = at::infer_size(grad_output.sizes(), self.sizes());
+  ResizeOut(grad_input, shape);
+  if (!OutputOk(grad_input, {grad_output, self})) return false;
+  const at::ScalarType cd = grad_input.scalar_type();
+  Program p(name);
+  Operand G = Input(p, grad_output, cd, shape);
+  Operand X = Input(p, self, cd, shape);
+  if (!p.ok()) return false;
+  p.Emit(TERN_OP_UNARY_BACKWARD, {p.Out(grad_input), G, X}, {fn}, std::move(floats));
+  return p.Run();
+}
+
+#define TERN_BINARY_OUT(fname, aten_op, fn, kind)                                       \
+  at::Tensor& fname(const at::Tensor& self, const at::Tensor& other, at::Tensor& out) { \
+    if (Binary("aten::" #aten_op, fn, kind, self, other, out)) return out;              \
+    return TERN_FALLBACK(aten_op, self, other, out);                                    \
+  }
+#define TERN_BINARY_SCALAR_OUT(fname, aten_op, fn, kind)                                \
+  at::Tensor& fname(const at::Tensor& self, const at::Scalar& other, at::Tensor& out) { \
+    if (Binary("aten::" #aten_op, fn, kind, self, Wrap(other), out)) return out;        \
+    return TERN_FALLBACK(aten_op, self, other, out);                                    \
+  }
+
+at::Tensor& AddOut(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha,
+                   at::Tensor& out) {
+  if (Binary("aten::add.out", TERN_BINARY_ADD, Kind::kArith, self, other, out, alpha)) return out;
+  return TERN_FALLBACK(add_out, self, other, alpha, out);
+}
+
+// other - alpha * self
+at::Tensor Rsub(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
+  if (Operable(self) && Operable(other) && (IsTern(self) || IsTern(other)) &&
+      ResultType(self, other) != at::kBool) {
+    const at::Tensor& like = IsTern(self) ? self : other;
+    at::Tensor out = at::empty({0}, like.options().dtype(ResultType(self, other)));
+    if (Binary("aten::rsub.Tensor", TERN_BINARY_SUB, Kind::kArith, other, self, out, alpha)) {
+      return out;
+    }
+  }
+  return TERN_FALLBACK2(rsub, Tensor, self, other, alpha);
+}
+
+at::Tensor& SubOut(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha,
+                   at::Tensor& out) {
+  if (ResultType(self, other) != at::kBool &&
+      Binary("aten::sub.out", TERN_BINARY_SUB, Kind::kArith, self, other, out, alpha)) {
+    return out;
+  }
+  return TERN_FALLBACK(sub_out, self, other, alpha, out);
+}
+
+TERN_BINARY_OUT(MulOut, mul_out, TERN_BINARY_MUL, Kind::kArith)
+TERN_BINARY_OUT(DivOut, div_out, TERN_BINARY_DIV, Kind::kFloat)
+TERN_BINARY_OUT(MaximumOut, maximum_out, TERN_BINARY_MAX, Kind::kArith)
+TERN_BINARY_OUT(MinimumOut, minimum_out, TERN_BINARY_MIN, Kind::kArith)
+TERN_BINARY_OUT(Atan2Out, atan2_out, TERN_BINARY_ATAN2, Kind::kFloat)
+TERN_BINARY_OUT(CopysignOut, copysign_out, TERN_BINARY_COPYSIGN, Kind::kFloat)
+TERN_BINARY_OUT(FloorDivideOut, floor_divide_out, TERN_BINARY_FLOOR_DIVIDE, Kind::kArith)
+TERN_BINARY_OUT(LogicalAndOut, logical_and_out, TERN_BINARY_LOGICAL_AND, Kind::kCompare)
+TERN_BINARY_OUT(LogicalOrOut, logical_or_out, TERN_BINARY_LOGICAL_OR, Kind::kCompare)
+TERN_BINARY_OUT(LogicalXorOut, logical_xor_out, TERN_BINARY_LOGICAL_XOR, Kind::kCompare)
+
+#define TERN_BINARY_PAIR(name, fn, kind)                        \
+  TERN_BINARY_OUT(name##TensorOut, name##_Tensor_out, fn, kind) \
+  TERN_BINARY_SCALAR_OUT(name##ScalarOut, name##_Scalar_out, fn, kind)
+TERN_BINARY_PAIR(eq, TERN_BINARY_EQ, Kind::kCompare)
+TERN_BINARY_PAIR(ne, TERN_BINARY_NE, Kind::kCompare)
+TERN_BINARY_PAIR(lt, TERN_BINARY_LT, Kind::kCompare)
+TERN_BINARY_PAIR(le, TERN_BINARY_LE, Kind::kCompare)
+TERN_BINARY_PAIR(gt, TERN_BINARY_GT, Kind::kCompare)
+TERN_BINARY_PAIR(ge, TERN_BINARY_GE, Kind::kCompare)
+TERN_BINARY_PAIR(remainder, TERN_BINARY_REMAINDER, Kind::kArith)
+TERN_BINARY_PAIR(fmod, TERN_BINARY_FMOD, Kind::kArith)
+TERN_BINARY_PAIR(bitwise_and, TERN_BINARY_BITWISE_AND, Kind::kArith)
+TERN_BINARY_PAIR(bitwise_or, TERN_BINARY_BITWISE_OR, Kind::kArith)
+TERN_BINARY_PAIR(bitwise_xor, TERN_BINARY_BITWISE_XOR, Kind::kArith)
+
+at::Tensor& DivModeOut(const at::Tensor& self, const at::Tensor& other,
+                       std::optional<c10::string_view> mode, at::Tensor& out) {
+  bool done = false;
+  if (!mode.has_value()) {
+    done = Binary("aten::div.out", TERN_BINARY_DIV, Kind::kFloat, self, other, out);
+  } else if (*mode == "floor") {
+    done = Binary("aten::div.out_mode", TERN_BINARY_FLOOR_DIVIDE, Kind::kArith, self, other, out);
+  } else if (*mode == "trunc" && at::isFloatingType(ResultType(self, other)) &&
+             at::isFloatingType(out.scalar_type())) {
+    // trunc(a / b), as the CPU computes it for floats.
+    at::Tensor quotient = at::empty_like(out);
+    done = Binary("aten::div.out_mode", TERN_BINARY_DIV, Kind::kArith, self, other, quotient) &&
+           Unary("aten::div.out_mode", TERN_UNARY_TRUNC, quotient, out);
+  }
+  if (done) return out;
+  return TERN_FALLBACK(div_out_mode, self, other, mode, out);
+}
+
+at::Tensor& PowTensorTensorOut(const at::Tensor& self, const at::Tensor& exponent,
+                               at::Tensor& out) {
+  if (Binary("aten::pow.Tensor_Tensor_out", TERN_BINARY_POW, Kind::kArith, self, exponent, out)) {
+    return out;
+  }
+  return TERN_FALLBACK(pow_Tensor_Tensor_out, self, exponent, out);
+}
+
+at::Tensor& PowScalarOut(const at::Scalar& self, const at::Tensor& exponent, at::Tensor& out) {
+  if (Binary("aten::pow.Scalar_out", TERN_BINARY_POW, Kind::kArith, Wrap(self), exponent, out)) {
+    return out;
+  }
+  return TERN_FALLBACK(pow_Scalar_out, self, exponent, out);
+}
+
+// x ** e with the CPU's special cases (x*x, x*x*x, sqrt, 1/x, ...).
+bool PowTensorScalar(const at::Tensor& self, const at::Scalar& exponent, const at::Tensor& out) {
+  if (!IsTern(self) || !IsTern(out) || exponent.isComplex()) return false;
+  ResizeOut(out, self.sizes());
+  if (!OutputOk(out, {self})) return false;
+  const char* name = "aten::pow.Tensor_Scalar_out";
+  const at::ScalarType cd = out.scalar_type();
+  if (!at::isFloatingType(cd)) {
+    if (exponent.isFloatingPoint() || exponent.toLong() < 0) return false;
+    return Binary(name, TERN_BINARY_POW, Kind::kArith, self, Wrap(exponent), out);
+  }
+  const double e = exponent.toDouble();
+  Program p(name);
+  Operand X = Input(p, self, cd, self.sizes());
+  if (!p.ok()) return false;
+  Operand O = p.Out(out);
+  const tern_dtype_t d = *TD(cd);
+  auto unary = [&](Operand dst, Operand src, tern_unary_fn_t fn, std::vector<double> f = {}) {
+    p.Emit(TERN_OP_UNARY, {dst, src}, {fn}, std::move(f));
+  };
+  if (e == 0) {
+    p.Emit(TERN_OP_FILL, {O}, {}, {1.0});
+  } else if (e == 1) {
+    p.Emit(TERN_OP_COPY, {O, X});
+  } else if (e == 2) {
+    p.Emit(TERN_OP_BINARY, {O, X, X}, {TERN_BINARY_MUL});
+  } else if (e == 3) {
+    Operand sq = p.Temp(d, self.sizes());
+    p.Emit(TERN_OP_BINARY, {sq, X, X}, {TERN_BINARY_MUL});
+    p.Emit(TERN_OP_BINARY, {O, sq, X}, {TERN_BINARY_MUL});
+  } else if (e == -2) {
+    Operand sq = p.Temp(d, self.sizes());
+    p.Emit(TERN_OP_BINARY, {sq, X, X}, {TERN_BINARY_MUL});
+    unary(O, sq, TERN_UNARY_RECIPROCAL);
+  } else if (e == 0.5) {
+    unary(O, X, TERN_UNARY_SQRT);
+  } else if (e == -0.5) {
+    unary(O, X, TERN_UNARY_RSQRT);
+  } else if (e == -1) {
+    unary(O, X, TERN_UNARY_RECIPROCAL);
+  } else if (std::isfinite(e)) {
+    unary(O, X, TERN_UNARY_POW_SCALAR, {e});
+  } else {
+    return false;
+  }
+  return p.Run();
+}
+
+at::Tensor& PowTensorScalarOut(const at::Tensor& self, const at::Scalar& exponent,
+                               at::Tensor& out) {
+  if (PowTensorScalar(self, exponent, out)) return out;
+  return TERN_FALLBACK(pow_Tensor_Scalar_out, self, exponent, out);
+}
+
+// ---- Unary ------------------------------------------------------------------------
+
+#define TERN_UNARY_OUT(fname, aten_op, fn)                     \
+  at::Tensor& fname(const at::Tensor& self, at::Tensor& out) { \
+    if (Unary("aten::" #aten_op, fn, self, out)) return out;   \
+    return TERN_FALLBACK(aten_op, self, out);                  \
+  }
+
+// Float functions: integer inputs promote (out is float), bool is not taken.
+TERN_UNARY_OUT(ExpOut, exp_out, TERN_UNARY_EXP)
+TERN_UNARY_OUT(LogOut, log_out, TERN_UNARY_LOG)
+TERN_UNARY_OUT(SqrtOut, sqrt_out, TERN_UNARY_SQRT)
+TERN_UNARY_OUT(RsqrtOut, rsqrt_out, TERN_UNARY_RSQRT)
+TERN_UNARY_OUT(SinOut, sin_out, TERN_UNARY_SIN)
+TERN_UNARY_OUT(CosOut, cos_out, TERN_UNARY_COS)
+TERN_UNARY_OUT(TanOut, tan_out, TERN_UNARY_TAN)
+TERN_UNARY_OUT(TanhOut, tanh_out, TERN_UNARY_TANH)
+TERN_UNARY_OUT(SigmoidOut, sigmoid_out, TERN_UNARY_SIGMOID)
+TERN_UNARY_OUT(SiluOut, silu_out, TERN_UNARY_SILU)
+TERN_UNARY_OUT(ErfOut, erf_out, TERN_UNARY_ERF)
+TERN_UNARY_OUT(ReciprocalOut, reciprocal_out, TERN_UNARY_RECIPROCAL)
+TERN_UNARY_OUT(Expm1Out, expm1_out, TERN_UNARY_EXPM1)
+TERN_UNARY_OUT(Log1pOut, log1p_out, TERN_UNARY_LOG1P)
+TERN_UNARY_OUT(Log2Out, log2_out, TERN_UNARY_LOG2)
+TERN_UNARY_OUT(Exp2Out, exp2_out, TERN_UNARY_EXP2)
+TERN_UNARY_OUT(AsinOut, asin_out, TERN_UNARY_ASIN)
+TERN_UNARY_OUT(AcosOut, acos_out, TERN_UNARY_ACOS)
+TERN_UNARY_OUT(AtanOut, atan_out, TERN_UNARY_ATAN)
+TERN_UNARY_OUT(SinhOut, sinh_out, TERN_UNARY_SINH)
+TERN_UNARY_OUT(CoshOut, cosh_out, TERN_UNARY_COSH)
+TERN_UNARY_OUT(HardsigmoidOut, hardsigmoid_out, TERN_UNARY_HARDSIGMOID)
+TERN_UNARY_OUT(HardswishOut, hardswish_out, TERN_UNARY_HARDSWISH)
+TERN_UNARY_OUT(MishOut, mish_out, TERN_UNARY_MISH)
+// Numeric functions (integers keep their dtype).
+TERN_UNARY_OUT(NegOut, neg_out, TERN_UNARY_NEG)
+TERN_UNARY_OUT(AbsOut, abs_out, TERN_UNARY_ABS)
+TERN_UNARY_OUT(FloorOut, floor_out, TERN_UNARY_FLOOR)
+TERN_UNARY_OUT(CeilOut, ceil_out, TERN_UNARY_CEIL)
+TERN_UNARY_OUT(RoundOut, round_out, TERN_UNARY_ROUND)
+TERN_UNARY_OUT(TruncOut, trunc_out, TERN_UNARY_TRUNC)
+TERN_UNARY_OUT(SignOut, sign_out, TERN_UNARY_SIGN)
+TERN_UNARY_OUT(SgnOut, sgn_out, TERN_UNARY_SIGN)
+TERN_UNARY_OUT(BitwiseNotOut, bitwise_not_out, TERN_UNARY_BITWISE_NOT)
+
+at::Tensor IsNan(const at::Tensor& self) {
+  if (IsTern(self)) {
+    at::Tensor out = at::empty_like(self, self.options().dtype(at::kBool));
+    if (Unary("aten::isnan", TERN_UNARY_ISNAN, self, out, {}, /*bool_out=*/true)) return out;
+  }
+  return TERN_FALLBACK(isnan, self);
+}
+
+at::Tensor& LogicalNotOut(const at::Tensor& self, at::Tensor& out) {
+  if (Unary("aten::logical_not.out", TERN_UNARY_LOGICAL_NOT, self, out, {}, /*bool_out=*/true)) {
+    return out;
+  }
+  return TERN_FALLBACK(logical_not_out, self, out);
+}
+
+at::Tensor& RoundDecimalsOut(const at::Tensor& self, int64_t decimals, at::Tensor& out) {
+  if (decimals == 0 && Unary("aten::round.decimals_out", TERN_UNARY_ROUND, self, out)) return out;
+  return TERN_FALLBACK(round_decimals_out, self, decimals, out);
+}
+
+at::Tensor& GeluOut(const at::Tensor& self, c10::string_view approximate, at::Tensor& out) {
+  const tern_unary_fn_t fn = approximate == "tanh" ? TERN_UNARY_GELU_TANH : TERN_UNARY_GELU;
+  if (Unary("aten::gelu.out", fn, self, out)) return out;
+  return TERN_FALLBACK(gelu_out, self, approximate, out);
+}
+
+at::Tensor& LeakyReluOut(const at::Tensor& self, const at::Scalar& slope, at::Tensor& out) {
+  if (Unary("aten::leaky_relu.out", TERN_UNARY_LEAKY_RELU, self, out, {slope.toDouble()})) {
+    return out;
+  }
+  return TERN_FALLBACK(leaky_relu_out, self, slope, out);
+}
+
+at::Tensor& EluOut(const at::Tensor& self, const at::Scalar& alpha, const at::Scalar& scale,
+                   const at::Scalar& input_scale, at::Tensor& out) {
+  if (scale.toDouble() == 1.0 && input_scale.toDouble() == 1.0 &&
+      Unary("aten::elu.out", TERN_UNARY_ELU, self, out, {alpha.toDouble()})) {
+    return out;
+  }
+  return TERN_FALLBACK(elu_out, self, alpha, scale, input_scale, out);
+}
+
+at::Tensor& SoftplusOut(const at::Tensor& self, const at::Scalar& beta, const at::Scalar& threshold,
+                        at::Tensor& out) {
+  if (beta.toDouble() > 0 && Unary("aten::softplus.out", TERN_UNARY_SOFTPLUS, self, out,
+                                   {beta.toDouble(), threshold.toDouble()})) {
+    return out;
+  }
+  return TERN_FALLBACK(softplus_out, self, beta, threshold, out);
+}
+
+at::Tensor Hardswish(const at::Tensor& self) {
+  if (IsTern(self) && at::isFloatingType(self.scalar_type())) {
+    at::Tensor out = at::empty_like(self);
+    if (Unary("aten::hardswish", TERN_UNARY_HARDSWISH, self, out)) return out;
+  }
+  return TERN_FALLBACK(hardswish, self);
+}
+
+at::Tensor& Hardswish_(at::Tensor& self) {
+  if (Unary("aten::hardswish_", TERN_UNARY_HARDSWISH, self, self)) return self;
+  return TERN_FALLBACK(hardswish_, self);
+}
+
+at::Tensor FloorDivide(const at::Tensor& self, const at::Tensor& other) {
+  if (IsTern(self) && Operable(other)) {
+    at::Tensor out = at::empty({0}, self.options().dtype(ResultType(self, other)));
+    if (Binary("aten::floor_divide", TERN_BINARY_FLOOR_DIVIDE, Kind::kArith, self, other, out)) {
+      return out;
+    }
+  }
+  return TERN_FALLBACK(floor_divide, self, other);
+}
+
+at::Tensor& FloorDivide_(at::Tensor& self, const at::Tensor& other) {
+  if (Binary("aten::floor_divide_.Tensor", TERN_BINARY_FLOOR_DIVIDE, Kind::kArith, self, other,
+             self)) {
+    return self;
+  }
+  return TERN_FALLBACK2(floor_divide_, Tensor, self, other);
+}
+
+at::Tensor Relu(const at::Tensor& self) {
+  if (IsTern(self) && self.scalar_type() != at::kBool) {
+    at::Tensor out = at::empty_like(self);
+    if (Unary("aten::relu", TERN_UNARY_RELU, self, out)) return out;
+  }
+  return TERN_FALLBACK(relu, self);
+}
+
+at::Tensor& Relu_(at::Tensor& self) {
+  if (self.scalar_type() != at::kBool && Unary("aten::relu_", TERN_UNARY_RELU, self, self)) {
+    return self;
+  }
+  return TERN_FALLBACK(relu_, self);
+}
+
+// clamp with scalar bounds: one CLAMP instruction (bounds not NaN).
+bool ClampScalars(const char* name, const at::Tensor& self, std::optional<double> lo,
+                  std::optional<double> hi, const at::Tensor& out) {
+  if (!IsTern(self) || out.scalar_type() != self.scalar_type() || self.scalar_type() == at::kBool) {
+    return false;
+  }
+  if ((lo && std::isnan(*lo)) || (hi && std::isnan(*hi))) return false;
+  return Unary(name, TERN_UNARY_CLAMP, self, out, {lo.value_or(-INFINITY), hi.value_or(INFINITY)});
+}
+
+std::optional<double> OptDouble(const std::optional<at::Scalar>& s) {
+  if (!s.has_value()) return std::nullopt;
+  return s->toDouble();
+}
+
+at::Tensor& ClampOut(const at::Tensor& self, const std::optional<at::Scalar>& min,
+                     const std::optional<at::Scalar>& max, at::Tensor& out) {
+  if ((min || max) && ClampScalars("aten::clamp.out", self, OptDouble(min), OptDouble(max), out)) {
+    return out;
+  }
+  return TERN_FALLBACK(clamp_out, self, min, max, out);
+}
+
+at::Tensor& ClampMinOut(const at::Tensor& self, const at::Scalar& min, at::Tensor& out) {
+  if (ClampScalars("aten::clamp_min.out", self, min.toDouble(), std::nullopt, out)) return out;
+  return TERN_FALLBACK(clamp_min_out, self, min, out);
+}
+
+at::Tensor& ClampMaxOut(const at::Tensor& self, const at::Scalar& max, at::Tensor& out) {
+  if (ClampScalars("aten::clamp_max.out", self, std::nullopt, max.toDouble(), out)) return out;
+  return TERN_FALLBACK(clamp_max_out, self, max, out);
+}
+
+at::Tensor& ClampMinTensorOut(const at::Tensor& self, const at::Tensor& min, at::Tensor& out) {
+  if (Binary("aten::clamp_min.Tensor_out", TERN_BINARY_MAX, Kind::kArith, self, min, out)) {
+    return out;
+  }
+  return TERN_FALLBACK(clamp_min_Tensor_out, self, min, out);
+}
+
+at::Tensor& ClampMaxTensorOut(const at::Tensor& self, const at::Tensor& max, at::Tensor& out) {
+  if (Binary("aten::clamp_max.Tensor_out", TERN_BINARY_MIN, Kind::kArith, self, max, out)) {
+    return out;
+  }
+  return TERN_FALLBACK(clamp_max_Tensor_out, self, max, out);
+}
+
+// clamp with tensor bounds: min(max(x, lo), hi), NaN propagating.
+at::Tensor& ClampTensorOut(const at::Tensor& self, const std::optional<at::Tensor>& min,
+                           const std::optional<at::Tensor>& max, at::Tensor& out) {
+  const bool has_min = min.has_value() && min->defined();
+  const bool has_max = max.has_value() && max->defined();
+  bool done = false;
+  if ((has_min || has_max) && IsTern(self)) {
+    std::vector<int64_t> shape = self.sizes().vec();
+    at::ScalarType dtype = self.scalar_type();
+    if (has_min) {
+      shape = at::infer_size(shape, min->sizes());
+      dtype = at::promote_types(dtype, min->scalar_type());
+    }
+    if (has_max) {
+      shape = at::infer_size(shape, max->sizes());
+      dtype = at::promote_types(dtype, max->scalar_type());
+    }
+    ResizeOut(out, shape);
+    if (dtype == out.scalar_type() && (!has_min || Operable(*min)) &&
+        (!has_max || Operable(*max)) &&
+        OutputOk(out, {self, has_min ? *min : at::Tensor(), has_max ? *max : at::Tensor()})) {
+      Program p("aten::clamp.Tensor_out");
+      Operand X = Input(p, self, dtype, shape);
+      Operand O = p.Out(out);
+      if (has_min && has_max) {
+        Operand tmp = p.Temp(*TD(dtype), shape);
+        p.Emit(TERN_OP_BINARY, {tmp, X, Input(p, *min, dtype, shape)}, {TERN_BINARY_MAX});
+        p.Emit(TERN_OP_BINARY, {O, tmp, Input(p, *max, dtype, shape)}, {TERN_BINARY_MIN});
+      } else if (has_min) {
+        p.Emit(TERN_OP_BINARY, {O, X, Input(p, *min, dtype, shape)}, {TERN_BINARY_MAX});
+      } else {
+        p.Emit(TERN_OP_BINARY, {O, X, Input(p, *max, dtype, shape)}, {TERN_BINARY_MIN});
+      }
+      done = p.ok() && p.Run();
+    }
+  }
+  if (done) return out;
+  return TERN_FALLBACK(clamp_Tensor_out, self, min, max, out);
+}
+
+bool IsInf(const char* name, const at::Tensor& self, double value, const at::Tensor& out) {
+  if (!IsTern(self) || !at::isFloatingType(self.scalar_type())) return false;
+  return Binary(name, TERN_BINARY_EQ, Kind::kCompare, self,
+                Wrap(c10::Scalar(value)).to(self.scalar_type()), out);
+}
+
+at::Tensor& IsneginfOut(const at::Tensor& self, at::Tensor& out) {
+  if (IsInf("aten::isneginf.out", self, -INFINITY, out)) return out;
+  return TERN_FALLBACK(isneginf_out, self, out);
+}
+
+at::Tensor& IsposinfOut(const at::Tensor& self, at::Tensor& out) {
+  if (IsInf("aten::isposinf.out", self, INFINITY, out)) return out;
+  return TERN_FALLBACK(isposinf_out, self, out);
+}
+
+// ---- where, masked_fill ------------------------------------------------------------
+
+bool Where(const char* name, const at::Tensor& cond, const at::Tensor& a, const at::Tensor& b,
+           const at::Tensor& out) {
+  if (!IsTern(cond) || cond.scalar_type() != at::kBool || !Operable(a) || !Operable(b) ||
+      !IsTern(out)) {
+    return false;
+  }
+  const at::ScalarType dtype = ResultType(a, b);
+  const std::vector<int64_t> shape =
+      at::infer_size(cond.sizes(), at::infer_size(a.sizes(), b.sizes()));
+  ResizeOut(out, shape);
+  if (!OutputOk(out, {cond, a, b})) return false;
+  Program p(name);
+  Operand C = p.In(cond).Expand(shape);
+  Operand A = Input(p, a, dtype, shape);
+  Operand B = Input(p, b, dtype, shape);
+  if (!p.ok()) return false;
+  const Target t = BeginOut(p, out, dtype);
+  p.Emit(TERN_OP_WHERE, {t.write, C, A, B});
+  Finish(p, t);
+  return p.Run();
+}
+
+at::Tensor& WhereSelfOut(const at::Tensor& cond, const at::Tensor& self, const at::Tensor& other,
+                         at::Tensor& out) {
+  if (Where("aten::where.self_out", cond, self, other, out)) return out;
+  return TERN_FALLBACK(where_self_out, cond, self, other, out);
+}
+
+at::Tensor WhereSelf(const at::Tensor& cond, const at::Tensor& self, const at::Tensor& other) {
+  if (IsTern(cond) && Operable(self) && Operable(other)) {
+    const std::vector<int64_t> shape =
+        at::infer_size(cond.sizes(), at::infer_size(self.sizes(), other.sizes()));
+    at::Tensor out = at::empty(shape, cond.options().dtype(ResultType(self, other)));
+    if (Where("aten::where.self", cond, self, other, out)) return out;
+  }
+  return TERN_FALLBACK(where_self, cond, self, other);
+}
+
+bool MaskedFill(const char* name, at::Tensor& self, const at::Tensor& mask,
+                const at::Tensor& value) {
+  if (!IsTern(self) || !IsTern(mask) || mask.scalar_type() != at::kBool || value.dim() != 0 ||
+      !Operable(value) || !OutputOk(self, {mask})) {
+    return false;
+  }
+  // mask must broadcast to self without changing self's shape.
+  if (at::infer_size(self.sizes(), mask.sizes()) != self.sizes()) return false;
+  const at::ScalarType dtype = self.scalar_type();
+  Program p(name);
+  Operand X = p.In(self);
+  Operand V = Input(p, value, dtype, self.sizes());
+  if (!p.ok()) return false;
+  p.Emit(TERN_OP_WHERE, {p.Out(self), p.In(mask).Expand(self.sizes()), V, X});
+  return p.Run();
+}
+
+at::Tensor& MaskedFillScalar(at::Tensor& self, const at::Tensor& mask, const at::Scalar& value) {
+  if (MaskedFill("aten::masked_fill_.Scalar", self, mask, c10::scalar_to_tensor(value))) {
+    return self;
+  }
+  return TERN_FALLBACK2(masked_fill_, Scalar, self, mask, value);
+}
+
+at::Tensor& MaskedFillTensor(at::Tensor& self, const at::Tensor& mask, const at::Tensor& value) {
+  if (MaskedFill("aten::masked_fill_.Tensor", self, mask, value)) return self;
+  return TERN_FALLBACK2(masked_fill_, Tensor, self, mask, value);
+}
+
+// ---- lerp, addcmul, addcdiv ---------------------------------------------------------
+
+bool FloatTernAll(std::initializer_list<at::Tensor> ts, at::ScalarType dtype) {
+  for (const at::Tensor& t : ts) {
+    if (!IsTern(t) || t.scalar_type() != dtype) return false;
+  }
+  return at::isFloatingType(dtype) && Supported(dtype);
+}
+
+// The CPU's lerp: w < 0.5 ? a + w * (b - a) : b - (b - a) * (1 - w).
+at::Tensor& LerpScalarOut(const at::Tensor& self, const at::Tensor& end, const at::Scalar& weight,
+                          at::Tensor& out) {
+  bool done = false;
+  const at::ScalarType dtype = self.scalar_type();
+  if (FloatTernAll({self, end, out}, dtype)) {
+    const std::vector<int64_t> shape = at::infer_size(self.sizes(), end.sizes());
+    ResizeOut(out, shape);
+    if (OutputOk(out, {self, end})) {
+      const at::ScalarType cd = OpMath(dtype);
+      const double w = weight.toDouble();
+      Program p("aten::lerp.Scalar_out");
+      Operand A = Input(p, self, cd, shape), B = Input(p, end, cd, shape);
+      const tern_dtype_t d = *TD(cd);
+      Operand diff = p.Temp(d, shape), scaled = p.Temp(d, shape);
+      p.Emit(TERN_OP_BINARY, {diff, B, A}, {TERN_BINARY_SUB});
+      const Target t = BeginOut(p, out, cd);
+      if (std::abs(w) < 0.5) {
+        p.Emit(TERN_OP_BINARY, {scaled, diff, p.Arg(w, d).Expand(shape)}, {TERN_BINARY_MUL});
+        p.Emit(TERN_OP_BINARY, {t.write, A, scaled}, {TERN_BINARY_ADD});
+      } else {
+        p.Emit(TERN_OP_BINARY, {scaled, diff, p.Arg(1.0 - w, d).Expand(shape)}, {TERN_BINARY_MUL});
+        p.Emit(TERN_OP_BINARY, {t.write, B, scaled}, {TERN_BINARY_SUB});
+      }
+      Finish(p, t);
+      done = p.ok() && p.Run();
+    }
+  }
+  if (done) return out;
+  return TERN_FALLBACK(lerp_Scalar_out, self, end, weight, out);
+}
+
+// lerp with a weight tensor: the CPU's formula, both branches and a select.
+at::Tensor& LerpTensorOut(const at::Tensor& self, const at::Tensor& end, const at::Tensor& weight,
+                          at::Tensor& out) {
+  bool done = false;
+  const at::ScalarType dtype = self.scalar_type();
+  if (FloatTernAll({self, end, weight, out}, dtype)) {
+    const std::vector<int64_t> shape =
+        at::infer_size(self.sizes(), at::infer_size(end.sizes(), weight.sizes()));
+    ResizeOut(out, shape);
+    if (OutputOk(out, {self, end, weight})) {
+      const at::ScalarType cd = OpMath(dtype);
+      const tern_dtype_t d = *TD(cd);
+      Program p("aten::lerp.Tensor_out");
+      Operand A = Input(p, self, cd, shape), B = Input(p, end, cd, shape);
+      Operand W = Input(p, weight, cd, shape);
+      Operand diff = p.Temp(d, shape), t1 = p.Temp(d, shape), low = p.Temp(d, shape);
+      Operand one_minus = p.Temp(d, shape), high = p.Temp(d, shape);
+      Operand magnitude = p.Temp(d, shape), small = p.Temp(TERN_DTYPE_BOOL, shape);
+      p.Emit(TERN_OP_BINARY, {diff, B, A}, {TERN_BINARY_SUB});
+      p.Emit(TERN_OP_BINARY, {t1, W, diff}, {TERN_BINARY_MUL});
+      p.Emit(TERN_OP_BINARY, {low, A, t1}, {TERN_BINARY_ADD});
+      p.Emit(TERN_OP_UNARY, {one_minus, W}, {TERN_UNARY_AFFINE}, {-1.0, 1.0});
+      p.Emit(TERN_OP_BINARY, {t1, diff, one_minus}, {TERN_BINARY_MUL});
+      p.Emit(TERN_OP_BINARY, {high, B, t1}, {TERN_BINARY_SUB});
+      p.Emit(TERN_OP_UNARY, {magnitude, W}, {TERN_UNARY_ABS});
+      p.Emit(TERN_OP_BINARY, {small, magnitude, p.Const(0.5, d).Expand(shape)}, {TERN_BINARY_LT});
+      const Target t = BeginOut(p, out, cd);
+      p.Emit(TERN_OP_WHERE, {t.write, small, low, high});
+      Finish(p, t);
+      done = p.ok() && p.Run();
+    }
+  }
+  if (done) return out;
+  return TERN_FALLBACK(lerp_Tensor_out, self, end, weight, out);
+}
+
+// self + value * t1 (op) t2, as the CPU orders it: (value * t1) op t2.
+bool AddcOp(const char* name, tern_binary_fn_t op, const at::Tensor& self, const at::Tensor& t1,
+            const at::Tensor& t2, const at::Scalar& value, const at::Tensor& out) {
+  const at::ScalarType dtype = self.scalar_type();
+  if (!FloatTernAll({self, t1, t2, out}, dtype)) return false;
+  const std::vector<int64_t> shape =
+      at::infer_size(self.sizes(), at::infer_size(t1.sizes(), t2.sizes()));
+  ResizeOut(out, shape);
+  if (!OutputOk(out, {self, t1, t2})) return false;
+  const at::ScalarType cd = OpMath(dtype);
+  const tern_dtype_t d = *TD(cd);
+  Program p(name);
+  Operand S = Input(p, self, cd, shape), A = Input(p, t1, cd, shape), B = Input(p, t2, cd, shape);
+  Operand tmp = p.Temp(d, shape), tmp2 = p.Temp(d, shape);
+  p.Emit(TERN_OP_BINARY, {tmp, A, p.Arg(value.toDouble(), d).Expand(shape)}, {TERN_BINARY_MUL});
+  p.Emit(TERN_OP_BINARY, {tmp2, tmp, B}, {op});
+  const Target t = BeginOut(p, out, cd);
+  p.Emit(TERN_OP_BINARY, {t.write, S, tmp2}, {TERN_BINARY_ADD});
+  Finish(p, t);
+  return p.ok() && p.Run();
+}
+
+at::Tensor& AddcmulOut(const at::Tensor& self, const at::Tensor& t1, const at::Tensor& t2,
+                       const at::Scalar& value, at::Tensor& out) {
+  if (AddcOp("aten::addcmul.out", TERN_BINARY_MUL, self, t1, t2, value, out)) return out;
+  return TERN_FALLBACK(addcmul_out, self, t1, t2, value, out);
+}
+
+at::Tensor& AddcdivOut(const at::Tensor& self, const at::Tensor& t1, const at::Tensor& t2,
+                       const at::Scalar& value, at::Tensor& out) {
+  if (AddcOp("aten::addcdiv.out", TERN_BINARY_DIV, self, t1, t2, value, out)) return out;
+  return TERN_FALLBACK(addcdiv_out, self, t1, t2, value, out);
+}
+
+// ---- Backward functions of activations -----------------------------------------------
+
+#define TERN_UNARY_BACKWARD_OUT(fname, aten_op, fn)                                             \
+  at::Tensor& fname(const at::Tensor& grad_output, const at::Tensor& self,                      \
+                    at::Tensor& grad_input) {                                                   \
+    if (UnaryBackward("aten::" #aten_op, fn, grad_output, self, grad_input)) return grad_input; \
+    return TERN_FALLBACK(aten_op, grad_output, self, grad_input);                               \
+  }
+TERN_UNARY_BACKWARD_OUT(SiluBackwardOut, silu_backward_grad_input, TERN_UNARY_SILU)
+TERN_UNARY_BACKWARD_OUT(HardsigmoidBackwardOut, hardsigmoid_backward_grad_input,
+                        TERN_UNARY_HARDSIGMOID)
+TERN_UNARY_BACKWARD_OUT(HardswishBackwardOut, hardswish_backward_out, TERN_UNARY_HARDSWISH)
+
+at::Tensor MishBackward(const at::Tensor& grad_output, const at::Tensor& self) {
+  if (IsTern(grad_output) && IsTern(self)) {
+    at::Tensor out =
+        at::empty(at::infer_size(grad_output.sizes(), self.sizes()), grad_output.options());
+    if (UnaryBackward("aten::mish_backward", TERN_UNARY_MISH, grad_output, self, out)) return out;
+  }
+  return TERN_FALLBACK(mish_backward, grad_output, self);
+}
+
+at::Tensor& GeluBackwardOut(const at::Tensor& grad_output, const at::Tensor& self,
+                            c10::string_view approximate, at::Tensor& grad_input) {
+  const tern_unary_fn_t fn = approximate == "tanh" ? TERN_UNARY_GELU_TANH : TERN_UNARY_GELU;
+  if (UnaryBackward("aten::gelu_backward.grad_input", fn, grad_output, self, grad_input)) {
+    return grad_input;
+  }
+  return TERN_FALLBACK(gelu_backward_grad_input, grad_output, self, approximate, grad_input);
+}
+
+at::Tensor& LeakyReluBackwardOut(const at::Tensor& grad_output, const at::Tensor& self,
+                                 const at::Scalar& slope, bool self_is_result,
+                                 at::Tensor& grad_input) {
+  if ((!self_is_result || slope.toDouble() >= 0) &&
+      UnaryBackward("aten::leaky_relu_backward.grad_input", TERN_UNARY_LEAKY_RELU, grad_output,
+                    self, grad_input, {slope.toDouble()})) {
+    return grad_input;
+  }
+  return TERN_FALLBACK(leaky_relu_backward_grad_input, grad_output, self, slope, self_is_result,
+                       grad_input);
+}
+
+at::Tensor& SoftplusBackwardOut(const at::Tensor& grad_output, const at::Tensor& self,
+                                const at::Scalar& beta, const at::Scalar& threshold,
+                                at::Tensor& grad_input) {
+  if (beta.toDouble() > 0 &&
+      UnaryBackward("aten::softplus_backward.grad_input", TERN_UNARY_SOFTPLUS, grad_output, self,
+                    grad_input, {beta.toDouble(), threshold.toDouble()})) {
+    return grad_input;
+  }
+  return TERN_FALLBACK(softplus_backward_grad_input, grad_output, self, beta, threshold,
+                       grad_input);
+}
+
+at::Tensor& EluBackwardOut(const at::Tensor& grad_output, const at::Scalar& alpha,
+                           const at::Scalar& scale, const at::Scalar& input_scale, bool is_result,
+                           const at::Tensor& self_or_result, at::Tensor& grad_input) {
+  if (!is_result && scale.toDouble() == 1.0 && input_scale.toDouble() == 1.0 &&
+      UnaryBackward("aten::elu_backward.grad_input", TERN_UNARY_ELU, grad_output, self_or_result,
+                    grad_input, {alpha.toDouble()})) {
+    return grad_input;
+  }
+  return TERN_FALLBACK(elu_backward_grad_input, grad_output, alpha, scale, input_scale, is_result,
+                       self_or_result, grad_input);
+}
+
+// x <= threshold ? 0 : grad (relu's backward with threshold 0; NaN passes grad).
+at::Tensor& ThresholdBackwardOut(const at::Tensor& grad_output, const at::Tensor& self,
+                                 const at::Scalar& threshold, at::Tensor& grad_input) {
+  bool done = false;
+  const at::ScalarType dtype = grad_output.scalar_type();
+  if (IsTern(self) && FloatTernAll({grad_output, grad_input}, dtype)) {
+    const std::vector<int64_t> shape = at::infer_size(grad_output.sizes(), self.sizes());
+    ResizeOut(grad_input, shape);
+    if (OutputOk(grad_input, {grad_output, self}) && Supported(self.scalar_type())) {
+      Program p("aten::threshold_backward.grad_input");
+      const tern_dtype_t sd = *TD(self.scalar_type());
+      Operand mask = p.Temp(TERN_DTYPE_BOOL, shape);
+      Operand th = at::isFloatingType(self.scalar_type()) ? p.Const(threshold.toDouble(), sd)
+                                                          : p.ConstInt(threshold.toLong(), sd);
+      p.Emit(TERN_OP_BINARY, {mask, p.In(self).Expand(shape), th.Expand(shape)}, {TERN_BINARY_LE});
+      p.Emit(TERN_OP_WHERE, {p.Out(grad_input), mask, p.Const(0.0, *TD(dtype)).Expand(shape),
+                             p.In(grad_output).Expand(shape)});
+      done = p.ok() && p.Run();
+    }
+  }
+  if (done) return grad_input;
+  return TERN_FALLBACK(threshold_backward_grad_input, grad_output, self, threshold, grad_input);
+}
+
+// grad * (1 - y) * y, in the CPU's order.
+at::Tensor& SigmoidBackwardOut(const at::Tensor& grad_output, const at::Tensor& output,
+                               at::Tensor& grad_input) {
+  bool done = false;
+  const at::ScalarType dtype = grad_output.scalar_type();
+  if (FloatTernAll({grad_output, output, grad_input}, dtype)) {
+    const std::vector<int64_t> shape = at::infer_size(grad_output.sizes(), output.sizes());
+    ResizeOut(grad_input, shape);
+    if (OutputOk(grad_input, {grad_output, output})) {
+      const at::ScalarType cd = OpMath(dtype);
+      const tern_dtype_t d = *TD(cd);
+      Program p("aten::sigmoid_backward.grad_input");
+      Operand G = Input(p, grad_output, cd, shape), Y = Input(p, output, cd, shape);
+      Operand one_minus = p.Temp(d, shape), prod = p.Temp(d, shape);
+      p.Emit(TERN_OP_UNARY, {one_minus, Y}, {TERN_UNARY_AFFINE}, {-1.0, 1.0});
+      p.Emit(TERN_OP_BINARY, {prod, G, one_minus}, {TERN_BINARY_MUL});
+      const Target t = BeginOut(p, grad_input, cd);
+      p.Emit(TERN_OP_BINARY, {t.write, prod, Y}, {TERN_BINARY_MUL});
+      Finish(p, t);
+      done = p.ok() && p.Run();
+    }
+  }
+  if (done) return grad_input;
+  return TERN_FALLBACK(sigmoid_backward_grad_input, grad_output, output, grad_input);
+}
+
+// grad * (1 - y * y).
+at::Tensor& TanhBackwardOut(const at::Tensor& grad_output, const at::Tensor& output,
+                            at::Tensor& grad_input) {
+  bool done = false;
+  const at::ScalarType dtype = grad_output.scalar_type();
+  if (FloatTernAll({grad_output, output, grad_input}, dtype)) {
+    const std::vector<int64_t> shape = at::infer_size(grad_output.sizes(), output.sizes());
+    ResizeOut(grad_input, shape);
+    if (OutputOk(grad_input, {grad_output, output})) {
+      const at::ScalarType cd = OpMath(dtype);
+      const tern_dtype_t d = *TD(cd);
+      Program p("aten::tanh_backward.grad_input");
+      Operand G = Input(p, grad_output, cd, shape), Y = Input(p, output, cd, shape);
+      Operand sq = p.Temp(d, shape), one_minus = p.Temp(d, shape);
+      p.Emit(TERN_OP_BINARY, {sq, Y, Y}, {TERN_BINARY_MUL});
+      p.Emit(TERN_OP_UNARY, {one_minus, sq}, {TERN_UNARY_AFFINE}, {-1.0, 1.0});
+      const Target t = BeginOut(p, grad_input, cd);
+      p.Emit(TERN_OP_BINARY, {t.write, G, one_minus}, {TERN_BINARY_MUL});
+      Finish(p, t);
+      done = p.ok() && p.Run();
+    }
+  }
+  if (done) return grad_input;
+  return TERN_FALLBACK(tanh_backward_grad_input, grad_output, output, grad_input);
+}
+
+// ---- Losses and dropout's backward -------------------------------------------------------
+
+// (x - y)^2, reduced (reduction: 0 none, 1 mean, 2 sum).
+at::Tensor& MseLossOut(const at::Tensor& self, const at::Tensor& target, int64_t reduction,
+                       at::Tensor& out) {
+  bool done = false;
+  const at::ScalarType dtype = self.scalar_type();
+  if (FloatTernAll({self, target, out}, dtype)) {
+    const std::vector<int64_t> shape = at::infer_size(self.sizes(), target.sizes());
+    const std::vector<int64_t> out_shape = reduction == 0 ? shape : std::vector<int64_t>{};
+    ResizeOut(out, out_shape);
+    if (OutputOk(out, {self, target})) {
+      const at::ScalarType cd = OpMath(dtype);
+      const tern_dtype_t d = *TD(cd);
+      Program p("aten::mse_loss.out");
+      Operand X = Input(p, self, cd, shape), Y = Input(p, target, cd, shape);
+      Operand diff = p.Temp(d, shape);
+      p.Emit(TERN_OP_BINARY, {diff, X, Y}, {TERN_BINARY_SUB});
+      if (reduction == 0) {
+        const Target t = BeginOut(p, out, cd);
+        p.Emit(TERN_OP_BINARY, {t.write, diff, diff}, {TERN_BINARY_MUL});
+        Finish(p, t);
+      } else {
+        Operand sq = p.Temp(d, shape);
+        p.Emit(TERN_OP_BINARY, {sq, diff, diff}, {TERN_BINARY_MUL});
+        std::vector<int64_t> ones(shape.size(), 1);
+        const Target t = BeginOut(p, out, cd, ones, p.Out(out).View(ones));
+        p.Emit(TERN_OP_REDUCE, {t.write, sq},
+               {reduction == 1 ? TERN_REDUCE_MEAN : TERN_REDUCE_SUM});
+        Finish(p, t);
+      }
+      done = p.ok() && p.Run();
+    }
+  }
+  if (done) return out;
+  return TERN_FALLBACK(mse_loss_out, self, target, reduction, out);
+}
+
+// norm * (x - y) * grad, norm = 2 / numel for the mean and 2 otherwise.
+at::Tensor& MseLossBackwardOut(const at::Tensor& grad_output, const at::Tensor& self,
+                               const at::Tensor& target, int64_t reduction,
+                               at::Tensor& grad_input) {
+  bool done = false;
+  const at::ScalarType dtype = self.scalar_type();
+  if (FloatTernAll({grad_output, self, target, grad_input}, dtype)) {
+    const std::vector<int64_t> shape =
+        at::infer_size(self.sizes(), at::infer_size(target.sizes(), grad_output.sizes()));
+    ResizeOut(grad_input, shape);
+    if (OutputOk(grad_input, {grad_output, self, target})) {
+      const at::ScalarType cd = OpMath(dtype);
+      const tern_dtype_t d = *TD(cd);
+      const double norm = reduction == 1 ? 2.0 / static_cast<double>(self.numel()) : 2.0;
+      Program p("aten::mse_loss_backward.grad_input");
+      Operand X = Input(p, self, cd, shape), Y = Input(p, target, cd, shape);
+      Operand G = Input(p, grad_output, cd, shape);
+      Operand diff = p.Temp(d, shape), scaled = p.Temp(d, shape);
+      p.Emit(TERN_OP_BINARY, {diff, X, Y}, {TERN_BINARY_SUB});
+      p.Emit(TERN_OP_BINARY, {scaled, p.Const(norm, d).Expand(shape), diff}, {TERN_BINARY_MUL});
+      const Target t = BeginOut(p, grad_input, cd);
+      p.Emit(TERN_OP_BINARY, {t.write, scaled, G}, {TERN_BINARY_MUL});
+      Finish(p, t);
+      done = p.ok() && p.Run();
+    }
+  }
+  if (done) return grad_input;
+  return TERN_FALLBACK(mse_loss_backward_grad_input, grad_output, self, target, reduction,
+                       grad_input);
+}
+
+at::Tensor MseLossBackward(const at::Tensor& grad_output, const at::Tensor& self,
+                           const at::Tensor& target, int64_t reduction) {
+  at::Tensor grad_input = at::empty_like(self);
+  return MseLossBackwardOut(grad_output, self, target, reduction, grad_input);
+}
+
+// grad * mask * scale.
+at::Tensor& NativeDropoutBackwardOut(const at::Tensor& grad_output, const at::Tensor& mask,
+                                     double scale, at::Tensor& out) {
+  bool done = false;
+  const at::ScalarType dtype = grad_output.scalar_type();
+  if (FloatTernAll({grad_output, out}, dtype) && IsTern(mask) && mask.scalar_type() == at::kBool) {
+    const std::vector<int64_t> shape = at::infer_size(grad_output.sizes(), mask.sizes());
+    ResizeOut(out, shape);
+    if (OutputOk(out, {grad_output, mask})) {
+      const at::ScalarType cd = OpMath(dtype);
+      const tern_dtype_t d = *TD(cd);
+      Program p("aten::native_dropout_backward.out");
+      Operand G = Input(p, grad_output, cd, shape), M = Input(p, mask, cd, shape);
+      Operand masked = p.Temp(d, shape);
+      p.Emit(TERN_OP_BINARY, {masked, G, M}, {TERN_BINARY_MUL});
+      const Target t = BeginOut(p, out, cd);
+      p.Emit(TERN_OP_BINARY, {t.write, masked, p.Const(scale, d).Expand(shape)}, {TERN_BINARY_MUL});
+      Finish(p, t);
+      done = p.ok() && p.Run();
+    }
+  }
+  if (done) return out;
+  return TERN_FALLBACK(native_dropout_backward_out, grad_output, mask, scale, out);
+}
+
+at::Tensor NativeDropoutBackward(const at::Tensor& grad_output, const at::Tensor& mask,
+                                 double scale) {
+  at::Tensor out = at::empty_like(grad_output);
+  return NativeDropoutBackwardOut(grad_output, mask, scale, out);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("add.out", AddOut);
+  m.impl("sub.out", SubOut);
+  m.impl("mul.out", MulOut);
+  m.impl("div.out", DivOut);
+  m.impl("div.out_mode", DivModeOut);
+  m.impl("maximum.out", MaximumOut);
+  m.impl("minimum.out", MinimumOut);
+  m.impl("atan2.out", Atan2Out);
+  m.impl("copysign.out", CopysignOut);
+  m.impl("floor_divide.out", FloorDivideOut);
+  m.impl("logical_and.out", LogicalAndOut);
+  m.impl("logical_or.out", LogicalOrOut);
+  m.impl("logical_xor.out", LogicalXorOut);
+#define TERN_REGISTER_PAIR(name)                \
+  m.impl(#name ".Tensor_out", name##TensorOut); \
+  m.impl(#name ".Scalar_out", name##ScalarOut);
+  TERN_REGISTER_PAIR(eq)
+  TERN_REGISTER_PAIR(ne)
+  TERN_REGISTER_PAIR(lt)
+  TERN_REGISTER_PAIR(le)
+  TERN_REGISTER_PAIR(gt)
+  TERN_REGISTER_PAIR(ge)
+  TERN_REGISTER_PAIR(remainder)
+  TERN_REGISTER_PAIR(fmod)
+  TERN_REGISTER_PAIR(bitwise_and)
+  TERN_REGISTER_PAIR(bitwise_or)
+  TERN_REGISTER_PAIR(bitwise_xor)
+  m.impl("pow.Tensor_Tensor_out", PowTensorTensorOut);
+  m.impl("pow.Scalar_out", PowScalarOut);
+  m.impl("pow.Tensor_Scalar_out", PowTensorScalarOut);
+
+  m.impl("exp.out", ExpOut);
+  m.impl("log.out", LogOut);
+  m.impl("sqrt.out", SqrtOut);
+  m.impl("rsqrt.out", RsqrtOut);
+  m.impl("sin.out", SinOut);
+  m.impl("cos.out", CosOut);
+  m.impl("tan.out", TanOut);
+  m.impl("tanh.out", TanhOut);
+  m.impl("sigmoid.out", SigmoidOut);
+  m.impl("silu.out", SiluOut);
+  m.impl("erf.out", ErfOut);
+  m.impl("reciprocal.out", ReciprocalOut);
+  m.impl("expm1.out", Expm1Out);
+  m.impl("log1p.out", Log1pOut);
+  m.impl("log2.out", Log2Out);
+  m.impl("exp2.out", Exp2Out);
+  m.impl("asin.out", AsinOut);
+  m.impl("acos.out", AcosOut);
+  m.impl("atan.out", AtanOut);
+  m.impl("sinh.out", SinhOut);
+  m.impl("cosh.out", CoshOut);
+  m.impl("hardsigmoid.out", HardsigmoidOut);
+  m.impl("hardswish.out", HardswishOut);
+  m.impl("mish.out", MishOut);
+  m.impl("neg.out", NegOut);
+  m.impl("abs.out", AbsOut);
+  m.impl("floor.out", FloorOut);
+  m.impl("ceil.out", CeilOut);
+  m.impl("round.out", RoundOut);
+  m.impl("round.decimals_out", RoundDecimalsOut);
+  m.impl("trunc.out", TruncOut);
+  m.impl("sign.out", SignOut);
+  m.impl("sgn.out", SgnOut);
+  m.impl("bitwise_not.out", BitwiseNotOut);
+  m.impl("logical_not.out", LogicalNotOut);
+  m.impl("gelu.out", GeluOut);
+  m.impl("leaky_relu.out", LeakyReluOut);
+  m.impl("elu.out", EluOut);
+  m.impl("softplus.out", SoftplusOut);
+  m.impl("relu", Relu);
+  m.impl("hardswish", Hardswish);
+  m.impl("hardswish_", Hardswish_);
+  m.impl("floor_divide", FloorDivide);
+  m.impl("floor_divide_.Tensor", FloorDivide_);
+  m.impl("relu_", Relu_);
+  m.impl("clamp.out", ClampOut);
+  m.impl("clamp_min.out", ClampMinOut);
+  m.impl("clamp_max.out", ClampMaxOut);
+  m.impl("clamp.Tensor_out", ClampTensorOut);
+  m.impl("clamp_min.Tensor_out", ClampMinTensorOut);
+  m.impl("clamp_max.Tensor_out", ClampMaxTensorOut);
+  m.impl("isnan", IsNan);
+  m.impl("rsub.Tensor", Rsub);
+  m.impl("lerp.Tensor_out", LerpTensorOut);
+  m.impl("isneginf.out", IsneginfOut);
+  m.impl("isposinf.out", IsposinfOut);
+
+  m.impl("where.self_out", WhereSelfOut);
+  m.impl("where.self", WhereSelf);
+  m.impl("masked_fill_.Scalar", MaskedFillScalar);
+  m.impl("masked_fill_.Tensor", MaskedFillTensor);
+  m.impl("lerp.Scalar_out", LerpScalarOut);
+  m.impl("addcmul.out", AddcmulOut);
+  m.impl("addcdiv.out", AddcdivOut);
+
+  m.impl("silu_backward.grad_input", SiluBackwardOut);
+  m.impl("hardsigmoid_backward.grad_input", HardsigmoidBackwardOut);
+  m.impl("hardswish_backward.out", HardswishBackwardOut);
+  m.impl("mish_backward", MishBackward);
+  m.impl("gelu_backward.grad_input", GeluBackwardOut);
+  m.impl("leaky_relu_backward.grad_input", LeakyReluBackwardOut);
+  m.impl("softplus_backward.grad_input", SoftplusBackwardOut);
+  m.impl("elu_backward.grad_input", EluBackwardOut);
+  m.impl("threshold_backward.grad_input", ThresholdBackwardOut);
+  m.impl("sigmoid_backward.grad_input", SigmoidBackwardOut);
+  m.impl("tanh_backward.grad_input", TanhBackwardOut);
+
+  m.impl("mse_loss.out", MseLossOut);
+  m.impl("mse_loss_backward.grad_input", MseLossBackwardOut);
+  m.impl("mse_loss_backward", MseLossBackward);
+  m.impl("native_dropout_backward.out", NativeDropoutBackwardOut);
+  m.impl("native_dropout_backward", NativeDropoutBackward);
+}
+
+}  // namespace torch_tern::native

@@ -1,0 +1,503 @@
+// Native indexing and assembly operators: index_select, gather, scatter_add,
+// index_add, single-tensor advanced indexing, embedding's backward, cat,
+// tril/triu, arange, and the negative log-likelihood loss forward and
+// backward (cross_entropy = log_softmax + nll_loss).
+#include <ATen/ATen.h>
+#include <torch/library.h>
+
+#include <cmath>
+
+#include "native.h"
+
+namespace torch_tern::native {
+namespace {
+
+bool IndexDtype(const at::Tensor& t) {
+  return IsTern(t) && (t.scalar_type() == at::kLong || t.scalar_type() == at::kInt);
+}
+
+bool IndexSelect(const at::Tensor& self, int64_t dim, const at::Tensor& index,
+                 const at::Tensor& out) {
+  if (!IsTern(self) || self.dim() == 0 || !IndexDtype(index) || index.dim() > 1 ||
+      out.scalar_type() != self.scalar_type()) {
+    return false;
+  }
+  dim = c10::maybe_wrap_dim(dim, self.dim());
+  std::vector<int64_t> shape = self.sizes().vec();
+  shape[dim] = index.numel();
+  ResizeOut(out, shape);
+  if (!OutputOk(out, {self, index})) return false;
+  Program p("aten::index_select");
+  Operand idx = p.In(index);
+  if (index.dim() == 0) idx = idx.Unsqueeze(0);
+  p.Emit(TERN_OP_GATHER, {p.Out(out), p.In(self), idx}, {dim});
+  return p.Run();
+}
+
+at::Tensor& IndexSelectOut(const at::Tensor& self, int64_t dim, const at::Tensor& index,
+                           at::Tensor& out) {
+  if (IndexSelect(self, dim, index, out)) return out;
+  return TERN_FALLBACK(index_select_out, self, dim, index, out);
+}
+
+at::Tensor IndexSelectFn(const at::Tensor& self, int64_t dim, const at::Tensor& index) {
+  if (IsTern(self)) {
+    at::Tensor out = at::empty({0}, self.options());
+    if (IndexSelect(self, dim, index, out)) return out;
+  }
+  return TERN_FALLBACK(index_select, self, dim, index);
+}
+
+// x[..., idx, ...] with one integer index tensor (the other indices None).
+at::Tensor& IndexTensorOut(const at::Tensor& self,
+                           const c10::List<std::optional<at::Tensor>>& indices, at::Tensor& out) {
+  bool done = false;
+  int64_t axis = -1, defined = 0;
+  at::Tensor index;
+  for (size_t i = 0; i < indices.size(); ++i) {
+    const std::optional<at::Tensor> t = indices.get(i);
+    if (t.has_value() && t->defined()) {
+      axis = static_cast<int64_t>(i);
+      index = *t;
+      ++defined;
+    }
+  }
+  if (defined == 1 && IsTern(self) && IndexDtype(index) && axis < self.dim() &&
+      out.scalar_type() == self.scalar_type()) {
+    std::vector<int64_t> shape(self.sizes().begin(), self.sizes().begin() + axis);
+    shape.insert(shape.end(), index.sizes().begin(), index.sizes().end());
+    shape.insert(shape.end(), self.sizes().begin() + axis + 1, self.sizes().end());
+    ResizeOut(out, shape);
+    if (OutputOk(out, {self, index})) {
+      Program p("aten::index.Tensor_out");
+      p.Emit(TERN_OP_GATHER, {p.Out(out), p.In(self), p.In(index)}, {axis});
+      done = p.Run();
+    }
+  }
+  if (done) return out;
+  return TERN_FALLBACK(index_Tensor_out, self, indices, out);
+}
+
+at::Tensor& GatherOut(const at::Tensor& self, int64_t dim, const at::Tensor& index,
+                      bool sparse_grad, at::Tensor& out) {
+  bool done = false;
+  if (IsTern(self) && self.dim() > 0 && index.dim() == self.dim() && IndexDtype(index) &&
+      out.scalar_type() == self.scalar_type()) {
+    dim = c10::maybe_wrap_dim(dim, self.dim());
+    bool shapes_ok = true;
+    for (int64_t d = 0; d < self.dim(); ++d) {
+      shapes_ok = shapes_ok && (d == dim || index.size(d) <= self.size(d));
+    }
+    ResizeOut(out, index.sizes());
+    if (shapes_ok && OutputOk(out, {self, index})) {
+      Program p("aten::gather.out");
+      p.Emit(TERN_OP_TAKE_ALONG_AXIS, {p.Out(out), p.In(self), p.In(index)}, {dim});
+      done = p.Run();
+    }
+  }
+  if (done) return out;
+  return TERN_FALLBACK(gather_out, self, dim, index, sparse_grad, out);
+}
+
+// Copies self into out unless out is self (in place).
+void CopyUnlessSame(Program& p, const at::Tensor& self, const at::Tensor& out, Operand O) {
+  if (self.data_ptr() == out.data_ptr() && self.sizes() == out.sizes() &&
+      self.strides() == out.strides()) {
+    return;
+  }
+  p.Emit(TERN_OP_COPY, {O, p.In(self)});
+}
+
+at::Tensor& ScatterAddOut(const at::Tensor& self, int64_t dim, const at::Tensor& index,
+                          const at::Tensor& src, at::Tensor& out) {
+  bool done = false;
+  const at::ScalarType dtype = self.scalar_type();
+  if (IsTern(self) && IsTern(src) && self.dim() > 0 && dtype != at::kBool &&
+      src.scalar_type() == dtype && out.scalar_type() == dtype && IndexDtype(index) &&
+      index.dim() == self.dim() && src.dim() == self.dim()) {
+    dim = c10::maybe_wrap_dim(dim, self.dim());
+    bool shapes_ok = true;
+    for (int64_t d = 0; d < self.dim(); ++d) {
+      shapes_ok =
+          shapes_ok && index.size(d) <= src.size(d) && (d == dim || index.size(d) <= self.size(d));
+    }
+    ResizeOut(out, self.sizes());
+    const bool aliased =
+        (src.storage().is_alias_of(out.storage()) || index.storage().is_alias_of(out.storage()));
+    if (shapes_ok && !aliased && OutputOk(out, {self})) {
+      Program p("aten::scatter_add.out");
+      Operand O = p.Out(out);
+      CopyUnlessSame(p, self, out, O);
+      Operand S = p.In(src);
+      for (int64_t d = 0; d < src.dim(); ++d) S = S.Slice(d, 0, index.size(d));
+      p.Emit(TERN_OP_SCATTER_ADD_ALONG_AXIS, {O, p.In(index), S}, {dim});
+      done = p.Run();
+    }
+  }
+  if (done) return out;
+  return TERN_FALLBACK(scatter_add_out, self, dim, index, src, out);
+}
+
+at::Tensor& IndexAddOut(const at::Tensor& self, int64_t dim, const at::Tensor& index,
+                        const at::Tensor& source, const at::Scalar& alpha, at::Tensor& out) {
+  bool done = false;
+  const at::ScalarType dtype = self.scalar_type();
+  if (IsTern(self) && IsTern(source) && self.dim() > 0 && dtype != at::kBool &&
+      source.scalar_type() == dtype && out.scalar_type() == dtype && IndexDtype(index) &&
+      index.dim() <= 1 && source.dim() == self.dim()) {
+    dim = c10::maybe_wrap_dim(dim, self.dim());
+    std::vector<int64_t> expected = self.sizes().vec();
+    expected[dim] = index.numel();
+    ResizeOut(out, self.sizes());
+    const bool aliased =
+        (source.storage().is_alias_of(out.storage()) || index.storage().is_alias_of(out.storage()));
+    if (source.sizes() == at::IntArrayRef(expected) && !aliased && OutputOk(out, {self})) {
+      Program p("aten::index_add.out");
+      Operand O = p.Out(out);
+      CopyUnlessSame(p, self, out, O);
+      Operand S = p.In(source);
+      const bool unit = (alpha.isIntegral(false) && alpha.toLong() == 1) ||
+                        (alpha.isFloatingPoint() && alpha.toDouble() == 1.0);
+      if (!unit) {
+        Operand scaled = p.Temp(*TD(dtype), source.sizes());
+        p.Emit(TERN_OP_BINARY, {scaled, S, ScalarArg(p, alpha, dtype).Expand(source.sizes())},
+               {TERN_BINARY_MUL});
+        S = scaled;
+      }
+      Operand idx = p.In(index);
+      if (index.dim() == 0) idx = idx.Unsqueeze(0);
+      p.Emit(TERN_OP_SCATTER_ADD, {O, idx, S}, {dim});
+      done = p.ok() && p.Run();
+    }
+  }
+  if (done) return out;
+  return TERN_FALLBACK(index_add_out, self, dim, index, source, alpha, out);
+}
+
+// The gradient of an embedding lookup: zeros, then every row of grad added
+// at its index (in index order), the padding row left at zero.
+at::Tensor EmbeddingDenseBackward(const at::Tensor& grad_output, const at::Tensor& indices,
+                                  int64_t num_weights, int64_t padding_idx,
+                                  bool scale_grad_by_freq) {
+  const at::ScalarType dtype = grad_output.scalar_type();
+  if (!scale_grad_by_freq && IsTern(grad_output) && at::isFloatingType(dtype) && Supported(dtype) &&
+      IndexDtype(indices) && grad_output.dim() == indices.dim() + 1 &&
+      grad_output.sizes().slice(0, indices.dim()) == indices.sizes()) {
+    const int64_t width = grad_output.size(-1);
+    at::Tensor out = at::empty({num_weights, width}, grad_output.options());
+    Program p("aten::embedding_dense_backward");
+    Operand O = p.Out(out);
+    p.Emit(TERN_OP_FILL, {O}, {}, {0.0});
+    p.Emit(TERN_OP_SCATTER_ADD, {O, p.In(indices), p.In(grad_output)}, {0});
+    if (padding_idx >= 0 && padding_idx < num_weights) {
+      p.Emit(TERN_OP_FILL, {O.Select(0, padding_idx)}, {}, {0.0});
+    }
+    if (p.Run()) return out;
+  }
+  return TERN_FALLBACK(embedding_dense_backward, grad_output, indices, num_weights, padding_idx,
+                       scale_grad_by_freq);
+}
+
+// ---- cat, tril/triu, arange ------------------------------------------------------------
+
+at::Tensor& CatOut(const at::ITensorListRef& tensors, int64_t dim, at::Tensor& out) {
+  bool done = false;
+  const auto list = tensors.materialize();
+  std::vector<at::Tensor> pieces;
+  bool ok = IsTern(out) && !list.empty();
+  for (const at::Tensor& t : list) {
+    // Legacy empty 1-D tensors take no part.
+    if (t.dim() == 1 && t.numel() == 0) continue;
+    ok = ok && IsTern(t) && Supported(t.scalar_type());
+    pieces.push_back(t);
+  }
+  if (ok && !pieces.empty()) {
+    const int64_t rank = pieces[0].dim();
+    ok = rank > 0;
+    if (ok) dim = c10::maybe_wrap_dim(dim, rank);
+    std::vector<int64_t> shape = ok ? pieces[0].sizes().vec() : std::vector<int64_t>{};
+    if (ok) shape[dim] = 0;
+    for (const at::Tensor& t : pieces) {
+      ok = ok && t.dim() == rank;
+      for (int64_t d = 0; ok && d < rank; ++d) ok = d == dim || t.size(d) == shape[d];
+      if (ok) shape[dim] += t.size(dim);
+    }
+    if (ok) {
+      ResizeOut(out, shape);
+      for (const at::Tensor& t : pieces) {
+        ok = ok && !t.storage().is_alias_of(out.storage());
+      }
+      ok = ok && OutputOk(out, {});
+    }
+    if (ok) {
+      Program p("aten::cat.out");
+      Operand O = p.Out(out);
+      int64_t offset = 0;
+      for (const at::Tensor& t : pieces) {
+        const int64_t size = t.size(dim);
+        if (size > 0) {
+          p.Emit(t.scalar_type() == out.scalar_type() ? TERN_OP_COPY : TERN_OP_CAST,
+                 {O.Slice(dim, offset, size), p.In(t)});
+        }
+        offset += size;
+      }
+      done = p.ok() && p.Run();
+    }
+  }
+  if (done) return out;
+  return TERN_FALLBACK(cat_out, tensors, dim, out);
+}
+
+// Keeps elements whose column minus row is <= k (tril) or >= k (triu).
+bool Triangle(const char* name, bool lower, const at::Tensor& self, int64_t k,
+              const at::Tensor& out) {
+  if (!IsTern(self) || self.dim() < 2 || out.scalar_type() != self.scalar_type()) return false;
+  ResizeOut(out, self.sizes());
+  if (!OutputOk(out, {self})) return false;
+  const int64_t rows = self.size(-2), cols = self.size(-1);
+  Program p(name);
+  Operand r = p.Temp(TERN_DTYPE_I64, {rows, 1}), c = p.Temp(TERN_DTYPE_I64, {1, cols});
+  p.Emit(TERN_OP_IOTA, {r}, {0}, {0.0, 1.0});
+  p.Emit(TERN_OP_IOTA, {c}, {1}, {0.0, 1.0});
+  Operand diff = p.Temp(TERN_DTYPE_I64, {rows, cols});
+  p.Emit(TERN_OP_BINARY, {diff, c.Expand({rows, cols}), r.Expand({rows, cols})}, {TERN_BINARY_SUB});
+  Operand keep = p.Temp(TERN_DTYPE_BOOL, {rows, cols});
+  p.Emit(TERN_OP_BINARY, {keep, diff, p.ConstInt(k, TERN_DTYPE_I64).Expand({rows, cols})},
+         {lower ? TERN_BINARY_LE : TERN_BINARY_GE});
+  const tern_dtype_t d = *TD(self.scalar_type());
+  const Operand zero = at::isFloatingType(self.scalar_type()) ? p.Const(0.0, d) : p.ConstInt(0, d);
+  p.Emit(TERN_OP_WHERE,
+         {p.Out(out), keep.Expand(self.sizes()), p.In(self), zero.Expand(self.sizes())});
+  return p.ok() && p.Run();
+}
+
+at::Tensor& TrilOut(const at::Tensor& self, int64_t k, at::Tensor& out) {
+  if (Triangle("aten::tril.out", true, self, k, out)) return out;
+  return TERN_FALLBACK(tril_out, self, k, out);
+}
+
+at::Tensor& TriuOut(const at::Tensor& self, int64_t k, at::Tensor& out) {
+  if (Triangle("aten::triu.out", false, self, k, out)) return out;
+  return TERN_FALLBACK(triu_out, self, k, out);
+}
+
+// start + i * step (computed in f64, then rounded), as the CPU does.
+at::Tensor& ArangeStartOut(const at::Scalar& start, const at::Scalar& end, const at::Scalar& step,
+                           at::Tensor& out) {
+  bool done = false;
+  const at::ScalarType dtype = out.scalar_type();
+  if (IsTern(out) && Supported(dtype) && dtype != at::kBool) {
+    const double s = start.toDouble(), e = end.toDouble(), st = step.toDouble();
+    const bool integral = at::isIntegralType(dtype, false);
+    bool ok = st != 0 && std::isfinite(s) && std::isfinite(e) && std::isfinite(st) &&
+              ((st > 0 && e >= s) || (st < 0 && e <= s));
+    if (integral)
+      ok = ok && s == std::trunc(s) && st == std::trunc(st) && std::abs(s) < 9e15 &&
+           std::abs(e) < 9e15;
+    if (ok) {
+      double size_d;
+      if (dtype == at::kLong) {
+        const int64_t xs = start.toLong(), xe = end.toLong(), xst = step.toLong();
+        const int64_t sgn = (xst > 0) - (xst < 0);
+        size_d = std::ceil(static_cast<double>((xe - xs + xst - sgn) / xst));  // as ATen
+      } else {
+        size_d = std::ceil((e - s) / st);
+      }
+      const int64_t size = static_cast<int64_t>(size_d);
+      if (out.numel() != size) out.resize_({size});
+      if (out.dim() == 1 && OutputOk(out, {})) {
+        Program p("aten::arange.start_out");
+        p.Emit(TERN_OP_IOTA, {p.Out(out)}, {0}, {s, st});
+        done = p.Run();
+      }
+    }
+  }
+  if (done) return out;
+  return TERN_FALLBACK(arange_start_out, start, end, step, out);
+}
+
+// The CPU's linspace: start + i*step for the first half, end - (steps-1-i)*step
+// for the second (two IOTAs).
+at::Tensor& LinspaceOut(const at::Scalar& start, const at::Scalar& end, int64_t steps,
+                        at::Tensor& out) {
+  bool done = false;
+  const at::ScalarType dtype = out.scalar_type();
+  if (IsTern(out) && at::isFloatingType(dtype) && Supported(dtype) && steps >= 0 &&
+      !start.isComplex() && !end.isComplex()) {
+    if (out.numel() != steps) out.resize_({steps});
+    if (out.dim() == 1 && OutputOk(out, {})) {
+      const double s = start.toDouble(), e = end.toDouble();
+      Program p("aten::linspace.out");
+      Operand O = p.Out(out);
+      if (steps == 1) {
+        p.Emit(TERN_OP_FILL, {O}, {}, {s});
+      } else if (steps > 1) {
+        const double step = (e - s) / static_cast<double>(steps - 1);
+        const int64_t half = steps / 2;
+        if (half > 0) p.Emit(TERN_OP_IOTA, {O.Slice(0, 0, half)}, {0}, {s, step});
+        p.Emit(TERN_OP_IOTA, {O.Slice(0, half, steps - half)}, {0},
+               {e - step * static_cast<double>(steps - 1 - half), step});
+      }
+      done = steps == 0 || (p.ok() && p.Run());
+    }
+  }
+  if (done) return out;
+  return TERN_FALLBACK(linspace_out, start, end, steps, out);
+}
+
+// ---- nll_loss ----------------------------------------------------------------------------
+
+struct NllParts {
+  Operand safe_target;  // [N] i64: target with ignored entries replaced by 0
+  Operand ignored;      // [N] bool
+  Operand weights;      // [N] f: weight of each row's target, 0 where ignored
+};
+
+NllParts NllCommon(Program& p, const at::Tensor& target, const std::optional<at::Tensor>& weight,
+                   int64_t ignore_index, int64_t n, tern_dtype_t fd) {
+  NllParts parts;
+  Operand T = p.In(target).View({n});
+  parts.ignored = p.Temp(TERN_DTYPE_BOOL, {n});
+  p.Emit(TERN_OP_BINARY, {parts.ignored, T, p.ConstInt(ignore_index, TERN_DTYPE_I64).Expand({n})},
+         {TERN_BINARY_EQ});
+  parts.safe_target = p.Temp(TERN_DTYPE_I64, {n});
+  p.Emit(TERN_OP_WHERE,
+         {parts.safe_target, parts.ignored, p.ConstInt(0, TERN_DTYPE_I64).Expand({n}), T});
+  Operand w = p.Const(1.0, fd).Expand({n});
+  if (weight.has_value() && weight->defined()) {
+    w = p.Temp(fd, {n});
+    p.Emit(TERN_OP_GATHER, {w, p.In(*weight), parts.safe_target}, {0});
+  }
+  parts.weights = p.Temp(fd, {n});
+  p.Emit(TERN_OP_WHERE, {parts.weights, parts.ignored, p.Const(0.0, fd).Expand({n}), w});
+  return parts;
+}
+
+bool NllSupported(const at::Tensor& self, const at::Tensor& target,
+                  const std::optional<at::Tensor>& weight) {
+  const at::ScalarType dtype = self.scalar_type();
+  if (!IsTern(self) || !IsTern(target) || target.scalar_type() != at::kLong ||
+      !at::isFloatingType(dtype) || !Supported(dtype) || self.numel() == 0) {
+    return false;
+  }
+  if (!((self.dim() == 2 && target.dim() == 1 && target.size(0) == self.size(0)) ||
+        (self.dim() == 1 && target.dim() == 0))) {
+    return false;
+  }
+  if (weight.has_value() && weight->defined()) {
+    const int64_t classes = self.size(-1);
+    if (!IsTern(*weight) || weight->scalar_type() != dtype || weight->dim() != 1 ||
+        weight->size(0) != classes) {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::tuple<at::Tensor&, at::Tensor&> NllLossForwardOut(
+    const at::Tensor& self, const at::Tensor& target, const std::optional<at::Tensor>& weight,
+    int64_t reduction, int64_t ignore_index, at::Tensor& output, at::Tensor& total_weight) {
+  bool done = false;
+  const at::ScalarType dtype = self.scalar_type();
+  if (NllSupported(self, target, weight) && output.scalar_type() == dtype &&
+      total_weight.scalar_type() == dtype) {
+    const bool batched = self.dim() == 2;
+    const int64_t n = batched ? self.size(0) : 1;
+    const int64_t classes = self.size(-1);
+    ResizeOut(output, reduction == 0 && batched ? std::vector<int64_t>{n} : std::vector<int64_t>{});
+    ResizeOut(total_weight, {});
+    if (OutputOk(output, {self, target}) && OutputOk(total_weight, {self, target})) {
+      const tern_dtype_t fd = *TD(dtype);
+      Program p("aten::nll_loss_forward.output");
+      NllParts parts = NllCommon(p, target, weight, ignore_index, n, fd);
+      Operand picked = p.Temp(fd, {n, 1});
+      p.Emit(TERN_OP_TAKE_ALONG_AXIS,
+             {picked, p.In(self).View({n, classes}), parts.safe_target.View({n, 1})}, {1});
+      Operand weighted = p.Temp(fd, {n});
+      p.Emit(TERN_OP_BINARY, {weighted, picked.View({n}), parts.weights}, {TERN_BINARY_MUL});
+      Operand TW = p.Out(total_weight).View({1});
+      if (reduction == 0) {
+        p.Emit(TERN_OP_UNARY, {p.Out(output).View({n}), weighted}, {TERN_UNARY_NEG});
+        p.Emit(TERN_OP_FILL, {TW}, {}, {0.0});
+      } else {
+        Operand sum = p.Temp(fd, {1});
+        p.Emit(TERN_OP_REDUCE, {sum, weighted}, {TERN_REDUCE_SUM});
+        p.Emit(TERN_OP_REDUCE, {TW, parts.weights}, {TERN_REDUCE_SUM});
+        if (reduction == 1) {
+          Operand mean = p.Temp(fd, {1});
+          p.Emit(TERN_OP_BINARY, {mean, sum, TW}, {TERN_BINARY_DIV});
+          sum = mean;
+        }
+        p.Emit(TERN_OP_UNARY, {p.Out(output).View({1}), sum}, {TERN_UNARY_NEG});
+      }
+      done = p.ok() && p.Run();
+    }
+  }
+  if (done) return {output, total_weight};
+  return TERN_FALLBACK(nll_loss_forward_output, self, target, weight, reduction, ignore_index,
+                       output, total_weight);
+}
+
+at::Tensor& NllLossBackwardOut(const at::Tensor& grad_output, const at::Tensor& self,
+                               const at::Tensor& target, const std::optional<at::Tensor>& weight,
+                               int64_t reduction, int64_t ignore_index,
+                               const at::Tensor& total_weight, at::Tensor& grad_input) {
+  bool done = false;
+  const at::ScalarType dtype = self.scalar_type();
+  const bool batched = self.dim() == 2;
+  const int64_t n = batched ? self.size(0) : 1;
+  if (NllSupported(self, target, weight) && IsTern(grad_output) && IsTern(total_weight) &&
+      grad_output.scalar_type() == dtype && total_weight.scalar_type() == dtype &&
+      grad_input.scalar_type() == dtype && total_weight.numel() == 1 &&
+      ((reduction == 0 && batched) ? grad_output.numel() == n : grad_output.numel() == 1)) {
+    const int64_t classes = self.size(-1);
+    ResizeOut(grad_input, self.sizes());
+    if (OutputOk(grad_input, {grad_output, self, target, total_weight})) {
+      const tern_dtype_t fd = *TD(dtype);
+      Program p("aten::nll_loss_backward.grad_input");
+      Operand GI = p.Out(grad_input).View({n, classes});
+      p.Emit(TERN_OP_FILL, {GI}, {}, {0.0});
+      NllParts parts = NllCommon(p, target, weight, ignore_index, n, fd);
+      Operand g = p.In(grad_output);
+      if (reduction == 0 && batched) {
+        g = g.View({n});
+      } else if (reduction == 1) {
+        Operand q = p.Temp(fd, {1});
+        p.Emit(TERN_OP_BINARY, {q, g.View({1}), p.In(total_weight).View({1})}, {TERN_BINARY_DIV});
+        g = q.Expand({n});
+      } else {
+        g = g.View({1}).Expand({n});
+      }
+      Operand prod = p.Temp(fd, {n}), src = p.Temp(fd, {n});
+      p.Emit(TERN_OP_BINARY, {prod, parts.weights, g}, {TERN_BINARY_MUL});
+      p.Emit(TERN_OP_UNARY, {src, prod}, {TERN_UNARY_NEG});
+      p.Emit(TERN_OP_SCATTER_ADD_ALONG_AXIS, {GI, parts.safe_target.View({n, 1}), src.View({n, 1})},
+             {1});
+      done = p.ok() && p.Run();
+    }
+  }
+  if (done) return grad_input;
+  return TERN_FALLBACK(nll_loss_backward_grad_input, grad_output, self, target, weight, reduction,
+                       ignore_index, total_weight, grad_input);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("index_select.out", IndexSelectOut);
+  m.impl("index_select", IndexSelectFn);
+  m.impl("index.Tensor_out", IndexTensorOut);
+  m.impl("gather.out", GatherOut);
+  m.impl("scatter_add.out", ScatterAddOut);
+  m.impl("index_add.out", IndexAddOut);
+  m.impl("embedding_dense_backward", EmbeddingDenseBackward);
+  m.impl("cat.out", CatOut);
+  m.impl("tril.out", TrilOut);
+  m.impl("triu.out", TriuOut);
+  m.impl("arange.start_out", ArangeStartOut);
+  m.impl("linspace.out", LinspaceOut);
+  m.impl("nll_loss_forward.output", NllLossForwardOut);
+  m.impl("nll_loss_backward.grad_input", NllLossBackwardOut);
+}
+
+}  // namespace torch_tern::native

@@ -1,0 +1,213 @@
+"""Native tern kernels against the CPU: values, dtypes, shapes, and no fallback.
+
+Each case runs a function on CPU tensors and on tern copies of them, compares
+the results (and gradients, for the `grad` cases) and checks that no
+operator took the CPU fallback on tern.
+"""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torch_tern
+
+
+def to(x, device):
+    if isinstance(x, torch.Tensor):
+        return x.to(device)
+    if isinstance(x, (list, tuple)):
+        return type(x)(to(v, device) for v in x)
+    return x
+
+
+def close(actual, expected, tol):
+    if isinstance(expected, torch.Tensor):
+        assert isinstance(actual, torch.Tensor)
+        assert actual.device.type == "cpu"
+        assert actual.dtype == expected.dtype and actual.shape == expected.shape, (actual, expected)
+        torch.testing.assert_close(actual, expected, rtol=tol, atol=tol, equal_nan=True)
+    elif isinstance(expected, (list, tuple)):
+        assert len(actual) == len(expected)
+        for a, e in zip(actual, expected):
+            close(a, e, tol)
+    else:
+        assert actual == expected
+
+
+def grads(fn):
+    """fn(*floats) -> gradients of sum(fn * weights) with respect to the float inputs."""
+
+    def run(*xs):
+        xs = [x.detach().clone().requires_grad_() if x.is_floating_point() else x for x in xs]
+        y = fn(*xs)
+        weights = torch.linspace(-1, 1, y.numel()).reshape(y.shape).to(y.device)
+        (y * weights).sum().backward()
+        return [x.grad for x in xs if x.is_floating_point()]
+
+    return run
+
+
+g = torch.Generator().manual_seed(0)
+
+
+def r(*shape, dtype=torch.float32):
+    return torch.randn(*shape, generator=g).to(dtype)
+
+
+def pos(*shape):
+    return torch.rand(*shape, generator=g) + 0.1
+
+
+def idx(high, *shape):
+    return torch.randint(0, high, shape, generator=g)
+
+
+A, B, C = r(4, 5), r(5), r(4, 1)
+M1, M2 = r(3, 4), r(4, 6)
+X4, W4, B4 = r(2, 3, 8, 8), r(4, 3, 3, 3), r(4)
+LOGP, TARGET = r(6, 5).log_softmax(1), torch.tensor([0, 4, -100, 2, 2, 1])
+
+CASES = [
+    # elementwise, broadcasting, scalars, dtypes, layouts
+    ("add broadcast", lambda x, y: x + y, (A, B), 1e-6),
+    ("add alpha", lambda x, y: torch.add(x, y, alpha=2.5), (A, C), 1e-6),
+    ("sub scalar", lambda x: x - 3, (A,), 1e-6),
+    ("mul int", lambda x, y: x * y, (idx(9, 6), idx(9, 6)), 0),
+    ("int plus float", lambda x, y: x + y, (idx(9, 5), B), 1e-6),
+    ("div int promotes", lambda x, y: x / y, (idx(9, 6), idx(9, 6) + 1), 1e-6),
+    ("div floor", lambda x, y: torch.div(x, y, rounding_mode="floor"), (A, B), 1e-6),
+    ("div trunc", lambda x, y: torch.div(x, y, rounding_mode="trunc"), (A, B), 1e-6),
+    ("bf16 times scalar", lambda x: x * 0.1, (A.bfloat16(),), 0),
+    ("in place", lambda x, y: x.mul_(y).add_(1), (A.clone(), B), 1e-6),
+    ("out=", lambda x, y, o: torch.mul(x, y, out=o), (A, B, torch.empty(4, 5)), 1e-6),
+    ("transposed input", lambda x: x.t() * 2 + x.t(), (A,), 1e-6),
+    ("strided slice", lambda x: x[:, ::2].exp(), (A,), 1e-6),
+    ("comparisons", lambda x, y: (x < y, x >= 0, x == x, x != y), (A, B), 0),
+    ("where", torch.where, (A > 0, A, B), 0),
+    ("where scalar", lambda c, x: torch.where(c, x, 0.5), (A > 0, A), 0),
+    ("masked_fill", lambda x, m: x.masked_fill(m, -1e9), (A, A > 0), 0),
+    ("clamp", lambda x: x.clamp(-0.5, 0.5), (A,), 0),
+    ("clamp tensors", lambda x, lo, hi: x.clamp(lo, hi), (A, B, B + 1), 0),
+    ("lerp", lambda x, y: (torch.lerp(x, y, 0.3), torch.lerp(x, y, 0.8)), (A, A.flip(0)), 1e-6),
+    ("addcmul addcdiv", lambda x, y, z: (torch.addcmul(x, y, z, value=0.3),
+                                         torch.addcdiv(x, y, z, value=-0.5)), (A, B, pos(4, 1)),
+     1e-6),
+    ("pow special exponents", lambda x: [x ** e for e in (0, 1, 2, 3, -1, -2, 0.5, -0.5, 1.7)],
+     (pos(3, 4),), 1e-5),
+    ("pow tensor", torch.pow, (pos(4, 5), B), 1e-5),
+    ("unary", lambda x: [f(x) for f in (torch.neg, torch.abs, torch.exp, torch.tanh, torch.sigmoid,
+                                        torch.sin, torch.cos, torch.floor, torch.round,
+                                        torch.sign, torch.erf)], (A,), 1e-5),
+    ("unary positive", lambda x: [f(x) for f in (torch.log, torch.sqrt, torch.rsqrt,
+                                                 torch.reciprocal, torch.log1p)], (pos(4, 5),),
+     1e-5),
+    ("activations", lambda x: [F.relu(x), F.gelu(x), F.gelu(x, approximate="tanh"), F.silu(x),
+                               F.leaky_relu(x, 0.2), F.elu(x), F.softplus(x), F.hardswish(x),
+                               F.hardsigmoid(x), F.mish(x)], (A,), 1e-5),
+    ("activation grads", grads(lambda x: F.relu(x) + F.gelu(x) + F.silu(x) + torch.tanh(x) +
+                               torch.sigmoid(x)), (A,), 1e-5),
+    ("mse_loss", lambda x, y: (F.mse_loss(x, y), F.mse_loss(x, y, reduction="sum")), (A, A * 0.5),
+     1e-5),
+    ("mse_loss grad", grads(lambda x, y: F.mse_loss(x, y)), (A, r(4, 5)), 1e-6),
+    # reductions
+    ("sum", lambda x: (x.sum(), x.sum(1), x.sum(0, keepdim=True), x.sum((0, 1))), (A,), 1e-5),
+    ("sum int and bool", lambda x, y: (x.sum(), (y > 0).sum(1)), (idx(9, 10).int(), A), 0),
+    ("mean bf16", lambda x: x.mean(1), (A.bfloat16(),), 1e-2),
+    ("max min", lambda x: (x.max(), x.amax(1), x.max(1), x.min(0, keepdim=True)), (A,), 0),
+    ("argmax", lambda x: (x.argmax(), x.argmax(1), x.argmin(0)), (A,), 0),
+    ("any all prod", lambda x: ((x > 1).any(), (x > -1).all(1), x.prod(1)), (A,), 1e-5),
+    ("var std", lambda x: (x.var(1), x.std(), x.var(0, correction=0)), (A,), 1e-5),
+    ("softmax", lambda x: (x.softmax(1), x.log_softmax(0)), (A,), 1e-6),
+    ("softmax grads", grads(lambda x: x.softmax(1) + x.log_softmax(1)), (A,), 1e-6),
+    # normalization
+    ("layer_norm", lambda x, w, b: F.layer_norm(x, (5,), w, b), (A, r(5), r(5)), 1e-5),
+    ("layer_norm grads", grads(lambda x, w, b: F.layer_norm(x, (5,), w, b)), (A, r(5), r(5)), 1e-5),
+    ("rms_norm", lambda x, w: F.rms_norm(x, (5,), w, 1e-6), (A, r(5)), 1e-5),
+    ("rms_norm grads", grads(lambda x, w: F.rms_norm(x, (5,), w, 1e-6)), (A, r(5)), 1e-5),
+    ("batch_norm train", lambda x, w, b, rm, rv: (F.batch_norm(x, rm, rv, w, b, True, 0.1), rm, rv),
+     (X4, r(3), r(3), r(3), pos(3)), 1e-5),
+    ("batch_norm eval", lambda x, w, b, rm, rv: F.batch_norm(x, rm, rv, w, b, False),
+     (X4, r(3), r(3), r(3), pos(3)), 1e-5),
+    ("batch_norm grads", grads(lambda x, w, b: F.batch_norm(x, None, None, w, b, True)),
+     (X4, r(3), r(3)), 1e-4),
+    ("vector norms", lambda x: (torch.linalg.vector_norm(x), x.norm(dim=1), x.norm(p=1),
+                                torch.linalg.vector_norm(x, float("inf"), dim=0)), (A,), 1e-5),
+    # matrix products
+    ("mm and transposes", lambda x, y: (x @ y, y.t() @ x.t(), x[:1] @ y), (M1, M2), 1e-5),
+    ("addmm", lambda b, x, y: (torch.addmm(b, x, y), torch.addmm(b, x, y, beta=0.5, alpha=2)),
+     (r(6), M1, M2), 1e-5),
+    ("linear grads", grads(F.linear), (A, r(7, 5), r(7)), 1e-5),
+    ("bmm and matmul", lambda x, y, z: (torch.bmm(x, y), torch.matmul(x, z), x[:1] @ y[:1]),
+     (r(2, 3, 4), r(2, 4, 5), r(4, 5)), 1e-5),
+    ("outer products", lambda x, y: (x @ y, torch.bmm(x.unsqueeze(0), y.unsqueeze(0))),
+     (r(3, 1), r(1, 4)), 1e-6),
+    ("conv2d", lambda x, w, b: (F.conv2d(x, w, b, padding=1), F.conv2d(x, w, stride=2, dilation=2)),
+     (X4, W4, B4), 1e-4),
+    ("conv2d groups", lambda x, w: F.conv2d(x, w, groups=3), (r(2, 6, 5, 5), r(6, 2, 3, 3)), 1e-4),
+    ("conv1d", lambda x, w: F.conv1d(x, w, padding=2), (r(2, 3, 10), r(4, 3, 3)), 1e-4),
+    ("conv2d grads", grads(lambda x, w, b: F.conv2d(x, w, b, padding=1)), (X4, W4, B4), 1e-4),
+    # indexing and assembly
+    ("embedding grads", lambda i, e: grads(lambda e: F.embedding(i, e, padding_idx=3))(e),
+     (idx(10, 2, 3), r(10, 4)), 1e-6),
+    ("index_select gather", lambda x, i, j: (x.index_select(1, i), x.gather(1, j), x[i.clamp(0, 3)]),
+     (A, torch.tensor([4, 0, 0]), idx(5, 4, 2)), 0),
+    ("scatter_add index_add", lambda x, j, s, i, t: (x.scatter_add(1, j, s), x.index_add(0, i, t)),
+     (A, idx(5, 4, 2), r(4, 2), torch.tensor([0, 0, 3]), r(3, 5)), 1e-6),
+    ("cat stack tril", lambda x, y: (torch.cat([x, y], 1), torch.stack([x, x]), x.tril(), x.triu(1)),
+     (A, C), 0),
+    ("arange", lambda x: (torch.arange(2, 10, 3, device=x.device),
+                          torch.arange(0, 1, 0.1, device=x.device)), (A,), 0),
+    ("nll_loss", lambda x, t, w: [F.nll_loss(x, t, reduction=red) for red in ("mean", "sum", "none")]
+     + [F.nll_loss(x, t, w)], (LOGP, TARGET, pos(5)), 1e-6),
+    ("cross_entropy grads", lambda x, t: grads(lambda x: F.cross_entropy(x, t))(x),
+     (r(6, 5), TARGET), 1e-6),
+]
+
+
+@pytest.mark.parametrize("name,fn,args,tol", CASES, ids=[c[0] for c in CASES])
+def test_native_matches_cpu(name, fn, args, tol, fallback_log):
+    expected = fn(*[a.clone() if isinstance(a, torch.Tensor) else a for a in args])
+    actual = to(fn(*to(args, "tern")), "cpu")
+    assert fallback_log.get_fallback_ops() == {}, f"{name} fell back"
+    close(actual, expected, tol)
+
+
+def test_programs_are_cached_by_shape():
+    torch_tern.kernel_cache_info()
+    a = torch.randn(7, 3, device="tern")
+    b = torch.randn(7, 3, device="tern")
+    a + b
+    before = torch_tern.kernel_cache_info()
+    for _ in range(5):
+        a + b
+    after = torch_tern.kernel_cache_info()
+    assert after["misses"] == before["misses"]
+    assert after["hits"] >= before["hits"] + 5
+    assert after["launches"] >= before["launches"] + 5
+
+
+def test_scalar_arguments_do_not_rebuild(fallback_log):
+    # Scalars travel as run-time arguments: new values reuse the program.
+    x = torch.ones(8, device="tern")
+    x * 0.5
+    before = torch_tern.kernel_cache_info()["misses"]
+    results = [(x * (i + 0.25)).cpu() for i in range(10)]
+    assert torch_tern.kernel_cache_info()["misses"] == before
+    for i, res in enumerate(results):
+        assert torch.equal(res, torch.full((8,), i + 0.25))
+
+
+def test_declined_kernels_fall_back(fallback_log):
+    # float64 is not a tern dtype: the native kernel declines, the CPU runs it.
+    x = torch.arange(6, dtype=torch.float64).to("tern")
+    assert torch.equal((x * 2).cpu(), torch.arange(6, dtype=torch.float64) * 2)
+    assert fallback_log.get_fallback_ops() == {"aten::mul.out": 1}
+
+
+def test_execution_error_is_raised_with_the_op():
+    table = torch.randn(4, 3, device="tern")
+    bad = torch.tensor([0, 7], device="tern")
+    with pytest.raises(RuntimeError, match="index_select"):
+        table.index_select(0, bad).cpu()
+    # the stream stays usable
+    assert torch.equal((torch.ones(2, device="tern") * 3).cpu(), torch.full((2,), 3.0))
