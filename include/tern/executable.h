@@ -49,7 +49,7 @@ TERN_API tern_status_t tern_executable_load_file(tern_device_t device, const cha
 TERN_API tern_status_t tern_executable_unload(tern_executable_t executable);
 
 typedef struct tern_function_info_t {
-  uint32_t struct_size;   /* IN: sizeof(tern_function_info_t) */
+  uint32_t struct_size; /* IN: sizeof(tern_function_info_t) */
   uint32_t input_count;
   uint32_t output_count;
   uint32_t instruction_count;
@@ -63,19 +63,21 @@ typedef struct tern_tensor_info_t {
   uint32_t rank;
   uint32_t reserved;
   int64_t shape[TERN_MAX_RANK];
-  uint64_t size_bytes;  /* bytes a bound buffer range must hold */
-  const char* name;     /* valid until the executable is unloaded */
+  uint64_t size_bytes; /* bytes a bound buffer range must hold */
+  const char* name;    /* valid until the executable is unloaded */
 } tern_tensor_info_t;
 
 /* Stores the number of functions in `*out_count`. Thread-safety: any thread. */
-TERN_API tern_status_t tern_executable_function_count(tern_executable_t executable, uint32_t* out_count);
+TERN_API tern_status_t tern_executable_function_count(tern_executable_t executable,
+                                                      uint32_t* out_count);
 
 /* Finds a function by name. Thread-safety: any thread. */
 TERN_API tern_status_t tern_executable_find_function(tern_executable_t executable, const char* name,
                                                      uint32_t* out_function);
 
 /* Describes function `function`. Thread-safety: any thread. */
-TERN_API tern_status_t tern_executable_function_info(tern_executable_t executable, uint32_t function,
+TERN_API tern_status_t tern_executable_function_info(tern_executable_t executable,
+                                                     uint32_t function,
                                                      tern_function_info_t* out_info);
 
 /* Describes input (`is_output` 0) or output (1) `index` of `function`.
@@ -83,6 +85,13 @@ TERN_API tern_status_t tern_executable_function_info(tern_executable_t executabl
 TERN_API tern_status_t tern_executable_tensor_info(tern_executable_t executable, uint32_t function,
                                                    int is_output, uint32_t index,
                                                    tern_tensor_info_t* out_info);
+
+/* Finds input (`is_output` 0) or output (1) `name` of `function` and stores
+ * its index, the position at which tern_queue_execute() binds it; this is
+ * how callers bind by name. Thread-safety: any thread. */
+TERN_API tern_status_t tern_executable_find_tensor(tern_executable_t executable, uint32_t function,
+                                                   int is_output, const char* name,
+                                                   uint32_t* out_index);
 
 /* A device buffer range bound to an input or output. */
 typedef struct tern_binding_t {

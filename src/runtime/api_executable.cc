@@ -368,6 +368,44 @@ TERN_API tern_status_t tern_executable_find_function(tern_executable_t executabl
                            names.empty() ? "none" : names));
 }
 
+TERN_API tern_status_t tern_executable_find_tensor(tern_executable_t executable, uint32_t function,
+                                                   int is_output, const char* name,
+                                                   uint32_t* out_index) {
+  if (out_index == nullptr) {
+    return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_index is NULL"));
+  }
+  *out_index = 0;
+  std::shared_ptr<ExecutableObject> object;
+  Status status = GetExecutable(executable, &object);
+  if (!status.ok()) return Report(status);
+  if (name == nullptr) return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "name is NULL"));
+  if (is_output != 0 && is_output != 1) {
+    return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
+                             "is_output is {}; pass 0 for an input or 1 for an output", is_output));
+  }
+  const auto& functions = object->program->functions;
+  if (function >= functions.size()) {
+    return Report(MakeStatus(TERN_ERROR_OUT_OF_RANGE,
+                             "function {} does not exist: the executable has {} functions",
+                             function, functions.size()));
+  }
+  const driver::Function& f = functions[function];
+  const auto& tensors = is_output ? f.outputs : f.inputs;
+  std::string names;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (tensors[i].name == name) {
+      *out_index = static_cast<uint32_t>(i);
+      return TERN_OK;
+    }
+    if (i < 16) names += fmt::format("{}'{}'", names.empty() ? "" : ", ", tensors[i].name);
+  }
+  if (tensors.size() > 16) names += ", ...";
+  return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
+                           "function '{}' has no {} named '{}'; its {} are {}", f.name,
+                           is_output ? "output" : "input", name, is_output ? "outputs" : "inputs",
+                           names.empty() ? "none" : names));
+}
+
 TERN_API tern_status_t tern_executable_function_info(tern_executable_t executable,
                                                      uint32_t function,
                                                      tern_function_info_t* out_info) {

@@ -778,6 +778,40 @@ TEST_P(NegativeExecutableTest, FindFunction) {
   }
 }
 
+TEST_P(NegativeExecutableTest, FindTensor) {
+  // The positive cases first: names map to the positions execute binds.
+  uint32_t index = 7;
+  CTS_ASSERT_OK(tern_executable_find_tensor(executable_, 0, 0, "y", &index));
+  EXPECT_EQ(1u, index);
+  CTS_ASSERT_OK(tern_executable_find_tensor(executable_, 0, 1, "z", &index));
+  EXPECT_EQ(0u, index);
+
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT,
+                   tern_executable_find_tensor(executable_, 0, 0, "x", nullptr), "out_index");
+  for (const auto& [label, handle] : BadExecutables()) {
+    SCOPED_TRACE(label);
+    tern_executable_t bad = handle;
+    index = 7;
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE, tern_executable_find_tensor(bad, 0, 0, "x", &index),
+                     "executable");
+    EXPECT_EQ(0u, index);
+  }
+  index = 7;
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT,
+                   tern_executable_find_tensor(executable_, 0, 0, nullptr, &index), "name is NULL");
+  EXPECT_EQ(0u, index);
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT,
+                   tern_executable_find_tensor(executable_, 0, 2, "x", &index), "is_output is 2");
+  CTS_EXPECT_ERROR(TERN_ERROR_OUT_OF_RANGE,
+                   tern_executable_find_tensor(executable_, 1, 0, "x", &index), "function 1");
+  // An output's name is not an input's, and the other way round.
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT,
+                   tern_executable_find_tensor(executable_, 0, 0, "z", &index), "'z'", "'x', 'y'");
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT,
+                   tern_executable_find_tensor(executable_, 0, 1, "x", &index), "'x'", "'z'");
+  EXPECT_EQ(0u, index);
+}
+
 TEST_P(NegativeExecutableTest, FunctionInfo) {
   CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT,
                    tern_executable_function_info(executable_, 0, nullptr), "out_info");
