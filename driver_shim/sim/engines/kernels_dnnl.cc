@@ -67,6 +67,12 @@ class PrimitiveCache {
     if (map_.size() >= 4096) map_.clear();  // bound memory on pathological shape churn
     map_.emplace(key, std::move(entry));
   }
+  // Records that oneDNN refused `key` after the entry was cached (an error
+  // at execution), so later calls go straight to the fallback.
+  void Refuse(const std::string& key) {
+    std::lock_guard<std::mutex> lock(mu_);
+    map_[key] = std::make_shared<Entry>();
+  }
 
  private:
   std::mutex mu_;
@@ -132,25 +138,29 @@ MatmulGeometry MakeGeometry(const driver::Instruction& ins, Operands ops) {
 }
 
 // A row-vector bias: rank 1, or full rank with stride 0 on all but the last
-// dimension. Returns its stride along N.
-bool RowBias(const isa::OperandDesc& bias, int64_t* stride) {
-  if (bias.rank == 1) {
-    *stride = bias.strides[0];
-    return true;
-  }
-  for (uint32_t d = 0; d + 1 < bias.rank; ++d) {
+// dimension. Returns its stride along N. A bias broadcast along N too
+// (stride 0 with N > 1, e.g. from a 0-d tensor) is not one: oneDNN cannot
+// repeat one element, so it goes through the packed path.
+bool RowBias(const isa::OperandDesc& bias, int64_t n, int64_t* stride) {
+  if (bias.rank == 0) return false;
+  const uint32_t last = bias.rank - 1;
+  for (uint32_t d = 0; d < last; ++d) {
     if (bias.strides[d] != 0 && bias.shape[d] != 1) return false;
   }
-  *stride = bias.strides[bias.rank - 1];
-  return true;
+  *stride = bias.strides[last];
+  return *stride != 0 || n <= 1;
 }
 
-// oneDNN takes a stride per dimension; one of size 1 may be anything, but a
-// stride of 0 is not accepted: give size-1 dims a harmless stride.
+// oneDNN takes a stride per dimension; one of size 1 may be anything but 0
+// (nor an overlapping-looking value, which oneDNN may refuse), so it gets
+// the row-major stride it would have in a dense tensor of the inner
+// dimensions. The elements read do not change (the index is always 0).
+// Callers pass no stride 0 on a dimension of size > 1 (see NoBroadcast).
 Dims SafeStrides(const int64_t* shape, const int64_t* strides, uint32_t rank) {
   Dims s(strides, strides + rank);
-  for (uint32_t d = 0; d < rank; ++d) {
-    if (shape[d] == 1 || s[d] == 0) s[d] = 1;
+  for (int d = static_cast<int>(rank) - 1; d >= 0; --d) {
+    if (shape[d] != 1 && s[d] != 0) continue;
+    s[d] = d + 1 == static_cast<int>(rank) ? 1 : std::max<int64_t>(1, shape[d + 1]) * s[d + 1];
   }
   return s;
 }
@@ -226,17 +236,26 @@ bool DnnlMatmul(const Dims& a_dims, const Dims& a_strides, memory::data_type a_d
     MatmulCache().Insert(key, entry);
   }
   if (!entry->ok) return false;
-  dnnl::engine& eng = Engine();
-  dnnl::stream stream(eng);
-  std::vector<uint8_t>& scratch = ThreadScratch(entry->scratch_md.get_size());
-  std::unordered_map<int, memory> args = {
-      {DNNL_ARG_SRC, memory(entry->a_md, eng, const_cast<void*>(a))},
-      {DNNL_ARG_WEIGHTS, memory(entry->b_md, eng, const_cast<void*>(b))},
-      {DNNL_ARG_DST, memory(entry->out_md, eng, out)},
-      {DNNL_ARG_SCRATCHPAD, memory(entry->scratch_md, eng, scratch.data())}};
-  if (bias_dims) args.emplace(DNNL_ARG_BIAS, memory(entry->bias_md, eng, const_cast<void*>(bias)));
-  entry->prim.execute(stream, args);
-  stream.wait();
+  // oneDNN may still refuse at execution (e.g. status 3 for some batched
+  // layouts); it checks before computing, so the caller's fallback starts
+  // from untouched memory.
+  try {
+    dnnl::engine& eng = Engine();
+    dnnl::stream stream(eng);
+    std::vector<uint8_t>& scratch = ThreadScratch(entry->scratch_md.get_size());
+    std::unordered_map<int, memory> args = {
+        {DNNL_ARG_SRC, memory(entry->a_md, eng, const_cast<void*>(a))},
+        {DNNL_ARG_WEIGHTS, memory(entry->b_md, eng, const_cast<void*>(b))},
+        {DNNL_ARG_DST, memory(entry->out_md, eng, out)},
+        {DNNL_ARG_SCRATCHPAD, memory(entry->scratch_md, eng, scratch.data())}};
+    if (bias_dims)
+      args.emplace(DNNL_ARG_BIAS, memory(entry->bias_md, eng, const_cast<void*>(bias)));
+    entry->prim.execute(stream, args);
+    stream.wait();
+  } catch (const dnnl::error&) {
+    MatmulCache().Refuse(key);
+    return false;
+  }
   return true;
 }
 
@@ -431,10 +450,12 @@ Status RunMatmul(const driver::Instruction& ins, Operands ops) {
                               (a.dtype == TERN_DTYPE_BF16 &&
                                (out.dtype == TERN_DTYPE_BF16 || out.dtype == TERN_DTYPE_F32));
     int64_t bias_stride = 0;
-    const bool bias_ok = !has_bias || (g.alpha == 1.0f && RowBias(*ops[3].desc, &bias_stride));
-    // Batch broadcasts are fine (they became size 1); within a matrix they are not.
-    const bool strides_ok = NoBroadcast(g.a_shape, g.a_strides, r - 2, r) &&
-                            NoBroadcast(g.b_shape, g.b_strides, r - 2, r);
+    const bool bias_ok = !has_bias || (g.alpha == 1.0f && RowBias(*ops[3].desc, g.n, &bias_stride));
+    // Batch broadcasts became size 1 (oneDNN broadcasts those itself); a
+    // stride 0 left on a dimension of size > 1 goes through packing.
+    const bool strides_ok = NoBroadcast(g.a_shape, g.a_strides, 0, r) &&
+                            NoBroadcast(g.b_shape, g.b_strides, 0, r) &&
+                            NoBroadcast(out.shape.data(), out.strides.data(), 0, r);
     if (OneDnnEnabled() && native_types && bias_ok && strides_ok && g.k > 0) {
       Dims ad(g.a_shape, g.a_shape + r), bd(g.b_shape, g.b_shape + r),
           od(out.shape.begin(), out.shape.begin() + r);
@@ -713,44 +734,52 @@ bool DnnlConv(ConvKind kind, const ConvParams& p, const ConvShape& s,
     ConvCache().Insert(key, entry);
   }
   if (!entry->ok) return false;
-  dnnl::stream stream(eng);
-  // Which slot the primitive writes.
-  const int written = kind == ConvKind::kForward ? 2 : kind == ConvKind::kBackwardInput ? 0 : 1;
-  memory mem[3];
-  std::vector<std::vector<uint8_t>> staging(3);
-  for (int i = 0; i < 3; ++i) {
-    memory user(entry->user_md[i], eng, data[i]);
-    if (!entry->reorder[i]) {
-      mem[i] = user;
-      continue;
+  // oneDNN may still refuse at execution (status 3 has been seen for grouped
+  // convolutions); the caller then runs the portable loops, which write the
+  // whole output.
+  try {
+    dnnl::stream stream(eng);
+    // Which slot the primitive writes.
+    const int written = kind == ConvKind::kForward ? 2 : kind == ConvKind::kBackwardInput ? 0 : 1;
+    memory mem[3];
+    std::vector<std::vector<uint8_t>> staging(3);
+    for (int i = 0; i < 3; ++i) {
+      memory user(entry->user_md[i], eng, data[i]);
+      if (!entry->reorder[i]) {
+        mem[i] = user;
+        continue;
+      }
+      staging[i].resize(entry->prim_md[i].get_size());
+      mem[i] = memory(entry->prim_md[i], eng, staging[i].data());
+      if (i != written) entry->to_prim[i].execute(stream, user, mem[i]);
     }
-    staging[i].resize(entry->prim_md[i].get_size());
-    mem[i] = memory(entry->prim_md[i], eng, staging[i].data());
-    if (i != written) entry->to_prim[i].execute(stream, user, mem[i]);
+    std::vector<uint8_t>& scratch = ThreadScratch(entry->scratch_md.get_size());
+    std::unordered_map<int, memory> args;
+    args.emplace(DNNL_ARG_SCRATCHPAD, memory(entry->scratch_md, eng, scratch.data()));
+    if (kind == ConvKind::kForward) {
+      args.emplace(DNNL_ARG_SRC, mem[0]);
+      args.emplace(DNNL_ARG_WEIGHTS, mem[1]);
+      args.emplace(DNNL_ARG_DST, mem[2]);
+      if (bias) args.emplace(DNNL_ARG_BIAS, memory(entry->bias_md, eng, const_cast<float*>(bias)));
+    } else if (kind == ConvKind::kBackwardInput) {
+      args.emplace(DNNL_ARG_DIFF_SRC, mem[0]);
+      args.emplace(DNNL_ARG_WEIGHTS, mem[1]);
+      args.emplace(DNNL_ARG_DIFF_DST, mem[2]);
+    } else {
+      args.emplace(DNNL_ARG_SRC, mem[0]);
+      args.emplace(DNNL_ARG_DIFF_WEIGHTS, mem[1]);
+      args.emplace(DNNL_ARG_DIFF_DST, mem[2]);
+    }
+    entry->prim.execute(stream, args);
+    if (entry->reorder[written]) {
+      memory user(entry->user_md[written], eng, data[written]);
+      entry->from_prim[written].execute(stream, mem[written], user);
+    }
+    stream.wait();
+  } catch (const dnnl::error&) {
+    ConvCache().Refuse(key);
+    return false;
   }
-  std::vector<uint8_t>& scratch = ThreadScratch(entry->scratch_md.get_size());
-  std::unordered_map<int, memory> args;
-  args.emplace(DNNL_ARG_SCRATCHPAD, memory(entry->scratch_md, eng, scratch.data()));
-  if (kind == ConvKind::kForward) {
-    args.emplace(DNNL_ARG_SRC, mem[0]);
-    args.emplace(DNNL_ARG_WEIGHTS, mem[1]);
-    args.emplace(DNNL_ARG_DST, mem[2]);
-    if (bias) args.emplace(DNNL_ARG_BIAS, memory(entry->bias_md, eng, const_cast<float*>(bias)));
-  } else if (kind == ConvKind::kBackwardInput) {
-    args.emplace(DNNL_ARG_DIFF_SRC, mem[0]);
-    args.emplace(DNNL_ARG_WEIGHTS, mem[1]);
-    args.emplace(DNNL_ARG_DIFF_DST, mem[2]);
-  } else {
-    args.emplace(DNNL_ARG_SRC, mem[0]);
-    args.emplace(DNNL_ARG_DIFF_WEIGHTS, mem[1]);
-    args.emplace(DNNL_ARG_DIFF_DST, mem[2]);
-  }
-  entry->prim.execute(stream, args);
-  if (entry->reorder[written]) {
-    memory user(entry->user_md[written], eng, data[written]);
-    entry->from_prim[written].execute(stream, mem[written], user);
-  }
-  stream.wait();
   return true;
 }
 
