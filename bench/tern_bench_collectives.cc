@@ -21,15 +21,22 @@
 // half, int8, int32, int64), -o op (sum, prod, max, min, avg), -r root (0),
 // -t collective (all_reduce, all_gather, reduce_scatter, broadcast, reduce,
 // all_to_all), -g ranks in this process, -i in-place only / -p out-of-place
-// only, --csv for machine-readable rows.
+// only, --csv for machine-readable rows, --device-time to also measure the
+// device's view (CSV rows "tern-device"): events recorded around the -n
+// operations, all enqueued while the queue is held at a gate, so that where
+// the simulated device's engine thread shares a CPU with the enqueuing
+// thread the enqueuing does not count (on hardware, the device executes
+// while the host enqueues).
 #include <tern/tern.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -51,13 +58,15 @@ struct Options {
   bool out_of_place = true;
   bool in_place = true;
   bool csv = false;
+  bool device_time = false;
 };
 
 [[noreturn]] void Usage(const char* why) {
-  std::fprintf(stderr,
-               "%s\nusage: tern_bench_collectives [-b BYTES] [-e BYTES] [-f FACTOR] [-n ITERS] [-w WARMUP] "
-               "[-c 0|1] [-d DTYPE] [-o OP] [-r ROOT] [-t COLLECTIVE] [-g RANKS] [-i|-p] [--csv]\n",
-               why);
+  std::fprintf(
+      stderr,
+      "%s\nusage: tern_bench_collectives [-b BYTES] [-e BYTES] [-f FACTOR] [-n ITERS] [-w WARMUP] "
+      "[-c 0|1] [-d DTYPE] [-o OP] [-r ROOT] [-t COLLECTIVE] [-g RANKS] [-i|-p] [--csv]\n",
+      why);
   std::exit(2);
 }
 
@@ -66,31 +75,53 @@ uint64_t ParseBytes(const char* text) {
   double value = std::strtod(text, &end);
   if (end == text) Usage("bad byte count");
   switch (*end) {
-    case 'K': case 'k': value *= 1024; break;
-    case 'M': case 'm': value *= 1024 * 1024; break;
-    case 'G': case 'g': value *= 1024.0 * 1024 * 1024; break;
-    default: break;
+    case 'K':
+    case 'k':
+      value *= 1024;
+      break;
+    case 'M':
+    case 'm':
+      value *= 1024 * 1024;
+      break;
+    case 'G':
+    case 'g':
+      value *= 1024.0 * 1024 * 1024;
+      break;
+    default:
+      break;
   }
   return static_cast<uint64_t>(value);
 }
 
 size_t DtypeSize(tern_dtype_t d) {
   switch (d) {
-    case TERN_DTYPE_F32: case TERN_DTYPE_I32: return 4;
-    case TERN_DTYPE_BF16: case TERN_DTYPE_F16: return 2;
-    case TERN_DTYPE_I8: return 1;
-    default: return 8;
+    case TERN_DTYPE_F32:
+    case TERN_DTYPE_I32:
+      return 4;
+    case TERN_DTYPE_BF16:
+    case TERN_DTYPE_F16:
+      return 2;
+    case TERN_DTYPE_I8:
+      return 1;
+    default:
+      return 8;
   }
 }
 
 const char* DtypeName(tern_dtype_t d) {
   switch (d) {
-    case TERN_DTYPE_F32: return "float";
-    case TERN_DTYPE_BF16: return "bfloat16";
-    case TERN_DTYPE_F16: return "half";
-    case TERN_DTYPE_I8: return "int8";
-    case TERN_DTYPE_I32: return "int32";
-    default: return "int64";
+    case TERN_DTYPE_F32:
+      return "float";
+    case TERN_DTYPE_BF16:
+      return "bfloat16";
+    case TERN_DTYPE_F16:
+      return "half";
+    case TERN_DTYPE_I8:
+      return "int8";
+    case TERN_DTYPE_I32:
+      return "int32";
+    default:
+      return "int64";
   }
 }
 
@@ -107,40 +138,68 @@ Options Parse(int argc, char** argv) {
       if (i + 1 >= argc) Usage(("missing value for " + a).c_str());
       return argv[++i];
     };
-    if (a == "-b") o.min_bytes = ParseBytes(next());
-    else if (a == "-e") o.max_bytes = ParseBytes(next());
-    else if (a == "-f") o.factor = std::atof(next());
-    else if (a == "-n") o.iterations = std::atoi(next());
-    else if (a == "-w") o.warmup = std::atoi(next());
-    else if (a == "-c") o.check = std::atoi(next()) != 0;
-    else if (a == "-r") o.root = static_cast<uint32_t>(std::atoi(next()));
-    else if (a == "-t") o.collective = next();
-    else if (a == "-g") o.ranks_here = static_cast<uint32_t>(std::atoi(next()));
-    else if (a == "-i") o.out_of_place = false;
-    else if (a == "-p") o.in_place = false;
-    else if (a == "--csv") o.csv = true;
+    if (a == "-b")
+      o.min_bytes = ParseBytes(next());
+    else if (a == "-e")
+      o.max_bytes = ParseBytes(next());
+    else if (a == "-f")
+      o.factor = std::atof(next());
+    else if (a == "-n")
+      o.iterations = std::atoi(next());
+    else if (a == "-w")
+      o.warmup = std::atoi(next());
+    else if (a == "-c")
+      o.check = std::atoi(next()) != 0;
+    else if (a == "-r")
+      o.root = static_cast<uint32_t>(std::atoi(next()));
+    else if (a == "-t")
+      o.collective = next();
+    else if (a == "-g")
+      o.ranks_here = static_cast<uint32_t>(std::atoi(next()));
+    else if (a == "-i")
+      o.out_of_place = false;
+    else if (a == "-p")
+      o.in_place = false;
+    else if (a == "--csv")
+      o.csv = true;
+    else if (a == "--device-time")
+      o.device_time = true;
     else if (a == "-d") {
       const std::string d = next();
-      if (d == "float" || d == "fp32") o.dtype = TERN_DTYPE_F32;
-      else if (d == "bfloat16" || d == "bf16") o.dtype = TERN_DTYPE_BF16;
-      else if (d == "half" || d == "fp16") o.dtype = TERN_DTYPE_F16;
-      else if (d == "int8") o.dtype = TERN_DTYPE_I8;
-      else if (d == "int32") o.dtype = TERN_DTYPE_I32;
-      else if (d == "int64") o.dtype = TERN_DTYPE_I64;
-      else Usage("unknown dtype");
+      if (d == "float" || d == "fp32")
+        o.dtype = TERN_DTYPE_F32;
+      else if (d == "bfloat16" || d == "bf16")
+        o.dtype = TERN_DTYPE_BF16;
+      else if (d == "half" || d == "fp16")
+        o.dtype = TERN_DTYPE_F16;
+      else if (d == "int8")
+        o.dtype = TERN_DTYPE_I8;
+      else if (d == "int32")
+        o.dtype = TERN_DTYPE_I32;
+      else if (d == "int64")
+        o.dtype = TERN_DTYPE_I64;
+      else
+        Usage("unknown dtype");
     } else if (a == "-o") {
       const std::string op = next();
-      if (op == "sum") o.op = TERN_COMM_SUM;
-      else if (op == "prod") o.op = TERN_COMM_PROD;
-      else if (op == "max") o.op = TERN_COMM_MAX;
-      else if (op == "min") o.op = TERN_COMM_MIN;
-      else if (op == "avg") o.op = TERN_COMM_AVG;
-      else Usage("unknown op");
+      if (op == "sum")
+        o.op = TERN_COMM_SUM;
+      else if (op == "prod")
+        o.op = TERN_COMM_PROD;
+      else if (op == "max")
+        o.op = TERN_COMM_MAX;
+      else if (op == "min")
+        o.op = TERN_COMM_MIN;
+      else if (op == "avg")
+        o.op = TERN_COMM_AVG;
+      else
+        Usage("unknown op");
     } else {
       Usage(("unknown flag " + a).c_str());
     }
   }
-  if (o.factor <= 1 || o.iterations < 1 || o.min_bytes == 0 || o.max_bytes < o.min_bytes) Usage("bad sizes");
+  if (o.factor <= 1 || o.iterations < 1 || o.min_bytes == 0 || o.max_bytes < o.min_bytes)
+    Usage("bad sizes");
   return o;
 }
 
@@ -160,49 +219,94 @@ struct Rank {
 };
 
 // Small integers: every reduction of every dtype stays exact.
-double Value(uint32_t rank, uint64_t i) { return static_cast<double>((rank * 7 + i * 3) % 5) - 2.0; }
+double Value(uint32_t rank, uint64_t i) {
+  return static_cast<double>((rank * 7 + i * 3) % 5) - 2.0;
+}
 
 void Store(tern_dtype_t d, std::vector<uint8_t>& out, uint64_t i, double v) {
   switch (d) {
-    case TERN_DTYPE_F32: { float f = static_cast<float>(v); std::memcpy(&out[i * 4], &f, 4); break; }
+    case TERN_DTYPE_F32: {
+      float f = static_cast<float>(v);
+      std::memcpy(&out[i * 4], &f, 4);
+      break;
+    }
     case TERN_DTYPE_BF16: {
       const float f = static_cast<float>(v);
       uint32_t u;
       std::memcpy(&u, &f, 4);
-      const uint16_t b = static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);  // nearest even
+      const uint16_t b =
+          static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);  // nearest even
       std::memcpy(&out[i * 2], &b, 2);
       break;
     }
-    case TERN_DTYPE_F16: { _Float16 h = static_cast<_Float16>(v); std::memcpy(&out[i * 2], &h, 2); break; }
-    case TERN_DTYPE_I8: out[i] = static_cast<uint8_t>(static_cast<int8_t>(v)); break;
-    case TERN_DTYPE_I32: { int32_t x = static_cast<int32_t>(v); std::memcpy(&out[i * 4], &x, 4); break; }
-    default: { int64_t x = static_cast<int64_t>(v); std::memcpy(&out[i * 8], &x, 8); break; }
+    case TERN_DTYPE_F16: {
+      _Float16 h = static_cast<_Float16>(v);
+      std::memcpy(&out[i * 2], &h, 2);
+      break;
+    }
+    case TERN_DTYPE_I8:
+      out[i] = static_cast<uint8_t>(static_cast<int8_t>(v));
+      break;
+    case TERN_DTYPE_I32: {
+      int32_t x = static_cast<int32_t>(v);
+      std::memcpy(&out[i * 4], &x, 4);
+      break;
+    }
+    default: {
+      int64_t x = static_cast<int64_t>(v);
+      std::memcpy(&out[i * 8], &x, 8);
+      break;
+    }
   }
 }
 
 double Combine(tern_comm_redop_t op, uint32_t n, const std::vector<double>& v) {
   double acc = v[0];
   for (uint32_t k = 1; k < n; ++k) {
-    if (op == TERN_COMM_SUM || op == TERN_COMM_AVG) acc += v[k];
-    else if (op == TERN_COMM_PROD) acc *= v[k];
-    else if (op == TERN_COMM_MAX) acc = std::max(acc, v[k]);
-    else acc = std::min(acc, v[k]);
+    if (op == TERN_COMM_SUM || op == TERN_COMM_AVG)
+      acc += v[k];
+    else if (op == TERN_COMM_PROD)
+      acc *= v[k];
+    else if (op == TERN_COMM_MAX)
+      acc = std::max(acc, v[k]);
+    else
+      acc = std::min(acc, v[k]);
   }
-  if (op == TERN_COMM_AVG) acc = static_cast<double>(static_cast<float>(acc) / static_cast<float>(n));
+  if (op == TERN_COMM_AVG)
+    acc = static_cast<double>(static_cast<float>(acc) / static_cast<float>(n));
   return acc;
 }
 
 // Elements of each side of one operation: (send, recv).
-void Counts(const std::string& c, uint64_t total, uint32_t n, uint64_t* send, uint64_t* recv, uint64_t* arg) {
-  if (c == "all_gather") { *arg = total / n; *send = *arg; *recv = *arg * n; return; }
-  if (c == "reduce_scatter") { *arg = total / n; *send = *arg * n; *recv = *arg; return; }
-  if (c == "all_to_all") { *arg = total / n; *send = *arg * n; *recv = *arg * n; return; }
-  *arg = total; *send = total; *recv = total;
+void Counts(const std::string& c, uint64_t total, uint32_t n, uint64_t* send, uint64_t* recv,
+            uint64_t* arg) {
+  if (c == "all_gather") {
+    *arg = total / n;
+    *send = *arg;
+    *recv = *arg * n;
+    return;
+  }
+  if (c == "reduce_scatter") {
+    *arg = total / n;
+    *send = *arg * n;
+    *recv = *arg;
+    return;
+  }
+  if (c == "all_to_all") {
+    *arg = total / n;
+    *send = *arg * n;
+    *recv = *arg * n;
+    return;
+  }
+  *arg = total;
+  *send = total;
+  *recv = total;
 }
 
 double BusFactor(const std::string& c, uint32_t n) {
   if (c == "all_reduce") return 2.0 * (n - 1) / n;
-  if (c == "all_gather" || c == "reduce_scatter" || c == "all_to_all") return static_cast<double>(n - 1) / n;
+  if (c == "all_gather" || c == "reduce_scatter" || c == "all_to_all")
+    return static_cast<double>(n - 1) / n;
   return 1.0;
 }
 
@@ -211,28 +315,43 @@ tern_status_t Enqueue(const Options& o, Rank& r, bool in_place, uint64_t arg) {
   tern_buffer_t send = in_place ? r.recv : r.send;
   uint64_t send_off = 0, recv_off = 0;
   if (in_place && o.collective == "all_gather") send_off = r.rank * arg * es;
-  if (in_place && o.collective == "reduce_scatter") { send = r.recv; recv_off = r.rank * arg * es; }
+  if (in_place && o.collective == "reduce_scatter") {
+    send = r.recv;
+    recv_off = r.rank * arg * es;
+  }
   const std::string& c = o.collective;
-  if (c == "all_reduce") return tern_comm_all_reduce(r.comm, send, send_off, r.recv, recv_off, arg, o.dtype, o.op, r.queue);
-  if (c == "all_gather") return tern_comm_all_gather(r.comm, send, send_off, r.recv, recv_off, arg, o.dtype, r.queue);
-  if (c == "reduce_scatter") return tern_comm_reduce_scatter(r.comm, send, send_off, r.recv, recv_off, arg, o.dtype, o.op, r.queue);
-  if (c == "broadcast") return tern_comm_broadcast(r.comm, send, send_off, r.recv, recv_off, arg, o.dtype, o.root, r.queue);
-  if (c == "reduce") return tern_comm_reduce(r.comm, send, send_off, r.recv, recv_off, arg, o.dtype, o.op, o.root, r.queue);
-  if (c == "all_to_all") return tern_comm_all_to_all(r.comm, r.send, 0, r.recv, 0, arg, o.dtype, r.queue);
+  if (c == "all_reduce")
+    return tern_comm_all_reduce(r.comm, send, send_off, r.recv, recv_off, arg, o.dtype, o.op,
+                                r.queue);
+  if (c == "all_gather")
+    return tern_comm_all_gather(r.comm, send, send_off, r.recv, recv_off, arg, o.dtype, r.queue);
+  if (c == "reduce_scatter")
+    return tern_comm_reduce_scatter(r.comm, send, send_off, r.recv, recv_off, arg, o.dtype, o.op,
+                                    r.queue);
+  if (c == "broadcast")
+    return tern_comm_broadcast(r.comm, send, send_off, r.recv, recv_off, arg, o.dtype, o.root,
+                               r.queue);
+  if (c == "reduce")
+    return tern_comm_reduce(r.comm, send, send_off, r.recv, recv_off, arg, o.dtype, o.op, o.root,
+                            r.queue);
+  if (c == "all_to_all")
+    return tern_comm_all_to_all(r.comm, r.send, 0, r.recv, 0, arg, o.dtype, r.queue);
   Usage("unknown collective (-t)");
 }
 
 // The largest (or summed) int64 over ranks, through the communicator.
 int64_t AcrossRanks(Rank& r, int64_t value, tern_comm_redop_t op) {
   Check("write", tern_buffer_write(r.stat, 0, &value, 8));
-  Check("all_reduce", tern_comm_all_reduce(r.comm, r.stat, 0, r.stat, 0, 1, TERN_DTYPE_I64, op, r.queue));
+  Check("all_reduce",
+        tern_comm_all_reduce(r.comm, r.stat, 0, r.stat, 0, 1, TERN_DTYPE_I64, op, r.queue));
   Check("synchronize", tern_queue_synchronize(r.queue, TERN_TIMEOUT_INFINITE));
   Check("read", tern_buffer_read(r.stat, 0, &value, 8));
   return value;
 }
 
 // Fills the inputs, runs once, counts wrong elements of this rank.
-int64_t CheckOnce(const Options& o, Rank& r, bool in_place, uint64_t arg, uint64_t send_elems, uint64_t recv_elems) {
+int64_t CheckOnce(const Options& o, Rank& r, bool in_place, uint64_t arg, uint64_t send_elems,
+                  uint64_t recv_elems) {
   const size_t es = DtypeSize(o.dtype);
   const uint32_t n = r.size;
   const std::string& c = o.collective;
@@ -266,7 +385,8 @@ int64_t CheckOnce(const Options& o, Rank& r, bool in_place, uint64_t arg, uint64
     } else if (c == "all_to_all") {
       expected = Value(static_cast<uint32_t>(i / arg), r.rank * arg + i % arg);
     }
-    if (o.op == TERN_COMM_AVG && (o.dtype == TERN_DTYPE_I8 || o.dtype == TERN_DTYPE_I32 || o.dtype == TERN_DTYPE_I64)) {
+    if (o.op == TERN_COMM_AVG &&
+        (o.dtype == TERN_DTYPE_I8 || o.dtype == TERN_DTYPE_I32 || o.dtype == TERN_DTYPE_I64)) {
       expected = std::trunc(expected);
     }
     Store(o.dtype, want, i, expected);
@@ -280,12 +400,66 @@ int64_t CheckOnce(const Options& o, Rank& r, bool in_place, uint64_t arg, uint64
 
 struct Result {
   double us = 0;
+  double device_us = 0;
   int64_t wrong = 0;
 };
 
-Result Measure(const Options& o, Rank& r, bool in_place, uint64_t arg, uint64_t send_elems, uint64_t recv_elems) {
+// The device's view: events recorded around the operations, which are all
+// enqueued while the queue is held at a gate (a host callback that sleeps),
+// so that on a machine where the simulated device's engine thread and this
+// thread share a CPU, enqueuing does not take the engine's CPU time.
+struct Gate {
+  std::mutex mutex;
+  std::condition_variable cv;
+  bool open = false;
+  bool done = false;
+  static void Hold(void* self, tern_status_t) {
+    auto* g = static_cast<Gate*>(self);
+    std::unique_lock<std::mutex> lock(g->mutex);
+    g->cv.wait(lock, [g] { return g->open; });
+  }
+  static void Done(void* self, tern_status_t) {
+    auto* g = static_cast<Gate*>(self);
+    std::lock_guard<std::mutex> lock(g->mutex);
+    g->done = true;
+    g->cv.notify_all();
+  }
+};
+
+int64_t DeviceTimeNs(const Options& o, Rank& r, bool in_place, uint64_t arg) {
+  Gate gate;
+  tern_event_t start = nullptr, end = nullptr;
+  Check("event", tern_event_create(&start));
+  Check("event", tern_event_create(&end));
+  Check("barrier", tern_comm_barrier(r.comm, r.queue));
+  Check("synchronize", tern_queue_synchronize(r.queue, TERN_TIMEOUT_INFINITE));
+  Check("callback", tern_queue_host_callback(r.queue, &Gate::Hold, &gate, nullptr));
+  Check("record", tern_queue_record_event(r.queue, start, nullptr));
+  for (int k = 0; k < o.iterations; ++k) Check("enqueue", Enqueue(o, r, in_place, arg));
+  Check("record", tern_queue_record_event(r.queue, end, nullptr));
+  // This thread learns of the end through a callback, not by waiting on the
+  // queue's timeline: a timeline waiter is woken at every completed command.
+  Check("callback", tern_queue_host_callback(r.queue, &Gate::Done, &gate, nullptr));
+  {
+    std::unique_lock<std::mutex> lock(gate.mutex);
+    gate.open = true;
+    gate.cv.notify_all();
+    gate.cv.wait(lock, [&gate] { return gate.done; });
+  }
+  Check("synchronize", tern_queue_synchronize(r.queue, TERN_TIMEOUT_INFINITE));
+  uint64_t ns = 0;
+  Check("elapsed", tern_event_elapsed_ns(start, end, &ns));
+  tern_event_destroy(start);
+  tern_event_destroy(end);
+  return static_cast<int64_t>(ns);
+}
+
+Result Measure(const Options& o, Rank& r, bool in_place, uint64_t arg, uint64_t send_elems,
+               uint64_t recv_elems) {
   Result result;
-  if (o.check) result.wrong = AcrossRanks(r, CheckOnce(o, r, in_place, arg, send_elems, recv_elems), TERN_COMM_SUM);
+  if (o.check)
+    result.wrong =
+        AcrossRanks(r, CheckOnce(o, r, in_place, arg, send_elems, recv_elems), TERN_COMM_SUM);
   for (int k = 0; k < o.warmup; ++k) Check("enqueue", Enqueue(o, r, in_place, arg));
   Check("barrier", tern_comm_barrier(r.comm, r.queue));
   Check("synchronize", tern_queue_synchronize(r.queue, TERN_TIMEOUT_INFINITE));
@@ -295,6 +469,10 @@ Result Measure(const Options& o, Rank& r, bool in_place, uint64_t arg, uint64_t 
   const auto end = std::chrono::steady_clock::now();
   const int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(end - start).count();
   result.us = static_cast<double>(AcrossRanks(r, ns, TERN_COMM_MAX)) / 1e3 / o.iterations;
+  if (o.device_time)
+    result.device_us =
+        static_cast<double>(AcrossRanks(r, DeviceTimeNs(o, r, in_place, arg), TERN_COMM_MAX)) /
+        1e3 / o.iterations;
   return result;
 }
 
@@ -304,7 +482,8 @@ void RunRank(const Options& o, Rank& r) {
   const std::string& c = o.collective;
   uint64_t max_send = 0, max_recv = 0, arg = 0;
   Counts(c, std::max<uint64_t>(o.max_bytes / es, n), n, &max_send, &max_recv, &arg);
-  tern_buffer_params_t p = {sizeof(p), 0, std::max<uint64_t>(max_send * es, 64), 0, TERN_MEMORY_TENSORS};
+  tern_buffer_params_t p = {sizeof(p), 0, std::max<uint64_t>(max_send * es, 64), 0,
+                            TERN_MEMORY_TENSORS};
   Check("alloc", tern_buffer_alloc(r.device, &p, &r.send));
   p.size = std::max<uint64_t>(std::max(max_recv, max_send) * es, 64);
   Check("alloc", tern_buffer_alloc(r.device, &p, &r.recv));
@@ -318,20 +497,22 @@ void RunRank(const Options& o, Rank& r) {
     tern_comm_info_t info = {};
     info.struct_size = sizeof(info);
     tern_comm_get_info(r.comm, &info);
-    std::printf("# tern_bench_collectives: %s, %u ranks on %u host(s), transport %s\n", c.c_str(), n,
-                info.node_count, info.transport);
+    std::printf("# tern_bench_collectives: %s, %u ranks on %u host(s), transport %s\n", c.c_str(),
+                n, info.node_count, info.transport);
     std::printf("#%64s%30s\n", "out-of-place", "in-place");
-    std::printf("#%11s %12s %8s %6s %6s %9s %7s %7s %6s %9s %7s %7s %6s\n", "size", "count", "type", "redop", "root",
-                "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong");
-    std::printf("#%11s %12s %8s %6s %6s %9s %7s %7s %6s %9s %7s %7s %6s\n", "(B)", "(elements)", "", "", "", "(us)",
-                "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
+    std::printf("#%11s %12s %8s %6s %6s %9s %7s %7s %6s %9s %7s %7s %6s\n", "size", "count", "type",
+                "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw",
+                "#wrong");
+    std::printf("#%11s %12s %8s %6s %6s %9s %7s %7s %6s %9s %7s %7s %6s\n", "(B)", "(elements)", "",
+                "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
   } else if (print) {
-    std::printf("impl,collective,ranks,size,count,type,redop,placement,time_us,algbw,busbw,wrong\n");
+    std::printf(
+        "impl,collective,ranks,size,count,type,redop,placement,time_us,algbw,busbw,wrong\n");
   }
   double bus_sum = 0;
   int rows = 0;
-  for (double size = static_cast<double>(o.min_bytes); size <= static_cast<double>(o.max_bytes) * 1.0000001;
-       size *= o.factor) {
+  for (double size = static_cast<double>(o.min_bytes);
+       size <= static_cast<double>(o.max_bytes) * 1.0000001; size *= o.factor) {
     uint64_t total = static_cast<uint64_t>(size) / es;
     if (c == "all_gather" || c == "reduce_scatter" || c == "all_to_all") total = total / n * n;
     if (total == 0) continue;
@@ -356,14 +537,24 @@ void RunRank(const Options& o, Rank& r) {
         if (!ran[k]) continue;
         const double algbw = bytes / results[k].us / 1e3;
         std::printf("tern,%s,%u,%llu,%llu,%s,%s,%s,%.3f,%.3f,%.3f,%lld\n", c.c_str(), n,
-                    static_cast<unsigned long long>(bytes), static_cast<unsigned long long>(total), DtypeName(o.dtype),
-                    reducing ? OpName(o.op) : "none", k ? "in" : "out", results[k].us, algbw,
-                    algbw * BusFactor(c, n), static_cast<long long>(o.check ? results[k].wrong : -1));
+                    static_cast<unsigned long long>(bytes), static_cast<unsigned long long>(total),
+                    DtypeName(o.dtype), reducing ? OpName(o.op) : "none", k ? "in" : "out",
+                    results[k].us, algbw, algbw * BusFactor(c, n),
+                    static_cast<long long>(o.check ? results[k].wrong : -1));
+        if (o.device_time) {
+          const double dev_algbw = bytes / results[k].device_us / 1e3;
+          std::printf("tern-device,%s,%u,%llu,%llu,%s,%s,%s,%.3f,%.3f,%.3f,%lld\n", c.c_str(), n,
+                      static_cast<unsigned long long>(bytes),
+                      static_cast<unsigned long long>(total), DtypeName(o.dtype),
+                      reducing ? OpName(o.op) : "none", k ? "in" : "out", results[k].device_us,
+                      dev_algbw, dev_algbw * BusFactor(c, n),
+                      static_cast<long long>(o.check ? results[k].wrong : -1));
+        }
       }
     } else {
       std::printf(" %11llu %12llu %8s %6s %6d", static_cast<unsigned long long>(bytes),
-                  static_cast<unsigned long long>(total), DtypeName(o.dtype), reducing ? OpName(o.op) : "none",
-                  rooted ? static_cast<int>(o.root) : -1);
+                  static_cast<unsigned long long>(total), DtypeName(o.dtype),
+                  reducing ? OpName(o.op) : "none", rooted ? static_cast<int>(o.root) : -1);
       for (int k = 0; k < 2; ++k) {
         if (!ran[k]) {
           std::printf(" %9s %7s %7s %6s", "-", "-", "-", "-");
@@ -420,7 +611,8 @@ int main(int argc, char** argv) {
       OpenCore(ranks[i], i);
       cores[i] = ranks[i].core;
     }
-    Check("tern_comm_init_all", tern_comm_init_all(cores.data(), o.ranks_here, nullptr, comms.data()));
+    Check("tern_comm_init_all",
+          tern_comm_init_all(cores.data(), o.ranks_here, nullptr, comms.data()));
     std::vector<std::thread> threads;
     for (uint32_t i = 0; i < o.ranks_here; ++i) {
       ranks[i].rank = i;

@@ -71,6 +71,182 @@ Status FoldOut(Exec& e, const Fold& f, uint8_t* recv, size_t bytes, uint32_t ste
   return e.Wait(e.Recv(r + 1, step, recv, bytes));
 }
 
+// --- direct: every peer's device memory is mapped here ---------------------
+//
+// The ranks tell each other where their buffers are (offsets in their device
+// memory), then read and write each other's buffers directly. Small messages
+// order the phases: "ready" when a rank's part of the result is final,
+// "done" when it no longer reads anyone's buffers (after which the others
+// may leave the operation and reuse theirs).
+
+constexpr uint32_t kStepWhere = 0, kStepReady = 1, kStepDone = 2;
+constexpr uint64_t kNoBuffer = ~uint64_t{0};
+
+struct Where {
+  uint64_t send;
+  uint64_t recv;
+};
+
+class Direct {
+ public:
+  explicit Direct(Exec& e) : e_(e), n_(e.size()), r_(e.rank()) {}
+
+  // Exchanges buffer offsets with every peer.
+  Status Start() {
+    uint8_t* own = e_.PeerBase(r_);
+    auto offset = [own](const uint8_t* p) {
+      return p == nullptr ? kNoBuffer : static_cast<uint64_t>(p - own);
+    };
+    where_ = reinterpret_cast<Where*>(e_.Scratch(sizeof(Where) * n_));
+    where_[r_] = Where{offset(e_.op().send), offset(e_.op().recv)};
+    for (uint32_t p = 0; p < n_; ++p) {
+      if (p == r_) continue;
+      e_.Recv(p, kStepWhere, &where_[p], sizeof(Where));
+      e_.Send(p, kStepWhere, &where_[r_], sizeof(Where));
+    }
+    return e_.WaitAll();
+  }
+  uint8_t* Send(uint32_t p) const {
+    return p == r_ ? e_.op().send : e_.PeerBase(p) + where_[p].send;
+  }
+  uint8_t* Recv(uint32_t p) const {
+    return p == r_ ? e_.op().recv : e_.PeerBase(p) + where_[p].recv;
+  }
+
+  // Tells every peer this rank reached `step`; PostWait posts the receipt
+  // of theirs, Wait(p) waits for peer p's.
+  void Signal(uint32_t step) {
+    static const uint8_t kNothing = 0;
+    for (uint32_t p = 0; p < n_; ++p) {
+      if (p != r_) e_.Send(p, step, &kNothing, 0);
+    }
+  }
+  void PostWait(uint32_t step) {
+    arrived_.assign(n_, nullptr);
+    for (uint32_t p = 0; p < n_; ++p) {
+      if (p != r_) arrived_[p] = e_.Recv(p, step, &sink_, 0);
+    }
+  }
+  Status Wait(uint32_t p) { return p == r_ ? OkStatus() : e_.Wait(arrived_[p]); }
+
+  // Ends the operation: nobody leaves before everyone stopped reading.
+  Status Finish() {
+    PostWait(kStepDone);
+    Signal(kStepDone);
+    return e_.WaitAll();
+  }
+
+  // The send buffers of every rank at `offset`, this rank's first: in place,
+  // dst is this rank's own source, so it must be read before it is written.
+  std::vector<const uint8_t*> Sources(uint64_t offset) const {
+    std::vector<const uint8_t*> src;
+    for (uint32_t i = 0; i < n_; ++i) src.push_back(Send((r_ + i) % n_) + offset);
+    return src;
+  }
+
+  // dst[0, count) = op over k of src[k][0, count), in the order given, a
+  // chunk at a time so that dst stays in cache across the passes.
+  void ReduceAll(uint8_t* dst, const std::vector<const uint8_t*>& src, uint64_t count) const {
+    const size_t es = e_.element_size();
+    const uint64_t chunk = std::max<uint64_t>(1, (128u << 10) / es);
+    for (uint64_t i = 0; i < count; i += chunk) {
+      const uint64_t len = std::min(chunk, count - i);
+      e_.ReduceLocal(dst + i * es, src[0] + i * es, src[1] + i * es, len);
+      for (size_t k = 2; k < src.size(); ++k)
+        e_.ReduceLocal(dst + i * es, dst + i * es, src[k] + i * es, len);
+    }
+  }
+
+ private:
+  Exec& e_;
+  const uint32_t n_, r_;
+  Where* where_ = nullptr;
+  std::vector<Request*> arrived_;
+  uint8_t sink_ = 0;
+};
+
+Status DirectAllReduce(Exec& e) {
+  const OpDesc& op = e.op();
+  const uint32_t n = e.size(), r = e.rank();
+  const size_t es = e.element_size();
+  Direct d(e);
+  TERN_RETURN_IF_ERROR(d.Start());
+  d.PostWait(kStepReady);
+  // This rank's segment, from everyone's send buffer.
+  const Blocks seg{op.count, n};
+  const uint64_t start = seg.start(r) * es;
+  if (seg.size(r) > 0) {
+    d.ReduceAll(op.recv + start, d.Sources(start), seg.size(r));
+    DivideIfAvg(e, op.recv + start, seg.size(r));
+  }
+  d.Signal(kStepReady);
+  // The others' segments, from their receive buffers once final.
+  for (uint32_t i = 1; i < n; ++i) {
+    const uint32_t p = (r + i) % n;
+    TERN_RETURN_IF_ERROR(d.Wait(p));
+    CopyIfNeeded(op.recv + seg.start(p) * es, d.Recv(p) + seg.start(p) * es, seg.size(p) * es);
+  }
+  return d.Finish();
+}
+
+Status DirectReduceScatter(Exec& e) {
+  const OpDesc& op = e.op();
+  const uint32_t r = e.rank();
+  const size_t es = e.element_size();
+  Direct d(e);
+  TERN_RETURN_IF_ERROR(d.Start());
+  d.ReduceAll(op.recv, d.Sources(r * op.count * es), op.count);
+  DivideIfAvg(e, op.recv, op.count);
+  return d.Finish();
+}
+
+Status DirectAllGather(Exec& e) {
+  const OpDesc& op = e.op();
+  const uint32_t n = e.size(), r = e.rank();
+  const size_t block = op.count * e.element_size();
+  Direct d(e);
+  TERN_RETURN_IF_ERROR(d.Start());
+  for (uint32_t i = 0; i < n; ++i) {
+    const uint32_t p = (r + i) % n;
+    CopyIfNeeded(op.recv + p * block, d.Send(p), block);
+  }
+  return d.Finish();
+}
+
+Status DirectAllToAll(Exec& e) {
+  const OpDesc& op = e.op();
+  const uint32_t n = e.size(), r = e.rank();
+  const size_t block = op.count * e.element_size();
+  Direct d(e);
+  TERN_RETURN_IF_ERROR(d.Start());
+  for (uint32_t i = 0; i < n; ++i) {
+    const uint32_t p = (r + i) % n;
+    std::memcpy(op.recv + p * block, d.Send(p) + r * block, block);
+  }
+  return d.Finish();
+}
+
+Status DirectBroadcast(Exec& e) {
+  const OpDesc& op = e.op();
+  Direct d(e);
+  TERN_RETURN_IF_ERROR(d.Start());
+  CopyIfNeeded(op.recv, d.Send(op.root), op.count * e.element_size());
+  return d.Finish();
+}
+
+Status DirectReduce(Exec& e) {
+  const OpDesc& op = e.op();
+  Direct d(e);
+  TERN_RETURN_IF_ERROR(d.Start());
+  if (e.rank() == op.root) {
+    d.ReduceAll(op.recv, d.Sources(0), op.count);
+    DivideIfAvg(e, op.recv, op.count);
+  }
+  return d.Finish();
+}
+
+bool UseDirect(Exec& e, uint64_t bytes) { return e.direct() && bytes >= e.config().direct_min; }
+
 // --- all-reduce ---------------------------------------------------------------
 
 Status AllReduceRecursiveDoubling(Exec& e) {
@@ -260,6 +436,7 @@ Status AllReduce(Exec& e) {
     CopyIfNeeded(op.recv, op.send, bytes);
     return OkStatus();
   }
+  if (UseDirect(e, bytes)) return DirectAllReduce(e);
   AllReduceAlgo algo = e.config().allreduce_algo;
   if (algo == AllReduceAlgo::kAuto) {
     if (bytes <= e.config().allreduce_rd_max)
@@ -294,6 +471,7 @@ Status ReduceScatter(Exec& e) {
     CopyIfNeeded(op.recv, op.send, rc * es);
     return OkStatus();
   }
+  if (UseDirect(e, rc * es * n)) return DirectReduceScatter(e);
   const uint32_t left = Mod(static_cast<int64_t>(r) - 1, n), right = (r + 1) % n;
   const uint64_t chunk_elems = std::max<uint64_t>(1, e.config().chunk_bytes / es);
   const uint64_t round_elems = kMaxRingChunks * chunk_elems;  // of each block
@@ -343,6 +521,7 @@ Status AllGather(Exec& e) {
   const OpDesc& op = e.op();
   const uint32_t n = e.size(), r = e.rank();
   const size_t block = op.count * e.element_size();
+  if (n > 1 && UseDirect(e, block * n)) return DirectAllGather(e);
   CopyIfNeeded(op.recv + r * block, op.send, block);
   if (n == 1) return OkStatus();
   if (std::has_single_bit(n) && block * n <= e.config().allgather_rd_max) {
@@ -421,6 +600,7 @@ Status Broadcast(Exec& e) {
     CopyIfNeeded(op.recv, op.send, bytes);
     return OkStatus();
   }
+  if (UseDirect(e, bytes)) return DirectBroadcast(e);
   const bool chain = bytes > e.config().tree_max;
   const Tree tree = MakeTree(n, r, op.root, chain);
   const size_t chunk = chain ? std::max<size_t>(e.config().chunk_bytes, (bytes + 1023) / 1024)
@@ -460,6 +640,7 @@ Status ReduceOp(Exec& e) {
     CopyIfNeeded(op.recv, op.send, bytes);
     return OkStatus();
   }
+  if (UseDirect(e, bytes)) return DirectReduce(e);
   const bool chain = bytes > e.config().tree_max;
   const Tree tree = MakeTree(n, r, op.root, chain);
   const size_t chunk_elems =
@@ -510,6 +691,7 @@ Status AllToAll(Exec& e) {
   const OpDesc& op = e.op();
   const uint32_t n = e.size(), r = e.rank();
   const size_t block = op.count * e.element_size();
+  if (n > 1 && UseDirect(e, block * n)) return DirectAllToAll(e);
   CopyIfNeeded(op.recv + r * block, op.send + r * block, block);
   constexpr uint32_t kWindow = 16;
   for (uint32_t first = 1; first < n; first += kWindow) {

@@ -10,6 +10,7 @@
 #include "comm_config.h"
 #include "comm_kernels.h"
 #include "common/logging.h"
+#include "common/trace.h"
 #include "communicator.h"
 #include "runtime/runtime.h"
 #include "tern/comm.h"
@@ -82,8 +83,9 @@ const std::string& CommandName(const Communicator& comm, const OpDesc& op) {
     std::string name;
   };
   thread_local Cache cache;
-  if (cache.comm != &comm || cache.kind != op.kind || cache.dtype != op.dtype || cache.redop != op.redop ||
-      cache.count != op.count || cache.root != op.root || cache.group != op.group.size()) {
+  if (cache.comm != &comm || cache.kind != op.kind || cache.dtype != op.dtype ||
+      cache.redop != op.redop || cache.count != op.count || cache.root != op.root ||
+      cache.group != op.group.size()) {
     cache.comm = &comm;
     cache.kind = op.kind;
     cache.dtype = op.dtype;
@@ -102,13 +104,20 @@ Status Submit(const std::shared_ptr<Communicator>& comm, QueueObject& queue, OpD
   ticket->queue = &queue;
   driver::Command command;
   command.kind = driver::CommandKind::kHostTask;
-  command.Details().host_task_name = CommandName(*comm, op);
+  driver::CommandDetails* details = &command.Details();  // stays put when the command moves
+  // The queue reads the name for traces, and after the task returned to
+  // name it in a failure; so it is filled in up front only when tracing.
+  if (trace::Enabled()) details->host_task_name = CommandName(*comm, op);
   ticket->op = std::move(op);
   ticket->record = comm->recorder().Add(ticket->op);
   comm->AddInflight();
-  command.Details().host_task = [ticket]() {
+  details->host_task = [ticket, details]() {
     ticket->ran = true;
-    return ticket->comm->Run(ticket->op, ticket->record);
+    Status status = ticket->comm->Run(ticket->op, ticket->record);
+    if (!status.ok() && details->host_task_name.empty()) {
+      details->host_task_name = CommandName(*ticket->comm, ticket->op);
+    }
+    return status;
   };
   uint64_t sequence = 0;
   return queue.hw->Submit(std::move(command), &sequence);

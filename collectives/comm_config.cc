@@ -77,6 +77,16 @@ Status LoadConfig(const tern_comm_config_t* config, CommConfig* out) {
     else
       return MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "TERN_COMM_SHM='{}' must be 0 or 1", shm);
   }
+  TERN_RETURN_IF_ERROR(ReadBytes("TERN_COMM_DIRECT_MIN", 0, &c.direct_min));
+  if (const char* direct = std::getenv("TERN_COMM_DIRECT"); direct != nullptr && *direct != '\0') {
+    if (std::strcmp(direct, "0") == 0)
+      c.use_direct = false;
+    else if (std::strcmp(direct, "1") == 0)
+      c.use_direct = true;
+    else
+      return MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "TERN_COMM_DIRECT='{}' must be 0 or 1",
+                        direct);
+  }
   if (config != nullptr) {
     if (config->struct_size < sizeof(tern_comm_config_t)) {
       return MakeStatus(TERN_ERROR_INVALID_ARGUMENT,

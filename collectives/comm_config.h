@@ -34,6 +34,11 @@ struct CommConfig {
   // Pipelining chunk of ring and chain algorithms.
   uint64_t chunk_bytes = 128u << 10;  // TERN_COMM_CHUNK
   bool use_shm = true;                // TERN_COMM_SHM
+  // Ranks whose device memory is mapped here (same process, or same host
+  // over tern-shm) move operations of at least direct_min bytes straight
+  // between each other's buffers (TERN_COMM_DIRECT=0: never).
+  bool use_direct = true;           // TERN_COMM_DIRECT
+  uint64_t direct_min = 64u << 10;  // TERN_COMM_DIRECT_MIN
 };
 
 // Defaults, then the environment, then `config` (may be NULL). Fails with a

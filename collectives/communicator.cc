@@ -1,13 +1,17 @@
 #include "communicator.h"
 
+#include <fcntl.h>
 #include <sched.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <set>
+#include <thread>
 
 #include "algorithms.h"
 #include "comm_kernels.h"
@@ -96,32 +100,34 @@ uint32_t Signature(OpKind kind, tern_dtype_t dtype, tern_comm_redop_t redop, uin
 // --- FlightRecorder -----------------------------------------------------------
 
 uint64_t FlightRecorder::Add(const OpDesc& op) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<SpinLock> lock(mutex_);
   const uint64_t id = next_++;
   Record& r = records_[id % kCapacity];
-  r = Record{op.kind, op.dtype,  op.redop, op.count,      op.root, op.sequence,
-             id,      kEnqueued, TERN_OK,  MonotonicNs(), 0,       0};
+  r = Record{op.kind, op.dtype,  op.redop, op.count, op.root, op.sequence,
+             id,      kEnqueued, TERN_OK,  0,        0};
   if (op.kind != OpKind::kSend && op.kind != OpKind::kRecv && op.kind != OpKind::kGroup) {
     last_enqueued_ = op.sequence;
   }
   return id;
 }
 
-void FlightRecorder::Start(uint64_t id) {
-  std::lock_guard<std::mutex> lock(mutex_);
+void FlightRecorder::Start(uint64_t id, uint64_t now_ns) {
+  std::lock_guard<SpinLock> lock(mutex_);
   Record& r = records_[id % kCapacity];
   if (r.id != id) return;
   r.state = kRunning;
-  r.started_ns = MonotonicNs();
+  r.started_ns = now_ns;
 }
 
 void FlightRecorder::Finish(uint64_t id, State state, tern_status_t code) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<SpinLock> lock(mutex_);
   Record& r = records_[id % kCapacity];
   if (r.id != id) return;
   r.state = state;
   r.code = code;
-  r.finished_ns = MonotonicNs();
+  // How long an operation took matters in the dump when it failed; a clock
+  // read per successful operation is not worth it.
+  if (state != kDone) r.finished_ns = MonotonicNs();
   if (state == kDone && r.kind != OpKind::kSend && r.kind != OpKind::kRecv &&
       r.kind != OpKind::kGroup) {
     if (last_completed_ == UINT64_MAX || r.sequence > last_completed_) last_completed_ = r.sequence;
@@ -129,7 +135,7 @@ void FlightRecorder::Finish(uint64_t id, State state, tern_status_t code) {
 }
 
 bool FlightRecorder::FindCollective(uint64_t sequence, Record* out) const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<SpinLock> lock(mutex_);
   const uint64_t first = next_ > kCapacity ? next_ - kCapacity : 0;
   for (uint64_t id = first; id < next_; ++id) {
     const Record& r = records_[id % kCapacity];
@@ -143,13 +149,13 @@ bool FlightRecorder::FindCollective(uint64_t sequence, Record* out) const {
 }
 
 void FlightRecorder::Progress(uint64_t* last_enqueued, uint64_t* last_completed) const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<SpinLock> lock(mutex_);
   *last_enqueued = last_enqueued_;
   *last_completed = last_completed_;
 }
 
 std::string FlightRecorder::Dump() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<SpinLock> lock(mutex_);
   static const char* const kStates[] = {"enqueued", "running", "done", "failed", "skipped"};
   std::string text;
   const uint64_t first = next_ > kCapacity ? next_ - kCapacity : 0;
@@ -160,10 +166,11 @@ std::string FlightRecorder::Dump() const {
     text +=
         fmt::format("\n  {}#{} {}: {}", p2p ? "p2p " : "", r.sequence,
                     DescribeFields(r.kind, r.dtype, r.redop, r.count, r.root), kStates[r.state]);
-    if (r.started_ns != 0) {
-      const uint64_t end = r.finished_ns != 0 ? r.finished_ns : now;
-      text += fmt::format(" ({:.3f} ms{})", static_cast<double>(end - r.started_ns) / 1e6,
-                          r.finished_ns != 0 ? "" : " so far");
+    if (r.state == kRunning && r.started_ns != 0) {
+      text += fmt::format(" ({:.3f} ms so far)", static_cast<double>(now - r.started_ns) / 1e6);
+    } else if (r.state == kFailed && r.started_ns != 0 && r.finished_ns >= r.started_ns) {
+      text += fmt::format(" (after {:.3f} ms)",
+                          static_cast<double>(r.finished_ns - r.started_ns) / 1e6);
     }
     if (r.code != TERN_OK) text += fmt::format(" {}", tern_status_string(r.code));
   }
@@ -184,7 +191,9 @@ struct ThreadPools {
     for (auto& [p, n] : free_memory) std::free(p);
   }
 };
-thread_local ThreadPools t_pools;
+// initial-exec: libtern is a shared library, and the default TLS model costs
+// a __tls_get_addr call per access on the hot path.
+thread_local ThreadPools t_pools __attribute__((tls_model("initial-exec")));
 
 void* AcquireMemory(size_t bytes) {
   auto& pool = t_pools.free_memory;
@@ -221,12 +230,12 @@ void ReleaseMemory(void* p, size_t bytes) {
 
 }  // namespace
 
-Exec::Exec(Communicator* comm, const OpDesc& op)
+Exec::Exec(Communicator* comm, const OpDesc& op, uint64_t start_ns)
     : comm_(comm),
       op_(op),
       element_size_(std::max<size_t>(1, DtypeSize(op.dtype))),
       p2p_(op.kind == OpKind::kSend || op.kind == OpKind::kRecv || op.kind == OpKind::kGroup) {
-  start_ns_ = MonotonicNs();
+  start_ns_ = start_ns;
   deadline_ns_ = start_ns_ + comm->config().timeout_ns;
   next_stall_check_ns_ = start_ns_ + comm->config().stall_check_ns;
   answers_seen_ = comm->answers_version_.load(std::memory_order_acquire);
@@ -341,8 +350,20 @@ uint8_t* Exec::Scratch(size_t bytes) {
   return static_cast<uint8_t*>(p);
 }
 
+bool Exec::direct() const { return comm_->direct(); }
+uint8_t* Exec::PeerBase(uint32_t rank) const { return comm_->peer_base(rank); }
+
 void Exec::ReduceLocal(void* dst, const void* a, const void* b, uint64_t count) const {
   Reduce(dst, a, b, count, op_.dtype, op_.redop);
+}
+
+uint64_t Exec::YieldAfterNs() const {
+  // Ranks of this process may share our CPU (their queue threads and the
+  // threads that enqueue): yield soon when waiting for one of them.
+  for (const Request* r : requests_) {
+    if (!r->done() && comm_->channel_of_[r->peer] == comm_->local_channel_) return 20000;
+  }
+  return comm_->yield_after_ns();
 }
 
 std::string Exec::WaitingFor() const {
@@ -399,14 +420,16 @@ Status Exec::Spin(Done done) {
       Status stall = CheckStall(now);
       if (!stall.ok()) return stall;
     }
-    // Back off when nothing moves: yield the CPU to the ranks we wait for,
-    // then sleep briefly.
+    // Back off when nothing moves: yield the CPU to the ranks we wait for
+    // (soon when this host has more ranks than CPUs, so a rank sharing our
+    // CPU can run; late otherwise, since yielding to an unrelated thread
+    // costs a whole time slice), then sleep briefly.
     if (idle_since == 0) idle_since = now;
     const uint64_t idle = now - idle_since;
     if (idle > 2000000) {
       const timespec pause{0, 50000};
       nanosleep(&pause, nullptr);
-    } else if (idle > 20000) {
+    } else if (idle > YieldAfterNs()) {
       sched_yield();
     }
   }
@@ -682,6 +705,7 @@ Status Communicator::SetUpChannels(uint64_t deadline_ns) {
     channels_.push_back(std::make_unique<LocalChannel>(LocalGroup::Get(nonce_, size_), rank_));
   }
   Channel* local = any_local ? channels_.back().get() : nullptr;
+  local_channel_ = local;
   if (fabric_forced && (any_node || any_net)) {
     std::unique_ptr<FabricChannel> channel;
     TERN_RETURN_IF_ERROR(FabricChannel::Open(!any_net, size_, &channel));
@@ -728,13 +752,56 @@ Status Communicator::SetUpChannels(uint64_t deadline_ns) {
   }
   Writer w;
   for (int s = 0; s < 3; ++s) w.Str(provider[s]).Str(address[s]);
+  // For direct access: where this rank's device memory is in this process,
+  // and the descriptor through which other processes of the host map it.
+  DeviceObject* device = core_->device;
+  auto* my_base = static_cast<uint8_t*>(device->hw->EngineAddress(0, 1));
+  w.U64(reinterpret_cast<uintptr_t>(my_base))
+      .U32(static_cast<uint32_t>(getpid()))
+      .I32(device->hw->SharedMemoryFd())
+      .U64(device->info.memory_bytes);
   std::vector<std::string> all;
   TERN_RETURN_IF_ERROR(control_->AllGather(w.data(), deadline_ns, &all));
 
   std::vector<std::pair<uint32_t, std::string>> node_addrs, net_addrs;
   std::vector<std::pair<uint32_t, std::string>> shm_names;
+  peer_base_.assign(size_, nullptr);
+  peer_base_[rank_] = my_base;
+  bool direct = config_.use_direct && my_base != nullptr;
   for (uint32_t p = 0; p < size_; ++p) {
     if (p == rank_) continue;
+    {
+      Reader r(all[p]);
+      for (int s = 0; s < 6; ++s) r.Str();
+      const uint64_t their_base = r.U64();
+      const uint32_t their_pid = r.U32();
+      const int32_t their_fd = r.I32();
+      const uint64_t their_bytes = r.U64();
+      if (kind[p] == kLocal) {
+        peer_base_[p] = reinterpret_cast<uint8_t*>(static_cast<uintptr_t>(their_base));
+      } else if (direct && r.ok() && kind[p] == kNode && node_by_shm && their_fd >= 0 &&
+                 their_bytes > 0) {
+        // The peer's device memory, mapped here through its descriptor.
+        const std::string path = fmt::format("/proc/{}/fd/{}", their_pid, their_fd);
+        const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+        void* base = MAP_FAILED;
+        if (fd >= 0) {
+          base =
+              mmap(nullptr, their_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+          close(fd);
+        }
+        if (base != MAP_FAILED) {
+          peer_maps_.emplace_back(base, their_bytes);
+          peer_base_[p] = static_cast<uint8_t*>(base);
+        } else {
+          TERN_LOG_INFO(
+              "communicator {} rank {}: cannot map the device memory of {} ({}): {}; large "
+              "operations "
+              "go through the shared-memory rings",
+              label_, rank_, PeerName(p), path, std::strerror(errno));
+        }
+      }
+    }
     if (kind[p] == kLocal) {
       channel_of_[p] = local;
       continue;
@@ -769,6 +836,12 @@ Status Communicator::SetUpChannels(uint64_t deadline_ns) {
   if (fabric_net) TERN_RETURN_IF_ERROR(fabric_net->AddPeers(net_addrs));
   if (shm) TERN_RETURN_IF_ERROR(shm->Attach(shm_names));
 
+  // Ranks of this host that outnumber its CPUs take turns: waiting ranks
+  // yield soon. Otherwise every rank has a CPU and polls like MPI does.
+  const unsigned cpus = std::max(1u, std::thread::hardware_concurrency());
+  yield_after_ns_ = local_size_ > cpus ? 20000 : 1000000;
+  for (uint32_t p = 0; p < size_; ++p) direct = direct && peer_base_[p] != nullptr;
+  direct_ = direct && size_ > 1;
   std::string names;
   for (auto& channel : channels_) {
     names += fmt::format("{}{}", names.empty() ? "" : "+", channel->name());
@@ -782,6 +855,7 @@ Communicator::~Communicator() {
   Close(false);
   control_.reset();
   channels_.clear();
+  for (auto& [base, bytes] : peer_maps_) munmap(base, bytes);
 }
 
 void Communicator::RemoveInflight() {
@@ -865,14 +939,15 @@ void Communicator::OnAnswer(uint32_t from, uint64_t sequence, const std::string&
 }
 
 Status Communicator::Run(const OpDesc& op, uint64_t record) {
-  recorder_.Start(record);
+  const uint64_t now = MonotonicNs();
+  recorder_.Start(record, now);
   Status status;
   if (failed()) {
     Status why = failure();
     status = Status(why.code(), fmt::format("not run: communicator {} had already failed: {}",
                                             label_, why.message()));
   } else {
-    Exec exec(this, op);
+    Exec exec(this, op, now);
     status = RunAlgorithm(exec);
   }
   recorder_.Finish(record, status.ok() ? FlightRecorder::kDone : FlightRecorder::kFailed,

@@ -5,6 +5,8 @@
 #ifndef TERN_COLLECTIVES_COMMUNICATOR_H_
 #define TERN_COLLECTIVES_COMMUNICATOR_H_
 
+#include <absl/container/inlined_vector.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -14,13 +16,12 @@
 #include <string>
 #include <vector>
 
-#include <absl/container/inlined_vector.h>
-
 #include "bootstrap.h"
 #include "comm_config.h"
 #include "control.h"
 #include "local_channel.h"
 #include "runtime/runtime.h"
+#include "spin_lock.h"
 #include "transport.h"
 
 namespace tern::comm {
@@ -88,7 +89,7 @@ class FlightRecorder {
   static constexpr size_t kCapacity = 128;
 
   uint64_t Add(const OpDesc& op);
-  void Start(uint64_t id);
+  void Start(uint64_t id, uint64_t now_ns);
   void Finish(uint64_t id, State state, tern_status_t code);
   // The collective with this sequence, if still recorded.
   bool FindCollective(uint64_t sequence, Record* out) const;
@@ -97,7 +98,7 @@ class FlightRecorder {
   std::string Dump() const;
 
  private:
-  mutable std::mutex mutex_;
+  mutable SpinLock mutex_;
   Record records_[kCapacity];
   uint64_t next_ = 0;
   uint64_t last_enqueued_ = UINT64_MAX;
@@ -110,7 +111,7 @@ class Communicator;
 // driving the channels, and turns stalls into diagnoses and timeouts.
 class Exec {
  public:
-  Exec(Communicator* comm, const OpDesc& op);
+  Exec(Communicator* comm, const OpDesc& op, uint64_t start_ns);
   ~Exec();
   Exec(const Exec&) = delete;
   Exec& operator=(const Exec&) = delete;
@@ -135,6 +136,10 @@ class Exec {
   Status WaitAll();
   // Memory for the operation's temporaries; valid until the Exec ends.
   uint8_t* Scratch(size_t bytes);
+  // Direct access (every peer's device memory is mapped here): where device
+  // memory offset 0 of `rank` is in this process.
+  bool direct() const;
+  uint8_t* PeerBase(uint32_t rank) const;
   void ReduceLocal(void* dst, const void* a, const void* b, uint64_t count) const;
 
  private:
@@ -146,6 +151,7 @@ class Exec {
   Status CheckStall(uint64_t now);
   Status TimeoutStatus();
   std::string WaitingFor() const;
+  uint64_t YieldAfterNs() const;
   void ReleaseStaging(Request* req);
 
   Communicator* comm_;
@@ -186,7 +192,13 @@ class Communicator {
   const std::vector<RankIdentity>& peers() const { return peers_; }
   std::string PeerName(uint32_t rank) const;  // "rank 2 (host h, pid 123)"
   const std::string& transport() const { return transport_; }
+  // Whether every peer's device memory is reachable from here (ranks of
+  // this process, and ranks of this host over tern-shm with their device
+  // memory mapped); TERN_COMM_DIRECT=0 turns it off.
+  bool direct() const { return direct_; }
+  uint8_t* peer_base(uint32_t rank) const { return peer_base_[rank]; }
   uint32_t local_rank() const { return local_rank_; }
+  uint64_t yield_after_ns() const { return yield_after_ns_; }
   uint32_t local_size() const { return local_size_; }
   uint32_t node_count() const { return node_count_; }
 
@@ -236,11 +248,16 @@ class Communicator {
   std::vector<RankIdentity> peers_;
   std::string transport_;
   uint32_t local_rank_ = 0, local_size_ = 1, node_count_ = 1;
+  uint64_t yield_after_ns_ = 20000;
 
   std::unique_ptr<ControlPlane> control_;
   std::vector<std::unique_ptr<Channel>> channels_;
   std::vector<Channel*> channel_of_;  // by rank
   std::vector<Channel*> progress_;    // channels that need polling
+  Channel* local_channel_ = nullptr;
+  bool direct_ = false;
+  std::vector<uint8_t*> peer_base_;                  // by rank; null when not reachable
+  std::vector<std::pair<void*, size_t>> peer_maps_;  // other processes' device memory
 
   std::atomic<uint64_t> next_sequence_{0};
   std::mutex p2p_mutex_;

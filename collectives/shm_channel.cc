@@ -132,7 +132,8 @@ Status ShmChannel::Create(uint64_t nonce, uint32_t rank, uint32_t size,
     ring->tail.store(0, std::memory_order_relaxed);
     channel->in_[peers[i]].ring = ring;
   }
-  std::atomic_thread_fence(std::memory_order_release);
+  // Peers map the segment only after learning its name through the control
+  // plane (a socket round trip), which orders these writes before theirs.
   header->magic = kMagic;
   *out = std::move(channel);
   return OkStatus();
@@ -151,7 +152,7 @@ void ShmChannel::Unlink() {
 }
 
 Status ShmChannel::Attach(const std::vector<std::pair<uint32_t, std::string>>& peers) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<SpinLock> lock(mutex_);
   for (const auto& [peer, name] : peers) {
     const int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
     if (fd < 0) {
@@ -293,7 +294,7 @@ bool ShmChannel::PollIncoming(Incoming& in, uint32_t peer, Status* error) {
 }
 
 Status ShmChannel::PostSend(Request* req) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<SpinLock> lock(mutex_);
   if (shut_) return MakeStatus(TERN_ERROR_COMM_ABORTED, "the shared-memory channel was closed");
   Outgoing& out = out_[req->peer];
   out.queue.push_back(req);
@@ -302,7 +303,7 @@ Status ShmChannel::PostSend(Request* req) {
 }
 
 Status ShmChannel::PostRecv(Request* req) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<SpinLock> lock(mutex_);
   if (shut_) return MakeStatus(TERN_ERROR_COMM_ABORTED, "the shared-memory channel was closed");
   Incoming& in = in_[req->peer];
   req->channel_data = nullptr;
@@ -333,20 +334,21 @@ Status ShmChannel::PostRecv(Request* req) {
 }
 
 bool ShmChannel::Progress(Status* error) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<SpinLock> lock(mutex_);
   if (shut_) return false;
   bool progressed = false;
   for (uint32_t peer : peers_) {
     Outgoing& out = out_[peer];
     if (!out.queue.empty()) progressed |= PushOutgoing(out);
     Incoming& in = in_[peer];
-    if (!in.posted.empty() || true) progressed |= PollIncoming(in, peer, error);
+    // Also without posted receives: a full ring must be drained aside.
+    progressed |= PollIncoming(in, peer, error);
   }
   return progressed;
 }
 
 void ShmChannel::Cancel(Request* req) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<SpinLock> lock(mutex_);
   if (req->is_send) {
     Outgoing& out = out_[req->peer];
     auto it = std::find(out.queue.begin(), out.queue.end(), req);
@@ -361,7 +363,7 @@ void ShmChannel::Cancel(Request* req) {
 }
 
 void ShmChannel::Shutdown() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<SpinLock> lock(mutex_);
   shut_ = true;
   for (Outgoing& out : out_) out.queue.clear();
   for (Incoming& in : in_) in.posted.clear();

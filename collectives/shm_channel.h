@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "spin_lock.h"
 #include "transport.h"
 
 namespace tern::comm {
@@ -82,7 +83,7 @@ class ShmChannel final : public Channel {
   bool PushOutgoing(Outgoing& out);                               // caller holds mutex_
   void Deliver(Request* req, uint64_t offset, const uint8_t* data, uint64_t bytes);
 
-  std::mutex mutex_;
+  SpinLock mutex_;  // held for a few copies at most; polled in a loop
   std::string name_;
   bool unlinked_ = true;
   bool shut_ = false;

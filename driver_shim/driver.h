@@ -172,6 +172,12 @@ class Device {
     (void)size;
     return nullptr;
   }
+  // A file descriptor of this process through which other processes of the
+  // host can map this device's memory (opening /proc/<pid>/fd/<fd>); offsets
+  // in the file are device-memory offsets. For peer-to-peer transfers of
+  // collectives, the way a real device would export a dma-buf. -1 when the
+  // backend has none.
+  virtual int SharedMemoryFd() const { return -1; }
 
   virtual Status GetTelemetry(tern_device_telemetry_t* out) const = 0;
 

@@ -44,6 +44,7 @@ class SimDevice final : public driver::Device {
                      std::unique_ptr<driver::HwQueue>* out_queue) override;
   Status ExecuteSync(const driver::Command& command) override;
   void* EngineAddress(uint64_t offset, uint64_t size) const override;
+  int SharedMemoryFd() const override { return memfd_; }
   Status GetTelemetry(tern_device_telemetry_t* out) const override;
   Status InjectFault(const Fault& fault) override;
 

@@ -43,6 +43,21 @@ TEST_F(CommInProcessTest, MatrixOneRank) { RunMatrixOn(1, InProcessOptions()); }
 TEST_F(CommInProcessTest, MatrixTwoRanks) { RunMatrixOn(2, InProcessOptions()); }
 TEST_F(CommInProcessTest, MatrixThreeRanks) { RunMatrixOn(3, InProcessOptions()); }
 TEST_F(CommInProcessTest, MatrixFourRanks) { RunMatrixOn(4, InProcessOptions()); }
+// Without direct access large operations take the ring, Rabenseifner and
+// chain algorithms through the local channel; small chunks add rounds.
+TEST_F(CommInProcessTest, MatrixThreeRanksWithoutDirectAccess) {
+  setenv("TERN_COMM_DIRECT", "0", 1);
+  setenv("TERN_COMM_CHUNK", "8K", 1);
+  RunMatrixOn(3, InProcessOptions());
+  unsetenv("TERN_COMM_DIRECT");
+  unsetenv("TERN_COMM_CHUNK");
+}
+// Direct access from the smallest sizes on: every dtype takes that path.
+TEST_F(CommInProcessTest, MatrixThreeRanksDirectEverywhere) {
+  setenv("TERN_COMM_DIRECT_MIN", "0", 1);
+  RunMatrixOn(3, InProcessOptions());
+  unsetenv("TERN_COMM_DIRECT_MIN");
+}
 
 TEST_F(CommInProcessTest, InfoDescribesTheRanks) {
   InitAll(3);
@@ -174,9 +189,10 @@ TEST_F(CommInProcessTest, ManyOperationsQueuedBackToBack) {
     }
     COMM_ASSERT_OK(tern_queue_synchronize(queues_[r], TERN_TIMEOUT_INFINITE));
   });
-  // Sums multiply by 3, maxes keep: 3^(kOps/2).
-  int64_t want = 1;
-  for (int k = 0; k < kOps / 2; ++k) want *= 3;
+  // Sums multiply by 3, maxes keep: 3^(kOps/2), wrapping around as int64 sums do.
+  uint64_t wrapped = 1;
+  for (int k = 0; k < kOps / 2; ++k) wrapped *= 3;
+  const int64_t want = static_cast<int64_t>(wrapped);
   for (uint32_t r = 0; r < 3; ++r) {
     int64_t got[8];
     COMM_ASSERT_OK(tern_buffer_read(buffer[r], 0, got, sizeof(got)));

@@ -55,14 +55,20 @@ TEST(CommMultiprocessTest, FabricShmFourRanks) {
   RunEnvRanks(4, kFabricShm, {"matrix", "--small"}, "shm");
 }
 TEST(CommMultiprocessTest, TernShmTwoRanks) { RunEnvRanks(2, kTernShm, {"matrix"}, "tern-shm"); }
-TEST(CommMultiprocessTest, TernShmThreeRanks) { RunEnvRanks(3, kTernShm, {"matrix"}, "tern-shm"); }
-// Tiny rings and chunks: messages span many fragments, rings fill up,
-// fragments wait aside for their receive, and rings run several rounds.
+// Direct access to the other processes' device memory from 1 KiB on.
+TEST(CommMultiprocessTest, TernShmThreeRanksDirect) {
+  RunEnvRanks(3, {{"TERN_COMM_DIRECT_MIN", "1K"}}, {"matrix"}, "tern-shm");
+}
+// Tiny rings and chunks, no direct access: messages span many fragments,
+// rings fill up, fragments wait aside for their receive, and the ring
+// algorithms run several rounds.
 TEST(CommMultiprocessTest, TernShmFourRanksSmallRings) {
-  RunEnvRanks(
-      4,
-      {{"TERN_COMM_SHM_SLOT", "1024"}, {"TERN_COMM_SHM_SLOTS", "4"}, {"TERN_COMM_CHUNK", "4096"}},
-      {"matrix", "--small"}, "tern-shm");
+  RunEnvRanks(4,
+              {{"TERN_COMM_SHM_SLOT", "1024"},
+               {"TERN_COMM_SHM_SLOTS", "4"},
+               {"TERN_COMM_CHUNK", "4096"},
+               {"TERN_COMM_DIRECT", "0"}},
+              {"matrix", "--small"}, "tern-shm");
 }
 
 // Two processes with two ranks each: ranks of one process use the local
