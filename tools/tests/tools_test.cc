@@ -858,11 +858,12 @@ TEST(TernDiagTest, HealthyOnACleanNode) {
     EXPECT_NE(compute.at("detail").get<std::string>().find("exact in 3 runs"), std::string::npos)
         << compute.dump();
   }
+  // Every core of the node is free: one rank each.
   const Json* collective = FindCheck(report, "collective_loopback", -1);
   ASSERT_NE(collective, nullptr);
-  EXPECT_EQ(collective->at("result"), "not_available");
-  EXPECT_NE(collective->at("detail").get<std::string>().find("not available yet"),
-            std::string::npos);
+  EXPECT_EQ(collective->at("result"), "pass") << collective->dump();
+  EXPECT_EQ(collective->at("metrics").at("ranks"), 4) << collective->dump();
+  EXPECT_EQ(collective->at("metrics").at("mismatched_elements"), 0u) << collective->dump();
 
   // Diag leaves nothing behind: no memory, no core, no process entry.
   const Json ls = Json::parse(RunTern({"ls", "--json"}).out);
@@ -892,7 +893,7 @@ TEST(TernDiagTest, TableEndsWithTheVerdict) {
   ASSERT_EQ(r.exit_code, 0) << Describe(r);
   EXPECT_EQ(r.out.rfind("CHECK", 0), 0u) << r.out;
   EXPECT_NE(r.out.find("compute_selftest     0       pass"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("collective_loopback  -       n/a"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("collective_loopback  -       pass"), std::string::npos) << r.out;
   EXPECT_TRUE(r.out.ends_with("Result: healthy (exit 0)\n")) << r.out;
 }
 
@@ -952,6 +953,7 @@ TEST(TernDiagTest, AllCoresBusyIsDegradedAndSaysSo) {
     EXPECT_EQ(FindCheck(report, "hbm_pattern", d)->at("metrics").at("host_patterns"), 2);
     EXPECT_EQ(FindCheck(report, "ecc", d)->at("result"), "pass");
   }
+  EXPECT_EQ(FindCheck(report, "collective_loopback", -1)->at("result"), "skipped");
   const RunResult with_inject = RunTern({"diag", "--inject", "dma_abort"});
   EXPECT_EQ(with_inject.exit_code, 3) << Describe(with_inject);
   EXPECT_NE(with_inject.err.find("every core is busy"), std::string::npos) << with_inject.err;
