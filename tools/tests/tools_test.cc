@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -235,10 +236,10 @@ std::string Describe(const RunResult& r) {
 // A tern_workload process that is ready (its cores open, memory allocated).
 class Workload {
  public:
-  explicit Workload(std::vector<std::string> args) {
+  explicit Workload(std::vector<std::string> args, const std::vector<std::string>& env = {}) {
     std::vector<std::string> argv = {TERN_WORKLOAD_PATH};
     argv.insert(argv.end(), args.begin(), args.end());
-    process_ = Process::Start(argv);
+    process_ = Process::Start(argv, env);
     if (!process_) return;
     std::string line;
     if (!process_->ReadLine(0, &line, kStartTimeoutMs)) {
@@ -647,6 +648,49 @@ TEST(TernLsTest, SeesAWorkloadInAnotherProcess) {
   EXPECT_NE(table.out.find("0:" + std::to_string(workload.pid()) + " 1:free"), std::string::npos)
       << table.out;
   EXPECT_NE(table.out.find("tensors 8.0 MiB"), std::string::npos) << table.out;
+}
+
+// --- tracing ------------------------------------------------------------------
+
+// TERN_TRACE: the workload's trace is valid JSON (Chrome trace format, as
+// Perfetto loads it) with a span for each kind of queue activity.
+TEST(TernTraceTest, WorkloadTraceHasEveryKindOfActivity) {
+  const std::string path =
+      ::testing::TempDir() + "tools_trace_" + std::to_string(getpid()) + ".json";
+  std::remove(path.c_str());
+  {
+    Workload workload({"--device", "0", "--cores", "0"}, {"TERN_TRACE=" + path});
+    ASSERT_TRUE(workload.ready());
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  }  // the workload exits: the trace is written
+  std::ifstream file(path);
+  ASSERT_TRUE(file.good()) << "no trace at " << path;
+  const Json trace = Json::parse(file, nullptr, /*allow_exceptions=*/false);
+  ASSERT_FALSE(trace.is_discarded()) << "the trace is not valid JSON";
+  const Json& events = trace.is_object() ? trace.at("traceEvents") : trace;
+  ASSERT_TRUE(events.is_array());
+  std::set<std::string> names;
+  for (const Json& event : events) {
+    if (!event.contains("name")) continue;
+    names.insert(event.at("name").get<std::string>());
+    if (event.value("ph", "") == "X") {
+      EXPECT_TRUE(event.contains("ts") && event.contains("dur")) << event.dump();
+    }
+  }
+  std::string all;
+  for (const std::string& name : names) all += name + "; ";
+  auto has = [&](const std::string& part) {
+    for (const std::string& name : names) {
+      if (name.find(part) != std::string::npos) return true;
+    }
+    return false;
+  };
+  EXPECT_TRUE(has("fill")) << all;
+  EXPECT_TRUE(has("execute add")) << all;
+  EXPECT_TRUE(has("workload.add")) << all;  // the instruction, by its graph op
+  EXPECT_TRUE(has("event wait")) << all;
+  EXPECT_TRUE(has("all_reduce")) << all;
+  std::remove(path.c_str());
 }
 
 // --- monitor ------------------------------------------------------------------

@@ -52,6 +52,8 @@ struct Lane {
   tern_queue_t queue = nullptr;
   tern_buffer_t buffer = nullptr;
   tern_executable_t executable = nullptr;
+  tern_event_t event = nullptr;
+  tern_comm_t comm = nullptr;  // a communicator of this one core
 };
 
 // z = x + y over f32[1024]: the executions the tools should see counted.
@@ -174,6 +176,8 @@ int main(int argc, char** argv) {
       lane.executable = executables.back();
       Check("tern_core_open", tern_core_open(device, c, &lane.core));
       Check("tern_queue_create", tern_queue_create(lane.core, nullptr, &lane.queue));
+      Check("tern_event_create", tern_event_create(&lane.event));
+      Check("tern_comm_init_all", tern_comm_init_all(&lane.core, 1, nullptr, &lane.comm));
       lanes.push_back(lane);
     }
   }
@@ -193,6 +197,13 @@ int main(int argc, char** argv) {
       const tern_binding_t outputs[1] = {{lane.buffer, 2 * kVectorBytes}};
       Check("tern_queue_execute",
             tern_queue_execute(lane.queue, lane.executable, 0, inputs, 2, outputs, 1, nullptr));
+      // An event wait and a collective, so that traces show every kind.
+      Check("tern_queue_record_event", tern_queue_record_event(lane.queue, lane.event, nullptr));
+      Check("tern_queue_wait_event", tern_queue_wait_event(lane.queue, lane.event, nullptr));
+      Check("tern_comm_all_reduce",
+            tern_comm_all_reduce(lane.comm, lane.buffer, 2 * kVectorBytes, lane.buffer,
+                                 2 * kVectorBytes, kAddElements, TERN_DTYPE_F32, TERN_COMM_SUM,
+                                 lane.queue));
     }
     for (Lane& lane : lanes) {
       Check("tern_queue_synchronize", tern_queue_synchronize(lane.queue, TERN_TIMEOUT_INFINITE));
@@ -201,6 +212,8 @@ int main(int argc, char** argv) {
   }
 
   for (Lane& lane : lanes) {
+    Check("tern_comm_destroy", tern_comm_destroy(lane.comm));
+    Check("tern_event_destroy", tern_event_destroy(lane.event));
     Check("tern_queue_destroy", tern_queue_destroy(lane.queue));
     Check("tern_core_close", tern_core_close(lane.core));
   }
