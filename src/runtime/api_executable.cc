@@ -286,6 +286,38 @@ Status GetExecutable(tern_executable_t executable, std::shared_ptr<ExecutableObj
   return LookupExecutable(rt, executable, out);
 }
 
+// OK when `is_output` selects inputs (0) or outputs (1).
+Status CheckIsOutput(int is_output) {
+  if (is_output == 0 || is_output == 1) return OkStatus();
+  return MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
+                    "is_output is {}; pass 0 for an input or 1 for an output", is_output);
+}
+
+// Function `function` of `object`, or OUT_OF_RANGE.
+Status GetFunction(const ExecutableObject& object, uint32_t function,
+                   const driver::Function** out) {
+  const auto& functions = object.program->functions;
+  if (function >= functions.size()) {
+    return MakeStatus(TERN_ERROR_OUT_OF_RANGE,
+                      "function {} does not exist: the executable has {} functions", function,
+                      functions.size());
+  }
+  *out = &functions[function];
+  return OkStatus();
+}
+
+// The names of `items` (functions or tensors), quoted, at most 16 and "..."
+// after them, or "none": what a failed lookup by name lists.
+template <typename Item>
+std::string QuotedNames(const std::vector<Item>& items) {
+  std::string names;
+  for (size_t i = 0; i < items.size() && i < 16; ++i) {
+    names += fmt::format("{}'{}'", names.empty() ? "" : ", ", items[i].name);
+  }
+  if (items.size() > 16) names += ", ...";
+  return names.empty() ? "none" : names;
+}
+
 }  // namespace
 }  // namespace tern
 
@@ -354,18 +386,15 @@ TERN_API tern_status_t tern_executable_find_function(tern_executable_t executabl
   if (!status.ok()) return Report(status);
   if (name == nullptr) return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "name is NULL"));
   const auto& functions = object->program->functions;
-  std::string names;
   for (size_t i = 0; i < functions.size(); ++i) {
     if (functions[i].name == name) {
       *out_function = static_cast<uint32_t>(i);
       return TERN_OK;
     }
-    if (i < 16) names += fmt::format("{}'{}'", names.empty() ? "" : ", ", functions[i].name);
   }
-  if (functions.size() > 16) names += ", ...";
   return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
                            "the executable has no function named '{}'; it has {}", name,
-                           names.empty() ? "none" : names));
+                           QuotedNames(functions)));
 }
 
 TERN_API tern_status_t tern_executable_find_tensor(tern_executable_t executable, uint32_t function,
@@ -379,31 +408,21 @@ TERN_API tern_status_t tern_executable_find_tensor(tern_executable_t executable,
   Status status = GetExecutable(executable, &object);
   if (!status.ok()) return Report(status);
   if (name == nullptr) return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "name is NULL"));
-  if (is_output != 0 && is_output != 1) {
-    return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
-                             "is_output is {}; pass 0 for an input or 1 for an output", is_output));
-  }
-  const auto& functions = object->program->functions;
-  if (function >= functions.size()) {
-    return Report(MakeStatus(TERN_ERROR_OUT_OF_RANGE,
-                             "function {} does not exist: the executable has {} functions",
-                             function, functions.size()));
-  }
-  const driver::Function& f = functions[function];
-  const auto& tensors = is_output ? f.outputs : f.inputs;
-  std::string names;
+  const driver::Function* f = nullptr;
+  status = CheckIsOutput(is_output);
+  if (status.ok()) status = GetFunction(*object, function, &f);
+  if (!status.ok()) return Report(status);
+  const auto& tensors = is_output ? f->outputs : f->inputs;
   for (size_t i = 0; i < tensors.size(); ++i) {
     if (tensors[i].name == name) {
       *out_index = static_cast<uint32_t>(i);
       return TERN_OK;
     }
-    if (i < 16) names += fmt::format("{}'{}'", names.empty() ? "" : ", ", tensors[i].name);
   }
-  if (tensors.size() > 16) names += ", ...";
   return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
-                           "function '{}' has no {} named '{}'; its {} are {}", f.name,
+                           "function '{}' has no {} named '{}'; its {} are {}", f->name,
                            is_output ? "output" : "input", name, is_output ? "outputs" : "inputs",
-                           names.empty() ? "none" : names));
+                           QuotedNames(tensors)));
 }
 
 TERN_API tern_status_t tern_executable_function_info(tern_executable_t executable,
@@ -420,14 +439,10 @@ TERN_API tern_status_t tern_executable_function_info(tern_executable_t executabl
   out_info->struct_size = struct_size;
   std::shared_ptr<ExecutableObject> object;
   status = GetExecutable(executable, &object);
+  const driver::Function* function_object = nullptr;
+  if (status.ok()) status = GetFunction(*object, function, &function_object);
   if (!status.ok()) return Report(status);
-  const auto& functions = object->program->functions;
-  if (function >= functions.size()) {
-    return Report(MakeStatus(TERN_ERROR_OUT_OF_RANGE,
-                             "function {} does not exist: the executable has {} functions",
-                             function, functions.size()));
-  }
-  const driver::Function& f = functions[function];
+  const driver::Function& f = *function_object;
   out_info->input_count = static_cast<uint32_t>(f.inputs.size());
   out_info->output_count = static_cast<uint32_t>(f.outputs.size());
   out_info->instruction_count = f.instruction_count;
@@ -449,18 +464,11 @@ TERN_API tern_status_t tern_executable_tensor_info(tern_executable_t executable,
   out_info->struct_size = struct_size;
   std::shared_ptr<ExecutableObject> object;
   status = GetExecutable(executable, &object);
+  const driver::Function* function_object = nullptr;
+  if (status.ok()) status = CheckIsOutput(is_output);
+  if (status.ok()) status = GetFunction(*object, function, &function_object);
   if (!status.ok()) return Report(status);
-  if (is_output != 0 && is_output != 1) {
-    return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
-                             "is_output is {}; pass 0 for an input or 1 for an output", is_output));
-  }
-  const auto& functions = object->program->functions;
-  if (function >= functions.size()) {
-    return Report(MakeStatus(TERN_ERROR_OUT_OF_RANGE,
-                             "function {} does not exist: the executable has {} functions",
-                             function, functions.size()));
-  }
-  const driver::Function& f = functions[function];
+  const driver::Function& f = *function_object;
   const auto& tensors = is_output ? f.outputs : f.inputs;
   if (index >= tensors.size()) {
     return Report(MakeStatus(TERN_ERROR_OUT_OF_RANGE, "function '{}' has {} {}; there is no {} {}",
