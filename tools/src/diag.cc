@@ -332,17 +332,22 @@ CheckResult HbmPatternTest(uint32_t index, tern_device_t device, const DiagCore&
   return check;
 }
 
+// For checks that need a core: when diag has none, records why (skipped
+// when every core is busy, failed otherwise) and returns true.
+bool MissingCore(const DiagCore& core, bool all_busy, CheckResult* check) {
+  if (core.queue() != nullptr) return false;
+  check->result = all_busy ? Result::kSkipped : Result::kFailed;
+  check->detail =
+      all_busy ? "skipped (all cores busy)" : "no core could be opened: " + core.error();
+  return true;
+}
+
 void KeepAlive(void* p) { asm volatile("" : : "r"(p) : "memory"); }
 
 CheckResult BandwidthTest(uint32_t index, tern_device_t device, const DiagCore& core, bool all_busy,
                           uint64_t requested, double min_ratio) {
   CheckResult check{CheckId::kCopyBandwidth, static_cast<int>(index)};
-  if (core.queue() == nullptr) {
-    check.result = all_busy ? Result::kSkipped : Result::kFailed;
-    check.detail =
-        all_busy ? "skipped (all cores busy)" : "no core could be opened: " + core.error();
-    return check;
-  }
+  if (MissingCore(core, all_busy, &check)) return check;
   const uint64_t size = TestSize(device, requested);
   if (size < kMiB) {
     check.result = Result::kSkipped;
@@ -502,12 +507,7 @@ tern_status_t BuildSelfTest(void** data, uint64_t* size, std::string* failure) {
 CheckResult ComputeSelfTest(uint32_t index, tern_device_t device, const DiagCore& core,
                             bool all_busy) {
   CheckResult check{CheckId::kCompute, static_cast<int>(index)};
-  if (core.queue() == nullptr) {
-    check.result = all_busy ? Result::kSkipped : Result::kFailed;
-    check.detail =
-        all_busy ? "skipped (all cores busy)" : "no core could be opened: " + core.error();
-    return check;
-  }
+  if (MissingCore(core, all_busy, &check)) return check;
   constexpr int64_t n = kSelfTestN;
   constexpr uint64_t bytes = n * n * sizeof(float);
   std::vector<float> a(n * n), b(n * n), expected(n * n), got(n * n);
