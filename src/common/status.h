@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <memory>
 #include <string>
 #include <utility>
 
@@ -15,21 +16,40 @@ namespace tern {
 class [[nodiscard]] Status {
  public:
   Status() = default;
-  Status(tern_status_t code, std::string message) : code_(code), message_(std::move(message)) {}
+  Status(tern_status_t code, std::string message)
+      : code_(code),
+        message_(message.empty() ? nullptr : std::make_unique<std::string>(std::move(message))) {}
+  Status(const Status& other) : code_(other.code_), message_(CopyMessage(other)) {}
+  Status& operator=(const Status& other) {
+    if (this != &other) {
+      code_ = other.code_;
+      message_ = CopyMessage(other);
+    }
+    return *this;
+  }
+  Status(Status&&) noexcept = default;
+  Status& operator=(Status&&) noexcept = default;
 
   bool ok() const { return code_ == TERN_OK; }
   tern_status_t code() const { return code_; }
-  const std::string& message() const { return message_; }
+  const std::string& message() const { return message_ ? *message_ : EmptyMessage(); }
 
   // Prefixes context to the message ("opening core 0: ..."), keeping the code.
   Status WithContext(std::string_view context) const {
     if (ok()) return *this;
-    return Status(code_, fmt::format("{}: {}", context, message_));
+    return Status(code_, fmt::format("{}: {}", context, message()));
   }
 
  private:
+  static std::unique_ptr<std::string> CopyMessage(const Status& other) {
+    return other.message_ ? std::make_unique<std::string>(*other.message_) : nullptr;
+  }
+  static const std::string& EmptyMessage();
+
   tern_status_t code_ = TERN_OK;
-  std::string message_;
+  // Out of line, so that an OK status (on every call's path) is two words
+  // and costs nothing to make, move or drop.
+  std::unique_ptr<std::string> message_;
 };
 
 inline Status OkStatus() { return Status(); }
@@ -44,9 +64,9 @@ Status ErrnoStatus(tern_status_t code, int err, std::string_view what);
 
 }  // namespace tern
 
-#define TERN_RETURN_IF_ERROR(expr)           \
-  do {                                       \
-    ::tern::Status tern_status_tmp_ = (expr); \
+#define TERN_RETURN_IF_ERROR(expr)                       \
+  do {                                                   \
+    ::tern::Status tern_status_tmp_ = (expr);            \
     if (!tern_status_tmp_.ok()) return tern_status_tmp_; \
   } while (0)
 
