@@ -42,8 +42,10 @@ TERN_API tern_status_t tern_queue_create(tern_core_t core, const tern_queue_para
 
 /* Waits for the queue's commands to finish and destroys it. Returns the
  * queue's sticky error, if any, after destroying it.
- * Thread-safety: safe from any thread; no other thread may submit to the
- * queue meanwhile; the handle is invalid afterwards. */
+ * Thread-safety: safe from any thread; no other thread may use the queue
+ * meanwhile (submit, wait, query: as with the streams of other runtimes, the
+ * queue calls do not take a reference, which keeps them cheap); the handle
+ * is invalid afterwards, and using it then returns TERN_ERROR_INVALID_HANDLE. */
 TERN_API tern_status_t tern_queue_destroy(tern_queue_t queue);
 
 /* Every submission below is thread-safe: several threads may submit to one

@@ -21,7 +21,8 @@ Status PointState(const EventPoint& point) {
   }
   Status failure = point.timeline->FailureAt(point.sequence);
   if (!failure.ok()) {
-    return Status(failure.code(), fmt::format("{} did not complete: {}", point.description, failure.message()));
+    return Status(failure.code(),
+                  fmt::format("{} did not complete: {}", point.description, failure.message()));
   }
   return OkStatus();
 }
@@ -34,12 +35,15 @@ extern "C" {
 using namespace tern;
 
 TERN_API tern_status_t tern_event_create(tern_event_t* out_event) {
-  if (out_event == nullptr) return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_event is NULL"));
+  if (out_event == nullptr)
+    return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_event is NULL"));
   *out_event = nullptr;
   Runtime* rt;
   Status status = GetRuntime(&rt);
   if (!status.ok()) return Report(status);
-  *out_event = reinterpret_cast<tern_event_t>(rt->event_table.Insert(std::make_shared<EventObject>()));
+  const uint64_t handle = rt->event_table.Insert(std::make_shared<EventObject>());
+  if (handle == 0) return Report(HandleTableFull("events"));
+  *out_event = reinterpret_cast<tern_event_t>(handle);
   return TERN_OK;
 }
 
@@ -78,7 +82,8 @@ TERN_API tern_status_t tern_event_synchronize(tern_event_t event, uint64_t timeo
   return Report(PointState(*point));
 }
 
-TERN_API tern_status_t tern_event_elapsed_ns(tern_event_t start, tern_event_t end, uint64_t* out_ns) {
+TERN_API tern_status_t tern_event_elapsed_ns(tern_event_t start, tern_event_t end,
+                                             uint64_t* out_ns) {
   if (out_ns == nullptr) return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_ns is NULL"));
   *out_ns = 0;
   std::shared_ptr<EventPoint> first, second;

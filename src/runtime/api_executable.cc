@@ -91,7 +91,9 @@ Status Insert(Runtime* rt, DeviceObject* dev, exe::ValidatedExecutable validated
   object->device = dev;
   object->program = std::move(validated.program);
   object->constants = std::move(constants);
-  *out = reinterpret_cast<tern_executable_t>(rt->executable_table.Insert(std::move(object)));
+  const uint64_t handle = rt->executable_table.Insert(std::move(object));
+  if (handle == 0) return HandleTableFull("executables");
+  *out = reinterpret_cast<tern_executable_t>(handle);
   return OkStatus();
 }
 

@@ -144,8 +144,8 @@ Status AllocateBuffer(Runtime* rt, tern_device_t device, const tern_buffer_param
   DeviceObject* dev;
   TERN_RETURN_IF_ERROR(LookupDevice(rt, device, "device", &dev));
   if (params == nullptr) return MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "params is NULL");
-  TERN_RETURN_IF_ERROR(CheckStructSize(params->struct_size, sizeof(tern_buffer_params_t),
-                                       "tern_buffer_params_t"));
+  TERN_RETURN_IF_ERROR(
+      CheckStructSize(params->struct_size, sizeof(tern_buffer_params_t), "tern_buffer_params_t"));
   if (params->flags != 0) {
     return MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
                       "tern_buffer_params_t.flags is {:#x}; no flags are defined yet: pass 0",
@@ -177,7 +177,12 @@ Status AllocateBuffer(Runtime* rt, tern_device_t device, const tern_buffer_param
   auto buffer = std::make_shared<BufferObject>();
   TERN_RETURN_IF_ERROR(
       AllocateDeviceMemory(dev, params->size, params->alignment, params->category, buffer.get()));
-  *out_buffer = reinterpret_cast<tern_buffer_t>(rt->buffer_table.Insert(std::move(buffer)));
+  const uint64_t handle = rt->buffer_table.Insert(buffer);
+  if (handle == 0) {
+    ReleaseBuffer(*buffer);
+    return HandleTableFull("buffers");
+  }
+  *out_buffer = reinterpret_cast<tern_buffer_t>(handle);
   return OkStatus();
 }
 
@@ -223,7 +228,8 @@ TERN_API tern_status_t tern_buffer_free(tern_buffer_t buffer) {
   Runtime* rt;
   Status status = GetRuntime(&rt);
   if (!status.ok()) return Report(status);
-  std::shared_ptr<BufferObject> object = rt->buffer_table.Remove(reinterpret_cast<uint64_t>(buffer));
+  std::shared_ptr<BufferObject> object =
+      rt->buffer_table.Remove(reinterpret_cast<uint64_t>(buffer));
   if (!object) {
     return Report(MakeStatus(TERN_ERROR_INVALID_HANDLE,
                              "buffer is not a live buffer handle: it was already freed, never "
@@ -234,8 +240,10 @@ TERN_API tern_status_t tern_buffer_free(tern_buffer_t buffer) {
 }
 
 TERN_API tern_status_t tern_buffer_get_info(tern_buffer_t buffer, tern_buffer_info_t* out_info) {
-  if (out_info == nullptr) return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_info is NULL"));
-  Status status = CheckStructSize(out_info->struct_size, sizeof(tern_buffer_info_t), "tern_buffer_info_t");
+  if (out_info == nullptr)
+    return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_info is NULL"));
+  Status status =
+      CheckStructSize(out_info->struct_size, sizeof(tern_buffer_info_t), "tern_buffer_info_t");
   if (!status.ok()) return Report(status);
   const uint32_t struct_size = out_info->struct_size;
   std::memset(out_info, 0, sizeof(*out_info));
@@ -260,16 +268,20 @@ TERN_API tern_status_t tern_buffer_write(tern_buffer_t buffer, uint64_t offset, 
   return Report(status);
 }
 
-TERN_API tern_status_t tern_buffer_read(tern_buffer_t buffer, uint64_t offset, void* dst, uint64_t size) {
+TERN_API tern_status_t tern_buffer_read(tern_buffer_t buffer, uint64_t offset, void* dst,
+                                        uint64_t size) {
   Runtime* rt;
   Status status = GetRuntime(&rt);
   if (status.ok()) status = SyncTransfer(rt, buffer, offset, dst, size, false);
   return Report(status);
 }
 
-TERN_API tern_status_t tern_device_memory_stats(tern_device_t device, tern_memory_stats_t* out_stats) {
-  if (out_stats == nullptr) return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_stats is NULL"));
-  Status status = CheckStructSize(out_stats->struct_size, sizeof(tern_memory_stats_t), "tern_memory_stats_t");
+TERN_API tern_status_t tern_device_memory_stats(tern_device_t device,
+                                                tern_memory_stats_t* out_stats) {
+  if (out_stats == nullptr)
+    return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_stats is NULL"));
+  Status status =
+      CheckStructSize(out_stats->struct_size, sizeof(tern_memory_stats_t), "tern_memory_stats_t");
   if (!status.ok()) return Report(status);
   const uint32_t struct_size = out_stats->struct_size;
   std::memset(out_stats, 0, sizeof(*out_stats));
@@ -288,7 +300,8 @@ TERN_API tern_status_t tern_device_memory_stats(tern_device_t device, tern_memor
   out_stats->allocation_count = dev->allocator->allocation_count();
   out_stats->used_bytes = dev->used;
   out_stats->peak_used_bytes = dev->peak;
-  out_stats->largest_free_block = std::min(dev->allocator->largest_free_block(), out_stats->free_bytes);
+  out_stats->largest_free_block =
+      std::min(dev->allocator->largest_free_block(), out_stats->free_bytes);
   std::memcpy(out_stats->used_by_category, dev->used_by_category, sizeof(dev->used_by_category));
   return TERN_OK;
 }
@@ -300,10 +313,11 @@ TERN_API tern_status_t tern_host_alloc(uint64_t size, void** out_ptr) {
   Status status = GetRuntime(&rt);
   if (!status.ok()) return Report(status);
   if (size == 0) {
-    return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "cannot allocate 0 bytes of host memory"));
+    return Report(
+        MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "cannot allocate 0 bytes of host memory"));
   }
-  void* ptr = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
-                   -1, 0);
+  void* ptr = mmap(nullptr, size, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
   if (ptr == MAP_FAILED) {
     return Report(ErrnoStatus(TERN_ERROR_HOST_OUT_OF_MEMORY, errno,
                               fmt::format("mapping {} of pinned host memory", FormatBytes(size))));

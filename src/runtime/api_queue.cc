@@ -6,9 +6,14 @@
 namespace tern {
 namespace {
 
-Status GetQueue(tern_queue_t queue, Runtime** rt, std::shared_ptr<QueueObject>* out) {
+// Resolves a queue handle without counting a reference: the queue API forbids
+// destroying a queue while another thread uses it (see tern_queue_destroy),
+// and this lookup is on every submission and wait.
+Status GetQueue(tern_queue_t queue, Runtime** rt, QueueObject** out) {
   TERN_RETURN_IF_ERROR(GetRuntime(rt));
-  return LookupQueue(*rt, queue, "queue", out);
+  *out = (*rt)->queue_table.Peek(reinterpret_cast<uint64_t>(queue));
+  if (*out == nullptr) return LookupQueueFailure("queue");
+  return OkStatus();
 }
 
 Status Submit(QueueObject& queue, driver::Command command, uint64_t* out_sequence) {
@@ -130,7 +135,7 @@ Status RecordEvent(Runtime* rt, QueueObject& queue, tern_event_t event, uint64_t
 }
 
 Status WaitFor(const QueueObject& queue, uint64_t target, uint64_t timeout_ns) {
-  std::shared_ptr<const Timeline> completion = queue.hw->completion();
+  const Timeline* completion = queue.completion;
   if (!completion->Wait(target, timeout_ns)) {
     return MakeStatus(TERN_ERROR_TIMEOUT,
                       "queue '{}' did not reach command {} within {} ns ({} of {} commands done); "
@@ -179,6 +184,7 @@ TERN_API tern_status_t tern_queue_create(tern_core_t core, const tern_queue_para
     object->queue_count.fetch_sub(1);
     return Report(status);
   }
+  queue->completion = queue->hw->completion().get();
   *out_queue = reinterpret_cast<tern_queue_t>(rt->queue_table.Insert(std::move(queue)));
   return TERN_OK;
 }
@@ -202,7 +208,7 @@ TERN_API tern_status_t tern_queue_destroy(tern_queue_t queue) {
 TERN_API tern_status_t tern_queue_nop(tern_queue_t queue, uint64_t* out_sequence) {
   if (out_sequence) *out_sequence = 0;
   Runtime* rt;
-  std::shared_ptr<QueueObject> q;
+  QueueObject* q;
   Status status = GetQueue(queue, &rt, &q);
   if (status.ok()) status = Submit(*q, driver::Command{}, out_sequence);
   return Report(status);
@@ -213,7 +219,7 @@ TERN_API tern_status_t tern_queue_copy_h2d(tern_queue_t queue, tern_buffer_t dst
                                            uint64_t* out_sequence) {
   if (out_sequence) *out_sequence = 0;
   Runtime* rt;
-  std::shared_ptr<QueueObject> q;
+  QueueObject* q;
   Status status = GetQueue(queue, &rt, &q);
   if (status.ok()) status = CopyH2D(rt, *q, dst, dst_offset, src, size, out_sequence);
   return Report(status);
@@ -224,7 +230,7 @@ TERN_API tern_status_t tern_queue_copy_d2h(tern_queue_t queue, void* dst, tern_b
                                            uint64_t* out_sequence) {
   if (out_sequence) *out_sequence = 0;
   Runtime* rt;
-  std::shared_ptr<QueueObject> q;
+  QueueObject* q;
   Status status = GetQueue(queue, &rt, &q);
   if (status.ok()) status = CopyD2H(rt, *q, dst, src, src_offset, size, out_sequence);
   return Report(status);
@@ -236,7 +242,7 @@ TERN_API tern_status_t tern_queue_copy_d2d(tern_queue_t queue, tern_buffer_t dst
                                            uint64_t* out_sequence) {
   if (out_sequence) *out_sequence = 0;
   Runtime* rt;
-  std::shared_ptr<QueueObject> q;
+  QueueObject* q;
   Status status = GetQueue(queue, &rt, &q);
   if (status.ok()) status = CopyD2D(rt, *q, dst, dst_offset, src, src_offset, size, out_sequence);
   return Report(status);
@@ -246,7 +252,7 @@ TERN_API tern_status_t tern_queue_fill(tern_queue_t queue, tern_buffer_t dst, ui
                                        uint64_t size, uint32_t pattern, uint64_t* out_sequence) {
   if (out_sequence) *out_sequence = 0;
   Runtime* rt;
-  std::shared_ptr<QueueObject> q;
+  QueueObject* q;
   Status status = GetQueue(queue, &rt, &q);
   if (status.ok()) status = Fill(rt, *q, dst, dst_offset, size, pattern, out_sequence);
   return Report(status);
@@ -256,7 +262,7 @@ TERN_API tern_status_t tern_queue_host_callback(tern_queue_t queue, tern_host_ca
                                                 void* user_data, uint64_t* out_sequence) {
   if (out_sequence) *out_sequence = 0;
   Runtime* rt;
-  std::shared_ptr<QueueObject> q;
+  QueueObject* q;
   Status status = GetQueue(queue, &rt, &q);
   if (status.ok() && callback == nullptr) {
     status = MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "callback is NULL");
@@ -275,7 +281,7 @@ TERN_API tern_status_t tern_queue_record_event(tern_queue_t queue, tern_event_t 
                                                uint64_t* out_sequence) {
   if (out_sequence) *out_sequence = 0;
   Runtime* rt;
-  std::shared_ptr<QueueObject> q;
+  QueueObject* q;
   Status status = GetQueue(queue, &rt, &q);
   if (status.ok()) status = RecordEvent(rt, *q, event, out_sequence);
   return Report(status);
@@ -285,7 +291,7 @@ TERN_API tern_status_t tern_queue_wait_event(tern_queue_t queue, tern_event_t ev
                                              uint64_t* out_sequence) {
   if (out_sequence) *out_sequence = 0;
   Runtime* rt;
-  std::shared_ptr<QueueObject> q;
+  QueueObject* q;
   Status status = GetQueue(queue, &rt, &q);
   if (status.ok()) status = WaitEvent(rt, *q, event, out_sequence);
   return Report(status);
@@ -293,17 +299,17 @@ TERN_API tern_status_t tern_queue_wait_event(tern_queue_t queue, tern_event_t ev
 
 TERN_API tern_status_t tern_queue_synchronize(tern_queue_t queue, uint64_t timeout_ns) {
   Runtime* rt;
-  std::shared_ptr<QueueObject> q;
+  QueueObject* q;
   Status status = GetQueue(queue, &rt, &q);
   if (status.ok()) status = WaitFor(*q, q->hw->submitted(), timeout_ns);
-  if (status.ok()) status = q->hw->completion()->CurrentFailure(nullptr);
+  if (status.ok()) status = q->completion->CurrentFailure(nullptr);
   return Report(status);
 }
 
 TERN_API tern_status_t tern_queue_wait_sequence(tern_queue_t queue, uint64_t sequence,
                                                 uint64_t timeout_ns) {
   Runtime* rt;
-  std::shared_ptr<QueueObject> q;
+  QueueObject* q;
   Status status = GetQueue(queue, &rt, &q);
   if (status.ok() && (sequence == 0 || sequence > q->hw->submitted())) {
     status = MakeStatus(TERN_ERROR_OUT_OF_RANGE,
@@ -312,20 +318,20 @@ TERN_API tern_status_t tern_queue_wait_sequence(tern_queue_t queue, uint64_t seq
                         sequence, q->name, q->hw->submitted());
   }
   if (status.ok()) status = WaitFor(*q, sequence, timeout_ns);
-  if (status.ok()) status = q->hw->completion()->FailureAt(sequence);
+  if (status.ok()) status = q->completion->FailureAt(sequence);
   return Report(status);
 }
 
 TERN_API tern_status_t tern_queue_query(tern_queue_t queue, uint64_t* out_completed) {
   if (out_completed) *out_completed = 0;
   Runtime* rt;
-  std::shared_ptr<QueueObject> q;
+  QueueObject* q;
   Status status = GetQueue(queue, &rt, &q);
   if (!status.ok()) return Report(status);
   const uint64_t submitted = q->hw->submitted();
-  const uint64_t completed = q->hw->completion()->value();
+  const uint64_t completed = q->completion->value();
   if (out_completed) *out_completed = completed;
-  status = q->hw->completion()->CurrentFailure(nullptr);
+  status = q->completion->CurrentFailure(nullptr);
   if (!status.ok()) return Report(status);
   // NOT_READY is an answer, not a failure: it leaves the last error alone.
   return completed >= submitted ? TERN_OK : TERN_ERROR_NOT_READY;
@@ -333,10 +339,10 @@ TERN_API tern_status_t tern_queue_query(tern_queue_t queue, uint64_t* out_comple
 
 TERN_API tern_status_t tern_queue_clear_error(tern_queue_t queue) {
   Runtime* rt;
-  std::shared_ptr<QueueObject> q;
+  QueueObject* q;
   Status status = GetQueue(queue, &rt, &q);
   if (!status.ok()) return Report(status);
-  Status cleared = q->hw->completion()->CurrentFailure(nullptr);
+  Status cleared = q->completion->CurrentFailure(nullptr);
   q->hw->ClearError();
   return Report(cleared);
 }

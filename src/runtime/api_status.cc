@@ -23,6 +23,13 @@ uint32_t NextHandleGeneration() {
   return counter.fetch_add(1, std::memory_order_relaxed);
 }
 
+Status HandleTableFull(const char* what) {
+  return MakeStatus(TERN_ERROR_HOST_OUT_OF_MEMORY,
+                    "this process already holds the most live {} tern can track (16777216); free "
+                    "some: so many live at once usually means they are leaked",
+                    what);
+}
+
 Status CheckStructSize(uint32_t struct_size, size_t minimum, const char* type) {
   if (struct_size < minimum) {
     return MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
@@ -46,13 +53,20 @@ std::string FormatBytes(uint64_t bytes) {
 
 const char* MemoryCategoryName(tern_memory_category_t category) {
   switch (category) {
-    case TERN_MEMORY_TENSORS: return "tensors";
-    case TERN_MEMORY_CONSTANTS: return "constants";
-    case TERN_MEMORY_CODE: return "code";
-    case TERN_MEMORY_SCRATCH: return "scratch";
-    case TERN_MEMORY_COLLECTIVES: return "collectives";
-    case TERN_MEMORY_RUNTIME: return "runtime";
-    default: return "unknown";
+    case TERN_MEMORY_TENSORS:
+      return "tensors";
+    case TERN_MEMORY_CONSTANTS:
+      return "constants";
+    case TERN_MEMORY_CODE:
+      return "code";
+    case TERN_MEMORY_SCRATCH:
+      return "scratch";
+    case TERN_MEMORY_COLLECTIVES:
+      return "collectives";
+    case TERN_MEMORY_RUNTIME:
+      return "runtime";
+    default:
+      return "unknown";
   }
 }
 
@@ -110,14 +124,15 @@ TERN_API tern_status_t tern_get_version(tern_version_t* out_version) {
   if (out_version == nullptr) {
     return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_version is NULL"));
   }
-  Status size_ok = CheckStructSize(out_version->struct_size, offsetof(tern_version_t, build),
-                                   "tern_version_t");
+  Status size_ok =
+      CheckStructSize(out_version->struct_size, offsetof(tern_version_t, build), "tern_version_t");
   if (!size_ok.ok()) return Report(size_ok);
   out_version->major = TERN_VERSION_MAJOR;
   out_version->minor = TERN_VERSION_MINOR;
   out_version->patch = TERN_VERSION_PATCH;
   if (out_version->struct_size >= sizeof(tern_version_t)) {
-    static const std::string build = fmt::format("gcc {} C++{}", __VERSION__, __cplusplus / 100 % 100);
+    static const std::string build =
+        fmt::format("gcc {} C++{}", __VERSION__, __cplusplus / 100 % 100);
     out_version->build = build.c_str();
   }
   return TERN_OK;

@@ -39,7 +39,8 @@ Status ParseExecTimeout(uint64_t* out_ns) {
   double seconds = 0;
   if (!absl::SimpleAtod(text, &seconds) || !(seconds > 0) || seconds > 1e6) {
     return MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
-                      "TERN_EXEC_TIMEOUT='{}' is not a number of seconds > 0 (e.g. 30 or 0.5)", text);
+                      "TERN_EXEC_TIMEOUT='{}' is not a number of seconds > 0 (e.g. 30 or 0.5)",
+                      text);
   }
   *out_ns = static_cast<uint64_t>(std::llround(seconds * 1e9));
   return OkStatus();
@@ -53,8 +54,8 @@ Status ParseVisibleCores(const char* text, uint32_t total, std::set<uint32_t>* o
       total, total - 1);
   for (absl::string_view part : absl::StrSplit(text, ',')) {
     if (part.empty()) {
-      return MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "TERN_VISIBLE_CORES='{}' has an empty item; {}",
-                        text, hint);
+      return MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
+                        "TERN_VISIBLE_CORES='{}' has an empty item; {}", text, hint);
     }
     uint32_t first = 0, last = 0;
     std::vector<absl::string_view> ends = absl::StrSplit(part, '-');
@@ -62,13 +63,14 @@ Status ParseVisibleCores(const char* text, uint32_t total, std::set<uint32_t>* o
       last = first;
     } else if (ends.size() != 2 || !absl::SimpleAtoi(ends[0], &first) ||
                !absl::SimpleAtoi(ends[1], &last) || last < first) {
-      return MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "TERN_VISIBLE_CORES='{}': cannot read '{}'; {}",
-                        text, std::string(part), hint);
+      return MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
+                        "TERN_VISIBLE_CORES='{}': cannot read '{}'; {}", text, std::string(part),
+                        hint);
     }
     if (last >= total) {
       return MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
-                        "TERN_VISIBLE_CORES='{}' names core {} which does not exist; {}", text, last,
-                        hint);
+                        "TERN_VISIBLE_CORES='{}' names core {} which does not exist; {}", text,
+                        last, hint);
     }
     for (uint32_t core = first; core <= last; ++core) out->insert(core);
   }
@@ -78,14 +80,16 @@ Status ParseVisibleCores(const char* text, uint32_t total, std::set<uint32_t>* o
 Status CreateRuntime(const tern_init_options_t* options, std::unique_ptr<Runtime>* out) {
   auto runtime = std::make_unique<Runtime>();
   std::string driver_name = "sim";
-  if (const char* env = std::getenv("TERN_DRIVER"); env != nullptr && *env != '\0') driver_name = env;
+  if (const char* env = std::getenv("TERN_DRIVER"); env != nullptr && *env != '\0')
+    driver_name = env;
   if (options != nullptr && options->driver != nullptr) driver_name = options->driver;
 
   TERN_RETURN_IF_ERROR(ParseExecTimeout(&runtime->exec_timeout_ns));
   driver::DriverOptions driver_options;
   driver_options.exec_timeout_ns = runtime->exec_timeout_ns;
-  TERN_RETURN_IF_ERROR(driver::CreateDriver(driver_name, driver_options, &runtime->driver)
-                           .WithContext(fmt::format("starting the '{}' driver backend", driver_name)));
+  TERN_RETURN_IF_ERROR(
+      driver::CreateDriver(driver_name, driver_options, &runtime->driver)
+          .WithContext(fmt::format("starting the '{}' driver backend", driver_name)));
 
   std::vector<driver::DeviceStaticInfo> infos;
   TERN_RETURN_IF_ERROR(runtime->driver->Enumerate(&infos));
@@ -97,10 +101,11 @@ Status CreateRuntime(const tern_init_options_t* options, std::unique_ptr<Runtime
   const char* visible_text = std::getenv("TERN_VISIBLE_CORES");
   if (visible_text != nullptr && total_cores > 0) {
     if (*visible_text == '\0') {
-      return MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
-                        "TERN_VISIBLE_CORES is set but empty, which would hide every core; unset it "
-                        "to see all {} cores, or list cores such as '0' or '0-{}'",
-                        total_cores, total_cores - 1);
+      return MakeStatus(
+          TERN_ERROR_INVALID_ARGUMENT,
+          "TERN_VISIBLE_CORES is set but empty, which would hide every core; unset it "
+          "to see all {} cores, or list cores such as '0' or '0-{}'",
+          total_cores, total_cores - 1);
     }
     TERN_RETURN_IF_ERROR(ParseVisibleCores(visible_text, total_cores, &visible));
   } else {
@@ -124,8 +129,8 @@ Status CreateRuntime(const tern_init_options_t* options, std::unique_ptr<Runtime
     device->core_open.assign(device->visible_cores.size(), false);
     TERN_RETURN_IF_ERROR(runtime->driver->OpenDevice(info.physical_index, &device->hw)
                              .WithContext(fmt::format("opening device {}", info.physical_index)));
-    device->allocator =
-        std::make_unique<RangeAllocator>(info.memory_bytes, std::max<uint64_t>(64, info.memory_alignment));
+    device->allocator = std::make_unique<RangeAllocator>(
+        info.memory_bytes, std::max<uint64_t>(64, info.memory_alignment));
     runtime->devices.push_back(std::move(device));
   }
   for (auto& device : runtime->devices) {
@@ -173,8 +178,9 @@ Status GetRuntime(Runtime** out_runtime) {
   }
   Runtime* runtime = g_runtime.load(std::memory_order_acquire);
   if (runtime == nullptr) {
-    return MakeStatus(TERN_ERROR_NOT_INITIALIZED,
-                      "the runtime is not initialized: call tern_init() first (or it was shut down)");
+    return MakeStatus(
+        TERN_ERROR_NOT_INITIALIZED,
+        "the runtime is not initialized: call tern_init() first (or it was shut down)");
   }
   *out_runtime = runtime;
   return OkStatus();
@@ -192,29 +198,43 @@ Status LookupDevice(Runtime* rt, tern_device_t handle, const char* arg, DeviceOb
   return OkStatus();
 }
 
-#define TERN_DEFINE_LOOKUP(Name, HandleType, Object, table, what, hint)                          \
-  Status Lookup##Name(Runtime* rt, HandleType handle, const char* arg,                           \
-                      std::shared_ptr<Object>* out) {                                            \
-    *out = rt->table.Lookup(reinterpret_cast<uint64_t>(handle));                                 \
-    if (!*out) {                                                                                 \
-      return MakeStatus(TERN_ERROR_INVALID_HANDLE,                                               \
-                        "{} is not a live " what " handle (NULL, already destroyed, or another " \
-                        "kind of handle); " hint,                                                \
-                        arg);                                                                    \
-    }                                                                                            \
-    return OkStatus();                                                                           \
+#define TERN_DEFINE_LOOKUP(Name, HandleType, Object, table, what, hint) \
+  Status Lookup##Name(Runtime* rt, HandleType handle, const char* arg,  \
+                      std::shared_ptr<Object>* out) {                   \
+    *out = rt->table.Lookup(reinterpret_cast<uint64_t>(handle));        \
+    if (!*out) {                                                        \
+      return MakeStatus(TERN_ERROR_INVALID_HANDLE,                      \
+                        "{} is not a live " what                        \
+                        " handle (NULL, already destroyed, or another " \
+                        "kind of handle); " hint,                       \
+                        arg);                                           \
+    }                                                                   \
+    return OkStatus();                                                  \
   }
 
-TERN_DEFINE_LOOKUP(Core, tern_core_t, CoreObject, core_table, "core", "open one with tern_core_open()")
+TERN_DEFINE_LOOKUP(Core, tern_core_t, CoreObject, core_table, "core",
+                   "open one with tern_core_open()")
 TERN_DEFINE_LOOKUP(Buffer, tern_buffer_t, BufferObject, buffer_table, "buffer",
                    "allocate one with tern_buffer_alloc()")
-TERN_DEFINE_LOOKUP(Queue, tern_queue_t, QueueObject, queue_table, "queue",
-                   "create one with tern_queue_create()")
 TERN_DEFINE_LOOKUP(Event, tern_event_t, EventObject, event_table, "event",
                    "create one with tern_event_create()")
 #undef TERN_DEFINE_LOOKUP
 
-Status CheckBufferRange(const BufferObject& buffer, uint64_t offset, uint64_t size, const char* arg) {
+Status LookupQueueFailure(const char* arg) {
+  return MakeStatus(TERN_ERROR_INVALID_HANDLE,
+                    "{} is not a live queue handle (NULL, already destroyed, or another kind of "
+                    "handle); create one with tern_queue_create()",
+                    arg);
+}
+
+Status LookupQueue(Runtime* rt, tern_queue_t handle, const char* arg,
+                   std::shared_ptr<QueueObject>* out) {
+  *out = rt->queue_table.Lookup(reinterpret_cast<uint64_t>(handle));
+  return *out ? OkStatus() : LookupQueueFailure(arg);
+}
+
+Status CheckBufferRange(const BufferObject& buffer, uint64_t offset, uint64_t size,
+                        const char* arg) {
   if (offset > buffer.size || size > buffer.size - offset) {
     return MakeStatus(TERN_ERROR_OUT_OF_RANGE,
                       "{}: range [{}, {}+{}) does not fit in the buffer's {} bytes; check the "
@@ -235,23 +255,24 @@ TERN_API tern_status_t tern_init(const tern_init_options_t* options) {
     return Report(GetRuntime(&ignored));
   }
   if (options != nullptr) {
-    Status status = CheckStructSize(options->struct_size, sizeof(tern_init_options_t),
-                                    "tern_init_options_t");
+    Status status =
+        CheckStructSize(options->struct_size, sizeof(tern_init_options_t), "tern_init_options_t");
     if (!status.ok()) return Report(status);
     if (options->flags != 0) {
-      return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
-                               "tern_init_options_t.flags is {:#x}; no flags are defined yet: pass 0",
-                               options->flags));
+      return Report(MakeStatus(
+          TERN_ERROR_INVALID_ARGUMENT,
+          "tern_init_options_t.flags is {:#x}; no flags are defined yet: pass 0", options->flags));
     }
   }
   std::lock_guard<std::mutex> lock(g_lifetime_mutex);
   if (g_refcount > 0) {
     if (options != nullptr && options->driver != nullptr &&
         std::string(options->driver) != g_runtime_owned->driver->name()) {
-      return Report(MakeStatus(TERN_ERROR_FAILED_PRECONDITION,
-                               "tern is already initialized with driver '{}'; cannot switch to '{}' "
-                               "until every tern_init() has its tern_shutdown()",
-                               g_runtime_owned->driver->name(), options->driver));
+      return Report(
+          MakeStatus(TERN_ERROR_FAILED_PRECONDITION,
+                     "tern is already initialized with driver '{}'; cannot switch to '{}' "
+                     "until every tern_init() has its tern_shutdown()",
+                     g_runtime_owned->driver->name(), options->driver));
     }
     ++g_refcount;
     return TERN_OK;
@@ -276,8 +297,9 @@ TERN_API tern_status_t tern_shutdown(void) {
   if (g_forked.load()) return Report(GetRuntime(&ignored));
   std::lock_guard<std::mutex> lock(g_lifetime_mutex);
   if (g_refcount == 0) {
-    return Report(MakeStatus(TERN_ERROR_NOT_INITIALIZED,
-                             "tern_shutdown() without a matching tern_init(): nothing to shut down"));
+    return Report(
+        MakeStatus(TERN_ERROR_NOT_INITIALIZED,
+                   "tern_shutdown() without a matching tern_init(): nothing to shut down"));
   }
   if (--g_refcount > 0) return TERN_OK;
   g_runtime.store(nullptr, std::memory_order_release);

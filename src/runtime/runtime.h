@@ -26,9 +26,9 @@ struct DeviceObject {
 
   // Device memory of this process, placed by the sub-allocator.
   std::mutex memory_mutex;
-  std::unique_ptr<RangeAllocator> allocator;  // guarded by memory_mutex
-  uint64_t used = 0;                          // guarded by memory_mutex
-  uint64_t peak = 0;                          // guarded by memory_mutex
+  std::unique_ptr<RangeAllocator> allocator;                   // guarded by memory_mutex
+  uint64_t used = 0;                                           // guarded by memory_mutex
+  uint64_t peak = 0;                                           // guarded by memory_mutex
   uint64_t used_by_category[TERN_MEMORY_CATEGORY_COUNT] = {};  // guarded by memory_mutex
 
   std::mutex cores_mutex;
@@ -44,15 +44,16 @@ struct CoreObject {
 
 struct BufferObject {
   DeviceObject* device = nullptr;
-  uint64_t offset = 0;      // in the device's memory
-  uint64_t size = 0;        // as requested
-  uint64_t allocated = 0;   // as rounded by the allocator (what is charged)
+  uint64_t offset = 0;     // in the device's memory
+  uint64_t size = 0;       // as requested
+  uint64_t allocated = 0;  // as rounded by the allocator (what is charged)
   tern_memory_category_t category = TERN_MEMORY_TENSORS;
 };
 
 struct QueueObject {
   std::shared_ptr<CoreObject> core;
   std::unique_ptr<driver::HwQueue> hw;
+  const Timeline* completion = nullptr;  // hw->completion(), which hw keeps alive
   std::string name;
 };
 
@@ -104,16 +105,24 @@ Status GetRuntime(Runtime** out_runtime);
 
 // Handle <-> object helpers; each fails with a message naming the argument.
 Status LookupDevice(Runtime* rt, tern_device_t handle, const char* arg, DeviceObject** out);
-Status LookupCore(Runtime* rt, tern_core_t handle, const char* arg, std::shared_ptr<CoreObject>* out);
+Status LookupCore(Runtime* rt, tern_core_t handle, const char* arg,
+                  std::shared_ptr<CoreObject>* out);
 Status LookupBuffer(Runtime* rt, tern_buffer_t handle, const char* arg,
                     std::shared_ptr<BufferObject>* out);
 Status LookupQueue(Runtime* rt, tern_queue_t handle, const char* arg,
                    std::shared_ptr<QueueObject>* out);
+// The error LookupQueue returns, for lookups that resolve handles otherwise.
+Status LookupQueueFailure(const char* arg);
 Status LookupEvent(Runtime* rt, tern_event_t handle, const char* arg,
                    std::shared_ptr<EventObject>* out);
 
 // Checks that [offset, offset + size) lies inside `buffer`.
-Status CheckBufferRange(const BufferObject& buffer, uint64_t offset, uint64_t size, const char* arg);
+Status CheckBufferRange(const BufferObject& buffer, uint64_t offset, uint64_t size,
+                        const char* arg);
+
+// The error for a handle table that holds the most live objects it can
+// (millions: a leak in the caller, in practice). `what`: "buffers".
+Status HandleTableFull(const char* what);
 
 // Checks a caller's struct_size against the smallest size this version accepts.
 Status CheckStructSize(uint32_t struct_size, size_t minimum, const char* type);
