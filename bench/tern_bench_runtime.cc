@@ -132,7 +132,7 @@ std::string FormatSize(uint64_t bytes) {
 // reimplemented so the benchmark stays on the public API: a 64-bit value,
 // waiters spin with pause instructions for 1 us, then yield the CPU in a loop
 // until 50 us have passed, then sleep on a 32-bit futex word that the
-// signaler bumps and wakes only when someone is registered as sleeping. The
+// signaler bumps and wakes only when a sleeper's target is reached. The
 // ping-pong of two of these is the floor under a queue's submit -> engine ->
 // completion -> waiter round trip.
 
@@ -148,8 +148,9 @@ class BareTimeline {
  public:
   void Signal(uint64_t value) {
     value_.store(value, std::memory_order_seq_cst);
-    // Either the waiter sees the new value, or we see it registered.
-    if (waiters_.load(std::memory_order_seq_cst) != 0) {
+    // Either the waiter sees the new value, or we see its target and wake it.
+    if (value >= sleeper_target_.load(std::memory_order_seq_cst)) {
+      sleeper_target_.store(UINT64_MAX, std::memory_order_seq_cst);
       wake_word_.fetch_add(1, std::memory_order_seq_cst);
       syscall(SYS_futex, reinterpret_cast<uint32_t*>(&wake_word_), FUTEX_WAKE_PRIVATE, INT_MAX,
               nullptr, nullptr, 0);
@@ -169,14 +170,12 @@ class BareTimeline {
     }
     while (true) {
       const uint32_t word = wake_word_.load(std::memory_order_seq_cst);
-      waiters_.fetch_add(1, std::memory_order_seq_cst);
-      if (value_.load(std::memory_order_seq_cst) >= target) {
-        waiters_.fetch_sub(1, std::memory_order_seq_cst);
-        return;
+      uint64_t current = sleeper_target_.load(std::memory_order_seq_cst);
+      while (target < current && !sleeper_target_.compare_exchange_weak(current, target)) {
       }
+      if (value_.load(std::memory_order_seq_cst) >= target) return;
       syscall(SYS_futex, reinterpret_cast<uint32_t*>(&wake_word_), FUTEX_WAIT_PRIVATE, word,
               nullptr, nullptr, 0);
-      waiters_.fetch_sub(1, std::memory_order_seq_cst);
       if (value_.load(std::memory_order_acquire) >= target) return;
     }
   }
@@ -187,7 +186,7 @@ class BareTimeline {
   static constexpr uint64_t kYieldNs = 50'000;
   std::atomic<uint64_t> value_{0};
   std::atomic<uint32_t> wake_word_{0};
-  std::atomic<uint32_t> waiters_{0};
+  std::atomic<uint64_t> sleeper_target_{UINT64_MAX};
 };
 
 // Two threads bounce a counter: the caller signals `ping`, the partner waits

@@ -50,11 +50,25 @@ uint64_t MonotonicNs() {
 
 void Timeline::Signal(uint64_t value) {
   value_.store(value, std::memory_order_seq_cst);
-  // Dekker pairing with Wait(): either the waiter sees the new value, or we
-  // see its registration and wake it.
-  if (waiters_.load(std::memory_order_seq_cst) != 0) {
+  // Dekker pairing with Sleep(): either the sleeper sees the new value, or we
+  // see its registered target and wake it. Sleepers whose target is still
+  // ahead are left alone: a futex wake costs microseconds of CPU on a small
+  // VM, and a queue signals on every command.
+  if (value >= sleeper_target_.load(std::memory_order_seq_cst)) {
+    // Every sleeper is woken (one futex word for all); those whose target is
+    // not reached register again. Clearing before bumping the word means a
+    // registration cleared here belongs to a sleeper that read the old word,
+    // so its futex wait cannot miss this wake.
+    sleeper_target_.store(UINT64_MAX, std::memory_order_seq_cst);
     wake_word_.fetch_add(1, std::memory_order_seq_cst);
     FutexWakeAll(&wake_word_);
+  }
+}
+
+void Timeline::RegisterSleeper(uint64_t target) const {
+  uint64_t current = sleeper_target_.load(std::memory_order_seq_cst);
+  while (target < current &&
+         !sleeper_target_.compare_exchange_weak(current, target, std::memory_order_seq_cst)) {
   }
 }
 
@@ -88,27 +102,21 @@ bool Timeline::Sleep(uint64_t target, uint64_t timeout_ns) const {
   const bool infinite = timeout_ns >= UINT64_MAX - now;
   const uint64_t deadline = infinite ? 0 : now + timeout_ns;
   while (true) {
-    uint32_t word = wake_word_.load(std::memory_order_seq_cst);
-    waiters_.fetch_add(1, std::memory_order_seq_cst);
-    if (value_.load(std::memory_order_seq_cst) >= target) {
-      waiters_.fetch_sub(1, std::memory_order_seq_cst);
-      return true;
-    }
+    const uint32_t word = wake_word_.load(std::memory_order_seq_cst);
+    RegisterSleeper(target);
+    if (value_.load(std::memory_order_seq_cst) >= target) return true;
     struct timespec ts;
     struct timespec* tsp = nullptr;
     if (!infinite) {
       uint64_t now = MonotonicNs();
-      if (now >= deadline) {
-        waiters_.fetch_sub(1, std::memory_order_seq_cst);
-        return false;
-      }
+      // A registration left behind costs one needless wake at most.
+      if (now >= deadline) return false;
       uint64_t left = deadline - now;
       ts.tv_sec = static_cast<time_t>(left / 1000000000ull);
       ts.tv_nsec = static_cast<long>(left % 1000000000ull);
       tsp = &ts;
     }
     FutexWait(const_cast<std::atomic<uint32_t>*>(&wake_word_), word, tsp);
-    waiters_.fetch_sub(1, std::memory_order_seq_cst);
     if (value_.load(std::memory_order_acquire) >= target) return true;
   }
 }

@@ -48,9 +48,14 @@ class Timeline {
   Status CurrentFailure(uint64_t* out_sequence) const;
 
  private:
+  // Lowers sleeper_target_ to `target` if it is higher.
+  void RegisterSleeper(uint64_t target) const;
+
   std::atomic<uint64_t> value_{0};
   mutable std::atomic<uint32_t> wake_word_{0};
-  mutable std::atomic<uint32_t> waiters_{0};
+  // The lowest target of a sleeping waiter, UINT64_MAX when none: Signal()
+  // wakes sleepers only once it reaches it.
+  mutable std::atomic<uint64_t> sleeper_target_{UINT64_MAX};
   std::atomic<bool> has_failure_{false};
   mutable std::mutex failure_mutex_;
   uint64_t failed_from_ = 0;
