@@ -61,10 +61,11 @@ enum class CommandKind : uint8_t {
   kWait,          // block until details->wait_timeline reaches wait_value
   kTimestamp,     // store the device clock (ns) into *timestamp_out
   kExecute,       // run details->program->functions[function] on the bound segments
-  // Runs details->host_task() on the queue's thread, in order; its status is the
-  // command's (a failure halts the queue like any failed command). For work
-  // the host does on the device's behalf, such as a collective's transfers.
-  // On a queue halted by an earlier failure it is skipped, not run.
+  // Runs host_task(host_user_data, nullptr), or else details->host_task(), on
+  // the queue's thread, in order; its status is the command's (a failure
+  // halts the queue like any failed command). For work the host does on the
+  // device's behalf, such as a collective's transfers. On a queue halted by
+  // an earlier failure it is skipped, not run.
   kHostTask,
 };
 
@@ -106,6 +107,10 @@ struct Command {
   void (*host_function)(void* user_data, tern_status_t status) = nullptr;
   void* host_user_data = nullptr;
   std::atomic<uint64_t>* timestamp_out = nullptr;
+  // kHostTask without details (no allocation: collectives enqueue one per
+  // operation): with `name` NULL runs the task; with `name` set stores the
+  // task's name for errors and traces instead, and runs nothing.
+  Status (*host_task)(void* user_data, std::string* name) = nullptr;
 
   // The details, created on first use.
   CommandDetails& Details() {

@@ -75,11 +75,25 @@ void SimQueue::ClearError() {
   completion_->ClearFailure(resume_after_);
 }
 
+namespace {
+
+// What a host task is called in errors and traces; empty if it has no name.
+std::string HostTaskName(const Command& command) {
+  std::string name;
+  if (command.host_task != nullptr) {
+    (void)command.host_task(command.host_user_data, &name);
+  } else if (command.details) {
+    name = command.details->host_task_name;
+  }
+  return name;
+}
+
+}  // namespace
+
 std::string SimQueue::Describe(uint64_t sequence, const Command& command) const {
-  const char* what = command.kind == CommandKind::kHostTask && command.details &&
-                             !command.details->host_task_name.empty()
-                         ? command.details->host_task_name.c_str()
-                         : driver::CommandKindName(command.kind);
+  std::string what;
+  if (command.kind == CommandKind::kHostTask) what = HostTaskName(command);
+  if (what.empty()) what = driver::CommandKindName(command.kind);
   return fmt::format("command {} ({}) on queue '{}' of device {} core {}", sequence, what, name_,
                      device_->index(), core_);
 }
@@ -118,9 +132,12 @@ Status SimQueue::Execute(uint64_t sequence, Command& command) {
     }
   } else {
     status = device_->Run(core_, command, &error_class, trace_track_);
-    if (status.ok() && command.kind == CommandKind::kHostTask && command.details &&
-        command.details->host_task) {
-      status = command.details->host_task();
+    if (status.ok() && command.kind == CommandKind::kHostTask) {
+      if (command.host_task != nullptr) {
+        status = command.host_task(command.host_user_data, nullptr);
+      } else if (command.details && command.details->host_task) {
+        status = command.details->host_task();
+      }
     }
     // A callback always runs, even when its own command failed, so that the
     // caller can release what it holds.
@@ -169,11 +186,11 @@ void SimQueue::TraceCommand(uint64_t sequence, const Command& command, uint64_t 
     case CommandKind::kFill:
       args += fmt::format(", \"bytes\": {}", command.size);
       break;
-    case CommandKind::kHostTask:
-      if (command.details && !command.details->host_task_name.empty()) {
-        name = command.details->host_task_name;
-      }
+    case CommandKind::kHostTask: {
+      std::string task_name = HostTaskName(command);
+      if (!task_name.empty()) name = std::move(task_name);
       break;
+    }
     case CommandKind::kExecute:
       if (command.details && command.details->program &&
           command.details->function < command.details->program->functions.size()) {

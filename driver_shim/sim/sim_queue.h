@@ -44,6 +44,8 @@ class SimQueue final : public driver::HwQueue {
     std::atomic<uint64_t> published{0};
     driver::Command command;
   };
+  // Two lines: the engine reads a common command in one (see driver::Command).
+  static_assert(sizeof(Slot) == 128, "a ring slot grew past two cache lines");
   static constexpr uint32_t kSlotsPerSegment = 256;
   struct Segment {
     Slot slots[kSlotsPerSegment];
