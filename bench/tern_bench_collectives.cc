@@ -26,7 +26,8 @@
 // operations, all enqueued while the queue is held at a gate, so that where
 // the simulated device's engine thread shares a CPU with the enqueuing
 // thread the enqueuing does not count (on hardware, the device executes
-// while the host enqueues).
+// while the host enqueues); it also reports the enqueuing alone per
+// operation (CSV rows "tern-enqueue", time only).
 #include <tern/tern.h>
 
 #include <algorithm>
@@ -43,6 +44,8 @@
 
 namespace {
 
+enum class Collective { kAllReduce, kAllGather, kReduceScatter, kBroadcast, kReduce, kAllToAll };
+
 struct Options {
   uint64_t min_bytes = 8;
   uint64_t max_bytes = 64ull << 20;
@@ -54,7 +57,8 @@ struct Options {
   tern_comm_redop_t op = TERN_COMM_SUM;
   uint32_t root = 0;
   std::string collective = "all_reduce";
-  uint32_t ranks_here = 0;  // -g
+  Collective kind = Collective::kAllReduce;  // resolved once: the timed loop compares nothing
+  uint32_t ranks_here = 0;                   // -g
   bool out_of_place = true;
   bool in_place = true;
   bool csv = false;
@@ -200,6 +204,20 @@ Options Parse(int argc, char** argv) {
   }
   if (o.factor <= 1 || o.iterations < 1 || o.min_bytes == 0 || o.max_bytes < o.min_bytes)
     Usage("bad sizes");
+  if (o.collective == "all_reduce")
+    o.kind = Collective::kAllReduce;
+  else if (o.collective == "all_gather")
+    o.kind = Collective::kAllGather;
+  else if (o.collective == "reduce_scatter")
+    o.kind = Collective::kReduceScatter;
+  else if (o.collective == "broadcast")
+    o.kind = Collective::kBroadcast;
+  else if (o.collective == "reduce")
+    o.kind = Collective::kReduce;
+  else if (o.collective == "all_to_all")
+    o.kind = Collective::kAllToAll;
+  else
+    Usage("unknown collective (-t)");
   return o;
 }
 
@@ -314,28 +332,29 @@ tern_status_t Enqueue(const Options& o, Rank& r, bool in_place, uint64_t arg) {
   const size_t es = DtypeSize(o.dtype);
   tern_buffer_t send = in_place ? r.recv : r.send;
   uint64_t send_off = 0, recv_off = 0;
-  if (in_place && o.collective == "all_gather") send_off = r.rank * arg * es;
-  if (in_place && o.collective == "reduce_scatter") {
+  if (in_place && o.kind == Collective::kAllGather) send_off = r.rank * arg * es;
+  if (in_place && o.kind == Collective::kReduceScatter) {
     send = r.recv;
     recv_off = r.rank * arg * es;
   }
-  const std::string& c = o.collective;
-  if (c == "all_reduce")
-    return tern_comm_all_reduce(r.comm, send, send_off, r.recv, recv_off, arg, o.dtype, o.op,
-                                r.queue);
-  if (c == "all_gather")
-    return tern_comm_all_gather(r.comm, send, send_off, r.recv, recv_off, arg, o.dtype, r.queue);
-  if (c == "reduce_scatter")
-    return tern_comm_reduce_scatter(r.comm, send, send_off, r.recv, recv_off, arg, o.dtype, o.op,
-                                    r.queue);
-  if (c == "broadcast")
-    return tern_comm_broadcast(r.comm, send, send_off, r.recv, recv_off, arg, o.dtype, o.root,
-                               r.queue);
-  if (c == "reduce")
-    return tern_comm_reduce(r.comm, send, send_off, r.recv, recv_off, arg, o.dtype, o.op, o.root,
-                            r.queue);
-  if (c == "all_to_all")
-    return tern_comm_all_to_all(r.comm, r.send, 0, r.recv, 0, arg, o.dtype, r.queue);
+  switch (o.kind) {
+    case Collective::kAllReduce:
+      return tern_comm_all_reduce(r.comm, send, send_off, r.recv, recv_off, arg, o.dtype, o.op,
+                                  r.queue);
+    case Collective::kAllGather:
+      return tern_comm_all_gather(r.comm, send, send_off, r.recv, recv_off, arg, o.dtype, r.queue);
+    case Collective::kReduceScatter:
+      return tern_comm_reduce_scatter(r.comm, send, send_off, r.recv, recv_off, arg, o.dtype, o.op,
+                                      r.queue);
+    case Collective::kBroadcast:
+      return tern_comm_broadcast(r.comm, send, send_off, r.recv, recv_off, arg, o.dtype, o.root,
+                                 r.queue);
+    case Collective::kReduce:
+      return tern_comm_reduce(r.comm, send, send_off, r.recv, recv_off, arg, o.dtype, o.op, o.root,
+                              r.queue);
+    case Collective::kAllToAll:
+      return tern_comm_all_to_all(r.comm, r.send, 0, r.recv, 0, arg, o.dtype, r.queue);
+  }
   Usage("unknown collective (-t)");
 }
 
@@ -401,6 +420,7 @@ int64_t CheckOnce(const Options& o, Rank& r, bool in_place, uint64_t arg, uint64
 struct Result {
   double us = 0;
   double device_us = 0;
+  double enqueue_us = 0;  // --device-time: enqueuing alone, per operation
   int64_t wrong = 0;
 };
 
@@ -426,7 +446,7 @@ struct Gate {
   }
 };
 
-int64_t DeviceTimeNs(const Options& o, Rank& r, bool in_place, uint64_t arg) {
+int64_t DeviceTimeNs(const Options& o, Rank& r, bool in_place, uint64_t arg, int64_t* enqueue_ns) {
   Gate gate;
   tern_event_t start = nullptr, end = nullptr;
   Check("event", tern_event_create(&start));
@@ -435,7 +455,11 @@ int64_t DeviceTimeNs(const Options& o, Rank& r, bool in_place, uint64_t arg) {
   Check("synchronize", tern_queue_synchronize(r.queue, TERN_TIMEOUT_INFINITE));
   Check("callback", tern_queue_host_callback(r.queue, &Gate::Hold, &gate, nullptr));
   Check("record", tern_queue_record_event(r.queue, start, nullptr));
+  const auto enqueue_start = std::chrono::steady_clock::now();
   for (int k = 0; k < o.iterations; ++k) Check("enqueue", Enqueue(o, r, in_place, arg));
+  *enqueue_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                    std::chrono::steady_clock::now() - enqueue_start)
+                    .count();
   Check("record", tern_queue_record_event(r.queue, end, nullptr));
   // This thread learns of the end through a callback, not by waiting on the
   // queue's timeline: a timeline waiter is woken at every completed command.
@@ -469,10 +493,14 @@ Result Measure(const Options& o, Rank& r, bool in_place, uint64_t arg, uint64_t 
   const auto end = std::chrono::steady_clock::now();
   const int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(end - start).count();
   result.us = static_cast<double>(AcrossRanks(r, ns, TERN_COMM_MAX)) / 1e3 / o.iterations;
-  if (o.device_time)
-    result.device_us =
-        static_cast<double>(AcrossRanks(r, DeviceTimeNs(o, r, in_place, arg), TERN_COMM_MAX)) /
-        1e3 / o.iterations;
+  if (o.device_time) {
+    int64_t enqueue_ns = 0;
+    result.device_us = static_cast<double>(AcrossRanks(
+                           r, DeviceTimeNs(o, r, in_place, arg, &enqueue_ns), TERN_COMM_MAX)) /
+                       1e3 / o.iterations;
+    result.enqueue_us =
+        static_cast<double>(AcrossRanks(r, enqueue_ns, TERN_COMM_MAX)) / 1e3 / o.iterations;
+  }
   return result;
 }
 
@@ -549,6 +577,12 @@ void RunRank(const Options& o, Rank& r) {
                       reducing ? OpName(o.op) : "none", k ? "in" : "out", results[k].device_us,
                       dev_algbw, dev_algbw * BusFactor(c, n),
                       static_cast<long long>(o.check ? results[k].wrong : -1));
+          // Enqueuing alone (the host's cost per operation, while the queue
+          // is held): time only, so the bandwidth columns are 0.
+          std::printf("tern-enqueue,%s,%u,%llu,%llu,%s,%s,%s,%.3f,0,0,-1\n", c.c_str(), n,
+                      static_cast<unsigned long long>(bytes),
+                      static_cast<unsigned long long>(total), DtypeName(o.dtype),
+                      reducing ? OpName(o.op) : "none", k ? "in" : "out", results[k].enqueue_us);
         }
       }
     } else {

@@ -260,6 +260,14 @@ Status AllReduceRecursiveDoubling(Exec& e) {
     uint32_t step = 1;
     for (uint32_t mask = 1; mask < f.p; mask <<= 1, ++step) {
       const uint32_t partner = f.Real(static_cast<uint32_t>(f.newrank) ^ mask);
+      // Small messages over tern-shm: one slot each way, no requests.
+      if (e.SendNow(partner, step, cur, bytes)) {
+        if (!e.RecvReduceNow(partner, step, op.recv, cur, bytes)) {
+          TERN_RETURN_IF_ERROR(e.Wait(e.RecvReduce(partner, step, op.recv, cur, bytes)));
+        }
+        cur = op.recv;
+        continue;
+      }
       Request* send = e.Send(partner, step, cur, bytes);
       if (send->done()) {
         // The data already left `cur` (copied into a ring or an inject

@@ -10,7 +10,6 @@
 #include "comm_config.h"
 #include "comm_kernels.h"
 #include "common/logging.h"
-#include "common/trace.h"
 #include "communicator.h"
 #include "runtime/runtime.h"
 #include "tern/comm.h"
@@ -25,7 +24,9 @@ Status LookupComm(Runtime* rt, tern_comm_t handle, std::shared_ptr<Communicator>
                       "comm is not a live communicator handle (NULL, already destroyed or aborted, "
                       "or another kind of handle); create one with tern_comm_init_rank()");
   }
-  *out = object->comm;
+  // Aliases the handle table's object: no second reference count to bump.
+  Communicator* raw = object->comm.get();
+  *out = std::shared_ptr<Communicator>(std::move(object), raw);
   return OkStatus();
 }
 
@@ -44,15 +45,17 @@ Status NameFromConfig(const tern_comm_config_t* config, std::string* out) {
   return OkStatus();
 }
 
-// An operation's queue command holds one of these; whether it ran or was
-// skipped (its queue had failed earlier), it settles the books when the
-// command goes away.
+// An operation's queue command holds one of these (in its keep_alive);
+// whether it ran or was skipped (its queue had failed earlier), it settles
+// the books when the command goes away.
 struct Ticket {
+  Ticket(std::shared_ptr<Communicator> c, OpDesc o, const QueueObject* q)
+      : comm(std::move(c)), op(std::move(o)), queue(q) {}
   std::shared_ptr<Communicator> comm;
   OpDesc op;
   uint64_t record = 0;
   bool ran = false;
-  const QueueObject* queue = nullptr;  // alive while its commands are
+  const QueueObject* queue;  // alive while its commands are
   ~Ticket() {
     if (!ran) {
       comm->recorder().Finish(record, FlightRecorder::kSkipped, TERN_ERROR_ABORTED);
@@ -65,6 +68,62 @@ struct Ticket {
                  /*broadcast=*/true);
     }
     comm->RemoveInflight();
+  }
+};
+
+// Tickets are allocated by the threads that enqueue and freed by the queue
+// threads, one per operation: blocks come from a free list shared by the
+// process rather than from malloc, whose per-thread caches do not help when
+// every block crosses threads. Never destroyed (a ticket may go away during
+// static destruction).
+class TicketPool {
+ public:
+  static TicketPool& Get() {
+    static TicketPool* const pool = new TicketPool();
+    return *pool;
+  }
+  void* Allocate(size_t bytes) {
+    {
+      std::lock_guard<SpinLock> lock(mutex_);
+      if (bytes == block_ && !free_.empty()) {
+        void* p = free_.back();
+        free_.pop_back();
+        return p;
+      }
+    }
+    return ::operator new(bytes);
+  }
+  void Release(void* p, size_t bytes) {
+    {
+      std::lock_guard<SpinLock> lock(mutex_);
+      if (block_ == 0) block_ = bytes;
+      if (bytes == block_ && free_.size() < kMaxFree) {
+        free_.push_back(p);
+        return;
+      }
+    }
+    ::operator delete(p);
+  }
+
+ private:
+  static constexpr size_t kMaxFree = 4096;  // blocks kept: a few hundred KiB at most
+  TicketPool() { free_.reserve(kMaxFree); }
+  SpinLock mutex_;
+  size_t block_ = 0;  // all blocks have one size (a shared_ptr control block with a Ticket)
+  std::vector<void*> free_;
+};
+
+template <typename T>
+struct TicketAllocator {
+  using value_type = T;
+  TicketAllocator() = default;
+  template <typename U>
+  TicketAllocator(const TicketAllocator<U>&) {}  // NOLINT: rebinding
+  T* allocate(size_t n) { return static_cast<T*>(TicketPool::Get().Allocate(n * sizeof(T))); }
+  void deallocate(T* p, size_t n) { TicketPool::Get().Release(p, n * sizeof(T)); }
+  template <typename U>
+  bool operator==(const TicketAllocator<U>&) const {
+    return true;
   }
 };
 
@@ -98,27 +157,33 @@ const std::string& CommandName(const Communicator& comm, const OpDesc& op) {
   return cache.name;
 }
 
-Status Submit(const std::shared_ptr<Communicator>& comm, QueueObject& queue, OpDesc op) {
-  auto ticket = std::make_shared<Ticket>();
-  ticket->comm = comm;
-  ticket->queue = &queue;
+// The queue task of an operation: runs it, or names it (see
+// driver::Command::host_task). `user_data` is the Ticket, which the command's
+// keep_alive holds until the command completes.
+Status RunTicket(void* user_data, std::string* name) {
+  Ticket* t = static_cast<Ticket*>(user_data);
+  if (name != nullptr) {
+    *name = CommandName(*t->comm, t->op);
+    return OkStatus();
+  }
+  t->ran = true;
+  return t->comm->Run(t->op, t->record);
+}
+
+Status Submit(std::shared_ptr<Communicator> comm, QueueObject& queue, OpDesc op) {
+  std::shared_ptr<Ticket> ticket = std::allocate_shared<Ticket>(
+      TicketAllocator<Ticket>(), std::move(comm), std::move(op), &queue);
+  Ticket* t = ticket.get();
+  t->record = t->comm->recorder().Add(t->op);
+  t->comm->AddInflight();
+  // The queue releases keep_alive (running ~Ticket) whether the command ran
+  // or was skipped. The task is a plain function and the ticket: nothing to
+  // allocate per operation.
   driver::Command command;
   command.kind = driver::CommandKind::kHostTask;
-  driver::CommandDetails* details = &command.Details();  // stays put when the command moves
-  // The queue reads the name for traces, and after the task returned to
-  // name it in a failure; so it is filled in up front only when tracing.
-  if (trace::Enabled()) details->host_task_name = CommandName(*comm, op);
-  ticket->op = std::move(op);
-  ticket->record = comm->recorder().Add(ticket->op);
-  comm->AddInflight();
-  details->host_task = [ticket, details]() {
-    ticket->ran = true;
-    Status status = ticket->comm->Run(ticket->op, ticket->record);
-    if (!status.ok() && details->host_task_name.empty()) {
-      details->host_task_name = CommandName(*ticket->comm, ticket->op);
-    }
-    return status;
-  };
+  command.host_task = &RunTicket;
+  command.host_user_data = t;
+  command.keep_alive = std::move(ticket);
   uint64_t sequence = 0;
   return queue.hw->Submit(std::move(command), &sequence);
 }
@@ -141,18 +206,25 @@ struct GroupState {
   std::vector<PendingP2P> ops;
 };
 thread_local GroupState t_group;
+// t_group.depth > 0, kept apart in a trivial initial-exec thread-local: every
+// collective checks it, and t_group's own access goes through a TLS wrapper
+// call (libtern is a shared library, and GroupState has a destructor).
+thread_local bool t_in_group __attribute__((tls_model("initial-exec"))) = false;
 
 // What every operation checks and resolves.
 struct Prepared {
   Runtime* rt = nullptr;
   std::shared_ptr<Communicator> comm;
-  std::shared_ptr<QueueObject> queue;
+  // Uncounted, as the queue calls resolve it: the queue API forbids destroying
+  // a queue while another thread uses it (see tern_queue_destroy).
+  QueueObject* queue = nullptr;
 };
 
 Status Prepare(tern_comm_t comm, tern_queue_t queue, Prepared* out) {
   TERN_RETURN_IF_ERROR(GetRuntime(&out->rt));
   TERN_RETURN_IF_ERROR(LookupComm(out->rt, comm, &out->comm));
-  TERN_RETURN_IF_ERROR(LookupQueue(out->rt, queue, "queue", &out->queue));
+  out->queue = out->rt->queue_table.Peek(reinterpret_cast<uint64_t>(queue));
+  if (out->queue == nullptr) return LookupQueueFailure("queue");
   if (out->queue->core != out->comm->core()) {
     return MakeStatus(
         TERN_ERROR_INVALID_ARGUMENT,
@@ -228,10 +300,14 @@ Status Resolve(const Prepared& p, tern_buffer_t buffer, uint64_t offset, uint64_
 }
 
 Status CheckBytes(uint64_t count, size_t element, uint64_t factor, uint64_t* out) {
-  if (count > UINT64_MAX / element / std::max<uint64_t>(factor, 1)) {
+  // Multiplications that report overflow: two divisions cost more than the
+  // rest of the checks together.
+  uint64_t bytes = 0, total = 0;
+  if (__builtin_mul_overflow(count, static_cast<uint64_t>(element), &bytes) ||
+      __builtin_mul_overflow(bytes, std::max<uint64_t>(factor, 1), &total)) {
     return MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "count {} is too large", count);
   }
-  *out = count * element;
+  *out = bytes;
   return OkStatus();
 }
 
@@ -240,7 +316,7 @@ bool Overlap(const uint8_t* a, uint64_t a_bytes, const uint8_t* b, uint64_t b_by
 }
 
 Status NotInGroup(const char* what) {
-  if (t_group.depth > 0) {
+  if (t_in_group) {
     return MakeStatus(
         TERN_ERROR_FAILED_PRECONDITION,
         "{} cannot be part of a group: only tern_comm_send and tern_comm_recv can; end "
@@ -287,7 +363,7 @@ Status EnqueueSymmetric(OpKind kind, tern_comm_t comm, tern_buffer_t send, uint6
   if (count == 0) return SubmitNop(*p.queue);
   op.sequence = p.comm->NextCollectiveSequence();
   op.signature = Signature(kind, dtype, op.redop, count, op.root);
-  return Submit(p.comm, *p.queue, std::move(op));
+  return Submit(std::move(p.comm), *p.queue, std::move(op));
 }
 
 }  // namespace
@@ -658,7 +734,7 @@ Status EnqueueBlocks(OpKind kind, tern_comm_t comm, tern_buffer_t send, uint64_t
   if (count == 0) return SubmitNop(*p.queue);
   op.sequence = p.comm->NextCollectiveSequence();
   op.signature = Signature(kind, dtype, op.redop, count, 0);
-  return Submit(p.comm, *p.queue, std::move(op));
+  return Submit(std::move(p.comm), *p.queue, std::move(op));
 }
 
 Status EnqueueP2P(bool is_send, tern_comm_t comm, tern_buffer_t buffer, uint64_t offset,
@@ -687,7 +763,10 @@ Status EnqueueP2P(bool is_send, tern_comm_t comm, tern_buffer_t buffer, uint64_t
   if (t_group.depth > 0) {
     if (count == 0) return OkStatus();
     item.sequence = p.comm->NextP2PSequence(peer, is_send);
-    t_group.ops.push_back(PendingP2P{p.comm, p.queue, item});
+    // The group holds the queue until tern_comm_group_end: a counted reference.
+    std::shared_ptr<QueueObject> counted;
+    TERN_RETURN_IF_ERROR(LookupQueue(p.rt, queue, "queue", &counted));
+    t_group.ops.push_back(PendingP2P{p.comm, std::move(counted), item});
     return OkStatus();
   }
   if (count == 0) return SubmitNop(*p.queue);
@@ -699,7 +778,7 @@ Status EnqueueP2P(bool is_send, tern_comm_t comm, tern_buffer_t buffer, uint64_t
   (is_send ? op.send : op.recv) = address;
   op.sequence = p.comm->NextP2PSequence(peer, is_send);
   op.signature = Signature(op.kind, dtype, TERN_COMM_SUM, count, 0);
-  return Submit(p.comm, *p.queue, std::move(op));
+  return Submit(std::move(p.comm), *p.queue, std::move(op));
 }
 
 }  // namespace
@@ -751,11 +830,12 @@ TERN_API tern_status_t tern_comm_barrier(tern_comm_t comm, tern_queue_t queue) {
   op.dtype = TERN_DTYPE_I8;
   op.sequence = p.comm->NextCollectiveSequence();
   op.signature = Signature(op.kind, op.dtype, TERN_COMM_SUM, 0, 0);
-  return Report(Submit(p.comm, *p.queue, std::move(op)));
+  return Report(Submit(std::move(p.comm), *p.queue, std::move(op)));
 }
 
 TERN_API tern_status_t tern_comm_group_start(void) {
   ++t_group.depth;
+  t_in_group = true;
   return TERN_OK;
 }
 
@@ -766,6 +846,7 @@ TERN_API tern_status_t tern_comm_group_end(void) {
                    "tern_comm_group_end() without tern_comm_group_start() on this thread"));
   }
   if (--t_group.depth > 0) return TERN_OK;
+  t_in_group = false;
   std::vector<PendingP2P> ops = std::move(t_group.ops);
   t_group.ops.clear();
   // One command per communicator and queue, in the order of first use.
@@ -786,7 +867,8 @@ TERN_API tern_status_t tern_comm_group_end(void) {
   }
   Status first;
   for (size_t i = 0; i < groups.size(); ++i) {
-    Status status = Submit(owners[i].first, *owners[i].second, std::move(groups[i].second));
+    Status status =
+        Submit(std::move(owners[i].first), *owners[i].second, std::move(groups[i].second));
     if (!status.ok() && first.ok()) first = status;
   }
   return Report(first);

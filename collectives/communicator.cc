@@ -111,12 +111,17 @@ uint64_t FlightRecorder::Add(const OpDesc& op) {
   return id;
 }
 
-void FlightRecorder::Start(uint64_t id, uint64_t now_ns) {
+void FlightRecorder::Start(uint64_t id) {
   std::lock_guard<SpinLock> lock(mutex_);
   Record& r = records_[id % kCapacity];
   if (r.id != id) return;
   r.state = kRunning;
-  r.started_ns = now_ns;
+}
+
+void FlightRecorder::SetStartTime(uint64_t id, uint64_t now_ns) {
+  std::lock_guard<SpinLock> lock(mutex_);
+  Record& r = records_[id % kCapacity];
+  if (r.id == id) r.started_ns = now_ns;
 }
 
 void FlightRecorder::Finish(uint64_t id, State state, tern_status_t code) {
@@ -183,20 +188,36 @@ namespace {
 
 // Per thread: requests and staging memory are reused from one operation to
 // the next (an operation runs on one queue thread).
+struct ThreadPools;
+// initial-exec: libtern is a shared library, and the default TLS model costs
+// a __tls_get_addr call per access on the hot path. The pools are reached
+// through a plain pointer: a thread_local with a destructor is reached
+// through a guard variable that the default model looks up with that call.
+thread_local ThreadPools* t_pools_ptr __attribute__((tls_model("initial-exec"))) = nullptr;
 struct ThreadPools {
   std::vector<Request*> free_requests;
   std::vector<std::pair<void*, size_t>> free_memory;
   ~ThreadPools() {
+    t_pools_ptr = nullptr;
     for (Request* r : free_requests) delete r;
     for (auto& [p, n] : free_memory) std::free(p);
   }
 };
-// initial-exec: libtern is a shared library, and the default TLS model costs
-// a __tls_get_addr call per access on the hot path.
-thread_local ThreadPools t_pools __attribute__((tls_model("initial-exec")));
+thread_local std::unique_ptr<ThreadPools> t_pools_owner;  // frees them at thread exit
+
+[[gnu::noinline]] ThreadPools& CreatePools() {
+  t_pools_owner = std::make_unique<ThreadPools>();
+  t_pools_ptr = t_pools_owner.get();
+  return *t_pools_ptr;
+}
+
+ThreadPools& Pools() {
+  ThreadPools* pools = t_pools_ptr;
+  return pools != nullptr ? *pools : CreatePools();
+}
 
 void* AcquireMemory(size_t bytes) {
-  auto& pool = t_pools.free_memory;
+  auto& pool = Pools().free_memory;
   size_t best = pool.size();
   for (size_t i = 0; i < pool.size(); ++i) {
     if (pool[i].second >= bytes && (best == pool.size() || pool[i].second < pool[best].second))
@@ -220,25 +241,31 @@ void ReleaseMemory(void* p, size_t bytes) {
   if (p == nullptr) return;
   // Cap what a thread keeps: 256 MiB.
   size_t kept = 0;
-  for (auto& [q, n] : t_pools.free_memory) kept += n;
+  ThreadPools& pools = Pools();
+  for (auto& [q, n] : pools.free_memory) kept += n;
   if (kept + bytes > (256u << 20)) {
     std::free(p);
     return;
   }
-  t_pools.free_memory.emplace_back(p, bytes);
+  pools.free_memory.emplace_back(p, bytes);
 }
 
 }  // namespace
 
-Exec::Exec(Communicator* comm, const OpDesc& op, uint64_t start_ns)
+Exec::Exec(Communicator* comm, const OpDesc& op, uint64_t record)
     : comm_(comm),
       op_(op),
       element_size_(std::max<size_t>(1, DtypeSize(op.dtype))),
-      p2p_(op.kind == OpKind::kSend || op.kind == OpKind::kRecv || op.kind == OpKind::kGroup) {
-  start_ns_ = start_ns;
-  deadline_ns_ = start_ns_ + comm->config().timeout_ns;
-  next_stall_check_ns_ = start_ns_ + comm->config().stall_check_ns;
+      p2p_(op.kind == OpKind::kSend || op.kind == OpKind::kRecv || op.kind == OpKind::kGroup),
+      record_(record) {
   answers_seen_ = comm->answers_version_.load(std::memory_order_acquire);
+}
+
+void Exec::StartClock(uint64_t now) {
+  start_ns_ = now;
+  deadline_ns_ = now + comm_->config().timeout_ns;
+  next_stall_check_ns_ = now + comm_->config().stall_check_ns;
+  comm_->recorder_.SetStartTime(record_, now);
 }
 
 Exec::~Exec() {
@@ -256,10 +283,12 @@ Exec::~Exec() {
     }
   }
   for (auto& [p, n] : staging_) ReleaseMemory(p, n);
+  if (requests_.empty()) return;
+  ThreadPools& pools = Pools();
   for (Request* r : requests_) {
     if (r->staging != nullptr && r->reduce_after)
       ReleaseMemory(r->staging, AllocatedSize(r->bytes));
-    t_pools.free_requests.push_back(r);
+    pools.free_requests.push_back(r);
   }
 }
 
@@ -269,16 +298,17 @@ const CommConfig& Exec::config() const { return comm_->config(); }
 
 Request* Exec::NewRequest() {
   Request* r;
-  if (!t_pools.free_requests.empty()) {
-    r = t_pools.free_requests.back();
-    t_pools.free_requests.pop_back();
+  ThreadPools& pools = Pools();
+  if (!pools.free_requests.empty()) {
+    r = pools.free_requests.back();
+    pools.free_requests.pop_back();
     r->state.store(Request::kPending, std::memory_order_relaxed);
     r->is_send = false;
     r->reduce = false;
     r->reduce_after = false;
     r->reduce_a = nullptr;
     r->staging = nullptr;
-    r->error = Status();
+    if (!r->error.ok()) r->error = Status();
     r->channel_data = nullptr;
   } else {
     r = new Request();
@@ -341,6 +371,38 @@ Request* Exec::RecvReduce(uint32_t peer, uint32_t step, void* dst, const void* a
     r->staging = AcquireMemory(bytes);
   }
   return Post(r);
+}
+
+bool Exec::SendNow(uint32_t peer, uint32_t step, const void* buffer, size_t bytes) {
+  Channel* channel = comm_->channel_of_[peer];
+  return channel != nullptr &&
+         channel->SendNow(peer, MakeTag(false, rank(), op_.sequence, op_.signature, step), buffer,
+                          bytes);
+}
+
+bool Exec::RecvReduceNow(uint32_t peer, uint32_t step, void* dst, const void* a, size_t bytes) {
+  Channel* channel = comm_->channel_of_[peer];
+  if (channel == nullptr) return false;
+  const uint64_t tag = MakeTag(false, peer, op_.sequence, op_.signature, step);
+  const ReduceSpec spec{op_.dtype, op_.redop, element_size_};
+  // A few microseconds at most: a peer that is late (or gone, or failed) is
+  // left to the general path, which watches for all of that, and yields the
+  // CPU soon where ranks share CPUs (so polls less here too).
+  const int budget = comm_->yield_after_ns() < 1000000 ? 256 : 4096;
+  for (int polls = 0; polls < budget; ++polls) {
+    switch (channel->RecvNow(peer, tag, dst, a, &spec, bytes)) {
+      case Channel::Now::kDone:
+        return true;
+      case Channel::Now::kPost:
+        return false;
+      case Channel::Now::kNotYet:
+        break;
+    }
+#if defined(__x86_64__)
+    __builtin_ia32_pause();
+#endif
+  }
+  return false;
 }
 
 uint8_t* Exec::Scratch(size_t bytes) {
@@ -414,6 +476,7 @@ Status Exec::Spin(Done done) {
       return failure_;
     }
     const uint64_t now = MonotonicNs();
+    if (start_ns_ == 0) StartClock(now);
     if (now >= deadline_ns_) return TimeoutStatus();
     if (now >= next_stall_check_ns_ ||
         comm_->answers_version_.load(std::memory_order_acquire) != answers_seen_) {
@@ -939,15 +1002,14 @@ void Communicator::OnAnswer(uint32_t from, uint64_t sequence, const std::string&
 }
 
 Status Communicator::Run(const OpDesc& op, uint64_t record) {
-  const uint64_t now = MonotonicNs();
-  recorder_.Start(record, now);
+  recorder_.Start(record);
   Status status;
   if (failed()) {
     Status why = failure();
     status = Status(why.code(), fmt::format("not run: communicator {} had already failed: {}",
                                             label_, why.message()));
   } else {
-    Exec exec(this, op, now);
+    Exec exec(this, op, record);
     status = RunAlgorithm(exec);
   }
   recorder_.Finish(record, status.ok() ? FlightRecorder::kDone : FlightRecorder::kFailed,

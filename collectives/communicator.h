@@ -89,7 +89,9 @@ class FlightRecorder {
   static constexpr size_t kCapacity = 128;
 
   uint64_t Add(const OpDesc& op);
-  void Start(uint64_t id, uint64_t now_ns);
+  void Start(uint64_t id);
+  // When the operation first read the clock (it does only once it waits).
+  void SetStartTime(uint64_t id, uint64_t now_ns);
   void Finish(uint64_t id, State state, tern_status_t code);
   // The collective with this sequence, if still recorded.
   bool FindCollective(uint64_t sequence, Record* out) const;
@@ -111,7 +113,8 @@ class Communicator;
 // driving the channels, and turns stalls into diagnoses and timeouts.
 class Exec {
  public:
-  Exec(Communicator* comm, const OpDesc& op, uint64_t start_ns);
+  // `record`: the operation's entry in the flight recorder.
+  Exec(Communicator* comm, const OpDesc& op, uint64_t record);
   ~Exec();
   Exec(const Exec&) = delete;
   Exec& operator=(const Exec&) = delete;
@@ -132,6 +135,14 @@ class Exec {
   Request* SendTagged(uint32_t peer, uint64_t tag, const void* buffer, size_t bytes);
   Request* RecvTagged(uint32_t peer, uint64_t tag, void* buffer, size_t bytes);
 
+  // The fast path for small messages (Channel::SendNow, RecvNow): SendNow
+  // returns true when the message left at once, without a request.
+  // RecvReduceNow polls the peer's channel alone for a short while and
+  // returns true once the message was received and reduced (dst = op(a,
+  // incoming)); false: nothing happened, use RecvReduce and Wait.
+  bool SendNow(uint32_t peer, uint32_t step, const void* buffer, size_t bytes);
+  bool RecvReduceNow(uint32_t peer, uint32_t step, void* dst, const void* a, size_t bytes);
+
   Status Wait(Request* req);
   Status WaitAll();
   // Memory for the operation's temporaries; valid until the Exec ends.
@@ -148,6 +159,9 @@ class Exec {
   Request* Post(Request* req);
   template <typename Done>
   Status Spin(Done done);
+  // The clock is read only once the operation waits (most small ones never
+  // do long enough): its first reading starts the timeout and stall checks.
+  void StartClock(uint64_t now);
   Status CheckStall(uint64_t now);
   Status TimeoutStatus();
   std::string WaitingFor() const;
@@ -158,9 +172,10 @@ class Exec {
   const OpDesc& op_;
   size_t element_size_;
   bool p2p_;
-  uint64_t start_ns_;
-  uint64_t deadline_ns_;
-  uint64_t next_stall_check_ns_;
+  uint64_t record_;
+  uint64_t start_ns_ = 0;  // 0 until StartClock
+  uint64_t deadline_ns_ = UINT64_MAX;
+  uint64_t next_stall_check_ns_ = UINT64_MAX;
   uint32_t answers_seen_ = 0;
   Status failure_;
   absl::InlinedVector<Request*, 8> requests_;

@@ -209,6 +209,18 @@ void ShmChannel::Deliver(Request* req, uint64_t offset, const uint8_t* data, uin
   }
 }
 
+void ShmChannel::WriteSlot(Outgoing& out, uint64_t tag, uint64_t message_bytes, uint64_t offset,
+                           const uint8_t* data, uint64_t bytes) {
+  Slot* slot = SlotAt(out.ring, slot_bytes_, slots_, out.position);
+  slot->tag = tag;
+  slot->message_bytes = message_bytes;
+  slot->offset = offset;
+  slot->bytes = static_cast<uint32_t>(bytes);
+  if (bytes > 0) std::memcpy(Payload(slot), data, bytes);
+  slot->sequence.store(out.position + 1, std::memory_order_release);
+  ++out.position;
+}
+
 bool ShmChannel::PushOutgoing(Outgoing& out) {
   bool progressed = false;
   const uint64_t payload_capacity = (slot_bytes_ - kSlotHeader) & ~uint64_t{7};
@@ -220,15 +232,8 @@ bool ShmChannel::PushOutgoing(Outgoing& out) {
     Request* req = out.queue.front();
     const uint64_t offset = out.front_sent;
     const uint64_t bytes = std::min<uint64_t>(req->bytes - offset, payload_capacity);
-    Slot* slot = SlotAt(out.ring, slot_bytes_, slots_, out.position);
-    slot->tag = req->tag;
-    slot->message_bytes = req->bytes;
-    slot->offset = offset;
-    slot->bytes = static_cast<uint32_t>(bytes);
-    if (bytes > 0)
-      std::memcpy(Payload(slot), static_cast<const uint8_t*>(req->buffer) + offset, bytes);
-    slot->sequence.store(out.position + 1, std::memory_order_release);
-    ++out.position;
+    WriteSlot(out, req->tag, req->bytes, offset, static_cast<const uint8_t*>(req->buffer) + offset,
+              bytes);
     progressed = true;
     out.front_sent += bytes;
     if (out.front_sent >= req->bytes) {
@@ -331,6 +336,49 @@ Status ShmChannel::PostRecv(Request* req) {
   Status ignored;
   PollIncoming(in, req->peer, &ignored);
   return OkStatus();
+}
+
+bool ShmChannel::SendNow(uint32_t peer, uint64_t tag, const void* data, size_t bytes) {
+  std::lock_guard<SpinLock> lock(mutex_);
+  Outgoing& out = out_[peer];
+  // Behind queued messages it would only wait its turn: let PostSend queue it.
+  if (shut_ || out.ring == nullptr || !out.queue.empty() ||
+      bytes > ((slot_bytes_ - kSlotHeader) & ~uint64_t{7})) {
+    return false;
+  }
+  if (out.position - out.tail >= slots_) {
+    out.tail = out.ring->tail.load(std::memory_order_acquire);
+    if (out.position - out.tail >= slots_) return false;
+  }
+  WriteSlot(out, tag, bytes, 0, static_cast<const uint8_t*>(data), bytes);
+  return true;
+}
+
+Channel::Now ShmChannel::RecvNow(uint32_t peer, uint64_t tag, void* dst, const void* a,
+                                 const ReduceSpec* spec, size_t bytes) {
+  std::lock_guard<SpinLock> lock(mutex_);
+  Incoming& in = in_[peer];
+  // Posted receives and messages set aside come first: the general path
+  // keeps their order.
+  if (shut_ || in.ring == nullptr || !in.posted.empty() || !in.unexpected.empty()) {
+    return Now::kPost;
+  }
+  Slot* slot = SlotAt(in.ring, slot_bytes_, slots_, in.position);
+  if (slot->sequence.load(std::memory_order_acquire) != in.position + 1) return Now::kNotYet;
+  if (slot->tag != tag || slot->message_bytes != bytes || slot->offset != 0 ||
+      slot->bytes != bytes) {
+    return Now::kPost;  // another message first, or a size mismatch to report
+  }
+  if (bytes > 0) {
+    if (spec != nullptr) {
+      Reduce(dst, a, Payload(slot), bytes / spec->element_size, spec->dtype, spec->op);
+    } else {
+      std::memcpy(dst, Payload(slot), bytes);
+    }
+  }
+  ++in.position;
+  in.ring->tail.store(in.position, std::memory_order_release);
+  return Now::kDone;
 }
 
 bool ShmChannel::Progress(Status* error) {

@@ -48,6 +48,9 @@ class ShmChannel final : public Channel {
   bool FusesReduce() const override { return true; }
   Status PostSend(Request* req) override;
   Status PostRecv(Request* req) override;
+  bool SendNow(uint32_t peer, uint64_t tag, const void* data, size_t bytes) override;
+  Now RecvNow(uint32_t peer, uint64_t tag, void* dst, const void* a, const ReduceSpec* spec,
+              size_t bytes) override;
   bool Progress(Status* error) override;
   void Cancel(Request* req) override;
   void Shutdown() override;
@@ -81,6 +84,10 @@ class ShmChannel final : public Channel {
   ShmChannel() = default;
   bool PollIncoming(Incoming& in, uint32_t peer, Status* error);  // caller holds mutex_
   bool PushOutgoing(Outgoing& out);                               // caller holds mutex_
+  // Writes one fragment into the next slot and publishes it; the caller
+  // holds mutex_ and checked that the slot is free.
+  void WriteSlot(Outgoing& out, uint64_t tag, uint64_t message_bytes, uint64_t offset,
+                 const uint8_t* data, uint64_t bytes);
   void Deliver(Request* req, uint64_t offset, const uint8_t* data, uint64_t bytes);
 
   SpinLock mutex_;  // held for a few copies at most; polled in a loop

@@ -87,6 +87,23 @@ class Channel {
   // Advances transfers. Returns true if anything moved. A failure of the
   // channel itself is returned through `*error`.
   virtual bool Progress(Status* error) = 0;
+  // A fast path for small messages, without requests, for channels that can
+  // (tern-shm). SendNow sends the whole message at once and returns true, or
+  // returns false (nothing done: post a send instead). RecvNow takes the
+  // message `tag` if it is the next to arrive from `peer` and no receive is
+  // posted there: dst = op(a, incoming) as `spec` says, or a copy when spec
+  // is null; kNotYet: nothing arrived yet; kPost: nothing done, post a
+  // receive instead (another message came first, or the size differs).
+  enum class Now { kDone, kNotYet, kPost };
+  virtual bool SendNow(uint32_t peer, uint64_t tag, const void* data, size_t bytes) {
+    (void)peer, (void)tag, (void)data, (void)bytes;
+    return false;
+  }
+  virtual Now RecvNow(uint32_t peer, uint64_t tag, void* dst, const void* a, const ReduceSpec* spec,
+                      size_t bytes) {
+    (void)peer, (void)tag, (void)dst, (void)a, (void)spec, (void)bytes;
+    return Now::kPost;
+  }
   // Withdraws a pending request (its operation failed); afterwards the
   // channel never touches it or its buffers.
   virtual void Cancel(Request* req) = 0;

@@ -43,12 +43,19 @@ ninja -C "$build" -j "$(nproc)" tern_bench_collectives >/dev/null
 mpicc -O2 -o "$out/mpi_bench_allreduce" bench/collectives_peers/mpi_bench_allreduce.c
 
 # Two passes per implementation: small sizes with many iterations (latency),
-# large ones with fewer (bandwidth).
+# large ones with fewer (bandwidth). In the latency pass the warm-up is as
+# deep as the timed batch, so that the first size measured does not pay for
+# first touches (tern's command ring grows to hold the whole batch).
 if [ "$quick" -eq 1 ]; then
-  passes=("-b 8 -e 64K -f 8 -n 500 -w 50" "-b 256K -e 16M -f 4 -n 10 -w 3")
+  passes=("-b 8 -e 64K -f 8 -n 500 -w 500" "-b 256K -e 16M -f 4 -n 10 -w 3")
 else
-  passes=("-b 8 -e 64K -f 2 -n 2000 -w 200" "-b 128K -e 64M -f 2 -n 20 -w 5")
+  passes=("-b 8 -e 64K -f 2 -n 2000 -w 2000" "-b 128K -e 64M -f 2 -n 20 -w 5")
 fi
+
+# Other work on this machine skews everything: say when, and under what load.
+when() { echo "$(date -u '+%F %H:%M UTC'), load average $(cut -d' ' -f1-3 /proc/loadavg)"; }
+started=$(when)
+echo "=== start: $started ==="
 
 port=$(( 20000 + RANDOM % 20000 ))
 csv="$out/results.csv"
@@ -94,8 +101,8 @@ run_gloo() {
 for round in $(seq 1 "$rounds"); do
   for pass in "${passes[@]}"; do
     # gloo is slow at small sizes: it runs a tenth of the iterations there.
-    gloo_pass=${pass/-n 2000 -w 200/-n 200 -w 20}
-    gloo_pass=${gloo_pass/-n 500 -w 50/-n 50 -w 5}
+    gloo_pass=${pass/-n 2000 -w 2000/-n 200 -w 20}
+    gloo_pass=${gloo_pass/-n 500 -w 500/-n 50 -w 5}
     echo "=== round $round/$rounds: $pass ==="
     run_tern "$pass" "$round"
     run_mpi "$pass" "$round"
@@ -122,14 +129,15 @@ def ratio(a, b, size, k, inverse=False):
     vals = [(rb[r][k] / ra[r][k]) if inverse else (ra[r][k] / rb[r][k]) for r in ra if r in rb and rb[r][k] > 0 and ra[r][k] > 0]
     return statistics.median(vals) if vals else float("nan")
 tern, dev, mpi, gloo = ("tern", "out"), ("tern-device", "out"), ("mpi", "out"), ("gloo", "in")
+enq = ("tern-enqueue", "out")  # the host's enqueuing alone, per operation
 def human(n):
     for unit, f in (("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= f: return f"{n // f} {unit}"
     return f"{n} B"
-lines = ["| size | tern time (us) | tern busbw (GB/s) | tern device time (us) | Open MPI time (us) | Open MPI busbw (GB/s) | gloo time (us) | gloo busbw (GB/s) | tern/MPI busbw | tern/gloo busbw | tern device/MPI busbw |",
-         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+lines = ["| size | tern time (us) | tern busbw (GB/s) | tern device time (us) | tern enqueue (us) | Open MPI time (us) | Open MPI busbw (GB/s) | gloo time (us) | gloo busbw (GB/s) | tern/MPI busbw | tern/gloo busbw | tern device/MPI busbw |",
+         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
 for s in sizes:
-    lines.append(f"| {human(s)} | {med(*tern, s, 0):.2f} | {med(*tern, s, 1):.2f} | {med(*dev, s, 0):.2f} | {med(*mpi, s, 0):.2f} | {med(*mpi, s, 1):.2f} | "
+    lines.append(f"| {human(s)} | {med(*tern, s, 0):.2f} | {med(*tern, s, 1):.2f} | {med(*dev, s, 0):.2f} | {med(*enq, s, 0):.2f} | {med(*mpi, s, 0):.2f} | {med(*mpi, s, 1):.2f} | "
                  f"{med(*gloo, s, 0):.2f} | {med(*gloo, s, 1):.3f} | {ratio(tern, mpi, s, 1):.2f} | {ratio(tern, gloo, s, 1):.2f} | {ratio(dev, mpi, s, 1):.2f} |")
 table = "\n".join(lines)
 print(table)
@@ -149,3 +157,6 @@ if 8 in sizes:
 print("\n".join(verdicts))
 open(sys.argv[2], "w").write(table + "\n\n" + "\n".join(verdicts) + "\n")
 EOF
+finished=$(when)
+echo "Run: started $started; finished $finished; $rounds round(s)$([ "$quick" -eq 1 ] && echo ", --quick")." \
+  | tee -a "$out/table.md"

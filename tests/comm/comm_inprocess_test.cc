@@ -238,6 +238,10 @@ TEST_F(CommInProcessTest, ArgumentErrors) {
   check("too large",
         tern_comm_all_reduce(comm, small, 0, small, 0, 17, TERN_DTYPE_F32, TERN_COMM_SUM, queue),
         TERN_ERROR_OUT_OF_RANGE, "does not fit");
+  check("count overflows",
+        tern_comm_all_reduce(comm, small, 0, small, 0, UINT64_MAX / 2, TERN_DTYPE_F32,
+                             TERN_COMM_SUM, queue),
+        TERN_ERROR_INVALID_ARGUMENT, "is too large");
   check("other device",
         tern_comm_all_reduce(comm, other_device, 0, other_device, 0, 4, TERN_DTYPE_F32,
                              TERN_COMM_SUM, queue),
