@@ -20,7 +20,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -61,17 +60,17 @@ enum class CommandKind : uint8_t {
   kWait,          // block until details->wait_timeline reaches wait_value
   kTimestamp,     // store the device clock (ns) into *timestamp_out
   kExecute,       // run details->program->functions[function] on the bound segments
-  // Runs host_task(host_user_data, nullptr), or else details->host_task(), on
-  // the queue's thread, in order; its status is the command's (a failure
-  // halts the queue like any failed command). For work the host does on the
-  // device's behalf, such as a collective's transfers. On a queue halted by
-  // an earlier failure it is skipped, not run.
+  // Runs host_task(host_user_data, nullptr) on the queue's thread, in order;
+  // its status is the command's (a failure halts the queue like any failed
+  // command). For work the host does on the device's behalf, such as a
+  // collective's transfers. On a queue halted by an earlier failure it is
+  // skipped, not run.
   kHostTask,
 };
 
 const char* CommandKindName(CommandKind kind);
 
-// The parts of a command that only waits, executions and host tasks need,
+// The parts of a command that only waits and executions need,
 // kept out of line so that the common commands (copies, fills, event records,
 // callbacks) fit in two cache lines: a queue's engine reads each command from
 // the submitting thread's cache, one line at a time.
@@ -80,9 +79,6 @@ struct CommandDetails {
   std::shared_ptr<const Timeline> wait_timeline;
   std::string wait_description;
   uint64_t wait_value = 0;
-  // kHostTask: the work, and what it is called in errors and traces.
-  std::function<Status()> host_task;
-  std::string host_task_name;
   // kExecute: the program and where each segment starts. Constants are host
   // memory (a file mapping) or device memory; scratch is device memory.
   std::shared_ptr<const Program> program;
@@ -99,7 +95,7 @@ struct Command {
   // the engine touches the second line only for commands that use its fields.
   CommandKind kind = CommandKind::kNop;
   uint32_t pattern = 0;
-  std::unique_ptr<CommandDetails> details;  // kWait, kExecute, kHostTask
+  std::unique_ptr<CommandDetails> details;  // kWait, kExecute
   std::shared_ptr<void> keep_alive;         // released when the command completes
   MemoryRef dst;
   MemoryRef src;
@@ -107,9 +103,9 @@ struct Command {
   void (*host_function)(void* user_data, tern_status_t status) = nullptr;
   void* host_user_data = nullptr;
   std::atomic<uint64_t>* timestamp_out = nullptr;
-  // kHostTask without details (no allocation: collectives enqueue one per
-  // operation): with `name` NULL runs the task; with `name` set stores the
-  // task's name for errors and traces instead, and runs nothing.
+  // kHostTask, in the command itself (no allocation: collectives enqueue one
+  // per operation): with `name` NULL runs the task; with `name` set stores
+  // the task's name for errors and traces instead, and runs nothing.
   Status (*host_task)(void* user_data, std::string* name) = nullptr;
 
   // The details, created on first use.

@@ -80,11 +80,7 @@ namespace {
 // What a host task is called in errors and traces; empty if it has no name.
 std::string HostTaskName(const Command& command) {
   std::string name;
-  if (command.host_task != nullptr) {
-    (void)command.host_task(command.host_user_data, &name);
-  } else if (command.details) {
-    name = command.details->host_task_name;
-  }
+  if (command.host_task != nullptr) (void)command.host_task(command.host_user_data, &name);
   return name;
 }
 
@@ -132,12 +128,8 @@ Status SimQueue::Execute(uint64_t sequence, Command& command) {
     }
   } else {
     status = device_->Run(core_, command, &error_class, trace_track_);
-    if (status.ok() && command.kind == CommandKind::kHostTask) {
-      if (command.host_task != nullptr) {
-        status = command.host_task(command.host_user_data, nullptr);
-      } else if (command.details && command.details->host_task) {
-        status = command.details->host_task();
-      }
+    if (status.ok() && command.kind == CommandKind::kHostTask && command.host_task != nullptr) {
+      status = command.host_task(command.host_user_data, nullptr);
     }
     // A callback always runs, even when its own command failed, so that the
     // caller can release what it holds.
