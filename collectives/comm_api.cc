@@ -127,43 +127,14 @@ struct TicketAllocator {
   }
 };
 
-// The command's name ("all_reduce sum fp32 count=1024 comm 0x.. rank 1"):
-// loops enqueue the same operation over and over, so the last name made on
-// this thread is reused when it fits.
-const std::string& CommandName(const Communicator& comm, const OpDesc& op) {
-  struct Cache {
-    const Communicator* comm = nullptr;
-    OpKind kind;
-    tern_dtype_t dtype;
-    tern_comm_redop_t redop;
-    uint64_t count;
-    uint32_t root;
-    size_t group;
-    std::string name;
-  };
-  thread_local Cache cache;
-  if (cache.comm != &comm || cache.kind != op.kind || cache.dtype != op.dtype ||
-      cache.redop != op.redop || cache.count != op.count || cache.root != op.root ||
-      cache.group != op.group.size()) {
-    cache.comm = &comm;
-    cache.kind = op.kind;
-    cache.dtype = op.dtype;
-    cache.redop = op.redop;
-    cache.count = op.count;
-    cache.root = op.root;
-    cache.group = op.group.size();
-    cache.name = fmt::format("{} comm {} rank {}", Describe(op), comm.label(), comm.rank());
-  }
-  return cache.name;
-}
-
 // The queue task of an operation: runs it, or names it (see
 // driver::Command::host_task). `user_data` is the Ticket, which the command's
 // keep_alive holds until the command completes.
 Status RunTicket(void* user_data, std::string* name) {
   Ticket* t = static_cast<Ticket*>(user_data);
   if (name != nullptr) {
-    *name = CommandName(*t->comm, t->op);
+    // "all_reduce sum fp32 count=1024 comm 0x.. rank 1"
+    *name = fmt::format("{} comm {} rank {}", Describe(t->op), t->comm->label(), t->comm->rank());
     return OkStatus();
   }
   t->ran = true;
@@ -215,16 +186,13 @@ thread_local bool t_in_group __attribute__((tls_model("initial-exec"))) = false;
 struct Prepared {
   Runtime* rt = nullptr;
   std::shared_ptr<Communicator> comm;
-  // Uncounted, as the queue calls resolve it: the queue API forbids destroying
-  // a queue while another thread uses it (see tern_queue_destroy).
-  QueueObject* queue = nullptr;
+  QueueObject* queue = nullptr;  // uncounted, as the queue calls resolve it (PeekQueue)
 };
 
 Status Prepare(tern_comm_t comm, tern_queue_t queue, Prepared* out) {
   TERN_RETURN_IF_ERROR(GetRuntime(&out->rt));
   TERN_RETURN_IF_ERROR(LookupComm(out->rt, comm, &out->comm));
-  out->queue = out->rt->queue_table.Peek(reinterpret_cast<uint64_t>(queue));
-  if (out->queue == nullptr) return LookupQueueFailure("queue");
+  TERN_RETURN_IF_ERROR(PeekQueue(out->rt, queue, "queue", &out->queue));
   if (out->queue->core != out->comm->core()) {
     return MakeStatus(
         TERN_ERROR_INVALID_ARGUMENT,

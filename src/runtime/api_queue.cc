@@ -6,14 +6,9 @@
 namespace tern {
 namespace {
 
-// Resolves a queue handle without counting a reference: the queue API forbids
-// destroying a queue while another thread uses it (see tern_queue_destroy),
-// and this lookup is on every submission and wait.
 Status GetQueue(tern_queue_t queue, Runtime** rt, QueueObject** out) {
   TERN_RETURN_IF_ERROR(GetRuntime(rt));
-  *out = (*rt)->queue_table.Peek(reinterpret_cast<uint64_t>(queue));
-  if (*out == nullptr) return LookupQueueFailure("queue");
-  return OkStatus();
+  return PeekQueue(*rt, queue, "queue", out);
 }
 
 Status Submit(QueueObject& queue, driver::Command command, uint64_t* out_sequence) {

@@ -198,39 +198,39 @@ Status LookupDevice(Runtime* rt, tern_device_t handle, const char* arg, DeviceOb
   return OkStatus();
 }
 
+namespace {
+
+// The error of a lookup that found nothing: `what` is the kind of handle,
+// `hint` how to get one.
+Status NotALiveHandle(const char* arg, const char* what, const char* hint) {
+  return MakeStatus(TERN_ERROR_INVALID_HANDLE,
+                    "{} is not a live {} handle (NULL, already destroyed, or another kind of "
+                    "handle); {}",
+                    arg, what, hint);
+}
+
+}  // namespace
+
 #define TERN_DEFINE_LOOKUP(Name, HandleType, Object, table, what, hint) \
   Status Lookup##Name(Runtime* rt, HandleType handle, const char* arg,  \
                       std::shared_ptr<Object>* out) {                   \
     *out = rt->table.Lookup(reinterpret_cast<uint64_t>(handle));        \
-    if (!*out) {                                                        \
-      return MakeStatus(TERN_ERROR_INVALID_HANDLE,                      \
-                        "{} is not a live " what                        \
-                        " handle (NULL, already destroyed, or another " \
-                        "kind of handle); " hint,                       \
-                        arg);                                           \
-    }                                                                   \
-    return OkStatus();                                                  \
+    return *out ? OkStatus() : NotALiveHandle(arg, what, hint);         \
   }
 
 TERN_DEFINE_LOOKUP(Core, tern_core_t, CoreObject, core_table, "core",
                    "open one with tern_core_open()")
 TERN_DEFINE_LOOKUP(Buffer, tern_buffer_t, BufferObject, buffer_table, "buffer",
                    "allocate one with tern_buffer_alloc()")
+TERN_DEFINE_LOOKUP(Queue, tern_queue_t, QueueObject, queue_table, "queue",
+                   "create one with tern_queue_create()")
 TERN_DEFINE_LOOKUP(Event, tern_event_t, EventObject, event_table, "event",
                    "create one with tern_event_create()")
 #undef TERN_DEFINE_LOOKUP
 
-Status LookupQueueFailure(const char* arg) {
-  return MakeStatus(TERN_ERROR_INVALID_HANDLE,
-                    "{} is not a live queue handle (NULL, already destroyed, or another kind of "
-                    "handle); create one with tern_queue_create()",
-                    arg);
-}
-
-Status LookupQueue(Runtime* rt, tern_queue_t handle, const char* arg,
-                   std::shared_ptr<QueueObject>* out) {
-  *out = rt->queue_table.Lookup(reinterpret_cast<uint64_t>(handle));
-  return *out ? OkStatus() : LookupQueueFailure(arg);
+Status PeekQueue(Runtime* rt, tern_queue_t handle, const char* arg, QueueObject** out) {
+  *out = rt->queue_table.Peek(reinterpret_cast<uint64_t>(handle));
+  return *out ? OkStatus() : NotALiveHandle(arg, "queue", "create one with tern_queue_create()");
 }
 
 Status CheckBufferRange(const BufferObject& buffer, uint64_t offset, uint64_t size,

@@ -111,8 +111,10 @@ Status LookupBuffer(Runtime* rt, tern_buffer_t handle, const char* arg,
                     std::shared_ptr<BufferObject>* out);
 Status LookupQueue(Runtime* rt, tern_queue_t handle, const char* arg,
                    std::shared_ptr<QueueObject>* out);
-// The error LookupQueue returns, for lookups that resolve handles otherwise.
-Status LookupQueueFailure(const char* arg);
+// Like LookupQueue, without a reference or a lock: the queue calls, whose
+// contract forbids destroying the queue while another thread uses it (see
+// tern_queue_destroy), and which run on every submission and wait.
+Status PeekQueue(Runtime* rt, tern_queue_t handle, const char* arg, QueueObject** out);
 Status LookupEvent(Runtime* rt, tern_event_t handle, const char* arg,
                    std::shared_ptr<EventObject>* out);
 
