@@ -25,9 +25,9 @@ uint32_t NextHandleGeneration() {
 
 Status HandleTableFull(const char* what) {
   return MakeStatus(TERN_ERROR_HOST_OUT_OF_MEMORY,
-                    "this process already holds the most live {} tern can track (16777216); free "
+                    "this process already holds the most live {} tern can track ({}); free "
                     "some: so many live at once usually means they are leaked",
-                    what);
+                    what, kMaxLiveHandles);
 }
 
 Status CheckStructSize(uint32_t struct_size, size_t minimum, const char* type) {

@@ -25,6 +25,10 @@ enum class HandleKind : uint8_t {
   kComm = 7,
 };
 
+// The most live objects of one kind a table holds (a handle's slot field is
+// 32 bits; this bound keeps the chunk directory small).
+inline constexpr uint32_t kMaxLiveHandles = 1u << 24;
+
 // Next generation for any handle of any table in this process.
 uint32_t NextHandleGeneration();
 
@@ -46,7 +50,7 @@ class HandleTable {
   }
 
   // Returns the new handle, or 0 when the table holds the most live objects
-  // it can (kChunkCount * kChunkSlots, 16M). Tables of objects that are
+  // it can (kMaxLiveHandles). Tables of objects that are
   // bounded far below that (devices, cores, queues with a thread each,
   // communicators) do not check.
   uint64_t Insert(std::shared_ptr<T> object) {
@@ -56,7 +60,7 @@ class HandleTable {
       index = free_.back();
       free_.pop_back();
     } else {
-      if (used_ == kChunkCount * kChunkSlots) return 0;
+      if (used_ == kMaxLiveHandles) return 0;
       index = used_++;
       std::atomic<Slot*>& chunk = chunks_[index / kChunkSlots];
       if (chunk.load(std::memory_order_relaxed) == nullptr) {
@@ -91,7 +95,7 @@ class HandleTable {
   T* Peek(uint64_t handle) const {
     uint32_t index, generation;
     if (!Decode(handle, &index, &generation)) return nullptr;
-    if (index >= kChunkCount * kChunkSlots) return nullptr;
+    if (index >= kMaxLiveHandles) return nullptr;
     const Slot* chunk = chunks_[index / kChunkSlots].load(std::memory_order_acquire);
     if (chunk == nullptr) return nullptr;
     const Slot& slot = chunk[index % kChunkSlots];
@@ -142,7 +146,7 @@ class HandleTable {
  private:
   static constexpr uint32_t kDeadGeneration = 0xffffffffu;  // never produced by Insert
   static constexpr uint32_t kChunkSlots = 1024;
-  static constexpr uint32_t kChunkCount = 16384;  // 16M live objects per kind
+  static constexpr uint32_t kChunkCount = kMaxLiveHandles / kChunkSlots;
   struct Slot {
     std::atomic<uint32_t> generation{kDeadGeneration};
     std::atomic<T*> raw{nullptr};  // object.get(), readable without the lock
