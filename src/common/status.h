@@ -18,17 +18,8 @@ class [[nodiscard]] Status {
   Status() = default;
   Status(tern_status_t code, std::string message)
       : code_(code),
-        message_(message.empty() ? nullptr : std::make_unique<std::string>(std::move(message))) {}
-  Status(const Status& other) : code_(other.code_), message_(CopyMessage(other)) {}
-  Status& operator=(const Status& other) {
-    if (this != &other) {
-      code_ = other.code_;
-      message_ = CopyMessage(other);
-    }
-    return *this;
-  }
-  Status(Status&&) noexcept = default;
-  Status& operator=(Status&&) noexcept = default;
+        message_(message.empty() ? nullptr
+                                 : std::make_shared<const std::string>(std::move(message))) {}
 
   bool ok() const { return code_ == TERN_OK; }
   tern_status_t code() const { return code_; }
@@ -41,15 +32,13 @@ class [[nodiscard]] Status {
   }
 
  private:
-  static std::unique_ptr<std::string> CopyMessage(const Status& other) {
-    return other.message_ ? std::make_unique<std::string>(*other.message_) : nullptr;
-  }
   static const std::string& EmptyMessage();
 
   tern_status_t code_ = TERN_OK;
-  // Out of line, so that an OK status (on every call's path) is two words
-  // and costs nothing to make, move or drop.
-  std::unique_ptr<std::string> message_;
+  // Out of line and shared (a message never changes), so that an OK status
+  // (on every call's path) is three words and costs nothing to make, copy,
+  // move or drop.
+  std::shared_ptr<const std::string> message_;
 };
 
 inline Status OkStatus() { return Status(); }
