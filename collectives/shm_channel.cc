@@ -71,6 +71,8 @@ ShmChannel::Slot* SlotAt(ShmChannel::Ring* ring, uint32_t slot_bytes, uint32_t s
   return reinterpret_cast<ShmChannel::Slot*>(base + (position % slots) * slot_bytes);
 }
 uint8_t* Payload(ShmChannel::Slot* slot) { return reinterpret_cast<uint8_t*>(slot) + kSlotHeader; }
+// The bytes of a message one slot carries (whole 8-byte words).
+uint64_t PayloadCapacity(uint32_t slot_bytes) { return (slot_bytes - kSlotHeader) & ~uint64_t{7}; }
 
 size_t RingBytes(uint32_t slots, uint32_t slot_bytes) {
   return sizeof(ShmChannel::Ring) + static_cast<size_t>(slots) * slot_bytes;
@@ -223,7 +225,7 @@ void ShmChannel::WriteSlot(Outgoing& out, uint64_t tag, uint64_t message_bytes, 
 
 bool ShmChannel::PushOutgoing(Outgoing& out) {
   bool progressed = false;
-  const uint64_t payload_capacity = (slot_bytes_ - kSlotHeader) & ~uint64_t{7};
+  const uint64_t payload_capacity = PayloadCapacity(slot_bytes_);
   while (!out.queue.empty()) {
     if (out.position - out.tail >= slots_) {
       out.tail = out.ring->tail.load(std::memory_order_acquire);
@@ -342,8 +344,7 @@ bool ShmChannel::SendNow(uint32_t peer, uint64_t tag, const void* data, size_t b
   std::lock_guard<SpinLock> lock(mutex_);
   Outgoing& out = out_[peer];
   // Behind queued messages it would only wait its turn: let PostSend queue it.
-  if (shut_ || out.ring == nullptr || !out.queue.empty() ||
-      bytes > ((slot_bytes_ - kSlotHeader) & ~uint64_t{7})) {
+  if (shut_ || out.ring == nullptr || !out.queue.empty() || bytes > PayloadCapacity(slot_bytes_)) {
     return false;
   }
   if (out.position - out.tail >= slots_) {
