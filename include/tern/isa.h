@@ -13,6 +13,8 @@
 
 #include <stdint.h>
 
+#include "tern/export.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -29,6 +31,16 @@ typedef enum tern_dtype_t {
   TERN_DTYPE_BOOL = 6, /* one byte, 0 or 1 */
   TERN_DTYPE_COUNT = 7
 } tern_dtype_t;
+
+/* Bytes of one element of `dtype` (TERN_DTYPE_BOOL: 1), or 0 for a value this
+ * version does not know.
+ * Thread-safety: safe from any thread; callable before tern_init(). */
+TERN_API uint64_t tern_dtype_size(tern_dtype_t dtype);
+
+/* The short name of `dtype` ("f32", "bf16", "f16", "i8", "i32", "i64",
+ * "bool"), or "unknown" for a value this version does not know. Never NULL.
+ * Thread-safety: safe from any thread; callable before tern_init(). */
+TERN_API const char* tern_dtype_name(tern_dtype_t dtype);
 
 typedef enum tern_segment_t {
   TERN_SEGMENT_INPUT = 0,    /* input `index` of the function */

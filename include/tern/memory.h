@@ -35,6 +35,12 @@ typedef struct tern_buffer_params_t {
   tern_memory_category_t category; /* IN: what the memory is for */
 } tern_buffer_params_t;
 
+/* The name of `category` as the tools print it ("tensors", "constants",
+ * "code", "scratch", "collectives", "runtime"), or "unknown" for a value this
+ * version does not know. Never NULL.
+ * Thread-safety: safe from any thread; callable before tern_init(). */
+TERN_API const char* tern_memory_category_name(tern_memory_category_t category);
+
 /* Allocates device memory on `device` and stores the handle in `*out_buffer`
  * (set to NULL on entry). The contents are unspecified.
  * Thread-safety: safe from any thread. */

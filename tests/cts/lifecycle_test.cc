@@ -71,6 +71,49 @@ TEST(LifecycleApi, StatusStringOfUnknownCodes) {
   }
 }
 
+TEST(LifecycleApi, DtypeSizesAndNames) {
+  // Callable before tern_init(), like the status strings.
+  struct Expected {
+    tern_dtype_t dtype;
+    uint64_t size;
+    const char* name;
+  };
+  const Expected every_dtype[] = {
+      {TERN_DTYPE_F32, 4, "f32"},   {TERN_DTYPE_BF16, 2, "bf16"}, {TERN_DTYPE_F16, 2, "f16"},
+      {TERN_DTYPE_I8, 1, "i8"},     {TERN_DTYPE_I32, 4, "i32"},   {TERN_DTYPE_I64, 8, "i64"},
+      {TERN_DTYPE_BOOL, 1, "bool"},
+  };
+  static_assert(sizeof(every_dtype) / sizeof(every_dtype[0]) == TERN_DTYPE_COUNT,
+                "a dtype was added: list it here");
+  for (const Expected& e : every_dtype) {
+    SCOPED_TRACE(e.name);
+    EXPECT_EQ(e.size, tern_dtype_size(e.dtype));
+    EXPECT_STREQ(e.name, tern_dtype_name(e.dtype));
+  }
+  for (int value : {-1, static_cast<int>(TERN_DTYPE_COUNT), 255, INT32_MAX}) {
+    SCOPED_TRACE(value);
+    tern_dtype_t unknown;
+    std::memcpy(&unknown, &value, sizeof(unknown));  // what a C caller can pass
+    EXPECT_EQ(0u, tern_dtype_size(unknown));
+    EXPECT_STREQ("unknown", tern_dtype_name(unknown));
+  }
+}
+
+TEST(LifecycleApi, MemoryCategoryNames) {
+  const char* const expected[] = {"tensors", "constants",   "code",
+                                  "scratch", "collectives", "runtime"};
+  static_assert(sizeof(expected) / sizeof(expected[0]) == TERN_MEMORY_CATEGORY_COUNT,
+                "a category was added: list it here");
+  for (int i = 0; i < TERN_MEMORY_CATEGORY_COUNT; ++i) {
+    EXPECT_STREQ(expected[i], tern_memory_category_name(static_cast<tern_memory_category_t>(i)));
+  }
+  for (int value : {-1, static_cast<int>(TERN_MEMORY_CATEGORY_COUNT), INT32_MAX}) {
+    tern_memory_category_t unknown;
+    std::memcpy(&unknown, &value, sizeof(unknown));
+    EXPECT_STREQ("unknown", tern_memory_category_name(unknown));
+  }
+}
+
 TEST(LifecycleApi, VersionMatchesHeaderMacros) {
   tern_version_t version;
   std::memset(&version, 0xab, sizeof(version));
