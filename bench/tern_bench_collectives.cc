@@ -97,21 +97,6 @@ uint64_t ParseBytes(const char* text) {
   return static_cast<uint64_t>(value);
 }
 
-size_t DtypeSize(tern_dtype_t d) {
-  switch (d) {
-    case TERN_DTYPE_F32:
-    case TERN_DTYPE_I32:
-      return 4;
-    case TERN_DTYPE_BF16:
-    case TERN_DTYPE_F16:
-      return 2;
-    case TERN_DTYPE_I8:
-      return 1;
-    default:
-      return 8;
-  }
-}
-
 const char* DtypeName(tern_dtype_t d) {
   switch (d) {
     case TERN_DTYPE_F32:
@@ -329,7 +314,7 @@ double BusFactor(const std::string& c, uint32_t n) {
 }
 
 tern_status_t Enqueue(const Options& o, Rank& r, bool in_place, uint64_t arg) {
-  const size_t es = DtypeSize(o.dtype);
+  const size_t es = tern_dtype_size(o.dtype);
   tern_buffer_t send = in_place ? r.recv : r.send;
   uint64_t send_off = 0, recv_off = 0;
   if (in_place && o.kind == Collective::kAllGather) send_off = r.rank * arg * es;
@@ -371,7 +356,7 @@ int64_t AcrossRanks(Rank& r, int64_t value, tern_comm_redop_t op) {
 // Fills the inputs, runs once, counts wrong elements of this rank.
 int64_t CheckOnce(const Options& o, Rank& r, bool in_place, uint64_t arg, uint64_t send_elems,
                   uint64_t recv_elems) {
-  const size_t es = DtypeSize(o.dtype);
+  const size_t es = tern_dtype_size(o.dtype);
   const uint32_t n = r.size;
   const std::string& c = o.collective;
   std::vector<uint8_t> input(send_elems * es);
@@ -505,7 +490,7 @@ Result Measure(const Options& o, Rank& r, bool in_place, uint64_t arg, uint64_t 
 }
 
 void RunRank(const Options& o, Rank& r) {
-  const size_t es = DtypeSize(o.dtype);
+  const size_t es = tern_dtype_size(o.dtype);
   const uint32_t n = r.size;
   const std::string& c = o.collective;
   uint64_t max_send = 0, max_recv = 0, arg = 0;

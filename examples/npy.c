@@ -13,45 +13,6 @@
 
 static const unsigned char kMagic[6] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
 
-size_t npy_dtype_size(tern_dtype_t dtype) {
-  switch (dtype) {
-    case TERN_DTYPE_F32:
-    case TERN_DTYPE_I32:
-      return 4;
-    case TERN_DTYPE_BF16:
-    case TERN_DTYPE_F16:
-      return 2;
-    case TERN_DTYPE_I8:
-    case TERN_DTYPE_BOOL:
-      return 1;
-    case TERN_DTYPE_I64:
-      return 8;
-    default:
-      return 0;
-  }
-}
-
-const char* npy_dtype_name(tern_dtype_t dtype) {
-  switch (dtype) {
-    case TERN_DTYPE_F32:
-      return "f32";
-    case TERN_DTYPE_BF16:
-      return "bf16";
-    case TERN_DTYPE_F16:
-      return "f16";
-    case TERN_DTYPE_I8:
-      return "i8";
-    case TERN_DTYPE_I32:
-      return "i32";
-    case TERN_DTYPE_I64:
-      return "i64";
-    case TERN_DTYPE_BOOL:
-      return "bool";
-    default:
-      return "unknown";
-  }
-}
-
 /* The NumPy type string of a dtype, NULL when NumPy has none. */
 static const char* descr_of(tern_dtype_t dtype) {
   switch (dtype) {
@@ -351,7 +312,7 @@ int npy_read(const char* path, npy_array* out, char* error, size_t error_size) {
   }
   if (!parse_header(header, header_length, out, why, sizeof(why))) goto out;
 
-  element = npy_dtype_size(out->dtype);
+  element = (size_t)tern_dtype_size(out->dtype);
   out->count = 1;
   for (i = 0; i < out->rank; ++i) {
     if (out->shape[i] != 0 && out->count > UINT64_MAX / (uint64_t)out->shape[i]) {
@@ -375,7 +336,7 @@ int npy_read(const char* path, npy_array* out, char* error, size_t error_size) {
     char shape[160];
     npy_format_shape(out->rank, out->shape, shape, sizeof(shape));
     set_error(why, sizeof(why), "shape %s of %s needs %llu bytes of data but the file has %llu%s",
-              shape, npy_dtype_name(out->dtype), (unsigned long long)data_bytes,
+              shape, tern_dtype_name(out->dtype), (unsigned long long)data_bytes,
               (unsigned long long)available,
               available < data_bytes ? " (truncated: copy or save it again)"
                                      : " (extra bytes after the array: one array per file)");
@@ -435,7 +396,7 @@ int npy_write(const char* path, tern_dtype_t dtype, uint32_t rank, const int64_t
 
   if (descr == NULL) {
     set_error(error, error_size, "%s: NumPy has no %s dtype; convert the tensor to f32 first", path,
-              npy_dtype_name(dtype));
+              tern_dtype_name(dtype));
     return 0;
   }
   if (rank > TERN_MAX_RANK) {
@@ -443,7 +404,7 @@ int npy_write(const char* path, tern_dtype_t dtype, uint32_t rank, const int64_t
     return 0;
   }
   for (i = 0; i < rank; ++i) count *= (uint64_t)shape[i];
-  bytes = count * npy_dtype_size(dtype);
+  bytes = count * (size_t)tern_dtype_size(dtype);
   npy_format_shape(rank, shape, shape_text, sizeof(shape_text));
   length =
       (size_t)snprintf(header, sizeof(header),

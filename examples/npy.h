@@ -45,11 +45,6 @@ int npy_write(const char* path, tern_dtype_t dtype, uint32_t rank, const int64_t
 /* Frees the data of `array` and empties it; safe on an empty array. */
 void npy_free(npy_array* array);
 
-/* Bytes per element of a tern dtype (0 for an unknown one), and its name as
- * the examples print it ("f32"). */
-size_t npy_dtype_size(tern_dtype_t dtype);
-const char* npy_dtype_name(tern_dtype_t dtype);
-
 /* Formats a shape as NumPy prints it: "(8, 64)", "(5,)", "()". */
 void npy_format_shape(uint32_t rank, const int64_t* shape, char* text, size_t text_size);
 

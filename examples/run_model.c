@@ -140,7 +140,7 @@ static int assign_files(const file_arg* files, int file_count, slot* slots, uint
 
 /* "f32 [16, 256]" */
 static void describe(const tern_tensor_info_t* info, char* text, size_t size) {
-  size_t used = (size_t)snprintf(text, size, "%s [", npy_dtype_name(info->dtype));
+  size_t used = (size_t)snprintf(text, size, "%s [", tern_dtype_name(info->dtype));
   uint32_t i;
   for (i = 0; i < info->rank && used < size; ++i) {
     used += (size_t)snprintf(text + used, size - used, "%s%lld", i ? ", " : "",
@@ -189,7 +189,7 @@ static int load_input(tern_device_t device, slot* input, uint32_t index, const c
     fprintf(stderr,
             "run_model: %s holds %s data, but input %u '%s' of function '%s' is %s; save the "
             "array with that dtype\n",
-            input->path, npy_dtype_name(array.dtype), index, input->info.name, function, expected);
+            input->path, tern_dtype_name(array.dtype), index, input->info.name, function, expected);
     goto out;
   }
   if (!shape_ok) {
@@ -582,7 +582,7 @@ int main(int argc, char** argv) {
         goto out;
       }
       npy_format_shape(outputs[i].info.rank, outputs[i].info.shape, shape, sizeof(shape));
-      printf("wrote output '%s' %s %s to %s\n", outputs[i].info.name, npy_dtype_name(dtype), shape,
+      printf("wrote output '%s' %s %s to %s\n", outputs[i].info.name, tern_dtype_name(dtype), shape,
              path);
     }
     free(data);

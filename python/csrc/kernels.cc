@@ -129,20 +129,7 @@ std::optional<tern_dtype_t> ToTernDtype(at::ScalarType type) {
   }
 }
 
-int64_t DtypeSize(tern_dtype_t dtype) {
-  switch (dtype) {
-    case TERN_DTYPE_F32:
-    case TERN_DTYPE_I32:
-      return 4;
-    case TERN_DTYPE_BF16:
-    case TERN_DTYPE_F16:
-      return 2;
-    case TERN_DTYPE_I64:
-      return 8;
-    default:
-      return 1;
-  }
-}
+int64_t DtypeSize(tern_dtype_t dtype) { return static_cast<int64_t>(tern_dtype_size(dtype)); }
 
 // ---- Operand views ----------------------------------------------------------
 

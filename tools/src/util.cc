@@ -25,22 +25,11 @@ void Check(const char* call, tern_status_t status) {
 }
 
 std::string CategoryName(uint32_t category) {
-  switch (category) {
-    case TERN_MEMORY_TENSORS:
-      return "tensors";
-    case TERN_MEMORY_CONSTANTS:
-      return "constants";
-    case TERN_MEMORY_CODE:
-      return "code";
-    case TERN_MEMORY_SCRATCH:
-      return "scratch";
-    case TERN_MEMORY_COLLECTIVES:
-      return "collectives";
-    case TERN_MEMORY_RUNTIME:
-      return "runtime";
-    default:
-      return fmt::format("category_{}", category);
+  // A newer runtime may account categories this tool does not know.
+  if (category < TERN_MEMORY_CATEGORY_COUNT) {
+    return tern_memory_category_name(static_cast<tern_memory_category_t>(category));
   }
+  return fmt::format("category_{}", category);
 }
 
 std::string ErrorClassName(uint32_t error_class) {
