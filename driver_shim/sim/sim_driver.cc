@@ -136,13 +136,13 @@ Status SimDevice::Init() {
   // boundaries, often right next to this one, and a copy between two
   // addresses a large power of two apart (2^28, 2^30) ran 10-20% slower on
   // the development VM than one 17 pages further apart (rep movsb and glibc
-  // memcpy alike; H2D and D2H at 1-4 MiB measured 0.78-0.86x memcpy in the
+  // memcpy alike; H2D and D2H at 1-4 MiB measured 0.77-0.86x memcpy in the
   // runtime benchmark whenever the pinned buffers landed so). 17 pages past
-  // the boundary, no such distance arises; buffers keep their 4 KiB
-  // alignment here, which is all the engines need.
-  constexpr uint64_t kEngineViewSkew = 17 * 4096;
+  // the boundary, no such distance arises; buffers keep page alignment
+  // here, which is all the engines need.
+  const uint64_t engine_view_skew = 17 * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
   engine_view_ = static_cast<uint8_t*>(MapAligned(
-      memfd_, info_.memory_bytes, alignment, kEngineViewSkew, PROT_READ | PROT_WRITE, &status));
+      memfd_, info_.memory_bytes, alignment, engine_view_skew, PROT_READ | PROT_WRITE, &status));
   if (engine_view_ == nullptr) return status;
   return OkStatus();
 }
