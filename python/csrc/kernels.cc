@@ -129,7 +129,11 @@ std::optional<tern_dtype_t> ToTernDtype(at::ScalarType type) {
   }
 }
 
-int64_t DtypeSize(tern_dtype_t dtype) { return static_cast<int64_t>(tern_dtype_size(dtype)); }
+int64_t DtypeSize(tern_dtype_t dtype) {
+  const uint64_t size = tern_dtype_size(dtype);
+  TORCH_CHECK(size > 0, "kernels: dtype ", static_cast<int>(dtype), " is unknown to libtern");
+  return static_cast<int64_t>(size);
+}
 
 // ---- Operand views ----------------------------------------------------------
 

@@ -25,10 +25,9 @@ void Check(const char* call, tern_status_t status) {
 }
 
 std::string CategoryName(uint32_t category) {
-  // A newer runtime may account categories this tool does not know.
-  if (category < TERN_MEMORY_CATEGORY_COUNT) {
-    return tern_memory_category_name(static_cast<tern_memory_category_t>(category));
-  }
+  // The library's name; a category it does not know still gets a stable one.
+  const char* name = tern_memory_category_name(static_cast<tern_memory_category_t>(category));
+  if (std::string_view(name) != "unknown") return name;
   return fmt::format("category_{}", category);
 }
 
