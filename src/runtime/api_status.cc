@@ -120,24 +120,14 @@ TERN_API const char* tern_status_string(tern_status_t status) {
 
 TERN_API const char* tern_last_error_message(void) { return tern::t_last_error.c_str(); }
 
-// The enum arguments may hold any int a C caller passed: range-check the
-// integer before it is used as the enum.
-TERN_API uint64_t tern_dtype_size(tern_dtype_t dtype) {
-  const int32_t value = static_cast<int32_t>(dtype);
-  if (value < 0 || value >= TERN_DTYPE_COUNT) return 0;
-  return tern::isa::DTypeSize(static_cast<tern_dtype_t>(value));
-}
+// A C caller may pass any int as the enum: the tables answer 0 or "unknown"
+// for a value they do not list.
+TERN_API uint64_t tern_dtype_size(tern_dtype_t dtype) { return tern::isa::DTypeSize(dtype); }
 
-TERN_API const char* tern_dtype_name(tern_dtype_t dtype) {
-  const int32_t value = static_cast<int32_t>(dtype);
-  if (value < 0 || value >= TERN_DTYPE_COUNT) return "unknown";
-  return tern::isa::DTypeName(static_cast<tern_dtype_t>(value));
-}
+TERN_API const char* tern_dtype_name(tern_dtype_t dtype) { return tern::isa::DTypeName(dtype); }
 
 TERN_API const char* tern_memory_category_name(tern_memory_category_t category) {
-  const int32_t value = static_cast<int32_t>(category);
-  if (value < 0 || value >= TERN_MEMORY_CATEGORY_COUNT) return "unknown";
-  return tern::MemoryCategoryName(static_cast<tern_memory_category_t>(value));
+  return tern::MemoryCategoryName(category);
 }
 
 TERN_API tern_status_t tern_get_version(tern_version_t* out_version) {
