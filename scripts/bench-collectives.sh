@@ -11,7 +11,7 @@
 #
 # Usage: scripts/bench-collectives.sh [--rounds N] [--quick] [--out DIR]
 #   --quick: sizes by factors of 4 up to 16 MiB, fewer iterations.
-# Needs: scripts/install-deps.sh (Open MPI), .venv with torch (PYTHON=...).
+# Sets up what it needs: Debian packages (Open MPI) and the venv with torch.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,8 +27,10 @@ while [ $# -gt 0 ]; do
   esac
 done
 mkdir -p "$out"
-python=${PYTHON:-.venv/bin/python}
-[ -x "$python" ] || python=python3
+scripts/install-deps.sh
+# The gloo peer runs on torch.distributed: the repository's venv (created and
+# filled by scripts/setup-venv.sh) unless PYTHON names another interpreter.
+python=${PYTHON:-$(scripts/setup-venv.sh)}
 if ! "$python" -c "import torch.distributed" 2>/dev/null; then
   echo "torch is not importable with $python: set PYTHON to an interpreter that has torch" >&2
   exit 1
