@@ -129,7 +129,7 @@ std::string FormatSize(uint64_t bytes) {
 
 // --- The bare handoff --------------------------------------------------------------
 //
-// The wake mechanism of the runtime's timelines (src/common/timeline.cc),
+// The wake mechanism of the runtime's timelines (common/timeline.cc),
 // reimplemented so the benchmark stays on the public API: a 64-bit value,
 // waiters spin with pause instructions for 1 us, then yield the CPU in a loop
 // until 50 us have passed, then sleep on a 32-bit futex word that the
@@ -182,7 +182,7 @@ class BareTimeline {
   }
 
  private:
-  // As in src/common/timeline.cc.
+  // As in common/timeline.cc.
   static constexpr uint64_t kSpinNs = 1'000;
   static constexpr uint64_t kYieldNs = 50'000;
   std::atomic<uint64_t> value_{0};

@@ -15,7 +15,7 @@
 #ifndef TERN_COLLECTIVES_ALGORITHMS_H_
 #define TERN_COLLECTIVES_ALGORITHMS_H_
 
-#include "common/status.h"
+#include "common/status_with_message.h"
 
 namespace tern::comm {
 

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "common/status.h"
+#include "common/status_with_message.h"
 #include "net.h"
 #include "tern/comm.h"
 

@@ -11,7 +11,7 @@
 #include "comm_kernels.h"
 #include "common/logging.h"
 #include "communicator.h"
-#include "runtime/runtime.h"
+#include "src/runtime/runtime_state.h"
 #include "tern/comm.h"
 
 namespace tern::comm {

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "common/status.h"
+#include "common/status_with_message.h"
 #include "tern/comm.h"
 
 namespace tern::comm {

@@ -20,7 +20,7 @@
 #include "comm_config.h"
 #include "control.h"
 #include "local_channel.h"
-#include "runtime/runtime.h"
+#include "src/runtime/runtime_state.h"
 #include "spin_lock.h"
 #include "transport.h"
 

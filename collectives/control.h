@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "bootstrap.h"
-#include "common/status.h"
+#include "common/status_with_message.h"
 
 namespace tern::comm {
 

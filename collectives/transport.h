@@ -23,7 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "common/status.h"
+#include "common/status_with_message.h"
 #include "tern/comm.h"
 
 namespace tern::comm {

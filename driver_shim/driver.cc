@@ -1,7 +1,7 @@
 #include "driver.h"
 
-#include "null/null_driver.h"
-#include "sim/sim_driver.h"
+#include "driver_shim/null/null_driver.h"
+#include "driver_shim/sim/sim_driver.h"
 
 namespace tern::driver {
 

@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "common/status.h"
+#include "common/status_with_message.h"
 #include "common/timeline.h"
 #include "program.h"
 #include "tern/debug.h"

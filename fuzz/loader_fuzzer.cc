@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
-#include "executable/dump.h"
-#include "executable/format.h"
-#include "executable/loader.h"
+#include "src/executable/dump.h"
+#include "src/executable/format.h"
+#include "src/executable/loader.h"
 
 namespace {
 

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Sets up and runs every test of tern:
+#   0. the layering check (no file includes a header of a layer above its
+#      own) and the format check (clang-format);
 #   1. a normal build (RelWithDebInfo): the whole suite;
 #   2. an AddressSanitizer + UBSan build: the whole suite again;
 #   3. a ThreadSanitizer build: the concurrency tests, the stress test and the
@@ -11,6 +13,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/install-deps.sh
+
+echo "=== checks: layering and format ==="
+python3 scripts/check-layers.py --self-test
+python3 scripts/check-layers.py
+scripts/check-format.sh
 
 jobs=$(nproc)
 fast=0

@@ -1,4 +1,4 @@
-#include "null/null_driver.h"
+#include "driver_shim/null/null_driver.h"
 
 namespace tern::null {
 namespace {

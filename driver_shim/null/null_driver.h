@@ -7,7 +7,7 @@
 
 #include <memory>
 
-#include "driver.h"
+#include "driver_shim/driver.h"
 
 namespace tern::null {
 

@@ -1,4 +1,4 @@
-#include "sim/compute_worker.h"
+#include "driver_shim/sim/compute_worker.h"
 
 #include <deque>
 #include <mutex>

@@ -14,7 +14,7 @@
 
 #include <functional>
 
-#include "common/status.h"
+#include "common/status_with_message.h"
 
 namespace tern::sim {
 

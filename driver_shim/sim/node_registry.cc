@@ -1,4 +1,4 @@
-#include "sim/node_registry.h"
+#include "driver_shim/sim/node_registry.h"
 
 #include <fcntl.h>
 #include <fmt/ranges.h>

@@ -25,7 +25,7 @@
 #include <mutex>
 #include <string>
 
-#include "common/status.h"
+#include "common/status_with_message.h"
 #include "tern/telemetry.h"
 #include "tern/types.h"
 

@@ -1,4 +1,4 @@
-#include "sim/sim_driver.h"
+#include "driver_shim/sim/sim_driver.h"
 
 #include <fcntl.h>
 #include <linux/falloc.h>
@@ -15,7 +15,7 @@
 
 #include "common/logging.h"
 #include "common/timeline.h"
-#include "sim/sim_queue.h"
+#include "driver_shim/sim/sim_queue.h"
 
 namespace tern::sim {
 
@@ -341,13 +341,7 @@ Status SimDevice::Run(uint32_t core, const Command& command, tern_error_class_t*
       }
       return OkStatus();
     case CommandKind::kExecute:
-#ifdef TERN_SIM_HAVE_ENGINES
       return ExecuteProgram(core, command, out_class, trace_track);
-#else
-      (void)trace_track;
-      *out_class = TERN_ERROR_CLASS_INVALID_COMMAND;
-      return MakeStatus(TERN_ERROR_UNIMPLEMENTED, "this build has no simulated compute engines");
-#endif
     case CommandKind::kHostFunction:
     case CommandKind::kHostTask:
     case CommandKind::kWait:

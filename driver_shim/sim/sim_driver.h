@@ -16,9 +16,9 @@
 #include <mutex>
 #include <vector>
 
-#include "driver.h"
-#include "sim/node_registry.h"
-#include "sim/sim_topology.h"
+#include "driver_shim/driver.h"
+#include "driver_shim/sim/node_registry.h"
+#include "driver_shim/sim/sim_topology.h"
 
 namespace tern::sim {
 

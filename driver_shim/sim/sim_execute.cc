@@ -7,9 +7,9 @@
 
 #include "common/timeline.h"
 #include "common/trace.h"
-#include "sim/compute_worker.h"
-#include "sim/engines/kernels.h"
-#include "sim/sim_driver.h"
+#include "driver_shim/sim/compute_worker.h"
+#include "driver_shim/sim/engines/run_instruction.h"
+#include "driver_shim/sim/sim_driver.h"
 
 namespace tern::sim {
 

@@ -1,9 +1,9 @@
-#include "sim/sim_queue.h"
+#include "driver_shim/sim/sim_queue.h"
 
 #include "common/cycle_clock.h"
 #include "common/logging.h"
 #include "common/trace.h"
-#include "sim/sim_driver.h"
+#include "driver_shim/sim/sim_driver.h"
 
 namespace tern::sim {
 

@@ -19,7 +19,7 @@
 #include <string>
 #include <thread>
 
-#include "driver.h"
+#include "driver_shim/driver.h"
 
 namespace tern::sim {
 

@@ -1,4 +1,4 @@
-#include "sim/sim_topology.h"
+#include "driver_shim/sim/sim_topology.h"
 
 #include <absl/strings/numbers.h>
 #include <absl/strings/str_split.h>

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "common/status.h"
+#include "common/status_with_message.h"
 
 namespace tern::sim {
 

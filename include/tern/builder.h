@@ -28,18 +28,18 @@ typedef struct tern_builder_s* tern_builder_t;
  * (row-major); strides are in elements; stride 0 repeats (broadcast). */
 typedef struct tern_operand_t {
   tern_segment_t segment;
-  uint32_t index;       /* input or output index for those segments, else 0 */
-  uint64_t offset;      /* bytes from the start of the segment */
+  uint32_t index;  /* input or output index for those segments, else 0 */
+  uint64_t offset; /* bytes from the start of the segment */
   tern_dtype_t dtype;
-  uint32_t rank;        /* 0..TERN_MAX_RANK */
-  const int64_t* shape; /* rank entries */
+  uint32_t rank;          /* 0..TERN_MAX_RANK */
+  const int64_t* shape;   /* rank entries */
   const int64_t* strides; /* rank entries, or NULL */
 } tern_operand_t;
 
 typedef struct tern_instruction_t {
   uint32_t struct_size; /* IN: sizeof(tern_instruction_t) */
   tern_opcode_t opcode;
-  uint32_t core;        /* core of a multi-core function, 0 otherwise */
+  uint32_t core; /* core of a multi-core function, 0 otherwise */
   uint32_t operand_count;
   const tern_operand_t* operands;
   uint32_t int_count;
@@ -76,10 +76,12 @@ TERN_API tern_status_t tern_builder_begin_function(tern_builder_t builder, const
 /* Declares the next input or output (contiguous tensors of dtype and shape)
  * of the current function; stores its index.
  * Thread-safety: not concurrently on one builder. */
-TERN_API tern_status_t tern_builder_add_input(tern_builder_t builder, const char* name, tern_dtype_t dtype,
-                                              uint32_t rank, const int64_t* shape, uint32_t* out_index);
-TERN_API tern_status_t tern_builder_add_output(tern_builder_t builder, const char* name, tern_dtype_t dtype,
-                                               uint32_t rank, const int64_t* shape, uint32_t* out_index);
+TERN_API tern_status_t tern_builder_add_input(tern_builder_t builder, const char* name,
+                                              tern_dtype_t dtype, uint32_t rank,
+                                              const int64_t* shape, uint32_t* out_index);
+TERN_API tern_status_t tern_builder_add_output(tern_builder_t builder, const char* name,
+                                               tern_dtype_t dtype, uint32_t rank,
+                                               const int64_t* shape, uint32_t* out_index);
 
 /* Sets the scratch bytes each execution of the current function needs.
  * Thread-safety: not concurrently on one builder. */
@@ -100,7 +102,8 @@ TERN_API tern_status_t tern_builder_end_function(tern_builder_t builder);
 /* Produces the executable; `*out_data` (free it with tern_builder_free_data)
  * holds `*out_size` bytes. The builder stays usable.
  * Thread-safety: not concurrently on one builder. */
-TERN_API tern_status_t tern_builder_finish(tern_builder_t builder, void** out_data, uint64_t* out_size);
+TERN_API tern_status_t tern_builder_finish(tern_builder_t builder, void** out_data,
+                                           uint64_t* out_size);
 
 /* Produces the executable into the file at `path` (replaced atomically).
  * Thread-safety: not concurrently on one builder. */

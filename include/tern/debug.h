@@ -33,11 +33,11 @@ typedef enum tern_fault_kind_t {
 } tern_fault_kind_t;
 
 typedef struct tern_fault_params_t {
-  uint32_t struct_size;     /* IN: sizeof(tern_fault_params_t) */
-  tern_fault_kind_t kind;   /* IN */
-  tern_core_t core;         /* IN: the core whose commands are counted (all kinds but a buffer fault) */
-  tern_buffer_t buffer;     /* IN: HBM_UNCORRECTABLE only; NULL to count commands instead */
-  uint64_t after_commands;  /* IN: commands on `core` that still succeed first */
+  uint32_t struct_size;   /* IN: sizeof(tern_fault_params_t) */
+  tern_fault_kind_t kind; /* IN */
+  tern_core_t core;     /* IN: the core whose commands are counted (all kinds but a buffer fault) */
+  tern_buffer_t buffer; /* IN: HBM_UNCORRECTABLE only; NULL to count commands instead */
+  uint64_t after_commands; /* IN: commands on `core` that still succeed first */
 } tern_fault_params_t;
 
 /* Arms a fault. Thread-safety: safe from any thread. */

@@ -25,17 +25,17 @@ extern "C" {
 #endif
 
 typedef struct tern_device_info_t {
-  uint32_t struct_size;     /* IN: sizeof(tern_device_info_t) */
-  uint32_t index;           /* dense index in this process */
-  uint32_t physical_index;  /* index on the node, as the driver numbers devices */
-  uint32_t core_count;      /* cores visible to this process */
+  uint32_t struct_size;         /* IN: sizeof(tern_device_info_t) */
+  uint32_t index;               /* dense index in this process */
+  uint32_t physical_index;      /* index on the node, as the driver numbers devices */
+  uint32_t core_count;          /* cores visible to this process */
   uint32_t physical_core_count; /* cores the device has */
-  int32_t numa_node;        /* NUMA node the device is attached to, -1 if unknown */
-  uint64_t memory_bytes;    /* device memory (HBM) capacity */
-  uint64_t memory_alignment; /* minimum alignment of device allocations */
-  char name[64];            /* e.g. "tern-sim trn2" */
-  char driver[16];          /* backend name, e.g. "sim" */
-  char cpu_affinity[128];   /* CPUs near the device, as a list "0-15,32-47" */
+  int32_t numa_node;            /* NUMA node the device is attached to, -1 if unknown */
+  uint64_t memory_bytes;        /* device memory (HBM) capacity */
+  uint64_t memory_alignment;    /* minimum alignment of device allocations */
+  char name[64];                /* e.g. "tern-sim trn2" */
+  char driver[16];              /* backend name, e.g. "sim" */
+  char cpu_affinity[128];       /* CPUs near the device, as a list "0-15,32-47" */
 } tern_device_info_t;
 
 /* Stores the number of visible devices in `*out_count`.
@@ -55,7 +55,8 @@ TERN_API tern_status_t tern_device_get_info(tern_device_t device, tern_device_in
  * when another process owns it (the message names that process) and with
  * TERN_ERROR_FAILED_PRECONDITION when this process already has it open.
  * Thread-safety: safe from any thread. */
-TERN_API tern_status_t tern_core_open(tern_device_t device, uint32_t core_index, tern_core_t* out_core);
+TERN_API tern_status_t tern_core_open(tern_device_t device, uint32_t core_index,
+                                      tern_core_t* out_core);
 
 /* Gives up ownership of `core`. Fails with TERN_ERROR_FAILED_PRECONDITION
  * while queues created on it still exist: destroy them first.

@@ -40,7 +40,8 @@ TERN_API tern_status_t tern_event_synchronize(tern_event_t event, uint64_t timeo
  * Fails with TERN_ERROR_NOT_READY if either has not completed and
  * TERN_ERROR_FAILED_PRECONDITION if either was never recorded.
  * Thread-safety: safe from any thread. */
-TERN_API tern_status_t tern_event_elapsed_ns(tern_event_t start, tern_event_t end, uint64_t* out_ns);
+TERN_API tern_status_t tern_event_elapsed_ns(tern_event_t start, tern_event_t end,
+                                             uint64_t* out_ns);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -71,8 +71,9 @@ typedef enum tern_opcode_t {
   TERN_OP_MATMUL = 0x0200, /* [out, a, b, bias?] a [...,M,K] b [...,K,N] out [...,M,N];
                               ints [transpose_a, transpose_b]; floats [alpha=1, beta=0]:
                               out = alpha * a@b + beta * out (+ bias broadcast over rows) */
-  TERN_OP_CONV2D = 0x0201, /* [out, input NCHW, weight OIHW, bias?];
-                              ints [stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, groups] */
+  /* CONV2D: [out, input NCHW, weight OIHW, bias?];
+     ints [stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, groups] */
+  TERN_OP_CONV2D = 0x0201,
   TERN_OP_CONV2D_BACKWARD_INPUT = 0x0202,  /* [grad_input, grad_out, weight]; ints as CONV2D */
   TERN_OP_CONV2D_BACKWARD_WEIGHT = 0x0203, /* [grad_weight, grad_out, input]; ints as CONV2D */
 
@@ -88,21 +89,21 @@ typedef enum tern_opcode_t {
                                   axes; floats[0] eps; mean/rstd have the leading shape */
   TERN_OP_LAYER_NORM_BACKWARD = 0x0306, /* [grad_in, grad_weight?, grad_bias?, grad_out, in,
                                            mean, rstd, weight?] ints[0] normalized axes */
-  TERN_OP_RMS_NORM = 0x0307, /* [out, rstd?, in, weight?] ints[0] axes; floats[0] eps */
-  TERN_OP_RMS_NORM_BACKWARD = 0x0308, /* [grad_in, grad_weight?, grad_out, in, rstd, weight?] */
+  TERN_OP_RMS_NORM = 0x0307,            /* [out, rstd?, in, weight?] ints[0] axes; floats[0] eps */
+  TERN_OP_RMS_NORM_BACKWARD = 0x0308,   /* [grad_in, grad_weight?, grad_out, in, rstd, weight?] */
 
   /* Scalar (activation functions) */
-  TERN_OP_UNARY = 0x0400, /* [out, in] ints[0] tern_unary_fn_t; floats: parameters */
+  TERN_OP_UNARY = 0x0400,          /* [out, in] ints[0] tern_unary_fn_t; floats: parameters */
   TERN_OP_UNARY_BACKWARD = 0x0401, /* [grad_in, grad_out, in] ints[0] tern_unary_fn_t */
 
   /* GpSimd */
-  TERN_OP_GATHER = 0x0500,      /* [out, table, indices] ints[0] axis: out = table indexed along
-                                   axis by indices; out.shape = t[:axis] + idx.shape + t[axis+1:] */
-  TERN_OP_SCATTER_ADD = 0x0501, /* [out, indices, src] ints[0] axis: the adjoint of GATHER,
-                                   adds src into out (out is read and written) */
+  TERN_OP_GATHER = 0x0500,          /* [out, table, indices] ints[0] axis: out = table indexed along
+                                       axis by indices; out.shape = t[:axis] + idx.shape + t[axis+1:] */
+  TERN_OP_SCATTER_ADD = 0x0501,     /* [out, indices, src] ints[0] axis: the adjoint of GATHER,
+                                       adds src into out (out is read and written) */
   TERN_OP_TAKE_ALONG_AXIS = 0x0502, /* [out, in, indices] ints[0] axis (torch.gather) */
   TERN_OP_SCATTER_ADD_ALONG_AXIS = 0x0503, /* [out, indices, src] ints[0] axis */
-  TERN_OP_IOTA = 0x0504,   /* [out] ints[0] axis; floats [start, step] */
+  TERN_OP_IOTA = 0x0504,                   /* [out] ints[0] axis; floats [start, step] */
   TERN_OP_RANDOM = 0x0505, /* [out] ints [tern_random_fn_t, seed, offset]; floats: parameters.
                               Counter-based (Philox4x32-10): same seed and offset, same bits */
 
@@ -126,34 +127,91 @@ typedef enum tern_opcode_t {
 } tern_opcode_t;
 
 typedef enum tern_unary_fn_t {
-  TERN_UNARY_NEG = 0, TERN_UNARY_ABS, TERN_UNARY_EXP, TERN_UNARY_LOG, TERN_UNARY_SQRT,
-  TERN_UNARY_RSQRT, TERN_UNARY_SIN, TERN_UNARY_COS, TERN_UNARY_TANH, TERN_UNARY_SIGMOID,
-  TERN_UNARY_RELU, TERN_UNARY_GELU, TERN_UNARY_GELU_TANH, TERN_UNARY_SILU, TERN_UNARY_ERF,
-  TERN_UNARY_FLOOR, TERN_UNARY_CEIL, TERN_UNARY_ROUND, TERN_UNARY_TRUNC, TERN_UNARY_SIGN,
-  TERN_UNARY_RECIPROCAL, TERN_UNARY_LOGICAL_NOT, TERN_UNARY_EXPM1, TERN_UNARY_LOG1P,
-  TERN_UNARY_SQUARE, TERN_UNARY_LEAKY_RELU /* floats[0] slope */,
-  TERN_UNARY_ELU /* floats[0] alpha */, TERN_UNARY_POW_SCALAR /* floats[0] exponent */,
+  TERN_UNARY_NEG = 0,
+  TERN_UNARY_ABS,
+  TERN_UNARY_EXP,
+  TERN_UNARY_LOG,
+  TERN_UNARY_SQRT,
+  TERN_UNARY_RSQRT,
+  TERN_UNARY_SIN,
+  TERN_UNARY_COS,
+  TERN_UNARY_TANH,
+  TERN_UNARY_SIGMOID,
+  TERN_UNARY_RELU,
+  TERN_UNARY_GELU,
+  TERN_UNARY_GELU_TANH,
+  TERN_UNARY_SILU,
+  TERN_UNARY_ERF,
+  TERN_UNARY_FLOOR,
+  TERN_UNARY_CEIL,
+  TERN_UNARY_ROUND,
+  TERN_UNARY_TRUNC,
+  TERN_UNARY_SIGN,
+  TERN_UNARY_RECIPROCAL,
+  TERN_UNARY_LOGICAL_NOT,
+  TERN_UNARY_EXPM1,
+  TERN_UNARY_LOG1P,
+  TERN_UNARY_SQUARE,
+  TERN_UNARY_LEAKY_RELU /* floats[0] slope */,
+  TERN_UNARY_ELU /* floats[0] alpha */,
+  TERN_UNARY_POW_SCALAR /* floats[0] exponent */,
   TERN_UNARY_CLAMP /* floats[0] min, floats[1] max */,
-  TERN_UNARY_AFFINE /* floats[0] * x + floats[1] */, TERN_UNARY_SOFTPLUS, TERN_UNARY_ISNAN,
-  TERN_UNARY_LOG2, TERN_UNARY_EXP2, TERN_UNARY_TAN, TERN_UNARY_ASIN, TERN_UNARY_ACOS,
-  TERN_UNARY_ATAN, TERN_UNARY_SINH, TERN_UNARY_COSH, TERN_UNARY_HARDSIGMOID,
-  TERN_UNARY_HARDSWISH, TERN_UNARY_MISH, TERN_UNARY_BITWISE_NOT,
+  TERN_UNARY_AFFINE /* floats[0] * x + floats[1] */,
+  TERN_UNARY_SOFTPLUS,
+  TERN_UNARY_ISNAN,
+  TERN_UNARY_LOG2,
+  TERN_UNARY_EXP2,
+  TERN_UNARY_TAN,
+  TERN_UNARY_ASIN,
+  TERN_UNARY_ACOS,
+  TERN_UNARY_ATAN,
+  TERN_UNARY_SINH,
+  TERN_UNARY_COSH,
+  TERN_UNARY_HARDSIGMOID,
+  TERN_UNARY_HARDSWISH,
+  TERN_UNARY_MISH,
+  TERN_UNARY_BITWISE_NOT,
   TERN_UNARY_COUNT
 } tern_unary_fn_t;
 
 typedef enum tern_binary_fn_t {
-  TERN_BINARY_ADD = 0, TERN_BINARY_SUB, TERN_BINARY_MUL, TERN_BINARY_DIV, TERN_BINARY_POW,
-  TERN_BINARY_MAX, TERN_BINARY_MIN, TERN_BINARY_EQ, TERN_BINARY_NE, TERN_BINARY_LT,
-  TERN_BINARY_LE, TERN_BINARY_GT, TERN_BINARY_GE, TERN_BINARY_LOGICAL_AND,
-  TERN_BINARY_LOGICAL_OR, TERN_BINARY_LOGICAL_XOR, TERN_BINARY_REMAINDER /* sign of divisor */,
-  TERN_BINARY_FMOD, TERN_BINARY_ATAN2, TERN_BINARY_BITWISE_AND, TERN_BINARY_BITWISE_OR,
-  TERN_BINARY_BITWISE_XOR, TERN_BINARY_FLOOR_DIVIDE, TERN_BINARY_COPYSIGN,
+  TERN_BINARY_ADD = 0,
+  TERN_BINARY_SUB,
+  TERN_BINARY_MUL,
+  TERN_BINARY_DIV,
+  TERN_BINARY_POW,
+  TERN_BINARY_MAX,
+  TERN_BINARY_MIN,
+  TERN_BINARY_EQ,
+  TERN_BINARY_NE,
+  TERN_BINARY_LT,
+  TERN_BINARY_LE,
+  TERN_BINARY_GT,
+  TERN_BINARY_GE,
+  TERN_BINARY_LOGICAL_AND,
+  TERN_BINARY_LOGICAL_OR,
+  TERN_BINARY_LOGICAL_XOR,
+  TERN_BINARY_REMAINDER /* sign of divisor */,
+  TERN_BINARY_FMOD,
+  TERN_BINARY_ATAN2,
+  TERN_BINARY_BITWISE_AND,
+  TERN_BINARY_BITWISE_OR,
+  TERN_BINARY_BITWISE_XOR,
+  TERN_BINARY_FLOOR_DIVIDE,
+  TERN_BINARY_COPYSIGN,
   TERN_BINARY_COUNT
 } tern_binary_fn_t;
 
 typedef enum tern_reduce_fn_t {
-  TERN_REDUCE_SUM = 0, TERN_REDUCE_MEAN, TERN_REDUCE_MAX, TERN_REDUCE_MIN, TERN_REDUCE_PROD,
-  TERN_REDUCE_ARGMAX, TERN_REDUCE_ARGMIN, TERN_REDUCE_ANY, TERN_REDUCE_ALL,
+  TERN_REDUCE_SUM = 0,
+  TERN_REDUCE_MEAN,
+  TERN_REDUCE_MAX,
+  TERN_REDUCE_MIN,
+  TERN_REDUCE_PROD,
+  TERN_REDUCE_ARGMAX,
+  TERN_REDUCE_ARGMIN,
+  TERN_REDUCE_ANY,
+  TERN_REDUCE_ALL,
   TERN_REDUCE_COUNT
 } tern_reduce_fn_t;
 

@@ -79,21 +79,22 @@ TERN_API tern_status_t tern_buffer_read(tern_buffer_t buffer, uint64_t offset, v
                                         uint64_t size);
 
 typedef struct tern_memory_stats_t {
-  uint32_t struct_size; /* IN: sizeof(tern_memory_stats_t) */
-  uint32_t allocation_count;  /* live allocations of this process */
-  uint64_t capacity_bytes;    /* device memory capacity */
-  uint64_t used_bytes;        /* used by this process */
-  uint64_t peak_used_bytes;   /* highest used_bytes since tern_init */
-  uint64_t node_used_bytes;   /* used by every process on the node */
-  uint64_t free_bytes;        /* capacity - node_used_bytes */
+  uint32_t struct_size;        /* IN: sizeof(tern_memory_stats_t) */
+  uint32_t allocation_count;   /* live allocations of this process */
+  uint64_t capacity_bytes;     /* device memory capacity */
+  uint64_t used_bytes;         /* used by this process */
+  uint64_t peak_used_bytes;    /* highest used_bytes since tern_init */
+  uint64_t node_used_bytes;    /* used by every process on the node */
+  uint64_t free_bytes;         /* capacity - node_used_bytes */
   uint64_t largest_free_block; /* largest single allocation that could succeed now */
-  uint64_t used_by_category[TERN_MEMORY_CATEGORY_COUNT]; /* this process */
+  uint64_t used_by_category[TERN_MEMORY_CATEGORY_COUNT];      /* this process */
   uint64_t node_used_by_category[TERN_MEMORY_CATEGORY_COUNT]; /* every process */
 } tern_memory_stats_t;
 
 /* Fills `out_stats` for `device`; set `out_stats->struct_size` first.
  * Thread-safety: safe from any thread; the figures are a snapshot. */
-TERN_API tern_status_t tern_device_memory_stats(tern_device_t device, tern_memory_stats_t* out_stats);
+TERN_API tern_status_t tern_device_memory_stats(tern_device_t device,
+                                                tern_memory_stats_t* out_stats);
 
 /* Allocates `size` bytes of pinned (page-locked) host memory, page aligned,
  * and stores its address in `*out_ptr`. Copies between pinned memory and a

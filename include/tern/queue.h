@@ -58,17 +58,20 @@ TERN_API tern_status_t tern_queue_destroy(tern_queue_t queue);
 TERN_API tern_status_t tern_queue_nop(tern_queue_t queue, uint64_t* out_sequence);
 
 /* Copies `size` bytes from host memory `src` to `dst` at `dst_offset`. */
-TERN_API tern_status_t tern_queue_copy_h2d(tern_queue_t queue, tern_buffer_t dst, uint64_t dst_offset,
-                                           const void* src, uint64_t size, uint64_t* out_sequence);
+TERN_API tern_status_t tern_queue_copy_h2d(tern_queue_t queue, tern_buffer_t dst,
+                                           uint64_t dst_offset, const void* src, uint64_t size,
+                                           uint64_t* out_sequence);
 
 /* Copies `size` bytes of `src` from `src_offset` to host memory `dst`. */
 TERN_API tern_status_t tern_queue_copy_d2h(tern_queue_t queue, void* dst, tern_buffer_t src,
-                                           uint64_t src_offset, uint64_t size, uint64_t* out_sequence);
+                                           uint64_t src_offset, uint64_t size,
+                                           uint64_t* out_sequence);
 
 /* Copies `size` bytes between device buffers, on the same or different
  * devices. Overlapping ranges of one buffer are allowed (memmove semantics). */
-TERN_API tern_status_t tern_queue_copy_d2d(tern_queue_t queue, tern_buffer_t dst, uint64_t dst_offset,
-                                           tern_buffer_t src, uint64_t src_offset, uint64_t size,
+TERN_API tern_status_t tern_queue_copy_d2d(tern_queue_t queue, tern_buffer_t dst,
+                                           uint64_t dst_offset, tern_buffer_t src,
+                                           uint64_t src_offset, uint64_t size,
                                            uint64_t* out_sequence);
 
 /* Fills `size` bytes of `dst` from `dst_offset` with the repeated 32-bit

@@ -31,22 +31,22 @@ enum {
   TERN_OK = 0,
 
   /* 1–99: general. */
-  TERN_ERROR_INVALID_ARGUMENT = 1,   /* a pointer is NULL, a size is zero, a flag is unknown */
-  TERN_ERROR_INVALID_HANDLE = 2,     /* NULL, destroyed, or of the wrong kind */
-  TERN_ERROR_OUT_OF_RANGE = 3,       /* an index, offset or size falls outside its object */
-  TERN_ERROR_NOT_INITIALIZED = 4,    /* tern_init() was not called, or shutdown already ran */
-  TERN_ERROR_UNAVAILABLE = 5,        /* the driver backend has no usable device */
-  TERN_ERROR_UNIMPLEMENTED = 6,      /* the driver backend does not implement this */
-  TERN_ERROR_BUSY = 7,               /* owned by another process (the message names it) */
-  TERN_ERROR_TIMEOUT = 8,            /* a host-side wait ran out of time */
-  TERN_ERROR_NOT_READY = 9,          /* a query: the work has not completed yet (not a failure) */
+  TERN_ERROR_INVALID_ARGUMENT = 1,     /* a pointer is NULL, a size is zero, a flag is unknown */
+  TERN_ERROR_INVALID_HANDLE = 2,       /* NULL, destroyed, or of the wrong kind */
+  TERN_ERROR_OUT_OF_RANGE = 3,         /* an index, offset or size falls outside its object */
+  TERN_ERROR_NOT_INITIALIZED = 4,      /* tern_init() was not called, or shutdown already ran */
+  TERN_ERROR_UNAVAILABLE = 5,          /* the driver backend has no usable device */
+  TERN_ERROR_UNIMPLEMENTED = 6,        /* the driver backend does not implement this */
+  TERN_ERROR_BUSY = 7,                 /* owned by another process (the message names it) */
+  TERN_ERROR_TIMEOUT = 8,              /* a host-side wait ran out of time */
+  TERN_ERROR_NOT_READY = 9,            /* a query: the work has not completed yet (not a failure) */
   TERN_ERROR_FAILED_PRECONDITION = 10, /* the object is in the wrong state for this call */
-  TERN_ERROR_ABORTED = 11,           /* skipped because an earlier command on the queue failed */
-  TERN_ERROR_FORKED = 12,            /* called in a child forked from an initialized process */
-  TERN_ERROR_INTERNAL = 13,          /* a tern bug: please report it with the message */
-  TERN_ERROR_INCOMPATIBLE = 14,      /* a version or layout does not match */
-  TERN_ERROR_IO = 15,                /* an operating-system call failed (the message has errno) */
-  TERN_ERROR_DEPENDENCY_FAILED = 16, /* waited on an event whose queue failed */
+  TERN_ERROR_ABORTED = 11,             /* skipped because an earlier command on the queue failed */
+  TERN_ERROR_FORKED = 12,              /* called in a child forked from an initialized process */
+  TERN_ERROR_INTERNAL = 13,            /* a tern bug: please report it with the message */
+  TERN_ERROR_INCOMPATIBLE = 14,        /* a version or layout does not match */
+  TERN_ERROR_IO = 15,                  /* an operating-system call failed (the message has errno) */
+  TERN_ERROR_DEPENDENCY_FAILED = 16,   /* waited on an event whose queue failed */
 
   /* 100–199: memory. */
   TERN_ERROR_OUT_OF_MEMORY = 100,      /* device memory exhausted (the message has a breakdown) */

@@ -28,11 +28,11 @@ extern "C" {
 
 typedef struct tern_core_telemetry_t {
   uint32_t physical_index;
-  int32_t owner_pid;       /* 0 when no process owns the core */
-  char owner_command[32];  /* the owner's command name, "" when none */
-  uint64_t commands;       /* commands completed, any kind */
-  uint64_t executions;     /* compute commands completed */
-  uint64_t busy_ns;        /* time spent running commands */
+  int32_t owner_pid;                       /* 0 when no process owns the core */
+  char owner_command[32];                  /* the owner's command name, "" when none */
+  uint64_t commands;                       /* commands completed, any kind */
+  uint64_t executions;                     /* compute commands completed */
+  uint64_t busy_ns;                        /* time spent running commands */
   uint64_t errors[TERN_ERROR_CLASS_COUNT]; /* failed commands by class */
 } tern_core_telemetry_t;
 

@@ -5,8 +5,13 @@
  * Include this header, link libtern (pkg-config tern, or find_package(tern)).
  *
  * Conventions:
- * - Every function returns a tern_status_t (status.h); on failure
- *   tern_last_error_message() says what failed, why, and what to do.
+ * - Every function that can fail returns a tern_status_t (status.h); on
+ *   failure tern_last_error_message() says what failed, why, and what to do.
+ *   The few that cannot fail return their answer directly: the lookups
+ *   tern_status_string, tern_dtype_name, tern_dtype_size,
+ *   tern_memory_category_name and tern_driver_name (which answer an unknown
+ *   value with a name or size that says so), tern_last_error_message, and
+ *   tern_builder_free_data.
  * - `out_` parameters are set to zero/NULL on entry, so they hold nothing
  *   stale when a call fails.
  * - Structs that may grow start with `struct_size`: set it to sizeof(T).
@@ -18,20 +23,20 @@
 #ifndef TERN_TERN_H_
 #define TERN_TERN_H_
 
-#include "tern/export.h"
-#include "tern/status.h"
-#include "tern/version.h"
-#include "tern/types.h"
-#include "tern/runtime.h"
-#include "tern/device.h"
-#include "tern/memory.h"
-#include "tern/queue.h"
-#include "tern/event.h"
-#include "tern/telemetry.h"
-#include "tern/debug.h"
-#include "tern/isa.h"
-#include "tern/executable.h"
 #include "tern/builder.h"
 #include "tern/comm.h"
+#include "tern/debug.h"
+#include "tern/device.h"
+#include "tern/event.h"
+#include "tern/executable.h"
+#include "tern/export.h"
+#include "tern/isa.h"
+#include "tern/memory.h"
+#include "tern/queue.h"
+#include "tern/runtime.h"
+#include "tern/status.h"
+#include "tern/telemetry.h"
+#include "tern/types.h"
+#include "tern/version.h"
 
 #endif /* TERN_TERN_H_ */

@@ -1,4 +1,4 @@
-#include "executable/builder.h"
+#include "src/executable/builder.h"
 
 #include <fcntl.h>
 #include <flatbuffers/flatbuffers.h>
@@ -11,10 +11,10 @@
 #include <cstring>
 #include <unordered_set>
 
-#include "executable/checks.h"
-#include "executable/format.h"
-#include "executable/schedule.h"
-#include "executable/tern_executable_generated.h"
+#include "src/executable/checks.h"
+#include "src/executable/format.h"
+#include "src/executable/schedule.h"
+#include "src/executable/tern_executable_generated.h"
 
 namespace tern::exe {
 namespace {

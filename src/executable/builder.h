@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "common/isa_rules.h"
-#include "common/status.h"
-#include "program.h"
+#include "common/status_with_message.h"
+#include "driver_shim/program.h"
 
 namespace tern::exe {
 

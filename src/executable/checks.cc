@@ -1,4 +1,4 @@
-#include "executable/checks.h"
+#include "src/executable/checks.h"
 
 namespace tern::exe {
 

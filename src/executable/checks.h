@@ -11,8 +11,8 @@
 #include <string_view>
 
 #include "common/isa_rules.h"
-#include "common/status.h"
-#include "program.h"
+#include "common/status_with_message.h"
+#include "driver_shim/program.h"
 
 namespace tern::exe {
 

@@ -1,4 +1,4 @@
-#include "executable/dump.h"
+#include "src/executable/dump.h"
 
 #include <flatbuffers/flatbuffers.h>
 
@@ -6,10 +6,10 @@
 #include <vector>
 
 #include "common/isa_rules.h"
-#include "executable/fb_util.h"
-#include "executable/format.h"
-#include "executable/loader.h"
-#include "executable/tern_executable_generated.h"
+#include "src/executable/fb_util.h"
+#include "src/executable/format.h"
+#include "src/executable/loader.h"
+#include "src/executable/tern_executable_generated.h"
 
 namespace tern::exe {
 namespace {

@@ -8,7 +8,7 @@
 #include <span>
 #include <string>
 
-#include "common/status.h"
+#include "common/status_with_message.h"
 
 namespace tern::exe {
 

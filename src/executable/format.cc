@@ -1,4 +1,4 @@
-#include "executable/format.h"
+#include "src/executable/format.h"
 
 #include <algorithm>
 #include <cstring>

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "common/status.h"
+#include "common/status_with_message.h"
 
 namespace tern::exe {
 

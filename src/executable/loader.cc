@@ -1,4 +1,4 @@
-#include "executable/loader.h"
+#include "src/executable/loader.h"
 
 #include <flatbuffers/flatbuffers.h>
 
@@ -9,11 +9,11 @@
 #include <unordered_set>
 #include <vector>
 
-#include "executable/checks.h"
-#include "executable/fb_util.h"
-#include "executable/format.h"
-#include "executable/schedule.h"
-#include "executable/tern_executable_generated.h"
+#include "src/executable/checks.h"
+#include "src/executable/fb_util.h"
+#include "src/executable/format.h"
+#include "src/executable/schedule.h"
+#include "src/executable/tern_executable_generated.h"
 
 namespace tern::exe {
 namespace {

@@ -9,8 +9,8 @@
 #include <memory>
 #include <span>
 
-#include "common/status.h"
-#include "program.h"
+#include "common/status_with_message.h"
+#include "driver_shim/program.h"
 
 namespace tern::exe {
 

@@ -1,4 +1,4 @@
-#include "executable/schedule.h"
+#include "src/executable/schedule.h"
 
 #include <algorithm>
 #include <functional>

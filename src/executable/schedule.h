@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "common/status.h"
+#include "common/status_with_message.h"
 #include "tern/isa.h"
 
 namespace tern::exe {

@@ -12,7 +12,7 @@
 #include <cstring>
 #include <string>
 
-#include "executable/dump.h"
+#include "src/executable/dump.h"
 
 int main(int argc, char** argv) {
   tern::exe::DumpOptions options;

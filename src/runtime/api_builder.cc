@@ -7,8 +7,8 @@
 #include <mutex>
 #include <unordered_set>
 
-#include "executable/builder.h"
-#include "runtime/runtime.h"
+#include "src/executable/builder.h"
+#include "src/runtime/runtime_state.h"
 #include "tern/builder.h"
 
 namespace tern {

@@ -4,7 +4,7 @@
 #include <cstring>
 #include <memory>
 
-#include "runtime/runtime.h"
+#include "src/runtime/runtime_state.h"
 
 namespace tern {
 namespace {

@@ -1,5 +1,5 @@
 // Events: points on queue timelines.
-#include "runtime/runtime.h"
+#include "src/runtime/runtime_state.h"
 
 namespace tern {
 namespace {

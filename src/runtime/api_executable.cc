@@ -10,8 +10,8 @@
 #include <cstring>
 #include <optional>
 
-#include "executable/loader.h"
-#include "runtime/runtime.h"
+#include "src/executable/loader.h"
+#include "src/runtime/runtime_state.h"
 #include "tern/executable.h"
 
 namespace tern {

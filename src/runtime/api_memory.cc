@@ -7,7 +7,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "runtime/runtime.h"
+#include "src/runtime/runtime_state.h"
 
 namespace tern {
 

@@ -1,7 +1,7 @@
 // Queues: creation, command submission, synchronization, sticky errors.
 #include <cstring>
 
-#include "runtime/runtime.h"
+#include "src/runtime/runtime_state.h"
 
 namespace tern {
 namespace {

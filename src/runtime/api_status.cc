@@ -3,7 +3,7 @@
 #include <string>
 
 #include "common/isa_rules.h"
-#include "runtime/runtime.h"
+#include "src/runtime/runtime_state.h"
 
 namespace tern {
 namespace {

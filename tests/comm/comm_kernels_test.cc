@@ -1,7 +1,7 @@
 // The reduction kernels of the collectives: rounding of bf16 and fp16,
 // symmetric MAX/MIN with NaN and signed zeros, wrap-around of integer SUM
 // and PROD, and AVG's final division.
-#include "comm_kernels.h"
+#include "collectives/comm_kernels.h"
 
 #include <gtest/gtest.h>
 

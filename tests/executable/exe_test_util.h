@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "executable/tern_executable_generated.h"
+#include "src/executable/tern_executable_generated.h"
 #include "tern/builder.h"
 #include "tern/executable.h"
 #include "tern/tern.h"

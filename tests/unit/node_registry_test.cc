@@ -1,6 +1,6 @@
 // Tests of the sim node registry with real processes: children are forked,
 // use only the registry, report over a pipe and _exit.
-#include "sim/node_registry.h"
+#include "driver_shim/sim/node_registry.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>

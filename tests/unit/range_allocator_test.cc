@@ -1,4 +1,4 @@
-#include "memory/range_allocator.h"
+#include "src/memory/range_allocator.h"
 
 #include <gtest/gtest.h>
 

@@ -5,7 +5,7 @@
 // Unlike the other subcommands it needs no device: it reads the file with
 // tern's executable library (src/executable/dump.h), the same code the
 // loader uses, so it can inspect a file that tern would refuse.
-#include "executable/dump.h"
+#include "src/executable/dump.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

@@ -1,8 +1,8 @@
 // A minimal HTTP/1.0 server for `tern monitor --listen`: single-threaded, one
 // request per connection, GET only. It exists so Prometheus can scrape a
 // node without an exporter daemon; it is not a general web server.
-#ifndef TERN_TOOLS_HTTP_SERVER_H_
-#define TERN_TOOLS_HTTP_SERVER_H_
+#ifndef TERN_TOOLS_SRC_HTTP_SERVER_H_
+#define TERN_TOOLS_SRC_HTTP_SERVER_H_
 
 #include <functional>
 #include <memory>
@@ -45,4 +45,4 @@ class HttpServer {
 
 }  // namespace tern::tools
 
-#endif  // TERN_TOOLS_HTTP_SERVER_H_
+#endif  // TERN_TOOLS_SRC_HTTP_SERVER_H_

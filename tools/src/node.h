@@ -1,8 +1,8 @@
 // The node as the tools see it: the runtime (initialized for reading, never
 // owning a core unless a subcommand asks), and snapshots of every device's
 // shared telemetry taken through the public C API.
-#ifndef TERN_TOOLS_NODE_H_
-#define TERN_TOOLS_NODE_H_
+#ifndef TERN_TOOLS_SRC_NODE_H_
+#define TERN_TOOLS_SRC_NODE_H_
 
 #include <tern/tern.h>
 
@@ -82,4 +82,4 @@ LatencyPercentiles ComputeLatency(const NodeSample& before, const NodeSample& af
 
 }  // namespace tern::tools
 
-#endif  // TERN_TOOLS_NODE_H_
+#endif  // TERN_TOOLS_SRC_NODE_H_

@@ -1,7 +1,7 @@
 // Machine-readable views of a node sample, shared by `ls --json`, `monitor`
 // (JSON lines) and `monitor --prometheus`.
-#ifndef TERN_TOOLS_REPORT_H_
-#define TERN_TOOLS_REPORT_H_
+#ifndef TERN_TOOLS_SRC_REPORT_H_
+#define TERN_TOOLS_SRC_REPORT_H_
 
 #include <nlohmann/json.hpp>
 #include <string>
@@ -30,4 +30,4 @@ std::string PrometheusExposition(const Runtime& runtime, const NodeSample& befor
 
 }  // namespace tern::tools
 
-#endif  // TERN_TOOLS_REPORT_H_
+#endif  // TERN_TOOLS_SRC_REPORT_H_

@@ -1,8 +1,8 @@
 // The subcommands of `tern`. Adding one: write tools/src/<name>.cc with an
 // Add<Name>Command() that registers its options on the parent app and returns
 // what runs it, declare it here, and list it in kSubcommands in main.cc.
-#ifndef TERN_TOOLS_SUBCOMMANDS_H_
-#define TERN_TOOLS_SUBCOMMANDS_H_
+#ifndef TERN_TOOLS_SRC_SUBCOMMANDS_H_
+#define TERN_TOOLS_SRC_SUBCOMMANDS_H_
 
 #include <CLI/CLI.hpp>
 #include <functional>
@@ -22,4 +22,4 @@ Subcommand AddDumpCommand(CLI::App& parent);
 
 }  // namespace tern::tools
 
-#endif  // TERN_TOOLS_SUBCOMMANDS_H_
+#endif  // TERN_TOOLS_SRC_SUBCOMMANDS_H_

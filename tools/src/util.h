@@ -1,7 +1,7 @@
 // Small helpers shared by the `tern` subcommands: errors, names of the API's
 // enums, human-readable numbers, text tables, clocks and signal handling.
-#ifndef TERN_TOOLS_UTIL_H_
-#define TERN_TOOLS_UTIL_H_
+#ifndef TERN_TOOLS_SRC_UTIL_H_
+#define TERN_TOOLS_SRC_UTIL_H_
 
 #include <tern/tern.h>
 
@@ -80,4 +80,4 @@ bool SleepUnlessStopped(double seconds);
 
 }  // namespace tern::tools
 
-#endif  // TERN_TOOLS_UTIL_H_
+#endif  // TERN_TOOLS_SRC_UTIL_H_

@@ -16,8 +16,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "sim/engines/kernels_internal.h"
-#include "sim/engines/kernels_testing.h"
+#include "driver_shim/sim/engines/kernels_internal.h"
+#include "driver_shim/sim/engines/kernels_testing.h"
 
 namespace tern::sim {
 

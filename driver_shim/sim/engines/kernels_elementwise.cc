@@ -11,8 +11,8 @@
 #include <cstring>
 #include <limits>
 
-#include "sim/engines/kernels_internal.h"
-#include "sim/engines/numerics.h"
+#include "driver_shim/sim/engines/kernels_internal.h"
+#include "driver_shim/sim/engines/numerics.h"
 
 namespace tern::sim::kernels {
 namespace {

@@ -8,8 +8,8 @@
 #include <cstring>
 #include <vector>
 
-#include "sim/engines/kernels_internal.h"
-#include "sim/engines/numerics.h"
+#include "driver_shim/sim/engines/kernels_internal.h"
+#include "driver_shim/sim/engines/numerics.h"
 
 namespace tern::sim::kernels {
 namespace {

@@ -4,7 +4,7 @@
 // activations built on them), and the Philox4x32-10 counter-based generator.
 //
 // Accuracy of the float math, measured against double-precision libm over
-// every float (or a dense sample) by tests/kernels/numerics_test.cc:
+// every float (or a dense sample) by tests/sim_engines/numerics_test.cc:
 //   Exp < 2 ulp; Log, Log1p, Expm1 < 2 ulp; Tanh, Sigmoid < 4 ulp;
 //   Erf: absolute error < 4e-7, and < 2 ulp where |x| < 1;
 //   Gelu (exact, erf form): absolute error < 6e-7 (results near 1 and

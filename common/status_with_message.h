@@ -1,7 +1,7 @@
 // Internal status type shared by libtern and the driver shim: a code from
 // tern/status.h plus a message that says what failed, why and what to do.
-#ifndef TERN_SRC_COMMON_STATUS_H_
-#define TERN_SRC_COMMON_STATUS_H_
+#ifndef TERN_COMMON_STATUS_WITH_MESSAGE_H_
+#define TERN_COMMON_STATUS_WITH_MESSAGE_H_
 
 #include <fmt/format.h>
 
@@ -59,4 +59,4 @@ Status ErrnoStatus(tern_status_t code, int err, std::string_view what);
     if (!tern_status_tmp_.ok()) return tern_status_tmp_; \
   } while (0)
 
-#endif  // TERN_SRC_COMMON_STATUS_H_
+#endif  // TERN_COMMON_STATUS_WITH_MESSAGE_H_

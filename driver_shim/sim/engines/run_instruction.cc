@@ -1,14 +1,14 @@
 // RunInstruction: the dispatch to the opcode families, and the shared pieces
 // of kernels_internal.h (layouts, typed loads and stores).
-#include "sim/engines/kernels.h"
+#include "driver_shim/sim/engines/run_instruction.h"
 
 #include <fmt/format.h>
 
 #include <cstring>
 #include <limits>
 
-#include "sim/engines/kernels_internal.h"
-#include "sim/engines/numerics.h"
+#include "driver_shim/sim/engines/kernels_internal.h"
+#include "driver_shim/sim/engines/numerics.h"
 
 namespace tern::sim {
 namespace kernels {

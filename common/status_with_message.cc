@@ -1,4 +1,4 @@
-#include "common/status.h"
+#include "common/status_with_message.h"
 
 #include <cstring>
 

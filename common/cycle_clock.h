@@ -7,8 +7,8 @@
 // it falls back to CLOCK_MONOTONIC. Readings are ticks: only differences
 // mean anything, converted with ToNs(). For timestamps that must line up with
 // other clocks (traces, events) use MonotonicNs().
-#ifndef TERN_SRC_COMMON_CYCLE_CLOCK_H_
-#define TERN_SRC_COMMON_CYCLE_CLOCK_H_
+#ifndef TERN_COMMON_CYCLE_CLOCK_H_
+#define TERN_COMMON_CYCLE_CLOCK_H_
 
 #include <cstdint>
 
@@ -51,4 +51,4 @@ class CycleClock {
 
 }  // namespace tern
 
-#endif  // TERN_SRC_COMMON_CYCLE_CLOCK_H_
+#endif  // TERN_COMMON_CYCLE_CLOCK_H_

@@ -1,6 +1,6 @@
 // libtern's process-wide state and the objects behind the public handles.
-#ifndef TERN_SRC_RUNTIME_RUNTIME_H_
-#define TERN_SRC_RUNTIME_RUNTIME_H_
+#ifndef TERN_SRC_RUNTIME_RUNTIME_STATE_H_
+#define TERN_SRC_RUNTIME_RUNTIME_STATE_H_
 
 #include <atomic>
 #include <memory>
@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "common/status.h"
-#include "driver.h"
-#include "memory/range_allocator.h"
-#include "runtime/handle_table.h"
+#include "common/status_with_message.h"
+#include "driver_shim/driver.h"
+#include "src/memory/range_allocator.h"
+#include "src/runtime/handle_table.h"
 #include "tern/tern.h"
 
 namespace tern {
@@ -152,4 +152,4 @@ void UnchargeDeviceMemory(DeviceObject* dev, uint64_t bytes, tern_memory_categor
 
 }  // namespace tern
 
-#endif  // TERN_SRC_RUNTIME_RUNTIME_H_
+#endif  // TERN_SRC_RUNTIME_RUNTIME_STATE_H_

@@ -2,15 +2,15 @@
 // dtype sizes, and the per-opcode checks of operands and parameters that the
 // builder applies as it goes and the loader applies to every instruction of
 // a file. Shared by libtern and the simulated engines.
-#ifndef TERN_SRC_COMMON_ISA_RULES_H_
-#define TERN_SRC_COMMON_ISA_RULES_H_
+#ifndef TERN_COMMON_ISA_RULES_H_
+#define TERN_COMMON_ISA_RULES_H_
 
 #include <array>
 #include <cstdint>
 #include <span>
 #include <string>
 
-#include "common/status.h"
+#include "common/status_with_message.h"
 #include "tern/isa.h"
 
 namespace tern::isa {
@@ -86,4 +86,4 @@ bool OperandIsWritten(uint32_t opcode, size_t slot);
 
 }  // namespace tern::isa
 
-#endif  // TERN_SRC_COMMON_ISA_RULES_H_
+#endif  // TERN_COMMON_ISA_RULES_H_

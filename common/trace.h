@@ -5,8 +5,8 @@
 // as a complete event; the file is written when the runtime shuts down (and
 // at process exit). Tracks: one "process" per core ("tern device 0 core 1"),
 // one "thread" per queue. Open the file in ui.perfetto.dev or chrome://tracing.
-#ifndef TERN_SRC_COMMON_TRACE_H_
-#define TERN_SRC_COMMON_TRACE_H_
+#ifndef TERN_COMMON_TRACE_H_
+#define TERN_COMMON_TRACE_H_
 
 #include <cstdint>
 #include <string>
@@ -32,4 +32,4 @@ bool Flush();
 
 }  // namespace tern::trace
 
-#endif  // TERN_SRC_COMMON_TRACE_H_
+#endif  // TERN_COMMON_TRACE_H_

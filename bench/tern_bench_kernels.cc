@@ -11,7 +11,7 @@
 //     one core in CPU time.
 //   --unary: every f32 unary function on one core (CPU time) beside memcpy,
 //     to find the transcendental functions that are still slow.
-// Usage: tern_kernels_bench [--quick] [--matmul | --size N | --elementwise | --unary]
+// Usage: tern_bench_kernels [--quick] [--matmul | --size N | --elementwise | --unary]
 //   --quick: small sizes, for a smoke run; --matmul / --elementwise /
 //   --unary: one part (--unary only runs when asked for); --size N: matmul
 //   of that size only.
@@ -33,8 +33,8 @@
 #include <vector>
 
 #include "common/isa_rules.h"
-#include "sim/engines/kernels.h"
-#include "sim/engines/numerics.h"
+#include "driver_shim/sim/engines/run_instruction.h"
+#include "driver_shim/sim/engines/numerics.h"
 
 namespace {
 

@@ -6,7 +6,7 @@
 #include <cstring>
 #include <limits>
 
-#include "sim/engines/numerics.h"
+#include "driver_shim/sim/engines/numerics.h"
 
 namespace tern::testing {
 

@@ -7,7 +7,7 @@
 #include <set>
 
 #include "kernel_test_util.h"
-#include "sim/engines/numerics.h"
+#include "driver_shim/sim/engines/numerics.h"
 
 namespace tern::testing {
 namespace {

@@ -1,7 +1,7 @@
 // The scalar numerics under every kernel: bf16/f16 conversions against
 // independent references, the vectorisable math against libm in double, and
 // Philox4x32-10 against the published known-answer vectors.
-#include "sim/engines/numerics.h"
+#include "driver_shim/sim/engines/numerics.h"
 
 #include <gtest/gtest.h>
 

@@ -1,8 +1,8 @@
 // Logging through spdlog. The level comes from TERN_LOG_LEVEL (trace, debug,
 // info, warn, error, off; default warn); messages go to stderr as
 // "[tern] [level] text".
-#ifndef TERN_SRC_COMMON_LOGGING_H_
-#define TERN_SRC_COMMON_LOGGING_H_
+#ifndef TERN_COMMON_LOGGING_H_
+#define TERN_COMMON_LOGGING_H_
 
 #include <spdlog/spdlog.h>
 
@@ -19,4 +19,4 @@ spdlog::logger& Log();
 #define TERN_LOG_WARN(...) ::tern::Log().warn(__VA_ARGS__)
 #define TERN_LOG_ERROR(...) ::tern::Log().error(__VA_ARGS__)
 
-#endif  // TERN_SRC_COMMON_LOGGING_H_
+#endif  // TERN_COMMON_LOGGING_H_

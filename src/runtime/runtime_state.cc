@@ -1,6 +1,6 @@
 // Runtime lifetime: tern_init / tern_shutdown, fork detection, visible cores,
 // handle lookups.
-#include "runtime/runtime.h"
+#include "src/runtime/runtime_state.h"
 
 #include <absl/strings/numbers.h>
 #include <absl/strings/str_split.h>

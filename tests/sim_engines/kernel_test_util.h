@@ -1,8 +1,8 @@
 // Helpers of the kernel tests: host tensors with any strides, an instruction
 // runner that validates before it runs, and tolerance checks against double
 // precision references computed by naive loops in the tests.
-#ifndef TERN_TESTS_KERNELS_KERNEL_TEST_UTIL_H_
-#define TERN_TESTS_KERNELS_KERNEL_TEST_UTIL_H_
+#ifndef TERN_TESTS_SIM_ENGINES_KERNEL_TEST_UTIL_H_
+#define TERN_TESTS_SIM_ENGINES_KERNEL_TEST_UTIL_H_
 
 #include <gtest/gtest.h>
 
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "common/isa_rules.h"
-#include "sim/engines/kernels.h"
+#include "driver_shim/sim/engines/run_instruction.h"
 
 namespace tern::testing {
 
@@ -114,4 +114,4 @@ inline constexpr tern_dtype_t kAllDtypes[] = {TERN_DTYPE_F32, TERN_DTYPE_BF16, T
 
 }  // namespace tern::testing
 
-#endif  // TERN_TESTS_KERNELS_KERNEL_TEST_UTIL_H_
+#endif  // TERN_TESTS_SIM_ENGINES_KERNEL_TEST_UTIL_H_

@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "kernel_test_util.h"
-#include "sim/engines/kernels_testing.h"
+#include "driver_shim/sim/engines/kernels_testing.h"
 
 namespace tern::testing {
 namespace {

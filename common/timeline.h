@@ -6,14 +6,14 @@
 // A timeline can also carry a failure: the range of points [first_failed,
 // cleared_at) whose commands failed or were aborted. A waiter that reaches a
 // point inside that range learns the failure instead of success.
-#ifndef TERN_SRC_COMMON_TIMELINE_H_
-#define TERN_SRC_COMMON_TIMELINE_H_
+#ifndef TERN_COMMON_TIMELINE_H_
+#define TERN_COMMON_TIMELINE_H_
 
 #include <atomic>
 #include <cstdint>
 #include <mutex>
 
-#include "common/status.h"
+#include "common/status_with_message.h"
 
 namespace tern {
 
@@ -75,4 +75,4 @@ uint64_t MonotonicNs();
 
 }  // namespace tern
 
-#endif  // TERN_SRC_COMMON_TIMELINE_H_
+#endif  // TERN_COMMON_TIMELINE_H_

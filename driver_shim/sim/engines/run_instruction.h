@@ -2,15 +2,15 @@
 // validated instruction on tensors in host memory (the engine view of device
 // memory). Matmul and convolution go through oneDNN; elementwise, reduction,
 // normalisation and index ops are vectorised loops split across the CPUs.
-#ifndef TERN_DRIVER_SHIM_SIM_ENGINES_KERNELS_H_
-#define TERN_DRIVER_SHIM_SIM_ENGINES_KERNELS_H_
+#ifndef TERN_DRIVER_SHIM_SIM_ENGINES_RUN_INSTRUCTION_H_
+#define TERN_DRIVER_SHIM_SIM_ENGINES_RUN_INSTRUCTION_H_
 
 #include <cstdint>
 #include <span>
 
 #include "common/isa_rules.h"
-#include "common/status.h"
-#include "program.h"
+#include "common/status_with_message.h"
+#include "driver_shim/program.h"
 
 namespace tern::sim {
 
@@ -32,4 +32,4 @@ Status RunInstruction(const driver::Instruction& instruction, std::span<const Te
 
 }  // namespace tern::sim
 
-#endif  // TERN_DRIVER_SHIM_SIM_ENGINES_KERNELS_H_
+#endif  // TERN_DRIVER_SHIM_SIM_ENGINES_RUN_INSTRUCTION_H_
