@@ -3,6 +3,7 @@
 // checks every instruction shares (operand structure, segments, extents).
 #include <array>
 #include <cmath>
+#include <initializer_list>
 
 #include "common/isa_rules_internal.h"
 
@@ -47,16 +48,6 @@ Status CheckEps(Checker& c) {
   return OkStatus();
 }
 
-// What every normalisation checks first: ints[0] (k, the normalized trailing
-// axes of `in`, returned), the floats (eps forward, none backward), in's
-// dtype, and slot 0 (out or grad_in) shaped and typed like in.
-Status NormCommon(Checker& c, size_t in, bool forward, uint32_t* k) {
-  TERN_RETURN_IF_ERROR(NormAxes(c, in, k));
-  TERN_RETURN_IF_ERROR(forward ? CheckEps(c) : c.FloatCount(0, 0, "none"));
-  TERN_RETURN_IF_ERROR(c.FloatDtype(in));
-  return c.SameShapeAndDtypeAs(0, in);
-}
-
 // `slot` must have in's leading shape (all but the last k axes).
 Status LeadingShape(const Checker& c, size_t slot, size_t in, uint32_t k) {
   if (!c.Has(slot)) return OkStatus();
@@ -85,6 +76,34 @@ Status TrailingShape(const Checker& c, size_t slot, size_t in, uint32_t k) {
                   ShapeString(x.shape.data() + x.rank - k, k));
   }
   return c.FloatDtype(slot);
+}
+
+// The four normalisations differ only in where their operands are:
+//   layer_norm           [out, mean?, rstd?, in, weight?, bias?]
+//   layer_norm_backward  [grad_in, grad_weight?, grad_bias?, grad_out, in, mean, rstd, weight?]
+//   rms_norm             [out, rstd?, in, weight?]
+//   rms_norm_backward    [grad_in, grad_weight?, grad_out, in, rstd, weight?]
+// Slot 0 (out or grad_in) and the `like_in` slots (grad_out) are shaped and
+// typed like `in`; `leading` slots (statistics) have in's leading shape,
+// `trailing` ones (parameters and their gradients) its normalized shape.
+struct NormSlots {
+  size_t in;
+  bool forward;  // takes eps in floats[0]; the backward ops take no floats
+  std::initializer_list<size_t> like_in;
+  std::initializer_list<size_t> leading;
+  std::initializer_list<size_t> trailing;
+};
+
+Status CheckNorm(Checker& c, const NormSlots& slots) {
+  uint32_t k = 0;
+  TERN_RETURN_IF_ERROR(NormAxes(c, slots.in, &k));
+  TERN_RETURN_IF_ERROR(slots.forward ? CheckEps(c) : c.FloatCount(0, 0, "none"));
+  TERN_RETURN_IF_ERROR(c.FloatDtype(slots.in));
+  TERN_RETURN_IF_ERROR(c.SameShapeAndDtypeAs(0, slots.in));
+  for (size_t slot : slots.like_in) TERN_RETURN_IF_ERROR(c.SameShapeAndDtypeAs(slot, slots.in));
+  for (size_t slot : slots.leading) TERN_RETURN_IF_ERROR(LeadingShape(c, slot, slots.in, k));
+  for (size_t slot : slots.trailing) TERN_RETURN_IF_ERROR(TrailingShape(c, slot, slots.in, k));
+  return OkStatus();
 }
 
 }  // namespace
@@ -232,43 +251,21 @@ Status CheckSoftmaxBackward(Checker& c) {
 }
 
 Status CheckLayerNorm(Checker& c) {
-  // [out, mean?, rstd?, in, weight?, bias?]
-  uint32_t k = 0;
-  TERN_RETURN_IF_ERROR(NormCommon(c, 3, /*forward=*/true, &k));
-  TERN_RETURN_IF_ERROR(LeadingShape(c, 1, 3, k));
-  TERN_RETURN_IF_ERROR(LeadingShape(c, 2, 3, k));
-  TERN_RETURN_IF_ERROR(TrailingShape(c, 4, 3, k));
-  return TrailingShape(c, 5, 3, k);
+  return CheckNorm(c, {.in = 3, .forward = true, .leading = {1, 2}, .trailing = {4, 5}});
 }
 
 Status CheckLayerNormBackward(Checker& c) {
-  // [grad_in, grad_weight?, grad_bias?, grad_out, in, mean, rstd, weight?]
-  uint32_t k = 0;
-  TERN_RETURN_IF_ERROR(NormCommon(c, 4, /*forward=*/false, &k));
-  TERN_RETURN_IF_ERROR(c.SameShapeAndDtypeAs(3, 4));
-  TERN_RETURN_IF_ERROR(LeadingShape(c, 5, 4, k));
-  TERN_RETURN_IF_ERROR(LeadingShape(c, 6, 4, k));
-  TERN_RETURN_IF_ERROR(TrailingShape(c, 1, 4, k));
-  TERN_RETURN_IF_ERROR(TrailingShape(c, 2, 4, k));
-  return TrailingShape(c, 7, 4, k);
+  return CheckNorm(
+      c, {.in = 4, .forward = false, .like_in = {3}, .leading = {5, 6}, .trailing = {1, 2, 7}});
 }
 
 Status CheckRmsNorm(Checker& c) {
-  // [out, rstd?, in, weight?]
-  uint32_t k = 0;
-  TERN_RETURN_IF_ERROR(NormCommon(c, 2, /*forward=*/true, &k));
-  TERN_RETURN_IF_ERROR(LeadingShape(c, 1, 2, k));
-  return TrailingShape(c, 3, 2, k);
+  return CheckNorm(c, {.in = 2, .forward = true, .leading = {1}, .trailing = {3}});
 }
 
 Status CheckRmsNormBackward(Checker& c) {
-  // [grad_in, grad_weight?, grad_out, in, rstd, weight?]
-  uint32_t k = 0;
-  TERN_RETURN_IF_ERROR(NormCommon(c, 3, /*forward=*/false, &k));
-  TERN_RETURN_IF_ERROR(c.SameShapeAndDtypeAs(2, 3));
-  TERN_RETURN_IF_ERROR(LeadingShape(c, 4, 3, k));
-  TERN_RETURN_IF_ERROR(TrailingShape(c, 1, 3, k));
-  return TrailingShape(c, 5, 3, k);
+  return CheckNorm(c,
+                   {.in = 3, .forward = false, .like_in = {2}, .leading = {4}, .trailing = {1, 5}});
 }
 
 }  // namespace tern::isa::rules
