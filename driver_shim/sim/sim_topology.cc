@@ -6,41 +6,9 @@
 
 #include <cstdlib>
 
+#include "common/byte_size.h"
+
 namespace tern::sim {
-namespace {
-
-bool ParseSize(absl::string_view text, uint64_t* out) {
-  if (text.empty()) return false;
-  uint64_t multiplier = 1;
-  switch (text.back()) {
-    case 'K':
-    case 'k':
-      multiplier = 1ull << 10;
-      break;
-    case 'M':
-    case 'm':
-      multiplier = 1ull << 20;
-      break;
-    case 'G':
-    case 'g':
-      multiplier = 1ull << 30;
-      break;
-    case 'T':
-    case 't':
-      multiplier = 1ull << 40;
-      break;
-    default:
-      break;
-  }
-  if (multiplier != 1) text.remove_suffix(1);
-  uint64_t value = 0;
-  if (!absl::SimpleAtoi(text, &value) || value == 0) return false;
-  if (value > UINT64_MAX / multiplier) return false;
-  *out = value * multiplier;
-  return true;
-}
-
-}  // namespace
 
 Status ParseTopology(const std::string& text, SimConfig* config) {
   std::vector<absl::string_view> parts = absl::StrSplit(text, 'x');
@@ -51,7 +19,8 @@ Status ParseTopology(const std::string& text, SimConfig* config) {
                                 "'2x2x8G' (1-{} devices, 1-{} cores each, memory 1M-1T per device)",
                                 text, kMaxDevices, kMaxCoresPerDevice);
   if (parts.size() != 3 || !absl::SimpleAtoi(parts[0], &devices) ||
-      !absl::SimpleAtoi(parts[1], &cores) || !ParseSize(parts[2], &bytes)) {
+      !absl::SimpleAtoi(parts[1], &cores) ||
+      !ParseByteSize(std::string_view(parts[2].data(), parts[2].size()), &bytes).ok()) {
     return bad;
   }
   if (devices < 1 || devices > kMaxDevices || cores < 1 || cores > kMaxCoresPerDevice ||

@@ -28,8 +28,8 @@ struct SimConfig {
   bool topology_explicit = false;
 };
 
-// Parses "DxCxSIZE" (SIZE in bytes with an optional K, M, G or T suffix,
-// powers of 1024), e.g. "2x2x8G".
+// Parses "DxCxSIZE" (SIZE as common/byte_size.h reads it: bytes with an
+// optional K, M, G or T (or KiB..TiB) suffix, powers of 1024), e.g. "2x2x8G".
 Status ParseTopology(const std::string& text, SimConfig* config);
 
 // Reads TERN_SIM_TOPOLOGY, TERN_SIM_NODE and TERN_SIM_PROTECT.

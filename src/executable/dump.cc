@@ -82,30 +82,31 @@ std::string DescribeOperand(const format::Operand* operand) {
   return text;
 }
 
+// The name of the function enum value that an opcode takes as ints[0]
+// ("add" for binary 0); nullptr for other opcodes and unknown values.
+const char* FunctionName(uint32_t opcode, int64_t fn) {
+  switch (opcode) {
+    case TERN_OP_UNARY:
+    case TERN_OP_UNARY_BACKWARD:
+      return isa::UnaryFnName(fn);
+    case TERN_OP_BINARY:
+      return isa::BinaryFnName(fn);
+    case TERN_OP_REDUCE:
+    case TERN_OP_ALL_REDUCE:
+      return isa::ReduceFnName(fn);
+    case TERN_OP_RANDOM:
+      return isa::RandomFnName(fn);
+    default:
+      return nullptr;
+  }
+}
+
 std::string DescribeParameters(const format::Instruction* instruction) {
   const uint32_t opcode = instruction->opcode();
   const auto* ints = instruction->ints();
   std::string text;
   if (ints != nullptr && ints->size() > 0) {
-    const char* fn = nullptr;
-    switch (opcode) {
-      case TERN_OP_UNARY:
-      case TERN_OP_UNARY_BACKWARD:
-        fn = isa::UnaryFnName(ScalarAt(ints, 0));
-        break;
-      case TERN_OP_BINARY:
-        fn = isa::BinaryFnName(ScalarAt(ints, 0));
-        break;
-      case TERN_OP_REDUCE:
-      case TERN_OP_ALL_REDUCE:
-        fn = isa::ReduceFnName(ScalarAt(ints, 0));
-        break;
-      case TERN_OP_RANDOM:
-        fn = isa::RandomFnName(ScalarAt(ints, 0));
-        break;
-      default:
-        break;
-    }
+    const char* fn = FunctionName(opcode, ScalarAt(ints, 0));
     if (fn != nullptr) text += fmt::format(" fn={}", fn);
     text += fmt::format(" ints={}", List(ints));
   }

@@ -10,15 +10,40 @@ namespace tern::exe {
 namespace {
 
 template <typename T>
-T Load(const uint8_t* p) {
-  T value;
-  std::memcpy(&value, p, sizeof(T));
-  return value;
+void LoadInto(const uint8_t* p, T* value) {
+  std::memcpy(value, p, sizeof(T));
 }
 
 template <typename T>
 void Store(uint8_t* p, T value) {
   std::memcpy(p, &value, sizeof(T));
+}
+
+// The header's fields after the magic, and a section entry's fields, with
+// their offsets in the file (docs/executable-format.md): one list that the
+// encoder and the decoder both walk, so the layout is written once.
+// `fn(offset, field)` gets each field by reference (const when H is).
+template <typename H, typename Fn>
+void ForEachHeaderField(H& h, Fn&& fn) {
+  fn(8, h.format_major);
+  fn(10, h.format_minor);
+  fn(12, h.header_size);
+  fn(16, h.file_size);
+  fn(24, h.section_table_offset);
+  fn(32, h.section_count);
+  fn(36, h.section_entry_size);
+  fn(40, h.required_features);
+  fn(48, h.optional_features);
+  fn(kHeaderChecksumOffset, h.header_checksum);
+}
+
+template <typename E, typename Fn>
+void ForEachSectionField(E& e, Fn&& fn) {
+  fn(0, e.kind);
+  fn(4, e.flags);
+  fn(8, e.offset);
+  fn(16, e.size);
+  fn(24, e.checksum);
 }
 
 std::string HexBytes(std::span<const uint8_t> bytes) {
@@ -90,54 +115,35 @@ uint64_t HeaderChecksum(std::span<const uint8_t> header, std::span<const uint8_t
 void EncodeHeader(const FileHeader& header, uint8_t out[kHeaderSize]) {
   std::memset(out, 0, kHeaderSize);
   std::memcpy(out, kMagic, sizeof(kMagic));
-  Store<uint16_t>(out + 8, header.format_major);
-  Store<uint16_t>(out + 10, header.format_minor);
-  Store<uint32_t>(out + 12, header.header_size);
-  Store<uint64_t>(out + 16, header.file_size);
-  Store<uint64_t>(out + 24, header.section_table_offset);
-  Store<uint32_t>(out + 32, header.section_count);
-  Store<uint32_t>(out + 36, header.section_entry_size);
-  Store<uint64_t>(out + 40, header.required_features);
-  Store<uint64_t>(out + 48, header.optional_features);
-  Store<uint64_t>(out + 56, header.header_checksum);
+  ForEachHeaderField(header, [&](size_t offset, const auto& field) { Store(out + offset, field); });
 }
 
 void EncodeSectionEntry(const SectionEntry& entry, uint8_t out[kSectionEntrySize]) {
-  Store<uint32_t>(out + 0, entry.kind);
-  Store<uint32_t>(out + 4, entry.flags);
-  Store<uint64_t>(out + 8, entry.offset);
-  Store<uint64_t>(out + 16, entry.size);
-  Store<uint64_t>(out + 24, entry.checksum);
+  ForEachSectionField(entry, [&](size_t offset, const auto& field) { Store(out + offset, field); });
 }
 
 FileHeader DecodeHeader(const uint8_t in[kHeaderSize]) {
   FileHeader header;
-  header.format_major = Load<uint16_t>(in + 8);
-  header.format_minor = Load<uint16_t>(in + 10);
-  header.header_size = Load<uint32_t>(in + 12);
-  header.file_size = Load<uint64_t>(in + 16);
-  header.section_table_offset = Load<uint64_t>(in + 24);
-  header.section_count = Load<uint32_t>(in + 32);
-  header.section_entry_size = Load<uint32_t>(in + 36);
-  header.required_features = Load<uint64_t>(in + 40);
-  header.optional_features = Load<uint64_t>(in + 48);
-  header.header_checksum = Load<uint64_t>(in + 56);
+  ForEachHeaderField(header, [&](size_t offset, auto& field) { LoadInto(in + offset, &field); });
   return header;
 }
 
 SectionEntry DecodeSectionEntry(const uint8_t* in) {
   SectionEntry entry;
-  entry.kind = Load<uint32_t>(in + 0);
-  entry.flags = Load<uint32_t>(in + 4);
-  entry.offset = Load<uint64_t>(in + 8);
-  entry.size = Load<uint64_t>(in + 16);
-  entry.checksum = Load<uint64_t>(in + 24);
+  ForEachSectionField(entry, [&](size_t offset, auto& field) { LoadInto(in + offset, &field); });
   return entry;
 }
 
-Status ParseContainer(std::span<const uint8_t> data, const ContainerOptions& options,
-                      Container* out) {
-  constexpr tern_status_t kInvalid = TERN_ERROR_EXECUTABLE_INVALID;
+namespace {
+
+// --- ParseContainer's steps, in the order it takes them ------------------------
+// Each is one rule of the spec's loader checks; the first that fails decides
+// the error.
+
+constexpr tern_status_t kInvalid = TERN_ERROR_EXECUTABLE_INVALID;
+
+// The fixed part: long enough, the magic, a version this tern reads.
+Status CheckMagicAndVersion(std::span<const uint8_t> data, FileHeader* header) {
   const uint64_t size = data.size();
   if (size < kHeaderSize) {
     return MakeStatus(kInvalid,
@@ -151,20 +157,25 @@ Status ParseContainer(std::span<const uint8_t> data, const ContainerOptions& opt
                       "it is not a tern executable; build one with the tern builder",
                       HexBytes(data.first(8)));
   }
-  const FileHeader header = DecodeHeader(data.data());
-  if (header.format_major > kFormatMajor) {
+  *header = DecodeHeader(data.data());
+  if (header->format_major > kFormatMajor) {
     return MakeStatus(TERN_ERROR_EXECUTABLE_UNSUPPORTED,
                       "the executable has format version {}.{}, but this tern reads format {}.x "
                       "only: it was built by a newer tern; upgrade tern or rebuild the executable "
                       "with this version's builder",
-                      header.format_major, header.format_minor, kFormatMajor);
+                      header->format_major, header->format_minor, kFormatMajor);
   }
-  if (header.format_major < kFormatMajor) {
+  if (header->format_major < kFormatMajor) {
     return MakeStatus(kInvalid,
                       "the executable claims format version {}.{}, which never existed (the first "
                       "is 1.0): the header is damaged; rebuild the executable",
-                      header.format_major, header.format_minor);
+                      header->format_major, header->format_minor);
   }
+  return OkStatus();
+}
+
+// The header's sizes and counts agree with the data.
+Status CheckHeaderSizes(const FileHeader& header, uint64_t size) {
   if (header.header_size < kHeaderSize || header.header_size > size) {
     return MakeStatus(kInvalid,
                       "the header says it is {} bytes, but it must be at least {} and fit in the "
@@ -190,6 +201,13 @@ Status ParseContainer(std::span<const uint8_t> data, const ContainerOptions& opt
                       "4096: the header is damaged; rebuild the executable",
                       header.section_entry_size, kSectionEntrySize);
   }
+  return OkStatus();
+}
+
+// The section table lies after the header, 8-aligned, inside the data.
+Status LocateSectionTable(std::span<const uint8_t> data, const FileHeader& header,
+                          std::span<const uint8_t>* table) {
+  const uint64_t size = data.size();
   const uint64_t table_bytes = uint64_t{header.section_count} * header.section_entry_size;
   if (header.section_table_offset < header.header_size || header.section_table_offset % 8 != 0 ||
       header.section_table_offset > size || table_bytes > size - header.section_table_offset) {
@@ -200,18 +218,24 @@ Status ParseContainer(std::span<const uint8_t> data, const ContainerOptions& opt
                       header.section_count, header.section_entry_size, header.section_table_offset,
                       header.header_size, size);
   }
-  const uint64_t table_end = header.section_table_offset + table_bytes;
-  const std::span<const uint8_t> table = data.subspan(header.section_table_offset, table_bytes);
-  if (options.verify_checksums) {
-    const uint64_t actual = HeaderChecksum(data.first(header.header_size), table);
-    if (actual != header.header_checksum) {
-      return MakeStatus(TERN_ERROR_EXECUTABLE_CHECKSUM,
-                        "the header and section table checksum is {:#018x} but the header says "
-                        "{:#018x}: the file was modified or damaged after it was written; copy "
-                        "it again or rebuild it",
-                        actual, header.header_checksum);
-    }
+  *table = data.subspan(header.section_table_offset, table_bytes);
+  return OkStatus();
+}
+
+Status VerifyHeaderChecksum(std::span<const uint8_t> data, const FileHeader& header,
+                            std::span<const uint8_t> table) {
+  const uint64_t actual = HeaderChecksum(data.first(header.header_size), table);
+  if (actual != header.header_checksum) {
+    return MakeStatus(TERN_ERROR_EXECUTABLE_CHECKSUM,
+                      "the header and section table checksum is {:#018x} but the header says "
+                      "{:#018x}: the file was modified or damaged after it was written; copy "
+                      "it again or rebuild it",
+                      actual, header.header_checksum);
   }
+  return OkStatus();
+}
+
+Status CheckRequiredFeatures(const FileHeader& header) {
   const uint64_t unknown_required = header.required_features & ~kKnownRequiredFeatures;
   if (unknown_required != 0) {
     return MakeStatus(TERN_ERROR_EXECUTABLE_UNSUPPORTED,
@@ -220,6 +244,135 @@ Status ParseContainer(std::span<const uint8_t> data, const ContainerOptions& opt
                       "rebuild the executable without those features",
                       DescribeBits(unknown_required), unknown_required, kFormatMajor, kFormatMinor);
   }
+  return OkStatus();
+}
+
+// Section i lies between the end of the table and the end of the data.
+Status CheckSectionBounds(size_t i, const SectionEntry& entry, uint64_t table_end, uint64_t size) {
+  if (entry.offset < table_end || entry.offset > size || entry.size > size - entry.offset) {
+    return MakeStatus(kInvalid,
+                      "{} does not lie between the end of the section table (offset {}) and the "
+                      "end of the {}-byte executable: the file is truncated or damaged; rebuild "
+                      "it",
+                      DescribeSection(i, entry), table_end, size);
+  }
+  return OkStatus();
+}
+
+// Records where section i is in the container if its kind is known (at most
+// one of each, aligned as the kind requires); skips an unknown optional one.
+Status PlaceSection(std::span<const uint8_t> data, size_t i, const SectionEntry& entry,
+                    bool* has_module, Container* container) {
+  const std::span<const uint8_t> bytes = data.subspan(entry.offset, entry.size);
+  switch (entry.kind) {
+    case kSectionModule:
+    case kSectionDebug: {
+      const bool is_module = entry.kind == kSectionModule;
+      if ((is_module && *has_module) || (!is_module && container->has_debug)) {
+        return MakeStatus(kInvalid, "{}: the executable has more than one {} section",
+                          DescribeSection(i, entry), SectionKindName(entry.kind));
+      }
+      if (entry.offset % kFlatBufferAlignment != 0) {
+        return MakeStatus(kInvalid, "{}: its offset is not a multiple of {}",
+                          DescribeSection(i, entry), kFlatBufferAlignment);
+      }
+      if (is_module) {
+        *has_module = true;
+        container->module = bytes;
+      } else {
+        container->has_debug = true;
+        container->debug = bytes;
+      }
+      return OkStatus();
+    }
+    case kSectionConstants:
+      if (container->has_constants) {
+        return MakeStatus(kInvalid, "{}: the executable has more than one constants section",
+                          DescribeSection(i, entry));
+      }
+      if (entry.offset % kConstantsFileAlignment != 0) {
+        return MakeStatus(kInvalid,
+                          "{}: its offset is not a multiple of {}, so it cannot be mapped "
+                          "from the file; rebuild the executable",
+                          DescribeSection(i, entry), kConstantsFileAlignment);
+      }
+      container->has_constants = true;
+      container->constants_offset = entry.offset;
+      container->constants_size = entry.size;
+      return OkStatus();
+    default:
+      if ((entry.flags & kSectionFlagOptional) == 0) {
+        return MakeStatus(TERN_ERROR_EXECUTABLE_UNSUPPORTED,
+                          "{} is of a kind this tern does not know and is not marked optional: "
+                          "the executable needs a newer tern; upgrade tern or rebuild it",
+                          DescribeSection(i, entry));
+      }
+      return OkStatus();  // unknown optional section: skipped (its checksum is still checked)
+  }
+}
+
+// Every section in bounds and placed, in table order; then the module.
+Status PlaceSections(std::span<const uint8_t> data, uint64_t table_end, Container* container) {
+  bool has_module = false;
+  for (size_t i = 0; i < container->sections.size(); ++i) {
+    const SectionEntry& entry = container->sections[i];
+    TERN_RETURN_IF_ERROR(CheckSectionBounds(i, entry, table_end, data.size()));
+    TERN_RETURN_IF_ERROR(PlaceSection(data, i, entry, &has_module, container));
+  }
+  if (!has_module) {
+    return MakeStatus(kInvalid,
+                      "the executable has no module section (kind 1), so it has no program: the "
+                      "file is damaged; rebuild it");
+  }
+  return OkStatus();
+}
+
+// No two non-empty sections share bytes.
+Status CheckNoOverlap(const std::vector<SectionEntry>& sections) {
+  std::vector<uint32_t> order(sections.size());
+  for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(),
+            [&](uint32_t a, uint32_t b) { return sections[a].offset < sections[b].offset; });
+  for (size_t k = 1; k < order.size(); ++k) {
+    const SectionEntry& prev = sections[order[k - 1]];
+    const SectionEntry& next = sections[order[k]];
+    if (prev.size != 0 && next.size != 0 && prev.offset + prev.size > next.offset) {
+      return MakeStatus(kInvalid,
+                        "{} overlaps {}: the section table is damaged; rebuild the "
+                        "executable",
+                        DescribeSection(order[k - 1], prev), DescribeSection(order[k], next));
+    }
+  }
+  return OkStatus();
+}
+
+Status VerifySectionChecksums(std::span<const uint8_t> data,
+                              const std::vector<SectionEntry>& sections) {
+  for (size_t i = 0; i < sections.size(); ++i) {
+    const SectionEntry& entry = sections[i];
+    const uint64_t actual = Checksum(data.subspan(entry.offset, entry.size));
+    if (actual != entry.checksum) {
+      return MakeStatus(TERN_ERROR_EXECUTABLE_CHECKSUM,
+                        "{}: its checksum is {:#018x} but the section table says {:#018x}: the "
+                        "file was modified or damaged after it was written; copy it again or "
+                        "rebuild it",
+                        DescribeSection(i, entry), actual, entry.checksum);
+    }
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+Status ParseContainer(std::span<const uint8_t> data, const ContainerOptions& options,
+                      Container* out) {
+  FileHeader header;
+  TERN_RETURN_IF_ERROR(CheckMagicAndVersion(data, &header));
+  TERN_RETURN_IF_ERROR(CheckHeaderSizes(header, data.size()));
+  std::span<const uint8_t> table;
+  TERN_RETURN_IF_ERROR(LocateSectionTable(data, header, &table));
+  if (options.verify_checksums) TERN_RETURN_IF_ERROR(VerifyHeaderChecksum(data, header, table));
+  TERN_RETURN_IF_ERROR(CheckRequiredFeatures(header));
 
   Container container;
   container.header = header;
@@ -228,97 +381,11 @@ Status ParseContainer(std::span<const uint8_t> data, const ContainerOptions& opt
     container.sections.push_back(
         DecodeSectionEntry(table.data() + uint64_t{i} * header.section_entry_size));
   }
-  bool has_module = false;
-  std::vector<uint32_t> order;
-  order.reserve(container.sections.size());
-  for (uint32_t i = 0; i < container.sections.size(); ++i) {
-    const SectionEntry& entry = container.sections[i];
-    if (entry.offset < table_end || entry.offset > size || entry.size > size - entry.offset) {
-      return MakeStatus(kInvalid,
-                        "{} does not lie between the end of the section table (offset {}) and the "
-                        "end of the {}-byte executable: the file is truncated or damaged; rebuild "
-                        "it",
-                        DescribeSection(i, entry), table_end, size);
-    }
-    order.push_back(i);
-    const std::span<const uint8_t> bytes = data.subspan(entry.offset, entry.size);
-    switch (entry.kind) {
-      case kSectionModule:
-      case kSectionDebug: {
-        const bool is_module = entry.kind == kSectionModule;
-        if ((is_module && has_module) || (!is_module && container.has_debug)) {
-          return MakeStatus(kInvalid, "{}: the executable has more than one {} section",
-                            DescribeSection(i, entry), SectionKindName(entry.kind));
-        }
-        if (entry.offset % kFlatBufferAlignment != 0) {
-          return MakeStatus(kInvalid, "{}: its offset is not a multiple of {}",
-                            DescribeSection(i, entry), kFlatBufferAlignment);
-        }
-        if (is_module) {
-          has_module = true;
-          container.module = bytes;
-        } else {
-          container.has_debug = true;
-          container.debug = bytes;
-        }
-        break;
-      }
-      case kSectionConstants:
-        if (container.has_constants) {
-          return MakeStatus(kInvalid, "{}: the executable has more than one constants section",
-                            DescribeSection(i, entry));
-        }
-        if (entry.offset % kConstantsFileAlignment != 0) {
-          return MakeStatus(kInvalid,
-                            "{}: its offset is not a multiple of {}, so it cannot be mapped "
-                            "from the file; rebuild the executable",
-                            DescribeSection(i, entry), kConstantsFileAlignment);
-        }
-        container.has_constants = true;
-        container.constants_offset = entry.offset;
-        container.constants_size = entry.size;
-        break;
-      default:
-        if ((entry.flags & kSectionFlagOptional) == 0) {
-          return MakeStatus(TERN_ERROR_EXECUTABLE_UNSUPPORTED,
-                            "{} is of a kind this tern does not know and is not marked optional: "
-                            "the executable needs a newer tern; upgrade tern or rebuild it",
-                            DescribeSection(i, entry));
-        }
-        break;  // unknown optional section: skipped (its checksum is still checked)
-    }
-  }
-  if (!has_module) {
-    return MakeStatus(kInvalid,
-                      "the executable has no module section (kind 1), so it has no program: the "
-                      "file is damaged; rebuild it");
-  }
-  std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
-    return container.sections[a].offset < container.sections[b].offset;
-  });
-  for (size_t k = 1; k < order.size(); ++k) {
-    const SectionEntry& prev = container.sections[order[k - 1]];
-    const SectionEntry& next = container.sections[order[k]];
-    if (prev.size != 0 && next.size != 0 && prev.offset + prev.size > next.offset) {
-      return MakeStatus(kInvalid,
-                        "{} overlaps {}: the section table is damaged; rebuild the "
-                        "executable",
-                        DescribeSection(order[k - 1], prev), DescribeSection(order[k], next));
-    }
-  }
-  if (options.verify_checksums) {
-    for (uint32_t i = 0; i < container.sections.size(); ++i) {
-      const SectionEntry& entry = container.sections[i];
-      const uint64_t actual = Checksum(data.subspan(entry.offset, entry.size));
-      if (actual != entry.checksum) {
-        return MakeStatus(TERN_ERROR_EXECUTABLE_CHECKSUM,
-                          "{}: its checksum is {:#018x} but the section table says {:#018x}: the "
-                          "file was modified or damaged after it was written; copy it again or "
-                          "rebuild it",
-                          DescribeSection(i, entry), actual, entry.checksum);
-      }
-    }
-  }
+  const uint64_t table_end = header.section_table_offset + table.size();
+  TERN_RETURN_IF_ERROR(PlaceSections(data, table_end, &container));
+  TERN_RETURN_IF_ERROR(CheckNoOverlap(container.sections));
+  if (options.verify_checksums)
+    TERN_RETURN_IF_ERROR(VerifySectionChecksums(data, container.sections));
   *out = std::move(container);
   return OkStatus();
 }

@@ -89,10 +89,6 @@ std::string_view View(const flatbuffers::String* text) {
   return text == nullptr ? std::string_view() : std::string_view(text->c_str(), text->size());
 }
 
-struct FunctionContext {
-  std::string where;  // "function 'main' (0)"
-};
-
 Status ConvertTensor(const format::Tensor* tensor, const std::string& where,
                      driver::TensorSignature* out, WorkBudget* budget) {
   const std::string_view name = View(tensor->name());
@@ -190,56 +186,93 @@ Status ConvertOperand(const format::Operand* operand, const Where& where, isa::O
   return OkStatus();
 }
 
-Status ConvertFunction(
-    const format::Function* function, uint32_t function_index, uint64_t constants_bytes,
-    const flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>* debug_names,
-    bool has_debug, WorkBudget* budget, driver::Function* out) {
-  out->name.assign(View(function->name()));
-  const std::string where = fmt::format("function '{}' ({})", out->name, function_index);
+// Where an instruction is, for messages: "function 'main' (0), vector
+// engine of core 0, instruction 3 (binary)". Built only on failure.
+struct InstructionPlace {
+  const std::string& where;
+  tern_engine_t engine;
+  uint32_t core;
+  uint32_t index;
+  const char* opcode_name;  // nullptr for an unknown opcode
 
-  // Signature.
-  const uint32_t input_count = Size(function->inputs());
-  const uint32_t output_count = Size(function->outputs());
-  TERN_RETURN_IF_ERROR(budget->Spend(uint64_t{input_count} + output_count));
-  out->inputs.resize(input_count);
-  out->outputs.resize(output_count);
-  std::unordered_set<std::string_view> names;
-  for (uint32_t i = 0; i < input_count + output_count; ++i) {
-    const bool input = i < input_count;
-    const uint32_t index = input ? i : i - input_count;
-    const auto* tensor = input ? function->inputs()->Get(index) : function->outputs()->Get(index);
-    driver::TensorSignature* signature = input ? &out->inputs[index] : &out->outputs[index];
-    TERN_RETURN_IF_ERROR(
-        ConvertTensor(tensor, fmt::format("{}, {} {}", where, input ? "input" : "output", index),
-                      signature, budget));
-    if (!names.insert(signature->name).second) {
-      return MakeStatus(kInvalid,
-                        "{}: more than one input or output is named '{}'; names must be unique "
-                        "within a function; {}",
-                        where, signature->name, kRebuild);
-    }
+  std::string Text() const {
+    std::string text = fmt::format("{}, {} engine of core {}, instruction {}", where,
+                                   isa::EngineName(engine), core, index);
+    if (opcode_name != nullptr) text += fmt::format(" ({})", opcode_name);
+    return text;
   }
-  out->scratch_bytes = function->scratch_bytes();
+};
 
-  SegmentSizes sizes;
-  sizes.inputs = out->inputs;
-  sizes.outputs = out->outputs;
-  sizes.constants = constants_bytes;
-  sizes.scratch = out->scratch_bytes;
+// Turns one function of the module into a driver::Function: the signature,
+// then each stream and its instructions (every rule of the spec on each),
+// then the order the driver runs them in. Each step is a method; the first
+// error ends the conversion.
+class FunctionConverter {
+ public:
+  FunctionConverter(
+      const format::Function* function, uint32_t function_index, uint64_t constants_bytes,
+      const flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>* debug_names,
+      bool has_debug, WorkBudget* budget, driver::Function* out)
+      : function_(function),
+        function_index_(function_index),
+        constants_bytes_(constants_bytes),
+        debug_names_(debug_names),
+        has_debug_(has_debug),
+        budget_(budget),
+        out_(out) {}
 
-  // Streams and their instructions.
-  const uint32_t stream_count = Size(function->streams());
-  TERN_RETURN_IF_ERROR(budget->Spend(stream_count));
-  ScheduleInput schedule;
-  schedule.streams.resize(stream_count);
-  std::vector<driver::Instruction> instructions;
-  std::set<std::pair<uint32_t, uint32_t>> seen_streams;
-  std::vector<isa::OperandDesc> descs;
-  for (uint32_t s = 0; s < stream_count; ++s) {
-    const format::Stream* stream = function->streams()->Get(s);
+  Status Convert() {
+    out_->name.assign(View(function_->name()));
+    where_ = fmt::format("function '{}' ({})", out_->name, function_index_);
+    TERN_RETURN_IF_ERROR(ConvertSignature());
+    out_->scratch_bytes = function_->scratch_bytes();
+    sizes_.inputs = out_->inputs;
+    sizes_.outputs = out_->outputs;
+    sizes_.constants = constants_bytes_;
+    sizes_.scratch = out_->scratch_bytes;
+
+    const uint32_t stream_count = Size(function_->streams());
+    TERN_RETURN_IF_ERROR(budget_->Spend(stream_count));
+    schedule_.streams.resize(stream_count);
+    for (uint32_t s = 0; s < stream_count; ++s) TERN_RETURN_IF_ERROR(ConvertStream(s));
+    out_->instruction_count = static_cast<uint32_t>(instructions_.size());
+    return Schedule();
+  }
+
+ private:
+  // Inputs and outputs: each a valid tensor, the names unique.
+  Status ConvertSignature() {
+    const uint32_t input_count = Size(function_->inputs());
+    const uint32_t output_count = Size(function_->outputs());
+    TERN_RETURN_IF_ERROR(budget_->Spend(uint64_t{input_count} + output_count));
+    out_->inputs.resize(input_count);
+    out_->outputs.resize(output_count);
+    std::unordered_set<std::string_view> names;
+    for (uint32_t i = 0; i < input_count + output_count; ++i) {
+      const bool input = i < input_count;
+      const uint32_t index = input ? i : i - input_count;
+      const auto* tensor =
+          input ? function_->inputs()->Get(index) : function_->outputs()->Get(index);
+      driver::TensorSignature* signature = input ? &out_->inputs[index] : &out_->outputs[index];
+      TERN_RETURN_IF_ERROR(
+          ConvertTensor(tensor, fmt::format("{}, {} {}", where_, input ? "input" : "output", index),
+                        signature, budget_));
+      if (!names.insert(signature->name).second) {
+        return MakeStatus(kInvalid,
+                          "{}: more than one input or output is named '{}'; names must be unique "
+                          "within a function; {}",
+                          where_, signature->name, kRebuild);
+      }
+    }
+    return OkStatus();
+  }
+
+  // A stream's engine and core: one that has a stream, known, on a core
+  // that exists, and the only stream of that engine of that core.
+  Status CheckStream(uint32_t s, const format::Stream* stream) {
     const uint32_t core = stream->core();
     const uint8_t engine_value = stream->engine();
-    const std::string stream_where = fmt::format("{}, stream {}", where, s);
+    const std::string stream_where = fmt::format("{}, stream {}", where_, s);
     if (engine_value == TERN_ENGINE_SYNC || engine_value == 0) {
       return MakeStatus(kInvalid,
                         "{} is for engine {}, which has no stream (sync instructions go in the "
@@ -252,130 +285,186 @@ Status ConvertFunction(
                         "needs a newer tern; upgrade tern or rebuild it",
                         stream_where, engine_value);
     }
-    const auto engine = static_cast<tern_engine_t>(engine_value);
     if (core >= kMaxCores) {
       return MakeStatus(kInvalid, "{} is for core {}; cores are numbered below {}; {}",
                         stream_where, core, kMaxCores, kRebuild);
     }
-    if (!seen_streams.insert({core, engine_value}).second) {
-      return MakeStatus(kInvalid,
-                        "{}: there is more than one stream for the {} engine of core {}; {}",
-                        stream_where, isa::EngineName(engine), core, kRebuild);
+    if (!seen_streams_.insert({core, engine_value}).second) {
+      return MakeStatus(
+          kInvalid, "{}: there is more than one stream for the {} engine of core {}; {}",
+          stream_where, isa::EngineName(static_cast<tern_engine_t>(engine_value)), core, kRebuild);
     }
-    ScheduleInput::Stream& scheduled = schedule.streams[s];
-    scheduled.core = core;
-    scheduled.engine = engine;
-    scheduled.begin = static_cast<uint32_t>(instructions.size());
+    return OkStatus();
+  }
+
+  Status ConvertStream(uint32_t s) {
+    const format::Stream* stream = function_->streams()->Get(s);
+    TERN_RETURN_IF_ERROR(CheckStream(s, stream));
+    ScheduleInput::Stream& scheduled = schedule_.streams[s];
+    scheduled.core = stream->core();
+    scheduled.engine = static_cast<tern_engine_t>(stream->engine());
+    scheduled.begin = static_cast<uint32_t>(instructions_.size());
     const uint32_t count = Size(stream->instructions());
-    TERN_RETURN_IF_ERROR(budget->Spend(count));
-    if (instructions.size() + count > UINT32_MAX / 2) {
-      return MakeStatus(kInvalid, "{} has too many instructions; {}", where, kRebuild);
+    TERN_RETURN_IF_ERROR(budget_->Spend(count));
+    if (instructions_.size() + count > UINT32_MAX / 2) {
+      return MakeStatus(kInvalid, "{} has too many instructions; {}", where_, kRebuild);
     }
     for (uint32_t i = 0; i < count; ++i) {
-      const format::Instruction* instruction = stream->instructions()->Get(i);
-      const uint32_t opcode = instruction->opcode();
-      const char* opcode_name = isa::OpcodeName(opcode);
-      auto at = [&] {
-        std::string text = fmt::format("{}, {} engine of core {}, instruction {}", where,
-                                       isa::EngineName(engine), core, i);
-        if (opcode_name != nullptr) text += fmt::format(" ({})", opcode_name);
-        return text;
-      };
-      if (opcode_name == nullptr) {
-        return MakeStatus(kUnsupported,
-                          "{}: opcode {:#06x} is not an instruction this tern knows (engine "
-                          "byte {:#04x}): the executable needs a newer tern; upgrade tern or "
-                          "rebuild it for this version",
-                          at(), opcode, opcode >> 8);
-      }
-      const uint32_t operand_count = Size(instruction->operands());
-      const uint32_t int_count = Size(instruction->ints());
-      const uint32_t float_count = Size(instruction->floats());
-      TERN_RETURN_IF_ERROR(budget->Spend(uint64_t{operand_count} + int_count + float_count));
-
-      driver::Instruction converted;
-      converted.opcode = opcode;
-      converted.engine = engine;
-      converted.core = core;
-      converted.position = i;
-      CopyScalars(instruction->ints(), &converted.ints);
-      CopyScalars(instruction->floats(), &converted.floats);
-      SyncStep step;
-      const tern_engine_t opcode_engine = isa::OpcodeEngine(opcode);
-      const bool sync = opcode_engine == TERN_ENGINE_SYNC;
-      if (!sync && opcode_engine != engine) {
-        return MakeStatus(kInvalid,
-                          "{}: it runs on the {} engine but is in the {} engine's stream; {}", at(),
-                          isa::EngineName(opcode_engine), isa::EngineName(engine), kRebuild);
-      }
-
-      descs.assign(operand_count, isa::OperandDesc{});
-      for (uint32_t k = 0; k < operand_count; ++k) {
-        TERN_RETURN_IF_ERROR(ConvertOperand(
-            instruction->operands()->Get(k), [&] { return fmt::format("{}, operand {}", at(), k); },
-            &descs[k], budget));
-      }
-      Status valid = isa::ValidateInstruction(opcode, descs, converted.ints, converted.floats);
-      if (!valid.ok()) {
-        // ValidateInstruction says UNSUPPORTED for enum values it does not know.
-        const tern_status_t code = valid.code() == kUnsupported ? kUnsupported : kInvalid;
-        return Status(code, fmt::format("{}: {}; {}", at(), valid.message(),
-                                        code == kUnsupported
-                                            ? "the executable needs a newer tern: upgrade tern or "
-                                              "rebuild it for this version"
-                                            : kRebuild));
-      }
-      if (sync) {
-        // [semaphore, value], checked above; the stream gives the engine.
-        step.kind = opcode == TERN_OP_SEM_WAIT ? SyncStep::kWait : SyncStep::kSignal;
-        step.semaphore = converted.ints[0];
-        step.value = converted.ints[1];
-      }
-      for (uint32_t k = 0; k < operand_count; ++k) {
-        if (!descs[k].present()) continue;
-        uint64_t end = 0;
-        Status placed = CheckOperandPlacement(kInvalid, descs[k], isa::OperandIsWritten(opcode, k),
-                                              sizes, &end);
-        if (!placed.ok()) {
-          return MakeStatus(kInvalid, "{}, {}: {}; {}", at(),
-                            DescribeOperandSlot(k, descs[k], sizes), placed.message(), kRebuild);
-        }
-      }
-      const int32_t debug_op = instruction->debug_op();
-      if (debug_op < -1) {
-        return MakeStatus(kInvalid, "{}: debug op index {} is negative (use -1 for none); {}", at(),
-                          debug_op, kRebuild);
-      }
-      if (has_debug && debug_op >= 0) {
-        const uint32_t debug_count = Size(debug_names);
-        if (static_cast<uint32_t>(debug_op) >= debug_count) {
-          return MakeStatus(kInvalid,
-                            "{}: debug op index {} is out of range: the debug section names {} "
-                            "ops; {}",
-                            at(), debug_op, debug_count, kRebuild);
-        }
-        converted.debug_op.assign(View(debug_names->Get(debug_op)));
-      }
-      converted.operands = descs;
-      schedule.steps.push_back(step);
-      instructions.push_back(std::move(converted));
+      TERN_RETURN_IF_ERROR(
+          ConvertInstruction(stream->instructions()->Get(i), scheduled.engine, scheduled.core, i));
     }
-    scheduled.end = static_cast<uint32_t>(instructions.size());
+    scheduled.end = static_cast<uint32_t>(instructions_.size());
+    return OkStatus();
   }
-  out->instruction_count = static_cast<uint32_t>(instructions.size());
 
-  std::vector<ScheduledStep> order;
-  Status scheduled = ScheduleStreams(schedule, &order);
-  if (!scheduled.ok()) return scheduled.WithContext(where);
-  out->schedule.reserve(instructions.size());
-  for (const ScheduledStep& step : order) {
-    driver::Instruction& instruction =
-        instructions[schedule.streams[step.stream].begin + step.position];
-    if (isa::OpcodeEngine(instruction.opcode) == TERN_ENGINE_SYNC) continue;
-    out->schedule.push_back(std::move(instruction));
+  static Status CheckOpcodeKnown(uint32_t opcode, const InstructionPlace& at) {
+    if (at.opcode_name == nullptr) {
+      return MakeStatus(kUnsupported,
+                        "{}: opcode {:#06x} is not an instruction this tern knows (engine "
+                        "byte {:#04x}): the executable needs a newer tern; upgrade tern or "
+                        "rebuild it for this version",
+                        at.Text(), opcode, opcode >> 8);
+    }
+    return OkStatus();
   }
-  return OkStatus();
-}
+
+  // Sync opcodes go in any engine's stream; the others in their engine's.
+  static Status CheckOpcodeEngine(uint32_t opcode, const InstructionPlace& at) {
+    const tern_engine_t opcode_engine = isa::OpcodeEngine(opcode);
+    if (opcode_engine != TERN_ENGINE_SYNC && opcode_engine != at.engine) {
+      return MakeStatus(
+          kInvalid, "{}: it runs on the {} engine but is in the {} engine's stream; {}", at.Text(),
+          isa::EngineName(opcode_engine), isa::EngineName(at.engine), kRebuild);
+    }
+    return OkStatus();
+  }
+
+  // The operands converted into descs_ and the instruction checked against
+  // its opcode's rules (isa::ValidateInstruction).
+  Status ConvertOperandsAndValidate(const format::Instruction* instruction,
+                                    const driver::Instruction& converted,
+                                    const InstructionPlace& at) {
+    const uint32_t operand_count = Size(instruction->operands());
+    descs_.assign(operand_count, isa::OperandDesc{});
+    for (uint32_t k = 0; k < operand_count; ++k) {
+      TERN_RETURN_IF_ERROR(ConvertOperand(
+          instruction->operands()->Get(k),
+          [&] { return fmt::format("{}, operand {}", at.Text(), k); }, &descs_[k], budget_));
+    }
+    Status valid =
+        isa::ValidateInstruction(converted.opcode, descs_, converted.ints, converted.floats);
+    if (!valid.ok()) {
+      // ValidateInstruction says UNSUPPORTED for enum values it does not know.
+      const tern_status_t code = valid.code() == kUnsupported ? kUnsupported : kInvalid;
+      return Status(code, fmt::format("{}: {}; {}", at.Text(), valid.message(),
+                                      code == kUnsupported
+                                          ? "the executable needs a newer tern: upgrade tern or "
+                                            "rebuild it for this version"
+                                          : kRebuild));
+    }
+    return OkStatus();
+  }
+
+  // Every present operand lies inside its segment (and a written one in a
+  // writable segment).
+  Status CheckPlacements(uint32_t opcode, const InstructionPlace& at) const {
+    for (uint32_t k = 0; k < descs_.size(); ++k) {
+      if (!descs_[k].present()) continue;
+      uint64_t end = 0;
+      Status placed = CheckOperandPlacement(kInvalid, descs_[k], isa::OperandIsWritten(opcode, k),
+                                            sizes_, &end);
+      if (!placed.ok()) {
+        return MakeStatus(kInvalid, "{}, {}: {}; {}", at.Text(),
+                          DescribeOperandSlot(k, descs_[k], sizes_), placed.message(), kRebuild);
+      }
+    }
+    return OkStatus();
+  }
+
+  // The debug op index: -1 or, with a debug section, one of its names.
+  Status ResolveDebugOp(int32_t debug_op, const InstructionPlace& at, std::string* name) const {
+    if (debug_op < -1) {
+      return MakeStatus(kInvalid, "{}: debug op index {} is negative (use -1 for none); {}",
+                        at.Text(), debug_op, kRebuild);
+    }
+    if (has_debug_ && debug_op >= 0) {
+      const uint32_t debug_count = Size(debug_names_);
+      if (static_cast<uint32_t>(debug_op) >= debug_count) {
+        return MakeStatus(kInvalid,
+                          "{}: debug op index {} is out of range: the debug section names {} "
+                          "ops; {}",
+                          at.Text(), debug_op, debug_count, kRebuild);
+      }
+      name->assign(View(debug_names_->Get(debug_op)));
+    }
+    return OkStatus();
+  }
+
+  Status ConvertInstruction(const format::Instruction* instruction, tern_engine_t engine,
+                            uint32_t core, uint32_t i) {
+    const uint32_t opcode = instruction->opcode();
+    const InstructionPlace at{where_, engine, core, i, isa::OpcodeName(opcode)};
+    TERN_RETURN_IF_ERROR(CheckOpcodeKnown(opcode, at));
+    const uint32_t operand_count = Size(instruction->operands());
+    const uint32_t int_count = Size(instruction->ints());
+    const uint32_t float_count = Size(instruction->floats());
+    TERN_RETURN_IF_ERROR(budget_->Spend(uint64_t{operand_count} + int_count + float_count));
+
+    driver::Instruction converted;
+    converted.opcode = opcode;
+    converted.engine = engine;
+    converted.core = core;
+    converted.position = i;
+    CopyScalars(instruction->ints(), &converted.ints);
+    CopyScalars(instruction->floats(), &converted.floats);
+    TERN_RETURN_IF_ERROR(CheckOpcodeEngine(opcode, at));
+    TERN_RETURN_IF_ERROR(ConvertOperandsAndValidate(instruction, converted, at));
+    SyncStep step;
+    if (isa::OpcodeEngine(opcode) == TERN_ENGINE_SYNC) {
+      // [semaphore, value], checked above; the stream gives the engine.
+      step.kind = opcode == TERN_OP_SEM_WAIT ? SyncStep::kWait : SyncStep::kSignal;
+      step.semaphore = converted.ints[0];
+      step.value = converted.ints[1];
+    }
+    TERN_RETURN_IF_ERROR(CheckPlacements(opcode, at));
+    TERN_RETURN_IF_ERROR(ResolveDebugOp(instruction->debug_op(), at, &converted.debug_op));
+    converted.operands = descs_;
+    schedule_.steps.push_back(step);
+    instructions_.push_back(std::move(converted));
+    return OkStatus();
+  }
+
+  // The streams interleaved in an order that honours every semaphore; the
+  // sync instructions, which only order the others, are left out.
+  Status Schedule() {
+    std::vector<ScheduledStep> order;
+    Status scheduled = ScheduleStreams(schedule_, &order);
+    if (!scheduled.ok()) return scheduled.WithContext(where_);
+    out_->schedule.reserve(instructions_.size());
+    for (const ScheduledStep& step : order) {
+      driver::Instruction& instruction =
+          instructions_[schedule_.streams[step.stream].begin + step.position];
+      if (isa::OpcodeEngine(instruction.opcode) == TERN_ENGINE_SYNC) continue;
+      out_->schedule.push_back(std::move(instruction));
+    }
+    return OkStatus();
+  }
+
+  const format::Function* function_;
+  const uint32_t function_index_;
+  const uint64_t constants_bytes_;
+  const flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>* debug_names_;
+  const bool has_debug_;
+  WorkBudget* budget_;
+  driver::Function* out_;
+
+  std::string where_;  // "function 'main' (0)"
+  SegmentSizes sizes_;
+  ScheduleInput schedule_;
+  std::vector<driver::Instruction> instructions_;
+  std::set<std::pair<uint32_t, uint32_t>> seen_streams_;  // (core, engine)
+  std::vector<isa::OperandDesc> descs_;                   // the current instruction's operands
+};
 
 }  // namespace
 
@@ -426,9 +515,10 @@ Status ValidateExecutable(std::span<const uint8_t> data, ValidatedExecutable* ou
       return MakeStatus(kInvalid, "more than one function is named '{}'; names must be unique; {}",
                         name, kRebuild);
     }
-    TERN_RETURN_IF_ERROR(ConvertFunction(function, f, program->constants_bytes,
-                                         debug ? debug->op_names() : nullptr, container.has_debug,
-                                         &budget, &program->functions[f]));
+    FunctionConverter converter(function, f, program->constants_bytes,
+                                debug ? debug->op_names() : nullptr, container.has_debug, &budget,
+                                &program->functions[f]);
+    TERN_RETURN_IF_ERROR(converter.Convert());
   }
   out->program = std::move(program);
   out->constants_offset = container.constants_offset;

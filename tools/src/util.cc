@@ -4,9 +4,10 @@
 #include <time.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <cstdlib>
+
+#include "common/byte_size.h"
 
 namespace tern::tools {
 
@@ -91,33 +92,7 @@ std::string IsoTimestampUtc(double unix_seconds) {
 }
 
 bool ParseByteSize(const std::string& text, uint64_t* out) {
-  if (text.empty()) return false;
-  uint64_t multiplier = 1;
-  std::string digits = text;
-  switch (digits.back()) {
-    case 'K':
-    case 'k':
-      multiplier = 1ull << 10;
-      break;
-    case 'M':
-    case 'm':
-      multiplier = 1ull << 20;
-      break;
-    case 'G':
-    case 'g':
-      multiplier = 1ull << 30;
-      break;
-    default:
-      break;
-  }
-  if (multiplier != 1) digits.pop_back();
-  if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos) return false;
-  errno = 0;
-  char* end = nullptr;
-  const unsigned long long value = std::strtoull(digits.c_str(), &end, 10);
-  if (errno != 0 || value > UINT64_MAX / multiplier) return false;
-  *out = value * multiplier;
-  return true;
+  return tern::ParseByteSize(text, out).ok();
 }
 
 uint64_t MonotonicNs() {

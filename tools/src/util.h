@@ -48,7 +48,8 @@ std::string FormatCoreMask(uint32_t mask);
 std::vector<uint32_t> CoreMaskToList(uint32_t mask);
 // "2024-05-01T12:00:00.123Z" for the current wall-clock time.
 std::string IsoTimestampUtc(double unix_seconds);
-// Parses "16M", "1G", "4096" into bytes (K/M/G suffixes are powers of 1024).
+// Parses "16M", "1G", "4096" into bytes, as common/byte_size.h says (the rules
+// of TERN_SIM_TOPOLOGY: K/M/G/T or KiB..TiB, powers of 1024).
 bool ParseByteSize(const std::string& text, uint64_t* out);
 
 uint64_t MonotonicNs();

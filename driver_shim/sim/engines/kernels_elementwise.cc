@@ -87,21 +87,9 @@ void Elementwise(const isa::OperandDesc& shape, Arg out, std::initializer_list<A
   });
 }
 
-// --- copy, cast, fill ---------------------------------------------------------
-
-template <typename E>
-TERN_INLINE void CopyRun(uint8_t* dst, int64_t ds, const uint8_t* src, int64_t ss, int64_t n) {
-  E* d = reinterpret_cast<E*>(dst);
-  const E* s = reinterpret_cast<const E*>(src);
-  if (ss == 0) {
-    const E v = s[0];
-    for (int64_t i = 0; i < n; ++i) d[i * ds] = v;
-  } else {
-    for (int64_t i = 0; i < n; ++i) d[i * ds] = s[i * ss];
-  }
-}
-
 }  // namespace
+
+// --- copy, cast, fill ---------------------------------------------------------
 
 Status RunCopy(const driver::Instruction&, Operands ops) {
   const isa::OperandDesc& dst = *ops[0].desc;
@@ -114,21 +102,7 @@ Status RunCopy(const driver::Instruction&, Operands ops) {
     ForEachRun(l, begin, end, [&](const int64_t* off, int64_t n) {
       uint8_t* d = ops[0].data + off[0] * esize;
       const uint8_t* s = ops[1].data + off[1] * esize;
-      const int64_t ds = l.strides[0][last], ss = l.strides[1][last];
-      if (ds == 1 && ss == 1) {
-        std::memmove(d, s, n * esize);
-        return;
-      }
-      switch (esize) {
-        case 1:
-          return CopyRun<uint8_t>(d, ds, s, ss, n);
-        case 2:
-          return CopyRun<uint16_t>(d, ds, s, ss, n);
-        case 4:
-          return CopyRun<uint32_t>(d, ds, s, ss, n);
-        default:
-          return CopyRun<uint64_t>(d, ds, s, ss, n);
-      }
+      CopyStrided(esize, d, l.strides[0][last], s, l.strides[1][last], n);
     });
   });
   return OkStatus();
@@ -843,6 +817,43 @@ Status RunUnaryBackward(const driver::Instruction& ins, Operands ops) {
 
 // --- iota and random ----------------------------------------------------------
 
+namespace {
+
+// Writes generated values to `view`, the only operand (layout l), in
+// row-major element order, kChunk elements at a time. Each thread's range
+// calls make() once for a generator (a lambda that may keep state, such as
+// random's current Philox block); gen(pos, m, fbuf, ibuf) fills elements
+// [pos, pos + m) into ibuf when `integer`, else into fbuf, and they are
+// stored through the dtype conversions. All templates: gen's per-element
+// loop is inlined here as if written in place.
+template <typename MakeGenerator>
+void GenerateInto(const TensorView& view, const Layout& l, bool integer, MakeGenerator&& make) {
+  const tern_dtype_t dtype = view.desc->dtype;
+  const int64_t esize = static_cast<int64_t>(isa::DTypeSize(dtype));
+  ParallelFor(l.count, kParallelGrain, [&](int64_t begin, int64_t end) {
+    auto gen = make();
+    int64_t pos = begin;
+    alignas(64) float fbuf[kChunk];
+    alignas(64) int64_t ibuf[kChunk];
+    ForEachRun(l, begin, end, [&](const int64_t* off, int64_t n) {
+      const int64_t stride = l.strides[0][l.rank - 1];
+      for (int64_t done = 0; done < n; done += kChunk) {
+        const int64_t m = std::min(kChunk, n - done);
+        uint8_t* p = view.data + (off[0] + done * stride) * esize;
+        gen(pos, m, fbuf, ibuf);
+        if (integer) {
+          StoreI64(dtype, p, stride, m, ibuf);
+        } else {
+          StoreF32(dtype, p, stride, m, fbuf);
+        }
+        pos += m;
+      }
+    });
+  });
+}
+
+}  // namespace
+
 Status RunIota(const driver::Instruction& ins, Operands ops) {
   const isa::OperandDesc& out = *ops[0].desc;
   const int64_t rank = out.rank;
@@ -857,32 +868,17 @@ Status RunIota(const driver::Instruction& ins, Operands ops) {
   const bool integer = isa::IsInteger(out.dtype);
   const int64_t istart = integer ? static_cast<int64_t>(start) : 0;
   const int64_t istep = integer ? static_cast<int64_t>(step) : 0;
-  const int64_t esize = static_cast<int64_t>(isa::DTypeSize(out.dtype));
-  ParallelFor(l.count, kParallelGrain, [&](int64_t begin, int64_t end) {
-    int64_t pos = begin;
-    alignas(64) float fbuf[kChunk];
-    alignas(64) int64_t ibuf[kChunk];
-    ForEachRun(l, begin, end, [&](const int64_t* off, int64_t n) {
-      const int64_t stride = l.strides[0][l.rank - 1];
-      for (int64_t done = 0; done < n; done += kChunk) {
-        const int64_t m = std::min(kChunk, n - done);
-        uint8_t* p = ops[0].data + (off[0] + done * stride) * esize;
-        for (int64_t i = 0; i < m; ++i) {
-          const int64_t coord = ((pos + i) / inner) % size;
-          if (integer) {
-            ibuf[i] = WrapAdd(istart, WrapMul(coord, istep));
-          } else {
-            fbuf[i] = static_cast<float>(start + static_cast<double>(coord) * step);
-          }
-        }
+  GenerateInto(ops[0], l, integer, [&] {
+    return [&](int64_t pos, int64_t m, float* fbuf, int64_t* ibuf) {
+      for (int64_t i = 0; i < m; ++i) {
+        const int64_t coord = ((pos + i) / inner) % size;
         if (integer) {
-          StoreI64(out.dtype, p, stride, m, ibuf);
+          ibuf[i] = WrapAdd(istart, WrapMul(coord, istep));
         } else {
-          StoreF32(out.dtype, p, stride, m, fbuf);
+          fbuf[i] = static_cast<float>(start + static_cast<double>(coord) * step);
         }
-        pos += m;
       }
-    });
+    };
   });
   return OkStatus();
 }
@@ -925,7 +921,6 @@ Status RunRandom(const driver::Instruction& ins, Operands ops) {
   const auto& f = ins.floats;
   const Layout l = MakeLayout(out.rank, out.shape.data(), {out.strides.data()});
   if (l.count == 0) return OkStatus();
-  const int64_t esize = static_cast<int64_t>(isa::DTypeSize(out.dtype));
   const bool integer = isa::IsInteger(out.dtype) && fn == TERN_RANDOM_UNIFORM;
   double a = 0, b = 1;  // uniform [low, high), normal (mean, std), bernoulli p
   if (fn == TERN_RANDOM_BERNOULLI) {
@@ -942,61 +937,46 @@ Status RunRandom(const driver::Instruction& ins, Operands ops) {
     while (h >= b) h = NextDown(out.dtype, h);
     below_high = std::max(h, RoundTo(out.dtype, static_cast<float>(a)));
   }
-  ParallelFor(l.count, kParallelGrain, [&](int64_t begin, int64_t end) {
-    int64_t pos = begin;
-    alignas(64) float fbuf[kChunk];
-    alignas(64) int64_t ibuf[kChunk];
-    uint64_t cached = ~uint64_t{0};
-    num::Philox4 block{};
-    ForEachRun(l, begin, end, [&](const int64_t* off, int64_t n) {
-      const int64_t stride = l.strides[0][l.rank - 1];
-      for (int64_t done = 0; done < n; done += kChunk) {
-        const int64_t m = std::min(kChunk, n - done);
-        uint8_t* p = ops[0].data + (off[0] + done * stride) * esize;
-        for (int64_t i = 0; i < m; ++i) {
-          const uint64_t e = static_cast<uint64_t>(pos + i);
-          if (e / 4 != cached) {
-            cached = e / 4;
-            block = num::RandomBlock(seed, offset, cached);
-          }
-          const int lane = static_cast<int>(e % 4);
-          const uint32_t w = block.v[lane];
-          switch (fn) {
-            case TERN_RANDOM_UNIFORM:
-              if (integer) {
-                const uint64_t range = static_cast<uint64_t>(b - a);
-                ibuf[i] = static_cast<int64_t>(a) +
-                          static_cast<int64_t>((static_cast<uint64_t>(w) * range) >> 32);
-              } else {
-                float v = static_cast<float>(a + (b - a) * static_cast<double>(num::Uniform01(w)));
-                v = RoundTo(out.dtype, v);
-                fbuf[i] = v >= b ? below_high : v;
-              }
-              break;
-            case TERN_RANDOM_NORMAL: {
-              // Box-Muller on the lane pair (0,1) or (2,3) of the block.
-              const int pair = lane & ~1;
-              const double u1 = (static_cast<double>(block.v[pair] >> 8) + 1.0) * 0x1.0p-24;
-              const double u2 = static_cast<double>(block.v[pair + 1] >> 8) * 0x1.0p-24;
-              const double r = std::sqrt(-2.0 * std::log(u1));
-              const double angle = 6.283185307179586477 * u2;
-              const double z = (lane & 1) ? r * std::sin(angle) : r * std::cos(angle);
-              fbuf[i] = static_cast<float>(a + b * z);
-              break;
+  GenerateInto(ops[0], l, integer, [&] {
+    return [&, cached = ~uint64_t{0}, block = num::Philox4{}](int64_t pos, int64_t m, float* fbuf,
+                                                              int64_t* ibuf) mutable {
+      for (int64_t i = 0; i < m; ++i) {
+        const uint64_t e = static_cast<uint64_t>(pos + i);
+        if (e / 4 != cached) {
+          cached = e / 4;
+          block = num::RandomBlock(seed, offset, cached);
+        }
+        const int lane = static_cast<int>(e % 4);
+        const uint32_t w = block.v[lane];
+        switch (fn) {
+          case TERN_RANDOM_UNIFORM:
+            if (integer) {
+              const uint64_t range = static_cast<uint64_t>(b - a);
+              ibuf[i] = static_cast<int64_t>(a) +
+                        static_cast<int64_t>((static_cast<uint64_t>(w) * range) >> 32);
+            } else {
+              float v = static_cast<float>(a + (b - a) * static_cast<double>(num::Uniform01(w)));
+              v = RoundTo(out.dtype, v);
+              fbuf[i] = v >= b ? below_high : v;
             }
-            default:
-              fbuf[i] = num::Uniform01(w) < a ? 1.0f : 0.0f;
-              break;
+            break;
+          case TERN_RANDOM_NORMAL: {
+            // Box-Muller on the lane pair (0,1) or (2,3) of the block.
+            const int pair = lane & ~1;
+            const double u1 = (static_cast<double>(block.v[pair] >> 8) + 1.0) * 0x1.0p-24;
+            const double u2 = static_cast<double>(block.v[pair + 1] >> 8) * 0x1.0p-24;
+            const double r = std::sqrt(-2.0 * std::log(u1));
+            const double angle = 6.283185307179586477 * u2;
+            const double z = (lane & 1) ? r * std::sin(angle) : r * std::cos(angle);
+            fbuf[i] = static_cast<float>(a + b * z);
+            break;
           }
+          default:
+            fbuf[i] = num::Uniform01(w) < a ? 1.0f : 0.0f;
+            break;
         }
-        if (integer) {
-          StoreI64(out.dtype, p, stride, m, ibuf);
-        } else {
-          StoreF32(out.dtype, p, stride, m, fbuf);
-        }
-        pos += m;
       }
-    });
+    };
   });
   return OkStatus();
 }

@@ -67,31 +67,6 @@ TERN_INLINE void OffsetsOf(int64_t pos, uint32_t rank, const int64_t* shape,
   }
 }
 
-template <typename E>
-TERN_INLINE void CopyElems(uint8_t* dst, int64_t ds, const uint8_t* src, int64_t ss, int64_t n) {
-  E* d = reinterpret_cast<E*>(dst);
-  const E* s = reinterpret_cast<const E*>(src);
-  for (int64_t i = 0; i < n; ++i) d[i * ds] = s[i * ss];
-}
-
-void CopyStrided(size_t esize, uint8_t* dst, int64_t ds, const uint8_t* src, int64_t ss,
-                 int64_t n) {
-  if (ds == 1 && ss == 1) {
-    std::memcpy(dst, src, n * esize);
-    return;
-  }
-  switch (esize) {
-    case 1:
-      return CopyElems<uint8_t>(dst, ds, src, ss, n);
-    case 2:
-      return CopyElems<uint16_t>(dst, ds, src, ss, n);
-    case 4:
-      return CopyElems<uint32_t>(dst, ds, src, ss, n);
-    default:
-      return CopyElems<uint64_t>(dst, ds, src, ss, n);
-  }
-}
-
 // An output that scatter-adds accumulate into: the output itself (f32 and
 // integers) or an f32 shadow of it (bf16, f16) written back at the end.
 struct Accumulator {

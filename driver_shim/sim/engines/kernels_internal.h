@@ -9,11 +9,13 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <initializer_list>
 #include <span>
 #include <string>
 
 #include "driver_shim/sim/engines/run_instruction.h"
+#include "driver_shim/sim/engines/numerics.h"
 
 // Hot loops are compiled for AVX-512, AVX2 and baseline x86-64 and picked at
 // load time, so the library stays portable and still uses the wide units.
@@ -137,6 +139,40 @@ void StoreF32(tern_dtype_t dtype, uint8_t* p, int64_t stride, int64_t n, const f
 // Integer and bool dtypes (floats convert as above). Integer stores wrap.
 void LoadI64(tern_dtype_t dtype, const uint8_t* p, int64_t stride, int64_t n, int64_t* out);
 void StoreI64(tern_dtype_t dtype, uint8_t* p, int64_t stride, int64_t n, const int64_t* in);
+
+// n elements of `esize` bytes (1, 2, 4 or 8) from src, `ss` elements apart
+// (0 repeats one), to dst, `ds` apart: the copy instruction's runs and the
+// gathers' rows. A contiguous run is one memmove, since a copy's source and
+// destination may overlap.
+template <typename E>
+TERN_INLINE void CopyElements(uint8_t* dst, int64_t ds, const uint8_t* src, int64_t ss, int64_t n) {
+  E* d = reinterpret_cast<E*>(dst);
+  const E* s = reinterpret_cast<const E*>(src);
+  if (ss == 0) {
+    const E v = s[0];
+    for (int64_t i = 0; i < n; ++i) d[i * ds] = v;
+  } else {
+    for (int64_t i = 0; i < n; ++i) d[i * ds] = s[i * ss];
+  }
+}
+
+TERN_INLINE void CopyStrided(size_t esize, uint8_t* dst, int64_t ds, const uint8_t* src, int64_t ss,
+                             int64_t n) {
+  if (ds == 1 && ss == 1) {
+    std::memmove(dst, src, n * esize);
+    return;
+  }
+  switch (esize) {
+    case 1:
+      return CopyElements<uint8_t>(dst, ds, src, ss, n);
+    case 2:
+      return CopyElements<uint16_t>(dst, ds, src, ss, n);
+    case 4:
+      return CopyElements<uint32_t>(dst, ds, src, ss, n);
+    default:
+      return CopyElements<uint64_t>(dst, ds, src, ss, n);
+  }
+}
 
 double LoadOneF64(tern_dtype_t dtype, const uint8_t* p);
 int64_t LoadOneI64(tern_dtype_t dtype, const uint8_t* p);
