@@ -1,4 +1,4 @@
-#include "allocator.h"
+#include "runtime/allocator.h"
 
 #include <c10/util/Exception.h>
 #include <c10/util/Logging.h>
@@ -9,7 +9,7 @@
 #include <mutex>
 #include <vector>
 
-#include "runtime.h"
+#include "runtime/runtime.h"
 
 namespace torch_tern {
 namespace {

@@ -25,9 +25,10 @@
 #include <map>
 #include <mutex>
 
-#include "generator.h"
-#include "native.h"
-#include "ops.h"
+#include "aten/minimal.h"
+#include "aten/native.h"
+#include "aten/register.h"
+#include "runtime/generator.h"
 
 namespace torch_tern {
 namespace {
@@ -105,7 +106,7 @@ Operand SourceOperand(Program& p, c10::DeviceIndex device, Source source, const 
     fill.SetDevice(device);
     EmitRandom(fill, fill.OutRaw(pool.buffer, 0, TERN_DTYPE_F32, kPoolElements), source, d);
     TORCH_CHECK(fill.Run(/*cache=*/false),
-                "tern: filling the random pool failed: ", kernels::GetCacheInfo().last_error);
+                "tern: filling the random pool failed: ", program::GetCacheInfo().last_error);
     pool.filled = true;
     pool.seed = d.seed;
     pool.base = d.offset;
@@ -117,7 +118,7 @@ Operand SourceOperand(Program& p, c10::DeviceIndex device, Source source, const 
 
 bool FloatOk(const at::Tensor& t) {
   return IsTern(t) && at::isFloatingType(t.scalar_type()) && Supported(t.scalar_type()) &&
-         kernels::ExecutablesAvailable();
+         program::ExecutablesAvailable();
 }
 
 // The largest value of `dtype` below `to` (uniform draws stay in [from, to)
@@ -237,7 +238,7 @@ at::Tensor& Exponential(at::Tensor& self, double lambd, std::optional<at::Genera
 // self = (u < p), p a scalar or a tensor broadcast to self.
 bool Bernoulli(at::Tensor& self, const std::optional<double>& p_scalar, const at::Tensor& p_tensor,
                const std::optional<at::Generator>& gen) {
-  if (!IsTern(self) || !Supported(self.scalar_type()) || !kernels::ExecutablesAvailable()) {
+  if (!IsTern(self) || !Supported(self.scalar_type()) || !program::ExecutablesAvailable()) {
     return false;
   }
   if (p_tensor.defined() && (!IsTern(p_tensor) || !at::isFloatingType(p_tensor.scalar_type()) ||
@@ -279,7 +280,7 @@ at::Tensor& BernoulliTensor(at::Tensor& self, const at::Tensor& p,
 bool RandomRange(at::Tensor& self, int64_t from, int64_t to,
                  const std::optional<at::Generator>& gen) {
   if (!IsTern(self) || !Supported(self.scalar_type()) || self.scalar_type() == at::kBool ||
-      !kernels::ExecutablesAvailable() || from >= to ||
+      !program::ExecutablesAvailable() || from >= to ||
       static_cast<double>(to) - static_cast<double>(from) > 4294967296.0) {
     return false;
   }
@@ -363,7 +364,9 @@ std::tuple<at::Tensor, at::Tensor> NativeDropout(const at::Tensor& input, double
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+namespace native {
+
+void RegisterRandomOps(torch::Library& m) {
   m.impl("uniform_", Uniform);
   m.impl("normal_", Normal);
   m.impl("bernoulli_.float", BernoulliFloat);
@@ -375,4 +378,5 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("native_dropout", NativeDropout);
 }
 
+}  // namespace native
 }  // namespace torch_tern

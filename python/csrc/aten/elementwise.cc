@@ -12,7 +12,8 @@
 
 #include <cmath>
 
-#include "native.h"
+#include "aten/native.h"
+#include "aten/register.h"
 
 namespace torch_tern::native {
 namespace {
@@ -932,7 +933,7 @@ at::Tensor NativeDropoutBackward(const at::Tensor& grad_output, const at::Tensor
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+void RegisterElementwiseOps(torch::Library& m) {
   m.impl("add.out", AddOut);
   m.impl("sub.out", SubOut);
   m.impl("mul.out", MulOut);

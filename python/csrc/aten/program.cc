@@ -1,4 +1,4 @@
-#include "kernels.h"
+#include "aten/program.h"
 
 #include <ATen/TensorUtils.h>
 #include <ATen/ops/empty.h>
@@ -10,9 +10,9 @@
 #include <mutex>
 #include <unordered_map>
 
-#include "allocator.h"
-#include "ops.h"
-#include "runtime.h"
+#include "aten/minimal.h"
+#include "runtime/allocator.h"
+#include "runtime/runtime.h"
 
 // The executable API is new in libtern; bind it weakly so that the plugin
 // also loads against a libtern that does not export it yet (then every op
@@ -33,7 +33,7 @@
 #pragma weak tern_executable_unload
 #pragma weak tern_queue_execute
 
-namespace torch_tern::kernels {
+namespace torch_tern::program {
 namespace {
 
 // Executables kept loaded; the least recently used one beyond this is
@@ -721,4 +721,4 @@ void ClearCache() {
   g_info = CacheInfo();
 }
 
-}  // namespace torch_tern::kernels
+}  // namespace torch_tern::program

@@ -21,7 +21,8 @@
 #include <ATen/ops/_foreach_zero_native.h>
 #include <torch/library.h>
 
-#include "native.h"
+#include "aten/native.h"
+#include "aten/register.h"
 
 namespace torch_tern::native {
 namespace {
@@ -43,7 +44,7 @@ struct Item {
 template <typename Emit>
 bool Foreach(const char* name, const std::vector<at::TensorList>& lists, bool in_place, int temps,
              std::vector<at::Tensor>* outs, Emit&& emit) {
-  if (!kernels::ExecutablesAvailable() || lists.empty()) return false;
+  if (!program::ExecutablesAvailable() || lists.empty()) return false;
   const at::TensorList self = lists[0];
   int64_t max_numel = 1;
   for (size_t i = 0; i < self.size(); ++i) {
@@ -408,7 +409,7 @@ TERN_FUSED_ADAM(FusedAdam_, _fused_adam_, false)
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+void RegisterForeachOps(torch::Library& m) {
   m.impl("_foreach_add_.List", ForeachAddList_);
   m.impl("_foreach_add.List", ForeachAddList);
   m.impl("_foreach_add_.Scalar", ForeachAddScalar_);
