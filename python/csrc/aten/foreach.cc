@@ -148,37 +148,25 @@ std::vector<double> Doubles(at::ArrayRef<at::Scalar> scalars, bool* ok) {
   return v;
 }
 
-void ForeachAddScalar_(at::TensorList self, const at::Scalar& s) {
-  if (s.isComplex() ||
-      !ScalarOp("aten::_foreach_add_.Scalar", TERN_BINARY_ADD, self, {s.toDouble()}, nullptr)) {
-    at::native::foreach_tensor_add_scalar_kernel_slow_(self, s);
+// _foreach_<op>_.Scalar and _foreach_<op>.Scalar (in place and functional):
+// self (op) s, or the slow per-tensor kernels (a complex s, or declined).
+#define TERN_FOREACH_SCALAR(Name, op, fn)                                                   \
+  void Foreach##Name##Scalar_(at::TensorList self, const at::Scalar& s) {                   \
+    if (s.isComplex() ||                                                                    \
+        !ScalarOp("aten::_foreach_" #op "_.Scalar", fn, self, {s.toDouble()}, nullptr)) {   \
+      at::native::foreach_tensor_##op##_scalar_kernel_slow_(self, s);                       \
+    }                                                                                       \
+  }                                                                                         \
+  std::vector<at::Tensor> Foreach##Name##Scalar(at::TensorList self, const at::Scalar& s) { \
+    std::vector<at::Tensor> outs;                                                           \
+    if (!s.isComplex() &&                                                                   \
+        ScalarOp("aten::_foreach_" #op ".Scalar", fn, self, {s.toDouble()}, &outs)) {       \
+      return outs;                                                                          \
+    }                                                                                       \
+    return at::native::foreach_tensor_##op##_scalar_kernel_slow(self, s);                   \
   }
-}
-
-std::vector<at::Tensor> ForeachAddScalar(at::TensorList self, const at::Scalar& s) {
-  std::vector<at::Tensor> outs;
-  if (!s.isComplex() &&
-      ScalarOp("aten::_foreach_add.Scalar", TERN_BINARY_ADD, self, {s.toDouble()}, &outs)) {
-    return outs;
-  }
-  return at::native::foreach_tensor_add_scalar_kernel_slow(self, s);
-}
-
-void ForeachMulScalar_(at::TensorList self, const at::Scalar& s) {
-  if (s.isComplex() ||
-      !ScalarOp("aten::_foreach_mul_.Scalar", TERN_BINARY_MUL, self, {s.toDouble()}, nullptr)) {
-    at::native::foreach_tensor_mul_scalar_kernel_slow_(self, s);
-  }
-}
-
-std::vector<at::Tensor> ForeachMulScalar(at::TensorList self, const at::Scalar& s) {
-  std::vector<at::Tensor> outs;
-  if (!s.isComplex() &&
-      ScalarOp("aten::_foreach_mul.Scalar", TERN_BINARY_MUL, self, {s.toDouble()}, &outs)) {
-    return outs;
-  }
-  return at::native::foreach_tensor_mul_scalar_kernel_slow(self, s);
-}
+TERN_FOREACH_SCALAR(Add, add, TERN_BINARY_ADD)
+TERN_FOREACH_SCALAR(Mul, mul, TERN_BINARY_MUL)
 
 void ForeachMulList_(at::TensorList self, at::TensorList other) {
   if (!Foreach("aten::_foreach_mul_.List", {self, other}, true, 0, nullptr,

@@ -92,48 +92,41 @@ at::Tensor Prod(const at::Tensor& self, std::optional<at::ScalarType> dtype) {
   return TERN_FALLBACK(prod, self, dtype);
 }
 
-// max/min over dims without indices (rejected on empty reductions: the CPU
-// raises for those).
+// max/min over `dim` (none: all) without indices, into `out` of self's dtype
+// (rejected on empty reductions: the CPU raises for those).
 bool Extreme(const char* name, tern_reduce_fn_t fn, const at::Tensor& self,
-             const std::vector<int64_t>& dims, bool keepdim, const at::Tensor& out) {
+             at::OptionalIntArrayRef dim, bool keepdim, const at::Tensor& out) {
+  if (out.scalar_type() != self.scalar_type()) return false;
+  const std::vector<int64_t> dims = ReduceDims(self, dim);
   if (!IsTern(self) || EmptyReduction(self, dims) || self.numel() == 0) return false;
   return Reduce(name, fn, self, dims, keepdim, out, self.scalar_type(), self.scalar_type());
 }
 
 at::Tensor& AmaxOut(const at::Tensor& self, at::IntArrayRef dim, bool keepdim, at::Tensor& out) {
-  if (out.scalar_type() == self.scalar_type() &&
-      Extreme("aten::amax.out", TERN_REDUCE_MAX, self, ReduceDims(self, dim), keepdim, out)) {
-    return out;
-  }
+  if (Extreme("aten::amax.out", TERN_REDUCE_MAX, self, dim, keepdim, out)) return out;
   return TERN_FALLBACK(amax_out, self, dim, keepdim, out);
 }
 
 at::Tensor& AminOut(const at::Tensor& self, at::IntArrayRef dim, bool keepdim, at::Tensor& out) {
-  if (out.scalar_type() == self.scalar_type() &&
-      Extreme("aten::amin.out", TERN_REDUCE_MIN, self, ReduceDims(self, dim), keepdim, out)) {
-    return out;
-  }
+  if (Extreme("aten::amin.out", TERN_REDUCE_MIN, self, dim, keepdim, out)) return out;
   return TERN_FALLBACK(amin_out, self, dim, keepdim, out);
 }
 
+// max()/min() of all elements as a new 0-dim tensor; undefined when declined.
+at::Tensor ExtremeAll(const char* name, tern_reduce_fn_t fn, const at::Tensor& self) {
+  if (!IsTern(self)) return at::Tensor();
+  at::Tensor out = at::empty({}, self.options());
+  return Extreme(name, fn, self, std::nullopt, false, out) ? out : at::Tensor();
+}
+
 at::Tensor MaxAll(const at::Tensor& self) {
-  if (IsTern(self)) {
-    at::Tensor out = at::empty({}, self.options());
-    if (Extreme("aten::max", TERN_REDUCE_MAX, self, ReduceDims(self, std::nullopt), false, out)) {
-      return out;
-    }
-  }
-  return TERN_FALLBACK(max, self);
+  at::Tensor out = ExtremeAll("aten::max", TERN_REDUCE_MAX, self);
+  return out.defined() ? out : TERN_FALLBACK(max, self);
 }
 
 at::Tensor MinAll(const at::Tensor& self) {
-  if (IsTern(self)) {
-    at::Tensor out = at::empty({}, self.options());
-    if (Extreme("aten::min", TERN_REDUCE_MIN, self, ReduceDims(self, std::nullopt), false, out)) {
-      return out;
-    }
-  }
-  return TERN_FALLBACK(min, self);
+  at::Tensor out = ExtremeAll("aten::min", TERN_REDUCE_MIN, self);
+  return out.defined() ? out : TERN_FALLBACK(min, self);
 }
 
 bool ArgExtreme(const char* name, tern_reduce_fn_t fn, const at::Tensor& self,
