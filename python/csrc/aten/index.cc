@@ -7,7 +7,8 @@
 
 #include <cmath>
 
-#include "native.h"
+#include "aten/native.h"
+#include "aten/register.h"
 
 namespace torch_tern::native {
 namespace {
@@ -483,7 +484,7 @@ at::Tensor& NllLossBackwardOut(const at::Tensor& grad_output, const at::Tensor& 
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+void RegisterIndexOps(torch::Library& m) {
   m.impl("index_select.out", IndexSelectOut);
   m.impl("index_select", IndexSelectFn);
   m.impl("index.Tensor_out", IndexTensorOut);

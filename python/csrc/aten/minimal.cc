@@ -1,7 +1,7 @@
 // The operators every PrivateUse1 backend must provide (allocation, views,
 // copies, resizing, set_, scalars) plus the native fills. Views only change
 // metadata: they never touch device memory.
-#include "ops.h"
+#include "aten/minimal.h"
 
 #include <ATen/ATen.h>
 #include <ATen/EmptyTensor.h>
@@ -15,6 +15,8 @@
 #include <ATen/ops/view_native.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
+
+#include "aten/register.h"
 
 namespace torch_tern {
 namespace {
@@ -157,14 +159,16 @@ at::Tensor& FillTensor(at::Tensor& self, const at::Tensor& value) {
 at::Tensor& Zero(at::Tensor& self) { return Fill(self, 0); }
 
 // Tensor.record_stream(s): the block is not reused before work queued on `s`
-// so far has run (see allocator.h).
+// so far has run (see runtime/allocator.h).
 void RecordStream(at::Tensor& self, c10::Stream stream) {
   TernDeviceAllocator::Get().recordStream(self.storage().data_ptr(), stream);
 }
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+namespace native {
+
+void RegisterMinimalOps(torch::Library& m) {
   m.impl("empty.memory_format", EmptyMemoryFormat);
   m.impl("empty_strided", EmptyStrided);
   m.impl("as_strided", AsStrided);
@@ -187,16 +191,5 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("record_stream", RecordStream);
 }
 
-// _copy_from handles conjugate and negative bits itself (copy.cc). Without
-// these fallthroughs the Conjugate/Negative fallbacks would materialize the
-// source with clone(), whose copy_ calls _copy_from again, forever.
-TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
-  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
-  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
-}
-TORCH_LIBRARY_IMPL(aten, Negative, m) {
-  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
-  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
-}
-
+}  // namespace native
 }  // namespace torch_tern

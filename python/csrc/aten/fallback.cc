@@ -7,11 +7,10 @@
 //   unset / "allow"  run on the CPU silently (default)
 //   "warn"           also warn, once per operator
 //   "error"          raise instead, naming the operator
-#include "fallback.h"
+#include "aten/fallback.h"
 
 #include <ATen/native/CPUFallback.h>
 #include <c10/util/Exception.h>
-#include <torch/library.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -63,10 +62,6 @@ void ClearFallbackOps() {
   std::lock_guard<std::mutex> lock(g_mutex);
   g_counts->clear();
   g_warned->clear();
-}
-
-TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
-  m.fallback(torch::CppFunction::makeFromBoxedFunction<&CpuFallback>());
 }
 
 }  // namespace torch_tern

@@ -8,12 +8,12 @@
 #include <torch/csrc/utils/device_lazy_init.h>
 #include <torch/csrc/utils/pybind.h>
 
-#include "allocator.h"
-#include "fallback.h"
-#include "generator.h"
-#include "host_allocator.h"
-#include "kernels.h"
-#include "runtime.h"
+#include "aten/fallback.h"
+#include "aten/program.h"
+#include "runtime/allocator.h"
+#include "runtime/generator.h"
+#include "runtime/host_allocator.h"
+#include "runtime/runtime.h"
 
 namespace py = pybind11;
 
@@ -188,7 +188,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_device_info", &DeviceInfo, py::arg("device") = -1);
 
   m.def("_kernel_cache_info", [] {
-    const kernels::CacheInfo info = kernels::GetCacheInfo();
+    const program::CacheInfo info = program::GetCacheInfo();
     py::dict out;
     out["executables_available"] = info.executables_available;
     out["entries"] = info.entries;
@@ -200,5 +200,5 @@ PYBIND11_MODULE(_C, m) {
     out["last_error"] = info.last_error;
     return out;
   });
-  m.def("_kernel_cache_clear", &kernels::ClearCache);
+  m.def("_kernel_cache_clear", &program::ClearCache);
 }

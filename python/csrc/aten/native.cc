@@ -1,4 +1,4 @@
-#include "native.h"
+#include "aten/native.h"
 
 #include <ATen/MemoryOverlap.h>
 #include <ATen/native/Resize.h>
@@ -7,7 +7,7 @@
 
 #include <algorithm>
 
-#include "ops.h"
+#include "aten/minimal.h"
 
 namespace torch_tern::native {
 

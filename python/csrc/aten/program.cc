@@ -1,18 +1,19 @@
-#include "kernels.h"
+#include "aten/program.h"
 
 #include <ATen/TensorUtils.h>
 #include <ATen/ops/empty.h>
 #include <c10/util/Exception.h>
 
+#include <array>
 #include <cstdlib>
 #include <cstring>
 #include <list>
 #include <mutex>
 #include <unordered_map>
 
-#include "allocator.h"
-#include "ops.h"
-#include "runtime.h"
+#include "aten/minimal.h"
+#include "runtime/allocator.h"
+#include "runtime/runtime.h"
 
 // The executable API is new in libtern; bind it weakly so that the plugin
 // also loads against a libtern that does not export it yet (then every op
@@ -33,7 +34,7 @@
 #pragma weak tern_executable_unload
 #pragma weak tern_queue_execute
 
-namespace torch_tern::kernels {
+namespace torch_tern::program {
 namespace {
 
 // Executables kept loaded; the least recently used one beyond this is
@@ -374,33 +375,51 @@ bool IsFloatDtype(tern_dtype_t d) {
   return d == TERN_DTYPE_F32 || d == TERN_DTYPE_BF16 || d == TERN_DTYPE_F16;
 }
 
+using Slot = std::array<uint8_t, 8>;
+
+// `value` as one element of `dtype`: a float for a float dtype, else an
+// integer (truncated).
+Slot Encoded(double value, tern_dtype_t dtype) {
+  Slot bytes{};
+  if (IsFloatDtype(dtype)) {
+    EncodeFloat(value, dtype, bytes.data());
+  } else {
+    EncodeInt(static_cast<int64_t>(value), dtype, bytes.data());
+  }
+  return bytes;
+}
+
+Slot EncodedInt(int64_t value, tern_dtype_t dtype) {
+  Slot bytes{};
+  EncodeInt(value, dtype, bytes.data());
+  return bytes;
+}
+
+// Appends one element of `dtype` to `blob` in its own 8-byte slot; returns
+// its offset in elements of `dtype`.
+int64_t AppendSlot(std::vector<uint8_t>& blob, const void* bytes, tern_dtype_t dtype) {
+  const size_t at = (blob.size() + 7) / 8 * 8;
+  blob.resize(at + 8, 0);
+  std::memcpy(blob.data() + at, bytes, DtypeSize(dtype));
+  return static_cast<int64_t>(at) / DtypeSize(dtype);
+}
+
 }  // namespace
 
 Operand Program::AddConstant(const void* bytes, tern_dtype_t dtype) {
-  const size_t at = (constants_.size() + 7) / 8 * 8;
-  constants_.resize(at + 8, 0);
-  std::memcpy(constants_.data() + at, bytes, DtypeSize(dtype));
   Operand o;
   o.segment = TERN_SEGMENT_CONSTANT;
   o.dtype = dtype;
-  o.offset = static_cast<int64_t>(at) / DtypeSize(dtype);
+  o.offset = AppendSlot(constants_, bytes, dtype);
   return o;
 }
 
 Operand Program::Const(double value, tern_dtype_t dtype) {
-  uint8_t bytes[8] = {};
-  if (IsFloatDtype(dtype)) {
-    EncodeFloat(value, dtype, bytes);
-  } else {
-    EncodeInt(static_cast<int64_t>(value), dtype, bytes);
-  }
-  return AddConstant(bytes, dtype);
+  return AddConstant(Encoded(value, dtype).data(), dtype);
 }
 
 Operand Program::ConstInt(int64_t value, tern_dtype_t dtype) {
-  uint8_t bytes[8] = {};
-  EncodeInt(value, dtype, bytes);
-  return AddConstant(bytes, dtype);
+  return AddConstant(EncodedInt(value, dtype).data(), dtype);
 }
 
 Operand Program::AddArg(const void* bytes, tern_dtype_t dtype) {
@@ -408,31 +427,20 @@ Operand Program::AddArg(const void* bytes, tern_dtype_t dtype) {
     args_input_ = static_cast<int32_t>(inputs_++);
     bindings_.push_back({at::Tensor(), false, TERN_DTYPE_I8, 0});
   }
-  const size_t at = (args_.size() + 7) / 8 * 8;
-  args_.resize(at + 8, 0);
-  std::memcpy(args_.data() + at, bytes, DtypeSize(dtype));
   Operand o;
   o.segment = TERN_SEGMENT_INPUT;
   o.index = static_cast<uint32_t>(args_input_);
   o.dtype = dtype;
-  o.offset = static_cast<int64_t>(at) / DtypeSize(dtype);
+  o.offset = AppendSlot(args_, bytes, dtype);
   return o;
 }
 
 Operand Program::Arg(double value, tern_dtype_t dtype) {
-  uint8_t bytes[8] = {};
-  if (IsFloatDtype(dtype)) {
-    EncodeFloat(value, dtype, bytes);
-  } else {
-    EncodeInt(static_cast<int64_t>(value), dtype, bytes);
-  }
-  return AddArg(bytes, dtype);
+  return AddArg(Encoded(value, dtype).data(), dtype);
 }
 
 Operand Program::ArgInt(int64_t value, tern_dtype_t dtype) {
-  uint8_t bytes[8] = {};
-  EncodeInt(value, dtype, bytes);
-  return AddArg(bytes, dtype);
+  return AddArg(EncodedInt(value, dtype).data(), dtype);
 }
 
 namespace {
@@ -721,4 +729,4 @@ void ClearCache() {
   g_info = CacheInfo();
 }
 
-}  // namespace torch_tern::kernels
+}  // namespace torch_tern::program

@@ -9,8 +9,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "allocator.h"
-#include "runtime.h"
+#include "runtime/allocator.h"
+#include "runtime/runtime.h"
 
 namespace torch_tern {
 

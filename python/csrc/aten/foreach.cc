@@ -21,7 +21,8 @@
 #include <ATen/ops/_foreach_zero_native.h>
 #include <torch/library.h>
 
-#include "native.h"
+#include "aten/native.h"
+#include "aten/register.h"
 
 namespace torch_tern::native {
 namespace {
@@ -43,7 +44,7 @@ struct Item {
 template <typename Emit>
 bool Foreach(const char* name, const std::vector<at::TensorList>& lists, bool in_place, int temps,
              std::vector<at::Tensor>* outs, Emit&& emit) {
-  if (!kernels::ExecutablesAvailable() || lists.empty()) return false;
+  if (!program::ExecutablesAvailable() || lists.empty()) return false;
   const at::TensorList self = lists[0];
   int64_t max_numel = 1;
   for (size_t i = 0; i < self.size(); ++i) {
@@ -147,37 +148,25 @@ std::vector<double> Doubles(at::ArrayRef<at::Scalar> scalars, bool* ok) {
   return v;
 }
 
-void ForeachAddScalar_(at::TensorList self, const at::Scalar& s) {
-  if (s.isComplex() ||
-      !ScalarOp("aten::_foreach_add_.Scalar", TERN_BINARY_ADD, self, {s.toDouble()}, nullptr)) {
-    at::native::foreach_tensor_add_scalar_kernel_slow_(self, s);
+// _foreach_<op>_.Scalar and _foreach_<op>.Scalar (in place and functional):
+// self (op) s, or the slow per-tensor kernels (a complex s, or declined).
+#define TERN_FOREACH_SCALAR(Name, op, fn)                                                   \
+  void Foreach##Name##Scalar_(at::TensorList self, const at::Scalar& s) {                   \
+    if (s.isComplex() ||                                                                    \
+        !ScalarOp("aten::_foreach_" #op "_.Scalar", fn, self, {s.toDouble()}, nullptr)) {   \
+      at::native::foreach_tensor_##op##_scalar_kernel_slow_(self, s);                       \
+    }                                                                                       \
+  }                                                                                         \
+  std::vector<at::Tensor> Foreach##Name##Scalar(at::TensorList self, const at::Scalar& s) { \
+    std::vector<at::Tensor> outs;                                                           \
+    if (!s.isComplex() &&                                                                   \
+        ScalarOp("aten::_foreach_" #op ".Scalar", fn, self, {s.toDouble()}, &outs)) {       \
+      return outs;                                                                          \
+    }                                                                                       \
+    return at::native::foreach_tensor_##op##_scalar_kernel_slow(self, s);                   \
   }
-}
-
-std::vector<at::Tensor> ForeachAddScalar(at::TensorList self, const at::Scalar& s) {
-  std::vector<at::Tensor> outs;
-  if (!s.isComplex() &&
-      ScalarOp("aten::_foreach_add.Scalar", TERN_BINARY_ADD, self, {s.toDouble()}, &outs)) {
-    return outs;
-  }
-  return at::native::foreach_tensor_add_scalar_kernel_slow(self, s);
-}
-
-void ForeachMulScalar_(at::TensorList self, const at::Scalar& s) {
-  if (s.isComplex() ||
-      !ScalarOp("aten::_foreach_mul_.Scalar", TERN_BINARY_MUL, self, {s.toDouble()}, nullptr)) {
-    at::native::foreach_tensor_mul_scalar_kernel_slow_(self, s);
-  }
-}
-
-std::vector<at::Tensor> ForeachMulScalar(at::TensorList self, const at::Scalar& s) {
-  std::vector<at::Tensor> outs;
-  if (!s.isComplex() &&
-      ScalarOp("aten::_foreach_mul.Scalar", TERN_BINARY_MUL, self, {s.toDouble()}, &outs)) {
-    return outs;
-  }
-  return at::native::foreach_tensor_mul_scalar_kernel_slow(self, s);
-}
+TERN_FOREACH_SCALAR(Add, add, TERN_BINARY_ADD)
+TERN_FOREACH_SCALAR(Mul, mul, TERN_BINARY_MUL)
 
 void ForeachMulList_(at::TensorList self, at::TensorList other) {
   if (!Foreach("aten::_foreach_mul_.List", {self, other}, true, 0, nullptr,
@@ -408,7 +397,7 @@ TERN_FUSED_ADAM(FusedAdam_, _fused_adam_, false)
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+void RegisterForeachOps(torch::Library& m) {
   m.impl("_foreach_add_.List", ForeachAddList_);
   m.impl("_foreach_add.List", ForeachAddList);
   m.impl("_foreach_add_.Scalar", ForeachAddScalar_);

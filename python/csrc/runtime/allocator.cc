@@ -1,4 +1,4 @@
-#include "allocator.h"
+#include "runtime/allocator.h"
 
 #include <c10/util/Exception.h>
 #include <c10/util/Logging.h>
@@ -7,9 +7,10 @@
 #include <bit>
 #include <map>
 #include <mutex>
+#include <utility>
 #include <vector>
 
-#include "runtime.h"
+#include "runtime/runtime.h"
 
 namespace torch_tern {
 namespace {
@@ -300,39 +301,48 @@ void TernDeviceAllocator::recordStream(const c10::DataPtr& ptr, c10::Stream stre
   }
 }
 
-DeviceStats TernDeviceAllocator::getDeviceStats(c10::DeviceIndex device) {
+namespace {
+
+// Returns `fn(stats)` for `device`'s statistics (the current device when
+// negative), called under the allocator's lock; before tern is initialized
+// there are none, and it returns what `fn` returns, default-constructed.
+template <typename Fn>
+auto WithStats(c10::DeviceIndex device, Fn fn) {
+  using Result = decltype(fn(std::declval<DeviceStats&>()));
   std::lock_guard<std::mutex> lock(g_mutex);
-  if (!IsInitialized()) return DeviceStats();
+  if (!IsInitialized()) return Result();
   if (device < 0) device = CurrentDevice();
-  return Cache(device).stats;
+  return fn(Cache(device).stats);
+}
+
+// Calls `fn` on every Stat of `s` (each array: all, small pool, large pool).
+template <typename Fn>
+void ForEachStat(DeviceStats& s, Fn fn) {
+  for (auto* array :
+       {&s.allocation, &s.segment, &s.active, &s.inactive_split, &s.allocated_bytes,
+        &s.reserved_bytes, &s.active_bytes, &s.inactive_split_bytes, &s.requested_bytes}) {
+    for (auto& stat : *array) fn(stat);
+  }
+}
+
+}  // namespace
+
+DeviceStats TernDeviceAllocator::getDeviceStats(c10::DeviceIndex device) {
+  return WithStats(device, [](DeviceStats& s) { return s; });
 }
 
 void TernDeviceAllocator::resetAccumulatedStats(c10::DeviceIndex device) {
-  std::lock_guard<std::mutex> lock(g_mutex);
-  if (!IsInitialized()) return;
-  if (device < 0) device = CurrentDevice();
-  DeviceStats& s = Cache(device).stats;
-  for (auto* array :
-       {&s.allocation, &s.segment, &s.active, &s.inactive_split, &s.allocated_bytes,
-        &s.reserved_bytes, &s.active_bytes, &s.inactive_split_bytes, &s.requested_bytes}) {
-    for (auto& stat : *array) stat.reset_accumulated();
-  }
-  s.num_alloc_retries = 0;
-  s.num_ooms = 0;
-  s.num_device_alloc = 0;
-  s.num_device_free = 0;
+  WithStats(device, [](DeviceStats& s) {
+    ForEachStat(s, [](auto& stat) { stat.reset_accumulated(); });
+    s.num_alloc_retries = 0;
+    s.num_ooms = 0;
+    s.num_device_alloc = 0;
+    s.num_device_free = 0;
+  });
 }
 
 void TernDeviceAllocator::resetPeakStats(c10::DeviceIndex device) {
-  std::lock_guard<std::mutex> lock(g_mutex);
-  if (!IsInitialized()) return;
-  if (device < 0) device = CurrentDevice();
-  DeviceStats& s = Cache(device).stats;
-  for (auto* array :
-       {&s.allocation, &s.segment, &s.active, &s.inactive_split, &s.allocated_bytes,
-        &s.reserved_bytes, &s.active_bytes, &s.inactive_split_bytes, &s.requested_bytes}) {
-    for (auto& stat : *array) stat.reset_peak();
-  }
+  WithStats(device, [](DeviceStats& s) { ForEachStat(s, [](auto& stat) { stat.reset_peak(); }); });
 }
 
 std::pair<size_t, size_t> TernDeviceAllocator::getMemoryInfo(c10::DeviceIndex device) {

@@ -6,7 +6,8 @@
 #include <torch/autograd.h>
 #include <torch/library.h>
 
-#include "native.h"
+#include "aten/native.h"
+#include "aten/register.h"
 
 namespace torch_tern::native {
 namespace {
@@ -91,48 +92,41 @@ at::Tensor Prod(const at::Tensor& self, std::optional<at::ScalarType> dtype) {
   return TERN_FALLBACK(prod, self, dtype);
 }
 
-// max/min over dims without indices (rejected on empty reductions: the CPU
-// raises for those).
+// max/min over `dim` (none: all) without indices, into `out` of self's dtype
+// (rejected on empty reductions: the CPU raises for those).
 bool Extreme(const char* name, tern_reduce_fn_t fn, const at::Tensor& self,
-             const std::vector<int64_t>& dims, bool keepdim, const at::Tensor& out) {
+             at::OptionalIntArrayRef dim, bool keepdim, const at::Tensor& out) {
+  if (out.scalar_type() != self.scalar_type()) return false;
+  const std::vector<int64_t> dims = ReduceDims(self, dim);
   if (!IsTern(self) || EmptyReduction(self, dims) || self.numel() == 0) return false;
   return Reduce(name, fn, self, dims, keepdim, out, self.scalar_type(), self.scalar_type());
 }
 
 at::Tensor& AmaxOut(const at::Tensor& self, at::IntArrayRef dim, bool keepdim, at::Tensor& out) {
-  if (out.scalar_type() == self.scalar_type() &&
-      Extreme("aten::amax.out", TERN_REDUCE_MAX, self, ReduceDims(self, dim), keepdim, out)) {
-    return out;
-  }
+  if (Extreme("aten::amax.out", TERN_REDUCE_MAX, self, dim, keepdim, out)) return out;
   return TERN_FALLBACK(amax_out, self, dim, keepdim, out);
 }
 
 at::Tensor& AminOut(const at::Tensor& self, at::IntArrayRef dim, bool keepdim, at::Tensor& out) {
-  if (out.scalar_type() == self.scalar_type() &&
-      Extreme("aten::amin.out", TERN_REDUCE_MIN, self, ReduceDims(self, dim), keepdim, out)) {
-    return out;
-  }
+  if (Extreme("aten::amin.out", TERN_REDUCE_MIN, self, dim, keepdim, out)) return out;
   return TERN_FALLBACK(amin_out, self, dim, keepdim, out);
 }
 
+// max()/min() of all elements as a new 0-dim tensor; undefined when declined.
+at::Tensor ExtremeAll(const char* name, tern_reduce_fn_t fn, const at::Tensor& self) {
+  if (!IsTern(self)) return at::Tensor();
+  at::Tensor out = at::empty({}, self.options());
+  return Extreme(name, fn, self, std::nullopt, false, out) ? out : at::Tensor();
+}
+
 at::Tensor MaxAll(const at::Tensor& self) {
-  if (IsTern(self)) {
-    at::Tensor out = at::empty({}, self.options());
-    if (Extreme("aten::max", TERN_REDUCE_MAX, self, ReduceDims(self, std::nullopt), false, out)) {
-      return out;
-    }
-  }
-  return TERN_FALLBACK(max, self);
+  at::Tensor out = ExtremeAll("aten::max", TERN_REDUCE_MAX, self);
+  return out.defined() ? out : TERN_FALLBACK(max, self);
 }
 
 at::Tensor MinAll(const at::Tensor& self) {
-  if (IsTern(self)) {
-    at::Tensor out = at::empty({}, self.options());
-    if (Extreme("aten::min", TERN_REDUCE_MIN, self, ReduceDims(self, std::nullopt), false, out)) {
-      return out;
-    }
-  }
-  return TERN_FALLBACK(min, self);
+  at::Tensor out = ExtremeAll("aten::min", TERN_REDUCE_MIN, self);
+  return out.defined() ? out : TERN_FALLBACK(min, self);
 }
 
 bool ArgExtreme(const char* name, tern_reduce_fn_t fn, const at::Tensor& self,
@@ -498,8 +492,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> NativeLayerNorm(
     Program p("aten::native_layer_norm");
     p.Emit(TERN_OP_LAYER_NORM,
            {p.Out(out), p.Out(mean).View(lead), p.Out(rstd).View(lead), p.In(input),
-            Defined(weight) ? p.In(*weight) : kernels::None(),
-            Defined(bias) ? p.In(*bias) : kernels::None()},
+            Defined(weight) ? p.In(*weight) : program::None(),
+            Defined(bias) ? p.In(*bias) : program::None()},
            {k}, {eps});
     if (p.ok() && p.Run()) return {out, mean, rstd};
   }
@@ -525,7 +519,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> NativeLayerNormBackward(
     if (mean.numel() == lead_numel && rstd.numel() == lead_numel) {
       at::Tensor grad_input, grad_weight, grad_bias;
       Program p("aten::native_layer_norm_backward");
-      Operand gi = kernels::None(), gw = kernels::None(), gb = kernels::None();
+      Operand gi = program::None(), gw = program::None(), gb = program::None();
       if (output_mask[0]) {
         grad_input = at::empty(input.sizes(), input.options(), at::MemoryFormat::Contiguous);
         gi = p.Out(grad_input);
@@ -544,7 +538,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> NativeLayerNormBackward(
       if (!gi.present()) gi = p.Temp(*TD(dtype), input.sizes());
       p.Emit(TERN_OP_LAYER_NORM_BACKWARD,
              {gi, gw, gb, p.In(grad_out), p.In(input), p.In(mean).View(lead), p.In(rstd).View(lead),
-              has_weight ? p.In(*weight) : kernels::None()},
+              has_weight ? p.In(*weight) : program::None()},
              {k});
       if (p.ok() && p.Run()) return {grad_input, grad_weight, grad_bias};
     }
@@ -769,9 +763,9 @@ std::tuple<at::Tensor, at::Tensor> RmsNormForward(const at::Tensor& input, int64
   at::Tensor rstd = at::empty(lead, input.options().dtype(at::kFloat));
   Program p("aten::rms_norm");
   p.Emit(TERN_OP_RMS_NORM,
-         {p.Out(out), p.Out(rstd), p.In(input), weight.defined() ? p.In(weight) : kernels::None()},
+         {p.Out(out), p.Out(rstd), p.In(input), weight.defined() ? p.In(weight) : program::None()},
          {k}, {eps});
-  TORCH_CHECK(p.Run(), "tern: rms_norm kernel refused: ", kernels::GetCacheInfo().last_error);
+  TORCH_CHECK(p.Run(), "tern: rms_norm kernel refused: ", program::GetCacheInfo().last_error);
   return {out, rstd};
 }
 
@@ -804,17 +798,17 @@ class RmsNormFunction : public torch::autograd::Function<RmsNormFunction<kWeight
     at::Tensor grad_input = at::empty(input.sizes(), input.options(), at::MemoryFormat::Contiguous);
     at::Tensor grad_weight;
     Program p("aten::rms_norm_backward");
-    Operand gw = kernels::None();
+    Operand gw = program::None();
     if (weight.defined() && ctx->needs_input_grad(1)) {
       grad_weight = at::empty(weight.sizes(), weight.options());
       gw = p.Out(grad_weight);
     }
     p.Emit(TERN_OP_RMS_NORM_BACKWARD,
            {p.Out(grad_input), gw, p.In(grad_out), p.In(input), p.In(rstd),
-            weight.defined() ? p.In(weight) : kernels::None()},
+            weight.defined() ? p.In(weight) : program::None()},
            {k});
     TORCH_CHECK(p.Run(),
-                "tern: rms_norm backward kernel refused: ", kernels::GetCacheInfo().last_error);
+                "tern: rms_norm backward kernel refused: ", program::GetCacheInfo().last_error);
     if (kWeight) return {grad_input, at::Tensor(), grad_weight, at::Tensor()};
     return {grad_input, at::Tensor(), at::Tensor()};
   }
@@ -824,7 +818,7 @@ at::Tensor RmsNormAutograd(const at::Tensor& input, c10::SymIntArrayRef normaliz
                            const std::optional<at::Tensor>& weight, std::optional<double> eps) {
   const std::vector<int64_t> normalized_shape = C10_AS_INTARRAYREF_SLOW(normalized_shape_sym).vec();
   const double e = RmsEps(eps);
-  if (RmsNormSupported(input, normalized_shape, weight) && kernels::ExecutablesAvailable() &&
+  if (RmsNormSupported(input, normalized_shape, weight) && program::ExecutablesAvailable() &&
       input.sizes().size() <= TERN_MAX_RANK && input.numel() > 0 && e > 0 && std::isfinite(e)) {
     const int64_t k = static_cast<int64_t>(normalized_shape.size());
     if (Defined(weight)) return RmsNormFunction<true>::apply(input, k, *weight, e);
@@ -838,7 +832,7 @@ at::Tensor RmsNormAutograd(const at::Tensor& input, c10::SymIntArrayRef normaliz
 at::Tensor RmsNorm(const at::Tensor& input, c10::SymIntArrayRef normalized_shape_sym,
                    const std::optional<at::Tensor>& weight, std::optional<double> eps) {
   const std::vector<int64_t> normalized_shape = C10_AS_INTARRAYREF_SLOW(normalized_shape_sym).vec();
-  if (RmsNormSupported(input, normalized_shape, weight) && kernels::ExecutablesAvailable() &&
+  if (RmsNormSupported(input, normalized_shape, weight) && program::ExecutablesAvailable() &&
       input.numel() > 0 && RmsEps(eps) > 0 && std::isfinite(RmsEps(eps))) {
     return std::get<0>(RmsNormForward(input, static_cast<int64_t>(normalized_shape.size()),
                                       Defined(weight) ? *weight : at::Tensor(), RmsEps(eps)));
@@ -848,7 +842,7 @@ at::Tensor RmsNorm(const at::Tensor& input, c10::SymIntArrayRef normalized_shape
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+void RegisterReduceOps(torch::Library& m) {
   m.impl("sum.IntList_out", SumOut);
   m.impl("mean.out", MeanOut);
   m.impl("prod.int_out", ProdIntOut);
@@ -884,6 +878,6 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("native_batch_norm_backward", NativeBatchNormBackward);
 }
 
-TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) { m.impl("rms_norm", RmsNormAutograd); }
+void RegisterReduceAutogradOps(torch::Library& m) { m.impl("rms_norm", RmsNormAutograd); }
 
 }  // namespace torch_tern::native

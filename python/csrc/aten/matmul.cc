@@ -4,7 +4,8 @@
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
-#include "native.h"
+#include "aten/native.h"
+#include "aten/register.h"
 
 namespace torch_tern::native {
 namespace {
@@ -292,13 +293,13 @@ at::Tensor Convolution(const at::Tensor& input, const at::Tensor& weight,
       Program p("aten::convolution");
       const Operand O = Nchw(p, out, true, g.one_d), X = Nchw(p, input, false, g.one_d),
                     W = Nchw(p, weight, false, g.one_d);
-      const Operand B = has_bias ? p.In(*bias) : kernels::None();
+      const Operand B = has_bias ? p.In(*bias) : program::None();
       // One instruction per group (see GroupSlices).
       for (const GroupSlice& s : GroupSlices(g, input.size(1), weight.size(0))) {
         p.Emit(TERN_OP_CONV2D,
                {O.Slice(1, s.o_start, s.o_count), X.Slice(1, s.c_start, s.c_count),
                 W.Slice(0, s.o_start, s.o_count),
-                has_bias ? B.Slice(0, s.o_start, s.o_count) : kernels::None()},
+                has_bias ? B.Slice(0, s.o_start, s.o_count) : program::None()},
                s.ints);
       }
       if (p.ok() && p.Run()) return out;
@@ -358,7 +359,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> ConvolutionBackward(
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+void RegisterMatmulOps(torch::Library& m) {
   m.impl("mm.out", MmOut);
   m.impl("bmm.out", BmmOut);
   m.impl("addmm.out", AddmmOut);

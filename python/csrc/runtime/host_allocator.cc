@@ -1,4 +1,4 @@
-#include "host_allocator.h"
+#include "runtime/host_allocator.h"
 
 #include <c10/util/Exception.h>
 #include <c10/util/Logging.h>
@@ -10,7 +10,7 @@
 #include <mutex>
 #include <vector>
 
-#include "runtime.h"
+#include "runtime/runtime.h"
 
 namespace torch_tern {
 namespace {

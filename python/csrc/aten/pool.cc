@@ -11,7 +11,8 @@
 
 #include <cmath>
 
-#include "native.h"
+#include "aten/native.h"
+#include "aten/register.h"
 
 namespace torch_tern::native {
 namespace {
@@ -168,7 +169,7 @@ at::Tensor& MaxPool2dWithIndicesBackwardOut(const at::Tensor& grad_output, const
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+void RegisterPoolOps(torch::Library& m) {
   m.impl("max_pool2d_with_indices.out", MaxPool2dWithIndicesOut);
   m.impl("max_pool2d_with_indices_backward.grad_input", MaxPool2dWithIndicesBackwardOut);
 }

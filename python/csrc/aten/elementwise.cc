@@ -12,7 +12,8 @@
 
 #include <cmath>
 
-#include "native.h"
+#include "aten/native.h"
+#include "aten/register.h"
 
 namespace torch_tern::native {
 namespace {
@@ -446,42 +447,40 @@ at::Tensor& ClampMaxTensorOut(const at::Tensor& self, const at::Tensor& max, at:
 }
 
 // clamp with tensor bounds: min(max(x, lo), hi), NaN propagating.
+bool ClampTensors(const at::Tensor& self, const at::Tensor& min, const at::Tensor& max,
+                  const at::Tensor& out) {
+  if ((!min.defined() && !max.defined()) || !IsTern(self)) return false;
+  std::vector<int64_t> shape = self.sizes().vec();
+  at::ScalarType dtype = self.scalar_type();
+  for (const at::Tensor& bound : {min, max}) {
+    if (!bound.defined()) continue;
+    shape = at::infer_size(shape, bound.sizes());
+    dtype = at::promote_types(dtype, bound.scalar_type());
+  }
+  ResizeOut(out, shape);
+  if (dtype != out.scalar_type() || (min.defined() && !Operable(min)) ||
+      (max.defined() && !Operable(max)) || !OutputOk(out, {self, min, max})) {
+    return false;
+  }
+  Program p("aten::clamp.Tensor_out");
+  Operand X = Input(p, self, dtype, shape);
+  Operand O = p.Out(out);
+  if (min.defined() && max.defined()) {
+    Operand tmp = p.Temp(*TD(dtype), shape);
+    p.Emit(TERN_OP_BINARY, {tmp, X, Input(p, min, dtype, shape)}, {TERN_BINARY_MAX});
+    p.Emit(TERN_OP_BINARY, {O, tmp, Input(p, max, dtype, shape)}, {TERN_BINARY_MIN});
+  } else if (min.defined()) {
+    p.Emit(TERN_OP_BINARY, {O, X, Input(p, min, dtype, shape)}, {TERN_BINARY_MAX});
+  } else {
+    p.Emit(TERN_OP_BINARY, {O, X, Input(p, max, dtype, shape)}, {TERN_BINARY_MIN});
+  }
+  return p.ok() && p.Run();
+}
+
 at::Tensor& ClampTensorOut(const at::Tensor& self, const std::optional<at::Tensor>& min,
                            const std::optional<at::Tensor>& max, at::Tensor& out) {
-  const bool has_min = min.has_value() && min->defined();
-  const bool has_max = max.has_value() && max->defined();
-  bool done = false;
-  if ((has_min || has_max) && IsTern(self)) {
-    std::vector<int64_t> shape = self.sizes().vec();
-    at::ScalarType dtype = self.scalar_type();
-    if (has_min) {
-      shape = at::infer_size(shape, min->sizes());
-      dtype = at::promote_types(dtype, min->scalar_type());
-    }
-    if (has_max) {
-      shape = at::infer_size(shape, max->sizes());
-      dtype = at::promote_types(dtype, max->scalar_type());
-    }
-    ResizeOut(out, shape);
-    if (dtype == out.scalar_type() && (!has_min || Operable(*min)) &&
-        (!has_max || Operable(*max)) &&
-        OutputOk(out, {self, has_min ? *min : at::Tensor(), has_max ? *max : at::Tensor()})) {
-      Program p("aten::clamp.Tensor_out");
-      Operand X = Input(p, self, dtype, shape);
-      Operand O = p.Out(out);
-      if (has_min && has_max) {
-        Operand tmp = p.Temp(*TD(dtype), shape);
-        p.Emit(TERN_OP_BINARY, {tmp, X, Input(p, *min, dtype, shape)}, {TERN_BINARY_MAX});
-        p.Emit(TERN_OP_BINARY, {O, tmp, Input(p, *max, dtype, shape)}, {TERN_BINARY_MIN});
-      } else if (has_min) {
-        p.Emit(TERN_OP_BINARY, {O, X, Input(p, *min, dtype, shape)}, {TERN_BINARY_MAX});
-      } else {
-        p.Emit(TERN_OP_BINARY, {O, X, Input(p, *max, dtype, shape)}, {TERN_BINARY_MIN});
-      }
-      done = p.ok() && p.Run();
-    }
-  }
-  if (done) return out;
+  // An absent bound and an undefined one mean the same: no bound.
+  if (ClampTensors(self, min.value_or(at::Tensor()), max.value_or(at::Tensor()), out)) return out;
   return TERN_FALLBACK(clamp_Tensor_out, self, min, max, out);
 }
 
@@ -570,7 +569,7 @@ at::Tensor& MaskedFillTensor(at::Tensor& self, const at::Tensor& mask, const at:
   return TERN_FALLBACK2(masked_fill_, Tensor, self, mask, value);
 }
 
-// ---- lerp, addcmul, addcdiv ---------------------------------------------------------
+// ---- Float ops (one frame), lerp, addcmul, addcdiv ---------------------------------
 
 bool FloatTernAll(std::initializer_list<at::Tensor> ts, at::ScalarType dtype) {
   for (const at::Tensor& t : ts) {
@@ -579,94 +578,125 @@ bool FloatTernAll(std::initializer_list<at::Tensor> ts, at::ScalarType dtype) {
   return at::isFloatingType(dtype) && Supported(dtype);
 }
 
+// A float op's program as RunFloatOp hands it to the op: the broadcast shape
+// of its tensors and the dtype it computes in (PyTorch's opmath: f32 for
+// bf16/f16, the tensors' dtype otherwise).
+struct FloatOp {
+  FloatOp(const char* name, const at::Tensor& out, std::vector<int64_t> broadcast,
+          at::ScalarType dtype)
+      : p(name), out(out), shape(std::move(broadcast)), cd(OpMath(dtype)), d(*TD(cd)) {}
+
+  // `t` in the compute dtype, broadcast to the shape.
+  Operand In(const at::Tensor& t) { return Input(p, t, cd, shape); }
+  // A scratch temporary of the compute dtype and the shape.
+  Operand Temp() { return p.Temp(d, shape); }
+  // A constant / run-time argument of the compute dtype, broadcast to the shape.
+  Operand Const(double value) { return p.Const(value, d).Expand(shape); }
+  Operand Arg(double value) { return p.Arg(value, d).Expand(shape); }
+  // The op's last instruction: `operands` follow the output, which is `out`
+  // itself, or a scratch cast into `out` when out is bf16/f16.
+  void EmitOut(tern_opcode_t opcode, std::vector<Operand> operands, std::vector<int64_t> ints,
+               std::vector<double> floats = {}) {
+    const Target t = BeginOut(p, out, cd);
+    operands.insert(operands.begin(), t.write);
+    p.Emit(opcode, std::move(operands), std::move(ints), std::move(floats));
+    Finish(p, t);
+  }
+
+  Program p;
+  const at::Tensor& out;
+  const std::vector<int64_t> shape;
+  const at::ScalarType cd;
+  const tern_dtype_t d;
+};
+
+// The decline-or-run frame of the float ops below (lerp, addcmul/addcdiv,
+// activation backwards, mse_loss, dropout's backward). They run natively when
+// `out` and every tensor of `inputs` are tern tensors of one float dtype tern
+// supports (the first input's) and every tensor of `others` (a bool mask, the
+// input a threshold compares) is on tern. `out` is resized to the broadcast
+// shape of them all (0-dim when `scalar_out`: a reduced loss) and may share
+// memory with none of them except in place. `emit(FloatOp&)` then writes the
+// program. False when any of that declines or the program cannot run: the
+// caller takes its CPU fallback.
+template <typename Emit>
+bool RunFloatOp(const char* name, const at::Tensor& out, std::initializer_list<at::Tensor> inputs,
+                Emit&& emit, std::initializer_list<at::Tensor> others = {},
+                bool scalar_out = false) {
+  const at::ScalarType dtype = inputs.begin()->scalar_type();
+  if (!FloatTernAll(inputs, dtype) || !FloatTernAll({out}, dtype)) return false;
+  for (const at::Tensor& t : others) {
+    if (!IsTern(t)) return false;
+  }
+  std::vector<c10::IntArrayRef> sizes;
+  for (const at::Tensor& t : inputs) sizes.push_back(t.sizes());
+  for (const at::Tensor& t : others) sizes.push_back(t.sizes());
+  // Folded from the right, infer_size(a, infer_size(b, c)), as each op did
+  // before: a shape mismatch raises the same message.
+  std::vector<int64_t> shape = sizes.back().vec();
+  for (size_t i = sizes.size() - 1; i-- > 0;) shape = at::infer_size(sizes[i], shape);
+  ResizeOut(out, scalar_out ? std::vector<int64_t>{} : shape);
+  if (!OutputOk(out, inputs) || !OutputOk(out, others)) return false;
+  FloatOp f(name, out, std::move(shape), dtype);
+  emit(f);
+  return f.p.ok() && f.p.Run();
+}
+
 // The CPU's lerp: w < 0.5 ? a + w * (b - a) : b - (b - a) * (1 - w).
 at::Tensor& LerpScalarOut(const at::Tensor& self, const at::Tensor& end, const at::Scalar& weight,
                           at::Tensor& out) {
-  bool done = false;
-  const at::ScalarType dtype = self.scalar_type();
-  if (FloatTernAll({self, end, out}, dtype)) {
-    const std::vector<int64_t> shape = at::infer_size(self.sizes(), end.sizes());
-    ResizeOut(out, shape);
-    if (OutputOk(out, {self, end})) {
-      const at::ScalarType cd = OpMath(dtype);
-      const double w = weight.toDouble();
-      Program p("aten::lerp.Scalar_out");
-      Operand A = Input(p, self, cd, shape), B = Input(p, end, cd, shape);
-      const tern_dtype_t d = *TD(cd);
-      Operand diff = p.Temp(d, shape), scaled = p.Temp(d, shape);
-      p.Emit(TERN_OP_BINARY, {diff, B, A}, {TERN_BINARY_SUB});
-      const Target t = BeginOut(p, out, cd);
-      if (std::abs(w) < 0.5) {
-        p.Emit(TERN_OP_BINARY, {scaled, diff, p.Arg(w, d).Expand(shape)}, {TERN_BINARY_MUL});
-        p.Emit(TERN_OP_BINARY, {t.write, A, scaled}, {TERN_BINARY_ADD});
-      } else {
-        p.Emit(TERN_OP_BINARY, {scaled, diff, p.Arg(1.0 - w, d).Expand(shape)}, {TERN_BINARY_MUL});
-        p.Emit(TERN_OP_BINARY, {t.write, B, scaled}, {TERN_BINARY_SUB});
-      }
-      Finish(p, t);
-      done = p.ok() && p.Run();
-    }
+  const double w = weight.toDouble();
+  if (RunFloatOp("aten::lerp.Scalar_out", out, {self, end}, [&](FloatOp& f) {
+        Operand A = f.In(self), B = f.In(end);
+        Operand diff = f.Temp(), scaled = f.Temp();
+        f.p.Emit(TERN_OP_BINARY, {diff, B, A}, {TERN_BINARY_SUB});
+        if (std::abs(w) < 0.5) {
+          f.p.Emit(TERN_OP_BINARY, {scaled, diff, f.Arg(w)}, {TERN_BINARY_MUL});
+          f.EmitOut(TERN_OP_BINARY, {A, scaled}, {TERN_BINARY_ADD});
+        } else {
+          f.p.Emit(TERN_OP_BINARY, {scaled, diff, f.Arg(1.0 - w)}, {TERN_BINARY_MUL});
+          f.EmitOut(TERN_OP_BINARY, {B, scaled}, {TERN_BINARY_SUB});
+        }
+      })) {
+    return out;
   }
-  if (done) return out;
   return TERN_FALLBACK(lerp_Scalar_out, self, end, weight, out);
 }
 
 // lerp with a weight tensor: the CPU's formula, both branches and a select.
 at::Tensor& LerpTensorOut(const at::Tensor& self, const at::Tensor& end, const at::Tensor& weight,
                           at::Tensor& out) {
-  bool done = false;
-  const at::ScalarType dtype = self.scalar_type();
-  if (FloatTernAll({self, end, weight, out}, dtype)) {
-    const std::vector<int64_t> shape =
-        at::infer_size(self.sizes(), at::infer_size(end.sizes(), weight.sizes()));
-    ResizeOut(out, shape);
-    if (OutputOk(out, {self, end, weight})) {
-      const at::ScalarType cd = OpMath(dtype);
-      const tern_dtype_t d = *TD(cd);
-      Program p("aten::lerp.Tensor_out");
-      Operand A = Input(p, self, cd, shape), B = Input(p, end, cd, shape);
-      Operand W = Input(p, weight, cd, shape);
-      Operand diff = p.Temp(d, shape), t1 = p.Temp(d, shape), low = p.Temp(d, shape);
-      Operand one_minus = p.Temp(d, shape), high = p.Temp(d, shape);
-      Operand magnitude = p.Temp(d, shape), small = p.Temp(TERN_DTYPE_BOOL, shape);
-      p.Emit(TERN_OP_BINARY, {diff, B, A}, {TERN_BINARY_SUB});
-      p.Emit(TERN_OP_BINARY, {t1, W, diff}, {TERN_BINARY_MUL});
-      p.Emit(TERN_OP_BINARY, {low, A, t1}, {TERN_BINARY_ADD});
-      p.Emit(TERN_OP_UNARY, {one_minus, W}, {TERN_UNARY_AFFINE}, {-1.0, 1.0});
-      p.Emit(TERN_OP_BINARY, {t1, diff, one_minus}, {TERN_BINARY_MUL});
-      p.Emit(TERN_OP_BINARY, {high, B, t1}, {TERN_BINARY_SUB});
-      p.Emit(TERN_OP_UNARY, {magnitude, W}, {TERN_UNARY_ABS});
-      p.Emit(TERN_OP_BINARY, {small, magnitude, p.Const(0.5, d).Expand(shape)}, {TERN_BINARY_LT});
-      const Target t = BeginOut(p, out, cd);
-      p.Emit(TERN_OP_WHERE, {t.write, small, low, high});
-      Finish(p, t);
-      done = p.ok() && p.Run();
-    }
+  if (RunFloatOp("aten::lerp.Tensor_out", out, {self, end, weight}, [&](FloatOp& f) {
+        Program& p = f.p;
+        Operand A = f.In(self), B = f.In(end), W = f.In(weight);
+        Operand diff = f.Temp(), t1 = f.Temp(), low = f.Temp();
+        Operand one_minus = f.Temp(), high = f.Temp();
+        Operand magnitude = f.Temp(), small = p.Temp(TERN_DTYPE_BOOL, f.shape);
+        p.Emit(TERN_OP_BINARY, {diff, B, A}, {TERN_BINARY_SUB});
+        p.Emit(TERN_OP_BINARY, {t1, W, diff}, {TERN_BINARY_MUL});
+        p.Emit(TERN_OP_BINARY, {low, A, t1}, {TERN_BINARY_ADD});
+        p.Emit(TERN_OP_UNARY, {one_minus, W}, {TERN_UNARY_AFFINE}, {-1.0, 1.0});
+        p.Emit(TERN_OP_BINARY, {t1, diff, one_minus}, {TERN_BINARY_MUL});
+        p.Emit(TERN_OP_BINARY, {high, B, t1}, {TERN_BINARY_SUB});
+        p.Emit(TERN_OP_UNARY, {magnitude, W}, {TERN_UNARY_ABS});
+        p.Emit(TERN_OP_BINARY, {small, magnitude, f.Const(0.5)}, {TERN_BINARY_LT});
+        f.EmitOut(TERN_OP_WHERE, {small, low, high}, {});
+      })) {
+    return out;
   }
-  if (done) return out;
   return TERN_FALLBACK(lerp_Tensor_out, self, end, weight, out);
 }
 
 // self + value * t1 (op) t2, as the CPU orders it: (value * t1) op t2.
 bool AddcOp(const char* name, tern_binary_fn_t op, const at::Tensor& self, const at::Tensor& t1,
             const at::Tensor& t2, const at::Scalar& value, const at::Tensor& out) {
-  const at::ScalarType dtype = self.scalar_type();
-  if (!FloatTernAll({self, t1, t2, out}, dtype)) return false;
-  const std::vector<int64_t> shape =
-      at::infer_size(self.sizes(), at::infer_size(t1.sizes(), t2.sizes()));
-  ResizeOut(out, shape);
-  if (!OutputOk(out, {self, t1, t2})) return false;
-  const at::ScalarType cd = OpMath(dtype);
-  const tern_dtype_t d = *TD(cd);
-  Program p(name);
-  Operand S = Input(p, self, cd, shape), A = Input(p, t1, cd, shape), B = Input(p, t2, cd, shape);
-  Operand tmp = p.Temp(d, shape), tmp2 = p.Temp(d, shape);
-  p.Emit(TERN_OP_BINARY, {tmp, A, p.Arg(value.toDouble(), d).Expand(shape)}, {TERN_BINARY_MUL});
-  p.Emit(TERN_OP_BINARY, {tmp2, tmp, B}, {op});
-  const Target t = BeginOut(p, out, cd);
-  p.Emit(TERN_OP_BINARY, {t.write, S, tmp2}, {TERN_BINARY_ADD});
-  Finish(p, t);
-  return p.ok() && p.Run();
+  return RunFloatOp(name, out, {self, t1, t2}, [&](FloatOp& f) {
+    Operand S = f.In(self), A = f.In(t1), B = f.In(t2);
+    Operand tmp = f.Temp(), tmp2 = f.Temp();
+    f.p.Emit(TERN_OP_BINARY, {tmp, A, f.Arg(value.toDouble())}, {TERN_BINARY_MUL});
+    f.p.Emit(TERN_OP_BINARY, {tmp2, tmp, B}, {op});
+    f.EmitOut(TERN_OP_BINARY, {S, tmp2}, {TERN_BINARY_ADD});
+  });
 }
 
 at::Tensor& AddcmulOut(const at::Tensor& self, const at::Tensor& t1, const at::Tensor& t2,
@@ -751,76 +781,58 @@ at::Tensor& EluBackwardOut(const at::Tensor& grad_output, const at::Scalar& alph
 // x <= threshold ? 0 : grad (relu's backward with threshold 0; NaN passes grad).
 at::Tensor& ThresholdBackwardOut(const at::Tensor& grad_output, const at::Tensor& self,
                                  const at::Scalar& threshold, at::Tensor& grad_input) {
-  bool done = false;
-  const at::ScalarType dtype = grad_output.scalar_type();
-  if (IsTern(self) && FloatTernAll({grad_output, grad_input}, dtype)) {
-    const std::vector<int64_t> shape = at::infer_size(grad_output.sizes(), self.sizes());
-    ResizeOut(grad_input, shape);
-    if (OutputOk(grad_input, {grad_output, self}) && Supported(self.scalar_type())) {
-      Program p("aten::threshold_backward.grad_input");
-      const tern_dtype_t sd = *TD(self.scalar_type());
-      Operand mask = p.Temp(TERN_DTYPE_BOOL, shape);
-      Operand th = at::isFloatingType(self.scalar_type()) ? p.Const(threshold.toDouble(), sd)
-                                                          : p.ConstInt(threshold.toLong(), sd);
-      p.Emit(TERN_OP_BINARY, {mask, p.In(self).Expand(shape), th.Expand(shape)}, {TERN_BINARY_LE});
-      p.Emit(TERN_OP_WHERE, {p.Out(grad_input), mask, p.Const(0.0, *TD(dtype)).Expand(shape),
-                             p.In(grad_output).Expand(shape)});
-      done = p.ok() && p.Run();
-    }
+  // Computed in grad's own dtype (a select needs no opmath); self compared in its own.
+  if (IsTern(self) && Supported(self.scalar_type()) &&
+      RunFloatOp("aten::threshold_backward.grad_input", grad_input, {grad_output},
+                 [&](FloatOp& f) {
+                   Program& p = f.p;
+                   const tern_dtype_t sd = *TD(self.scalar_type());
+                   Operand mask = p.Temp(TERN_DTYPE_BOOL, f.shape);
+                   Operand th = at::isFloatingType(self.scalar_type())
+                                    ? p.Const(threshold.toDouble(), sd)
+                                    : p.ConstInt(threshold.toLong(), sd);
+                   p.Emit(TERN_OP_BINARY, {mask, p.In(self).Expand(f.shape), th.Expand(f.shape)},
+                          {TERN_BINARY_LE});
+                   p.Emit(TERN_OP_WHERE,
+                          {p.Out(grad_input), mask,
+                           p.Const(0.0, *TD(grad_output.scalar_type())).Expand(f.shape),
+                           p.In(grad_output).Expand(f.shape)});
+                 },
+                 {self})) {
+    return grad_input;
   }
-  if (done) return grad_input;
   return TERN_FALLBACK(threshold_backward_grad_input, grad_output, self, threshold, grad_input);
 }
 
 // grad * (1 - y) * y, in the CPU's order.
 at::Tensor& SigmoidBackwardOut(const at::Tensor& grad_output, const at::Tensor& output,
                                at::Tensor& grad_input) {
-  bool done = false;
-  const at::ScalarType dtype = grad_output.scalar_type();
-  if (FloatTernAll({grad_output, output, grad_input}, dtype)) {
-    const std::vector<int64_t> shape = at::infer_size(grad_output.sizes(), output.sizes());
-    ResizeOut(grad_input, shape);
-    if (OutputOk(grad_input, {grad_output, output})) {
-      const at::ScalarType cd = OpMath(dtype);
-      const tern_dtype_t d = *TD(cd);
-      Program p("aten::sigmoid_backward.grad_input");
-      Operand G = Input(p, grad_output, cd, shape), Y = Input(p, output, cd, shape);
-      Operand one_minus = p.Temp(d, shape), prod = p.Temp(d, shape);
-      p.Emit(TERN_OP_UNARY, {one_minus, Y}, {TERN_UNARY_AFFINE}, {-1.0, 1.0});
-      p.Emit(TERN_OP_BINARY, {prod, G, one_minus}, {TERN_BINARY_MUL});
-      const Target t = BeginOut(p, grad_input, cd);
-      p.Emit(TERN_OP_BINARY, {t.write, prod, Y}, {TERN_BINARY_MUL});
-      Finish(p, t);
-      done = p.ok() && p.Run();
-    }
+  if (RunFloatOp("aten::sigmoid_backward.grad_input", grad_input, {grad_output, output},
+                 [&](FloatOp& f) {
+                   Operand G = f.In(grad_output), Y = f.In(output);
+                   Operand one_minus = f.Temp(), prod = f.Temp();
+                   f.p.Emit(TERN_OP_UNARY, {one_minus, Y}, {TERN_UNARY_AFFINE}, {-1.0, 1.0});
+                   f.p.Emit(TERN_OP_BINARY, {prod, G, one_minus}, {TERN_BINARY_MUL});
+                   f.EmitOut(TERN_OP_BINARY, {prod, Y}, {TERN_BINARY_MUL});
+                 })) {
+    return grad_input;
   }
-  if (done) return grad_input;
   return TERN_FALLBACK(sigmoid_backward_grad_input, grad_output, output, grad_input);
 }
 
 // grad * (1 - y * y).
 at::Tensor& TanhBackwardOut(const at::Tensor& grad_output, const at::Tensor& output,
                             at::Tensor& grad_input) {
-  bool done = false;
-  const at::ScalarType dtype = grad_output.scalar_type();
-  if (FloatTernAll({grad_output, output, grad_input}, dtype)) {
-    const std::vector<int64_t> shape = at::infer_size(grad_output.sizes(), output.sizes());
-    ResizeOut(grad_input, shape);
-    if (OutputOk(grad_input, {grad_output, output})) {
-      const at::ScalarType cd = OpMath(dtype);
-      const tern_dtype_t d = *TD(cd);
-      Program p("aten::tanh_backward.grad_input");
-      Operand G = Input(p, grad_output, cd, shape), Y = Input(p, output, cd, shape);
-      Operand sq = p.Temp(d, shape), one_minus = p.Temp(d, shape);
-      p.Emit(TERN_OP_BINARY, {sq, Y, Y}, {TERN_BINARY_MUL});
-      p.Emit(TERN_OP_UNARY, {one_minus, sq}, {TERN_UNARY_AFFINE}, {-1.0, 1.0});
-      const Target t = BeginOut(p, grad_input, cd);
-      p.Emit(TERN_OP_BINARY, {t.write, G, one_minus}, {TERN_BINARY_MUL});
-      Finish(p, t);
-      done = p.ok() && p.Run();
-    }
+  if (RunFloatOp("aten::tanh_backward.grad_input", grad_input, {grad_output, output},
+                 [&](FloatOp& f) {
+                   Operand G = f.In(grad_output), Y = f.In(output);
+                   Operand sq = f.Temp(), one_minus = f.Temp();
+                   f.p.Emit(TERN_OP_BINARY, {sq, Y, Y}, {TERN_BINARY_MUL});
+                   f.p.Emit(TERN_OP_UNARY, {one_minus, sq}, {TERN_UNARY_AFFINE}, {-1.0, 1.0});
+                   f.EmitOut(TERN_OP_BINARY, {G, one_minus}, {TERN_BINARY_MUL});
+                 })) {
+    return grad_input;
   }
-  if (done) return grad_input;
   return TERN_FALLBACK(tanh_backward_grad_input, grad_output, output, grad_input);
 }
 
@@ -829,36 +841,28 @@ at::Tensor& TanhBackwardOut(const at::Tensor& grad_output, const at::Tensor& out
 // (x - y)^2, reduced (reduction: 0 none, 1 mean, 2 sum).
 at::Tensor& MseLossOut(const at::Tensor& self, const at::Tensor& target, int64_t reduction,
                        at::Tensor& out) {
-  bool done = false;
-  const at::ScalarType dtype = self.scalar_type();
-  if (FloatTernAll({self, target, out}, dtype)) {
-    const std::vector<int64_t> shape = at::infer_size(self.sizes(), target.sizes());
-    const std::vector<int64_t> out_shape = reduction == 0 ? shape : std::vector<int64_t>{};
-    ResizeOut(out, out_shape);
-    if (OutputOk(out, {self, target})) {
-      const at::ScalarType cd = OpMath(dtype);
-      const tern_dtype_t d = *TD(cd);
-      Program p("aten::mse_loss.out");
-      Operand X = Input(p, self, cd, shape), Y = Input(p, target, cd, shape);
-      Operand diff = p.Temp(d, shape);
-      p.Emit(TERN_OP_BINARY, {diff, X, Y}, {TERN_BINARY_SUB});
-      if (reduction == 0) {
-        const Target t = BeginOut(p, out, cd);
-        p.Emit(TERN_OP_BINARY, {t.write, diff, diff}, {TERN_BINARY_MUL});
-        Finish(p, t);
-      } else {
-        Operand sq = p.Temp(d, shape);
-        p.Emit(TERN_OP_BINARY, {sq, diff, diff}, {TERN_BINARY_MUL});
-        std::vector<int64_t> ones(shape.size(), 1);
-        const Target t = BeginOut(p, out, cd, ones, p.Out(out).View(ones));
-        p.Emit(TERN_OP_REDUCE, {t.write, sq},
-               {reduction == 1 ? TERN_REDUCE_MEAN : TERN_REDUCE_SUM});
-        Finish(p, t);
-      }
-      done = p.ok() && p.Run();
-    }
+  if (RunFloatOp(
+          "aten::mse_loss.out", out, {self, target},
+          [&](FloatOp& f) {
+            Operand X = f.In(self), Y = f.In(target);
+            Operand diff = f.Temp();
+            f.p.Emit(TERN_OP_BINARY, {diff, X, Y}, {TERN_BINARY_SUB});
+            if (reduction == 0) {
+              f.EmitOut(TERN_OP_BINARY, {diff, diff}, {TERN_BINARY_MUL});
+              return;
+            }
+            Operand sq = f.Temp();
+            f.p.Emit(TERN_OP_BINARY, {sq, diff, diff}, {TERN_BINARY_MUL});
+            // The 0-dim out as a keepdim view, the shape REDUCE writes.
+            std::vector<int64_t> ones(f.shape.size(), 1);
+            const Target t = BeginOut(f.p, out, f.cd, ones, f.p.Out(out).View(ones));
+            f.p.Emit(TERN_OP_REDUCE, {t.write, sq},
+                     {reduction == 1 ? TERN_REDUCE_MEAN : TERN_REDUCE_SUM});
+            Finish(f.p, t);
+          },
+          {}, /*scalar_out=*/reduction != 0)) {
+    return out;
   }
-  if (done) return out;
   return TERN_FALLBACK(mse_loss_out, self, target, reduction, out);
 }
 
@@ -866,29 +870,17 @@ at::Tensor& MseLossOut(const at::Tensor& self, const at::Tensor& target, int64_t
 at::Tensor& MseLossBackwardOut(const at::Tensor& grad_output, const at::Tensor& self,
                                const at::Tensor& target, int64_t reduction,
                                at::Tensor& grad_input) {
-  bool done = false;
-  const at::ScalarType dtype = self.scalar_type();
-  if (FloatTernAll({grad_output, self, target, grad_input}, dtype)) {
-    const std::vector<int64_t> shape =
-        at::infer_size(self.sizes(), at::infer_size(target.sizes(), grad_output.sizes()));
-    ResizeOut(grad_input, shape);
-    if (OutputOk(grad_input, {grad_output, self, target})) {
-      const at::ScalarType cd = OpMath(dtype);
-      const tern_dtype_t d = *TD(cd);
-      const double norm = reduction == 1 ? 2.0 / static_cast<double>(self.numel()) : 2.0;
-      Program p("aten::mse_loss_backward.grad_input");
-      Operand X = Input(p, self, cd, shape), Y = Input(p, target, cd, shape);
-      Operand G = Input(p, grad_output, cd, shape);
-      Operand diff = p.Temp(d, shape), scaled = p.Temp(d, shape);
-      p.Emit(TERN_OP_BINARY, {diff, X, Y}, {TERN_BINARY_SUB});
-      p.Emit(TERN_OP_BINARY, {scaled, p.Const(norm, d).Expand(shape), diff}, {TERN_BINARY_MUL});
-      const Target t = BeginOut(p, grad_input, cd);
-      p.Emit(TERN_OP_BINARY, {t.write, scaled, G}, {TERN_BINARY_MUL});
-      Finish(p, t);
-      done = p.ok() && p.Run();
-    }
+  const double norm = reduction == 1 ? 2.0 / static_cast<double>(self.numel()) : 2.0;
+  if (RunFloatOp("aten::mse_loss_backward.grad_input", grad_input, {self, target, grad_output},
+                 [&](FloatOp& f) {
+                   Operand X = f.In(self), Y = f.In(target), G = f.In(grad_output);
+                   Operand diff = f.Temp(), scaled = f.Temp();
+                   f.p.Emit(TERN_OP_BINARY, {diff, X, Y}, {TERN_BINARY_SUB});
+                   f.p.Emit(TERN_OP_BINARY, {scaled, f.Const(norm), diff}, {TERN_BINARY_MUL});
+                   f.EmitOut(TERN_OP_BINARY, {scaled, G}, {TERN_BINARY_MUL});
+                 })) {
+    return grad_input;
   }
-  if (done) return grad_input;
   return TERN_FALLBACK(mse_loss_backward_grad_input, grad_output, self, target, reduction,
                        grad_input);
 }
@@ -902,25 +894,17 @@ at::Tensor MseLossBackward(const at::Tensor& grad_output, const at::Tensor& self
 // grad * mask * scale.
 at::Tensor& NativeDropoutBackwardOut(const at::Tensor& grad_output, const at::Tensor& mask,
                                      double scale, at::Tensor& out) {
-  bool done = false;
-  const at::ScalarType dtype = grad_output.scalar_type();
-  if (FloatTernAll({grad_output, out}, dtype) && IsTern(mask) && mask.scalar_type() == at::kBool) {
-    const std::vector<int64_t> shape = at::infer_size(grad_output.sizes(), mask.sizes());
-    ResizeOut(out, shape);
-    if (OutputOk(out, {grad_output, mask})) {
-      const at::ScalarType cd = OpMath(dtype);
-      const tern_dtype_t d = *TD(cd);
-      Program p("aten::native_dropout_backward.out");
-      Operand G = Input(p, grad_output, cd, shape), M = Input(p, mask, cd, shape);
-      Operand masked = p.Temp(d, shape);
-      p.Emit(TERN_OP_BINARY, {masked, G, M}, {TERN_BINARY_MUL});
-      const Target t = BeginOut(p, out, cd);
-      p.Emit(TERN_OP_BINARY, {t.write, masked, p.Const(scale, d).Expand(shape)}, {TERN_BINARY_MUL});
-      Finish(p, t);
-      done = p.ok() && p.Run();
-    }
+  if (IsTern(mask) && mask.scalar_type() == at::kBool &&
+      RunFloatOp("aten::native_dropout_backward.out", out, {grad_output},
+                 [&](FloatOp& f) {
+                   Operand G = f.In(grad_output), M = f.In(mask);
+                   Operand masked = f.Temp();
+                   f.p.Emit(TERN_OP_BINARY, {masked, G, M}, {TERN_BINARY_MUL});
+                   f.EmitOut(TERN_OP_BINARY, {masked, f.Const(scale)}, {TERN_BINARY_MUL});
+                 },
+                 {mask})) {
+    return out;
   }
-  if (done) return out;
   return TERN_FALLBACK(native_dropout_backward_out, grad_output, mask, scale, out);
 }
 
@@ -932,7 +916,7 @@ at::Tensor NativeDropoutBackward(const at::Tensor& grad_output, const at::Tensor
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+void RegisterElementwiseOps(torch::Library& m) {
   m.impl("add.out", AddOut);
   m.impl("sub.out", SubOut);
   m.impl("mul.out", MulOut);

@@ -6,7 +6,7 @@
 // other layout or a dtype change is converted on the host for now (read the
 // source range, let the CPU copy_ rearrange/convert, write the destination
 // range); once executables are available, device-to-device rearrangement and
-// casts run as TERN_OP_COPY / TERN_OP_CAST kernels (kernels.h).
+// casts run as TERN_OP_COPY / TERN_OP_CAST kernels (program.h).
 #include <ATen/ATen.h>
 #include <ATen/EmptyTensor.h>
 #include <c10/core/DeviceGuard.h>
@@ -14,9 +14,9 @@
 
 #include <cstring>
 
-#include "host_allocator.h"
-#include "kernels.h"
-#include "ops.h"
+#include "aten/minimal.h"
+#include "aten/program.h"
+#include "runtime/host_allocator.h"
 
 namespace torch_tern {
 namespace {
@@ -155,7 +155,7 @@ void CopyDeviceToDevice(const at::Tensor& src, const at::Tensor& dst, bool non_b
                                    SpanBytes(src), nullptr));
     return;
   }
-  if (src_device == dst_device && kernels::TryCopyKernel(src, dst)) return;
+  if (src_device == dst_device && program::TryCopyKernel(src, dst)) return;
   at::Tensor host = ReadToHost(src);
   CopyHostToDevice(host, dst, false);
 }

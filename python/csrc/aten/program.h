@@ -1,6 +1,8 @@
-// Native compute kernels: small tern executables built with the builder API
-// (include/tern/builder.h), cached by key and run with tern_queue_execute()
-// on the current stream's queue.
+// Programs: how a native operator's computation becomes a tern executable,
+// built with the builder API (include/tern/builder.h) the first time its key
+// is seen, cached by key and run with tern_queue_execute() on the current
+// stream's queue. (The simulator's engine kernels are another thing:
+// driver_shim/sim/engines/kernels.h.)
 //
 // An operator describes its computation as a Program: it binds tensors as
 // inputs and outputs, takes views of them (Operand: shape, strides and an
@@ -8,7 +10,7 @@
 // constants, and emits instructions (docs/isa.md). Run() looks the program
 // up by its key, builds and loads it the first time, and enqueues it:
 //
-//   kernels::Program p("aten::add.out");
+//   program::Program p("aten::add.out");
 //   auto a = p.In(self).Expand(out.sizes()), b = p.In(other).Expand(out.sizes());
 //   p.Emit(TERN_OP_BINARY, {p.Out(out), a, b}, {TERN_BINARY_ADD});
 //   if (!p.Run()) return <fallback>;
@@ -39,7 +41,7 @@
 #include "tern/executable.h"
 #include "tern/isa.h"
 
-namespace torch_tern::kernels {
+namespace torch_tern::program {
 
 // True when this libtern exports the builder and executable API and
 // TORCH_TERN_KERNELS is not "0".
@@ -179,4 +181,4 @@ CacheInfo GetCacheInfo();
 // Unloads every cached executable.
 void ClearCache();
 
-}  // namespace torch_tern::kernels
+}  // namespace torch_tern::program

@@ -5,8 +5,8 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
 
-#include "allocator.h"
-#include "runtime.h"
+#include "runtime/allocator.h"
+#include "runtime/runtime.h"
 
 namespace torch_tern {
 namespace {

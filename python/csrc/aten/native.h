@@ -3,7 +3,7 @@
 // checks, and the CPU fallback an operator takes when it declines.
 //
 // Every native operator follows one pattern: check what it supports, build a
-// kernels::Program, Run() it, and if anything says no (a dtype tern lacks, an
+// program::Program, Run() it, and if anything says no (a dtype tern lacks, an
 // aliasing it cannot express, the builder refusing the shape) call the CPU
 // fallback with the same arguments, which logs the operator like any other
 // fallback. Results match the CPU's (same formulas, same order of
@@ -16,13 +16,13 @@
 
 #include <optional>
 
-#include "fallback.h"
-#include "kernels.h"
+#include "aten/fallback.h"
+#include "aten/program.h"
 
 namespace torch_tern::native {
 
-using kernels::Operand;
-using kernels::Program;
+using program::Operand;
+using program::Program;
 
 // Runs ATen operator `op` (e.g. add_out) through the logged CPU fallback.
 #define TERN_FALLBACK(op, ...) \
@@ -38,7 +38,7 @@ inline bool IsTern(const at::Tensor& t) {
 inline bool IsCpuScalar(const at::Tensor& t) {
   return t.defined() && t.device().is_cpu() && t.dim() == 0;
 }
-inline std::optional<tern_dtype_t> TD(at::ScalarType t) { return kernels::ToTernDtype(t); }
+inline std::optional<tern_dtype_t> TD(at::ScalarType t) { return program::ToTernDtype(t); }
 inline bool Supported(at::ScalarType t) { return TD(t).has_value(); }
 inline bool IsReducedFloat(at::ScalarType t) { return t == at::kBFloat16 || t == at::kHalf; }
 

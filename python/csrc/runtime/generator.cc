@@ -1,4 +1,4 @@
-#include "generator.h"
+#include "runtime/generator.h"
 
 #include <ATen/Functions.h>
 #include <ATen/core/GeneratorForPrivateuseone.h>
@@ -10,7 +10,7 @@
 #include <mutex>
 #include <vector>
 
-#include "runtime.h"
+#include "runtime/runtime.h"
 
 namespace torch_tern {
 

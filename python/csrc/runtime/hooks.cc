@@ -3,11 +3,11 @@
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/Storage.h>
 
-#include "allocator.h"
-#include "generator.h"
-#include "host_allocator.h"
-#include "ops.h"
-#include "runtime.h"
+#include "aten/minimal.h"
+#include "runtime/allocator.h"
+#include "runtime/generator.h"
+#include "runtime/host_allocator.h"
+#include "runtime/runtime.h"
 
 namespace torch_tern {
 namespace {

@@ -25,9 +25,10 @@
 #include <map>
 #include <mutex>
 
-#include "generator.h"
-#include "native.h"
-#include "ops.h"
+#include "aten/minimal.h"
+#include "aten/native.h"
+#include "aten/register.h"
+#include "runtime/generator.h"
 
 namespace torch_tern {
 namespace {
@@ -105,7 +106,7 @@ Operand SourceOperand(Program& p, c10::DeviceIndex device, Source source, const 
     fill.SetDevice(device);
     EmitRandom(fill, fill.OutRaw(pool.buffer, 0, TERN_DTYPE_F32, kPoolElements), source, d);
     TORCH_CHECK(fill.Run(/*cache=*/false),
-                "tern: filling the random pool failed: ", kernels::GetCacheInfo().last_error);
+                "tern: filling the random pool failed: ", program::GetCacheInfo().last_error);
     pool.filled = true;
     pool.seed = d.seed;
     pool.base = d.offset;
@@ -117,7 +118,7 @@ Operand SourceOperand(Program& p, c10::DeviceIndex device, Source source, const 
 
 bool FloatOk(const at::Tensor& t) {
   return IsTern(t) && at::isFloatingType(t.scalar_type()) && Supported(t.scalar_type()) &&
-         kernels::ExecutablesAvailable();
+         program::ExecutablesAvailable();
 }
 
 // The largest value of `dtype` below `to` (uniform draws stay in [from, to)
@@ -144,27 +145,39 @@ double BelowInDtype(double to, at::ScalarType dtype) {
   return step_down(c10::Half(f));
 }
 
+// Runs the program `emit(p, drawn)` writes over `like.numel()` standard
+// numbers of `source`, drawn with `gen` for `like` (its device and shape):
+// a pool's numbers, read under the pools' lock until the program is queued.
+// False when the program cannot run natively.
+template <typename Emit>
+bool RunOnDraws(const char* name, const at::Tensor& like, const std::optional<at::Generator>& gen,
+                Source source, Emit&& emit) {
+  const Draw d = Reserve(like, gen, like.numel());
+  std::lock_guard<std::mutex> lock(g_pool_mutex);
+  Program p(name);
+  bool cache = true;
+  const Operand drawn = SourceOperand(p, like.device().index(), source, d, like.sizes(), &cache);
+  emit(p, drawn);
+  return p.ok() && p.Run(cache);
+}
+
 // self = scale * standard + shift, in f32, then rounded into self; with
 // `below`, clamped to at most that value.
 bool Affine(const char* name, at::Tensor& self, Source source,
             const std::optional<at::Generator>& gen, double scale, double shift,
             std::optional<double> below = std::nullopt) {
   if (!FloatOk(self) || self.numel() == 0) return self.numel() == 0 && IsTern(self);
-  const Draw d = Reserve(self, gen, self.numel());
-  std::lock_guard<std::mutex> lock(g_pool_mutex);
-  Program p(name);
-  bool cache = true;
-  const Operand s = SourceOperand(p, self.device().index(), source, d, self.sizes(), &cache);
-  const native::Target t = native::BeginOut(p, self, at::kFloat);
-  if (below.has_value()) {
-    Operand scaled = p.Temp(TERN_DTYPE_F32, self.sizes());
-    p.Emit(TERN_OP_UNARY, {scaled, s}, {TERN_UNARY_AFFINE}, {scale, shift});
-    p.Emit(TERN_OP_UNARY, {t.write, scaled}, {TERN_UNARY_CLAMP}, {-INFINITY, *below});
-  } else {
-    p.Emit(TERN_OP_UNARY, {t.write, s}, {TERN_UNARY_AFFINE}, {scale, shift});
-  }
-  native::Finish(p, t);
-  return p.Run(cache);
+  return RunOnDraws(name, self, gen, source, [&](Program& p, const Operand& s) {
+    const native::Target t = native::BeginOut(p, self, at::kFloat);
+    if (below.has_value()) {
+      Operand scaled = p.Temp(TERN_DTYPE_F32, self.sizes());
+      p.Emit(TERN_OP_UNARY, {scaled, s}, {TERN_UNARY_AFFINE}, {scale, shift});
+      p.Emit(TERN_OP_UNARY, {t.write, scaled}, {TERN_UNARY_CLAMP}, {-INFINITY, *below});
+    } else {
+      p.Emit(TERN_OP_UNARY, {t.write, s}, {TERN_UNARY_AFFINE}, {scale, shift});
+    }
+    native::Finish(p, t);
+  });
 }
 
 // ---- The host path (wide integer ranges) ---------------------------------------------
@@ -213,22 +226,19 @@ at::Tensor& Normal(at::Tensor& self, double mean, double std, std::optional<at::
 
 at::Tensor& Exponential(at::Tensor& self, double lambd, std::optional<at::Generator> gen) {
   TORCH_CHECK(lambd > 0.0, "exponential_ expects lambda > 0.0, but found lambda=", lambd);
-  if (FloatOk(self) && self.numel() > 0) {
-    // -log(1 - u) / lambda
-    const Draw d = Reserve(self, gen, self.numel());
-    std::lock_guard<std::mutex> lock(g_pool_mutex);
-    Program p("aten::exponential_");
-    bool cache = true;
-    const Operand u =
-        SourceOperand(p, self.device().index(), Source::kUniform, d, self.sizes(), &cache);
-    Operand one_minus = p.Temp(TERN_DTYPE_F32, self.sizes());
-    Operand logged = p.Temp(TERN_DTYPE_F32, self.sizes());
-    p.Emit(TERN_OP_UNARY, {one_minus, u}, {TERN_UNARY_AFFINE}, {-1.0, 1.0});
-    p.Emit(TERN_OP_UNARY, {logged, one_minus}, {TERN_UNARY_LOG});
-    const native::Target t = native::BeginOut(p, self, at::kFloat);
-    p.Emit(TERN_OP_UNARY, {t.write, logged}, {TERN_UNARY_AFFINE}, {-1.0 / lambd, 0.0});
-    native::Finish(p, t);
-    if (p.Run(cache)) return self;
+  // -log(1 - u) / lambda
+  if (FloatOk(self) && self.numel() > 0 &&
+      RunOnDraws(
+          "aten::exponential_", self, gen, Source::kUniform, [&](Program& p, const Operand& u) {
+            Operand one_minus = p.Temp(TERN_DTYPE_F32, self.sizes());
+            Operand logged = p.Temp(TERN_DTYPE_F32, self.sizes());
+            p.Emit(TERN_OP_UNARY, {one_minus, u}, {TERN_UNARY_AFFINE}, {-1.0, 1.0});
+            p.Emit(TERN_OP_UNARY, {logged, one_minus}, {TERN_UNARY_LOG});
+            const native::Target t = native::BeginOut(p, self, at::kFloat);
+            p.Emit(TERN_OP_UNARY, {t.write, logged}, {TERN_UNARY_AFFINE}, {-1.0 / lambd, 0.0});
+            native::Finish(p, t);
+          })) {
+    return self;
   }
   return GenerateOnHost(self, gen,
                         [&](at::Tensor& t, at::Generator& g) { t.exponential_(lambd, g); });
@@ -237,7 +247,7 @@ at::Tensor& Exponential(at::Tensor& self, double lambd, std::optional<at::Genera
 // self = (u < p), p a scalar or a tensor broadcast to self.
 bool Bernoulli(at::Tensor& self, const std::optional<double>& p_scalar, const at::Tensor& p_tensor,
                const std::optional<at::Generator>& gen) {
-  if (!IsTern(self) || !Supported(self.scalar_type()) || !kernels::ExecutablesAvailable()) {
+  if (!IsTern(self) || !Supported(self.scalar_type()) || !program::ExecutablesAvailable()) {
     return false;
   }
   if (p_tensor.defined() && (!IsTern(p_tensor) || !at::isFloatingType(p_tensor.scalar_type()) ||
@@ -246,18 +256,15 @@ bool Bernoulli(at::Tensor& self, const std::optional<double>& p_scalar, const at
     return false;
   }
   if (self.numel() == 0) return true;
-  const Draw d = Reserve(self, gen, self.numel());
-  std::lock_guard<std::mutex> lock(g_pool_mutex);
-  Program p("aten::bernoulli_");
-  bool cache = true;
-  const Operand u =
-      SourceOperand(p, self.device().index(), Source::kUniform, d, self.sizes(), &cache);
-  const Operand prob = p_tensor.defined() ? native::Input(p, p_tensor, at::kFloat, self.sizes())
-                                          : p.Const(*p_scalar, TERN_DTYPE_F32).Expand(self.sizes());
-  const native::Target t = native::BeginOut(p, self, at::kBool);
-  p.Emit(TERN_OP_BINARY, {t.write, u, prob}, {TERN_BINARY_LT});
-  native::Finish(p, t);
-  return p.ok() && p.Run(cache);
+  return RunOnDraws(
+      "aten::bernoulli_", self, gen, Source::kUniform, [&](Program& p, const Operand& u) {
+        const Operand prob = p_tensor.defined()
+                                 ? native::Input(p, p_tensor, at::kFloat, self.sizes())
+                                 : p.Const(*p_scalar, TERN_DTYPE_F32).Expand(self.sizes());
+        const native::Target t = native::BeginOut(p, self, at::kBool);
+        p.Emit(TERN_OP_BINARY, {t.write, u, prob}, {TERN_BINARY_LT});
+        native::Finish(p, t);
+      });
 }
 
 at::Tensor& BernoulliFloat(at::Tensor& self, double p, std::optional<at::Generator> gen) {
@@ -279,7 +286,7 @@ at::Tensor& BernoulliTensor(at::Tensor& self, const at::Tensor& p,
 bool RandomRange(at::Tensor& self, int64_t from, int64_t to,
                  const std::optional<at::Generator>& gen) {
   if (!IsTern(self) || !Supported(self.scalar_type()) || self.scalar_type() == at::kBool ||
-      !kernels::ExecutablesAvailable() || from >= to ||
+      !program::ExecutablesAvailable() || from >= to ||
       static_cast<double>(to) - static_cast<double>(from) > 4294967296.0) {
     return false;
   }
@@ -336,26 +343,27 @@ std::tuple<at::Tensor, at::Tensor> NativeDropout(const at::Tensor& input, double
   if (FloatOk(input)) {
     at::Tensor out = at::empty_like(input);
     if (input.numel() == 0) return {out, mask};
-    const Draw d = Reserve(input, std::nullopt, input.numel());
-    std::lock_guard<std::mutex> lock(g_pool_mutex);
     const at::ScalarType cd = native::OpMath(input.scalar_type());
     const tern_dtype_t f = *TD(cd);
-    Program prog("aten::native_dropout");
-    bool cache = true;
-    const Operand u =
-        SourceOperand(prog, input.device().index(), Source::kUniform, d, input.sizes(), &cache);
-    const Operand keep = prog.Out(mask);
-    prog.Emit(TERN_OP_BINARY, {keep, u, prog.Const(1.0 - p, TERN_DTYPE_F32).Expand(input.sizes())},
-              {TERN_BINARY_LT});
-    Operand keep_f = prog.Temp(f, input.sizes()), kept = prog.Temp(f, input.sizes());
-    prog.Emit(TERN_OP_CAST, {keep_f, keep});
-    prog.Emit(TERN_OP_BINARY, {kept, native::Input(prog, input, cd, input.sizes()), keep_f},
-              {TERN_BINARY_MUL});
-    const native::Target t = native::BeginOut(prog, out, cd);
-    prog.Emit(TERN_OP_BINARY, {t.write, kept, prog.Const(scale, f).Expand(input.sizes())},
-              {TERN_BINARY_MUL});
-    native::Finish(prog, t);
-    if (prog.ok() && prog.Run(cache)) return {out, mask};
+    if (RunOnDraws("aten::native_dropout", input, std::nullopt, Source::kUniform,
+                   [&](Program& prog, const Operand& u) {
+                     const at::IntArrayRef shape = input.sizes();
+                     const Operand keep = prog.Out(mask);
+                     prog.Emit(TERN_OP_BINARY,
+                               {keep, u, prog.Const(1.0 - p, TERN_DTYPE_F32).Expand(shape)},
+                               {TERN_BINARY_LT});
+                     Operand keep_f = prog.Temp(f, shape), kept = prog.Temp(f, shape);
+                     prog.Emit(TERN_OP_CAST, {keep_f, keep});
+                     prog.Emit(TERN_OP_BINARY,
+                               {kept, native::Input(prog, input, cd, shape), keep_f},
+                               {TERN_BINARY_MUL});
+                     const native::Target t = native::BeginOut(prog, out, cd);
+                     prog.Emit(TERN_OP_BINARY, {t.write, kept, prog.Const(scale, f).Expand(shape)},
+                               {TERN_BINARY_MUL});
+                     native::Finish(prog, t);
+                   })) {
+      return {out, mask};
+    }
   }
   BernoulliFloat(mask, 1 - p, std::nullopt);
   return {input * mask * scale, mask};
@@ -363,7 +371,9 @@ std::tuple<at::Tensor, at::Tensor> NativeDropout(const at::Tensor& input, double
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+namespace native {
+
+void RegisterRandomOps(torch::Library& m) {
   m.impl("uniform_", Uniform);
   m.impl("normal_", Normal);
   m.impl("bernoulli_.float", BernoulliFloat);
@@ -375,4 +385,5 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("native_dropout", NativeDropout);
 }
 
+}  // namespace native
 }  // namespace torch_tern
