@@ -6,7 +6,7 @@
  * Inputs are matched to the function's inputs by position (the n-th
  * unnamed file is the n-th input not named elsewhere) or by name
  * ("x=batch.npy"). Each file must hold exactly the input's dtype and shape,
- * as the executable's signature declares them (tern-dump MODEL.tern shows
+ * as the executable's signature declares them (tern dump MODEL.tern shows
  * it); bf16 inputs are read from f32 files and rounded to nearest even.
  *
  * Options:

@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 
 scripts/install-deps.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-ninja -C build -j "$(nproc)" hello_devices copy_roundtrip vector_add mlp_gen run_model tern-dump
+ninja -C build -j "$(nproc)" hello_devices copy_roundtrip vector_add mlp_gen run_model tern_cli
 
 export TERN_SIM_NODE=${TERN_SIM_NODE:-demo}
 work=$(mktemp -d "${TMPDIR:-/tmp}/tern-demo-XXXXXX")
@@ -25,5 +25,5 @@ build/examples/mlp_gen "$work/mlp.tern" "$work/x.npy" "$work/y_expected.npy"
 echo "--- examples/run_model.c: run it and check the output against the reference ---"
 build/examples/run_model "$work/mlp.tern" "$work/x.npy" --expect "$work/y_expected.npy" \
   --output-dir "$work" --repeat 10
-echo "--- tern-dump: what the MLP executable holds ---"
-build/src/executable/tern-dump "$work/mlp.tern"
+echo "--- tern dump: what the MLP executable holds ---"
+build/tools/tern dump "$work/mlp.tern"

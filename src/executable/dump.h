@@ -1,6 +1,6 @@
 // A human-readable description of an executable: header, sections (with
 // their checksums verified), signature, and the disassembly of every stream
-// with operands and debug ops. Behind `tern dump` and `tern-dump`.
+// with operands and debug ops. Behind `tern dump`.
 #ifndef TERN_SRC_EXECUTABLE_DUMP_H_
 #define TERN_SRC_EXECUTABLE_DUMP_H_
 

@@ -15,28 +15,12 @@
 #include <fstream>
 
 #include "cts_fixture.h"
+#include "cts_negative_util.h"
 
 namespace tern::cts {
 namespace {
 
 using Bytes = std::vector<uint8_t>;
-
-template <typename H>
-uintptr_t Bits(H handle) {
-  return reinterpret_cast<uintptr_t>(handle);
-}
-
-template <typename H>
-H Forge(uintptr_t bits) {
-  return reinterpret_cast<H>(bits);
-}
-
-// Stores any int in an enum field, as a C caller can.
-template <typename E>
-void SetRawEnum(E* field, int32_t value) {
-  static_assert(sizeof(E) == sizeof(int32_t));
-  std::memcpy(field, &value, sizeof(value));
-}
 
 const int64_t kShape[2] = {4, 8};  // 128 bytes of f32
 constexpr uint64_t kTensorBytes = 128;
@@ -394,7 +378,7 @@ TEST_P(NegativeBuilderTest, AddInstruction) {
   CTS_ASSERT_OK(tern_builder_add_output(builder_, "y", TERN_DTYPE_F32, 2, kShape, nullptr));
   CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT, tern_builder_add_instruction(builder_, nullptr),
                    "instruction is NULL");
-  for (uint32_t size : {0u, 4u, static_cast<uint32_t>(sizeof(relu) - 1)}) {
+  for (uint32_t size : TooSmallStructSizes<decltype(relu)>()) {
     SCOPED_TRACE(size);
     tern_instruction_t small = relu;
     small.struct_size = size;
@@ -552,9 +536,7 @@ class NegativeExecutableTest : public RuntimeTest {
     data_ = BuildAdd();
     // One from an earlier runtime session.
     CTS_ASSERT_OK(tern_executable_load(device(0), data_.data(), data_.size(), nullptr, &stale_));
-    CTS_ASSERT_OK(tern_shutdown());
-    CTS_ASSERT_OK(InitBackend());
-    RefreshDevices();
+    RestartRuntime();
     if (HasFatalFailure()) return;
     CTS_ASSERT_OK(
         tern_executable_load(device(0), data_.data(), data_.size(), nullptr, &executable_));
@@ -608,13 +590,9 @@ class NegativeExecutableTest : public RuntimeTest {
 
   // The failed submissions enqueued nothing, and the executable still runs.
   void ExpectQueueUntouchedAndExecutableUsable() {
-    uint64_t completed = 99;
-    CTS_EXPECT_OK(tern_queue_query(queue_, &completed));
-    EXPECT_EQ(0u, completed);
-    uint64_t sequence = 0;
-    CTS_EXPECT_OK(tern_queue_execute(queue_, executable_, 0, Inputs(), 2, Outputs(), 1, &sequence));
-    EXPECT_EQ(1u, sequence) << "a failed submission took a sequence number";
-    CTS_EXPECT_OK(tern_queue_synchronize(queue_, kLongTimeout));
+    ExpectNoSubmissionTaken(queue_, [&](uint64_t* sequence) {
+      return tern_queue_execute(queue_, executable_, 0, Inputs(), 2, Outputs(), 1, sequence);
+    });
   }
 
   Bytes data_;
@@ -658,7 +636,7 @@ TEST_P(NegativeExecutableTest, Load) {
   CTS_EXPECT_ERROR(TERN_ERROR_EXECUTABLE_INVALID,
                    tern_executable_load(device(0), nullptr, 0, nullptr, &executable), "0 bytes");
   tern_executable_load_params_t params{};
-  for (uint32_t size : {0u, 4u, static_cast<uint32_t>(sizeof(params) - 1)}) {
+  for (uint32_t size : TooSmallStructSizes<decltype(params)>()) {
     SCOPED_TRACE(size);
     params.struct_size = size;
     CTS_EXPECT_ERROR(
@@ -816,7 +794,7 @@ TEST_P(NegativeExecutableTest, FunctionInfo) {
   CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT,
                    tern_executable_function_info(executable_, 0, nullptr), "out_info");
   tern_function_info_t info;
-  for (uint32_t size : {0u, 4u, static_cast<uint32_t>(sizeof(info) - 1)}) {
+  for (uint32_t size : TooSmallStructSizes<decltype(info)>()) {
     SCOPED_TRACE(size);
     std::memset(&info, 0, sizeof(info));
     info.struct_size = size;
@@ -852,7 +830,7 @@ TEST_P(NegativeExecutableTest, TensorInfo) {
   CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT,
                    tern_executable_tensor_info(executable_, 0, 0, 0, nullptr), "out_info");
   tern_tensor_info_t info;
-  for (uint32_t size : {0u, 4u, static_cast<uint32_t>(sizeof(info) - 1)}) {
+  for (uint32_t size : TooSmallStructSizes<decltype(info)>()) {
     SCOPED_TRACE(size);
     std::memset(&info, 0, sizeof(info));
     info.struct_size = size;

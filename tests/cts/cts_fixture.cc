@@ -219,6 +219,12 @@ void RuntimeTest::SetUp() {
   RefreshDevices();
 }
 
+void RuntimeTest::RestartRuntime() {
+  CTS_ASSERT_OK(tern_shutdown());
+  CTS_ASSERT_OK(InitBackend());
+  RefreshDevices();
+}
+
 void RuntimeTest::RefreshDevices() {
   devices_.clear();
   uint32_t count = 0;

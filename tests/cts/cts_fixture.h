@@ -226,6 +226,9 @@ class RuntimeTest : public BackendTest {
 
   // Fetches device handles again (after a shutdown + init cycle).
   void RefreshDevices();
+  // tern_shutdown(), InitBackend() and RefreshDevices(): handles taken before
+  // are now stale. Callers check HasFatalFailure() after.
+  void RestartRuntime();
 
   uint32_t device_count() const { return static_cast<uint32_t>(devices_.size()); }
   tern_device_t device(uint32_t index) const { return devices_.at(index); }

@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "cts_fixture.h"
+#include "cts_negative_util.h"
 
 namespace tern::cts {
 namespace {
@@ -12,24 +13,6 @@ namespace {
 constexpr uint64_t kBufferSize = 4096;
 
 void NoopCallback(void*, tern_status_t) {}
-
-template <typename H>
-uintptr_t Bits(H handle) {
-  return reinterpret_cast<uintptr_t>(handle);
-}
-
-template <typename H>
-H Forge(uintptr_t bits) {
-  return reinterpret_cast<H>(bits);
-}
-
-// Stores any int in an enum field, as a C caller can (in C++ an out-of-range
-// enum value cannot be formed by a cast without undefined behaviour).
-template <typename E>
-void SetRawEnum(E* field, int32_t value) {
-  static_assert(sizeof(E) == sizeof(int32_t));
-  std::memcpy(field, &value, sizeof(value));
-}
 
 // --- Every function at once: before init, after shutdown ----------------------------
 
@@ -150,7 +133,7 @@ TEST_P(NegativeBeforeInitTest, InitOptions) {
   tern_init_options_t options{};
   options.struct_size = sizeof(options);
   options.driver = backend();
-  for (uint32_t size : {0u, 4u, static_cast<uint32_t>(sizeof(options) - 1)}) {
+  for (uint32_t size : TooSmallStructSizes<decltype(options)>()) {
     SCOPED_TRACE(size);
     options.struct_size = size;
     CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT, tern_init(&options), "struct_size");
@@ -244,9 +227,7 @@ class NegativeTest : public RuntimeTest {
     stale_queue_ = CreateQueue(stale_core_);
     stale_buffer_ = Alloc(0, 64);
     stale_event_ = CreateEvent();
-    CTS_ASSERT_OK(tern_shutdown());
-    CTS_ASSERT_OK(InitBackend());
-    RefreshDevices();
+    RestartRuntime();
     if (HasFatalFailure()) return;
 
     // Live objects the bad calls must leave alone.
@@ -326,13 +307,8 @@ class NegativeTest : public RuntimeTest {
 
   // The failed submissions enqueued nothing: the next command is number 1.
   void ExpectQueueUntouched() {
-    uint64_t completed = 99;
-    CTS_EXPECT_OK(tern_queue_query(queue_, &completed));
-    EXPECT_EQ(0u, completed);
-    uint64_t sequence = 0;
-    CTS_EXPECT_OK(tern_queue_nop(queue_, &sequence));
-    EXPECT_EQ(1u, sequence) << "a failed submission took a sequence number";
-    CTS_EXPECT_OK(tern_queue_synchronize(queue_, kLongTimeout));
+    ExpectNoSubmissionTaken(queue_,
+                            [&](uint64_t* sequence) { return tern_queue_nop(queue_, sequence); });
   }
 
   // buffer_ still holds what SetUp wrote.
@@ -412,7 +388,7 @@ TEST_P(NegativeTest, DeviceGetInfo) {
   CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT, tern_device_get_info(device(0), nullptr),
                    "out_info");
   tern_device_info_t info;
-  for (uint32_t size : {0u, 4u, static_cast<uint32_t>(sizeof(info) - 1)}) {
+  for (uint32_t size : TooSmallStructSizes<decltype(info)>()) {
     SCOPED_TRACE(size);
     std::memset(&info, 0, sizeof(info));
     info.struct_size = size;
@@ -711,7 +687,7 @@ TEST_P(NegativeTest, QueueCreate) {
   }
   tern_queue_params_t params{};
   params.name = "bad";
-  for (uint32_t size : {0u, 4u, static_cast<uint32_t>(sizeof(params) - 1)}) {
+  for (uint32_t size : TooSmallStructSizes<decltype(params)>()) {
     SCOPED_TRACE(size);
     params.struct_size = size;
     CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT, tern_queue_create(core_, &params, &queue),

@@ -1,5 +1,6 @@
-// tern-dump (the dumper `tern dump` reuses): run as a real process on real
-// files, checking what it prints and its exit status.
+// `tern dump`, the executable dumper: run as a real process on real files,
+// checking what it prints and its exit status. (tools/tests/ covers the
+// command's other subcommands; this file covers the dump of the format.)
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -13,9 +14,9 @@ namespace {
 #define EXPECT_CONTAINS(text, part) \
   EXPECT_NE(std::string(text).find(part), std::string::npos) << (text)
 
-// Runs tern-dump with `args`; returns its output and stores its exit status.
+// Runs `tern dump` with `args`; returns its output and stores its exit status.
 std::string Dump(const std::string& args, int* exit_status) {
-  const std::string command = std::string(TERN_DUMP_PATH) + " " + args + " 2>&1";
+  const std::string command = std::string(TERN_TOOL_PATH) + " dump " + args + " 2>&1";
   FILE* pipe = popen(command.c_str(), "r");
   EXPECT_NE(pipe, nullptr);
   std::string output;
@@ -66,11 +67,14 @@ TEST(DumpTest, ReportsDamageAndTheLoadersVerdict) {
   text = Dump("--summary " + std::string(TERN_EXE_CORPUS_DIR) + "/bad_magic.400.bin", &status);
   EXPECT_EQ(status, 1);
   EXPECT_CONTAINS(text, "cannot read the container");
+  // The exit codes every `tern` subcommand uses (tools/src/util.h): 3 the
+  // file could not be read, 64 bad usage.
   text = Dump("/nonexistent.bin", &status);
-  EXPECT_EQ(status, 2);
+  EXPECT_EQ(status, 3);
+  EXPECT_CONTAINS(text, "cannot open");
   text = Dump("", &status);
-  EXPECT_EQ(status, 2);
-  EXPECT_CONTAINS(text, "usage");
+  EXPECT_EQ(status, 64);
+  EXPECT_CONTAINS(text, "FILE");
 }
 
 }  // namespace

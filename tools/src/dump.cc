@@ -77,8 +77,8 @@ Subcommand AddDumpCommand(CLI::App& parent) {
     bool summary = false;
   };
   auto options = std::make_shared<Options>();
-  CLI::App* app = parent.add_subcommand("dump", "Inspect an executable file");
-  app->footer(
+  CLI::App* app = AddSubcommandApp(
+      parent, "dump", "Inspect an executable file",
       "Print the header, sections (checksums checked), signature and the disassembly of every "
       "instruction stream of a tern executable, then the loader's verdict. Needs no device.\n"
       "Exit status: 0 the loader accepts the file, 1 it rejects it (the reason is printed), "

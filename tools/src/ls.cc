@@ -40,13 +40,11 @@ Json LsJson(const Runtime& runtime, const NodeSample& sample) {
     device["numa_node"] = d.info.numa_node;
     device["cpu_affinity"] = d.info.cpu_affinity;
     Json cores = Json::array();
-    for (uint32_t c = 0; c < std::min<uint32_t>(t.core_count, TERN_TELEMETRY_MAX_CORES); ++c) {
+    for (uint32_t c = 0; c < CoreCount(t); ++c) {
       const tern_core_telemetry_t& core = t.cores[c];
       cores.push_back({{"core", core.physical_index},
                        {"owner_pid", core.owner_pid},
-                       {"owner_command",
-                        std::string(core.owner_command,
-                                    strnlen(core.owner_command, sizeof(core.owner_command)))}});
+                       {"owner_command", FieldText(core.owner_command)}});
     }
     device["cores"] = std::move(cores);
     device["ecc"] = {{"corrected", t.ecc_corrected}, {"uncorrected", t.ecc_uncorrected}};
@@ -69,7 +67,7 @@ std::string LsTable(const Runtime& runtime, const NodeSample& sample) {
   for (const DeviceSample& d : sample.devices) {
     const tern_device_telemetry_t& t = d.telemetry;
     std::string owners;
-    for (uint32_t c = 0; c < std::min<uint32_t>(t.core_count, TERN_TELEMETRY_MAX_CORES); ++c) {
+    for (uint32_t c = 0; c < CoreCount(t); ++c) {
       if (!owners.empty()) owners += ' ';
       owners += t.cores[c].owner_pid != 0 ? fmt::format("{}:{}", c, t.cores[c].owner_pid)
                                           : fmt::format("{}:free", c);
@@ -78,20 +76,12 @@ std::string LsTable(const Runtime& runtime, const NodeSample& sample) {
                     FormatBytes(t.memory_used), FormatBytes(d.info.memory_bytes),
                     d.info.numa_node >= 0 ? std::to_string(d.info.numa_node) : "-",
                     d.info.cpu_affinity[0] != '\0' ? d.info.cpu_affinity : "-", owners});
-    for (uint32_t i = 0; i < std::min<uint32_t>(t.process_count, TERN_TELEMETRY_MAX_PROCESSES);
-         ++i) {
+    for (uint32_t i = 0; i < ProcessCount(t); ++i) {
       const tern_process_telemetry_t& p = t.processes[i];
-      uint64_t total = 0;
-      std::string by_category;
-      for (uint32_t k = 0; k < TERN_MEMORY_CATEGORY_COUNT; ++k) {
-        total += p.memory_by_category[k];
-        if (p.memory_by_category[k] == 0) continue;
-        if (!by_category.empty()) by_category += ", ";
-        by_category += fmt::format("{} {}", CategoryName(k), FormatBytes(p.memory_by_category[k]));
-      }
-      processes.AddRow({std::to_string(d.info.index), std::to_string(p.pid),
-                        std::string(p.command, strnlen(p.command, sizeof(p.command))),
-                        FormatCoreMask(p.cores_owned), FormatBytes(total),
+      const std::string by_category = DescribeCategories(p.memory_by_category, ", ");
+      processes.AddRow({std::to_string(d.info.index), std::to_string(p.pid), FieldText(p.command),
+                        FormatCoreMask(p.cores_owned),
+                        FormatBytes(TotalBytes(p.memory_by_category)),
                         by_category.empty() ? "-" : by_category});
     }
   }
@@ -109,14 +99,13 @@ std::string LsTable(const Runtime& runtime, const NodeSample& sample) {
 
 Subcommand AddLsCommand(CLI::App& parent) {
   auto options = std::make_shared<LsOptions>();
-  CLI::App* app = parent.add_subcommand(
-      "ls", "List the devices, their cores and memory, and the processes using them");
-  app->footer(
+  CLI::App* app = AddSubcommandApp(
+      parent, "ls", "List the devices, their cores and memory, and the processes using them",
       "List the devices of this node: cores, device memory (HBM) total and in use by every "
       "process, NUMA node and nearby CPUs, which process owns each core, and the processes "
       "using each device with their memory by category. Reads shared telemetry only: it works "
       "while workloads run and never takes a core.");
-  app->add_flag("-j,--json", options->json, "Print one JSON document instead of a table");
+  AddJsonFlag(app, &options->json);
   return {app, [options]() {
             Runtime runtime;
             const NodeSample sample = TakeSample(runtime);

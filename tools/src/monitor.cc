@@ -73,18 +73,16 @@ int RunHttp(const MonitorOptions& options) {
 
 Subcommand AddMonitorCommand(CLI::App& parent) {
   auto options = std::make_shared<MonitorOptions>();
-  CLI::App* app = parent.add_subcommand(
-      "monitor", "Print device counters periodically: JSON lines or Prometheus metrics");
-  app->footer(
+  CLI::App* app = AddSubcommandApp(
+      parent, "monitor", "Print device counters periodically: JSON lines or Prometheus metrics",
       "Sample every device each INTERVAL and print one JSON document per line: per-core "
       "utilization, commands and executions (totals and rates over the interval), errors by "
       "class, device memory by category and by process, and ECC counters. The first line comes "
       "after one interval, so every line has rates.\n"
       "With --prometheus, print the Prometheus text exposition instead (once by default); with "
       "--listen, serve it over HTTP at /metrics until SIGINT or SIGTERM.");
-  app->add_option("-i,--interval", options->interval_s, "Seconds between samples")
-      ->default_val(1.0)
-      ->check(CLI::Range(0.01, 86400.0));
+  AddPeriodOption(app, "-i,--interval", &options->interval_s, "Seconds between samples", 0.01,
+                  86400.0);
   app->add_option("-n,--count", options->count,
                   "Samples to print, then exit (default: until stopped; 1 with --prometheus)")
       ->check(CLI::NonNegativeNumber);

@@ -124,4 +124,21 @@ uint64_t TotalErrors(const tern_core_telemetry_t& core) {
   return total;
 }
 
+uint64_t TotalBytes(const uint64_t by_category[TERN_MEMORY_CATEGORY_COUNT]) {
+  uint64_t total = 0;
+  for (uint32_t k = 0; k < TERN_MEMORY_CATEGORY_COUNT; ++k) total += by_category[k];
+  return total;
+}
+
+std::string DescribeCategories(const uint64_t by_category[TERN_MEMORY_CATEGORY_COUNT],
+                               const char* separator) {
+  std::string text;
+  for (uint32_t k = 0; k < TERN_MEMORY_CATEGORY_COUNT; ++k) {
+    if (by_category[k] == 0) continue;
+    if (!text.empty()) text += separator;
+    text += fmt::format("{} {}", CategoryName(k), FormatBytes(by_category[k]));
+  }
+  return text;
+}
+
 }  // namespace tern::tools

@@ -6,7 +6,9 @@
 
 #include <tern/tern.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -62,6 +64,29 @@ CoreRates ComputeRates(const NodeSample& before, const NodeSample& after, size_t
                        size_t core);
 
 uint64_t TotalErrors(const tern_core_telemetry_t& core);
+
+// The filled-in entries of a telemetry snapshot's fixed-size arrays: the
+// counts say what the device has, which may be more than the arrays hold.
+inline uint32_t CoreCount(const tern_device_telemetry_t& t) {
+  return std::min<uint32_t>(t.core_count, TERN_TELEMETRY_MAX_CORES);
+}
+inline uint32_t ProcessCount(const tern_device_telemetry_t& t) {
+  return std::min<uint32_t>(t.process_count, TERN_TELEMETRY_MAX_PROCESSES);
+}
+
+// A fixed-size text field of the telemetry (a command name), which is not
+// NUL-terminated when the text fills it.
+template <size_t N>
+std::string FieldText(const char (&field)[N]) {
+  return std::string(field, strnlen(field, N));
+}
+
+// Device memory of all categories together.
+uint64_t TotalBytes(const uint64_t by_category[TERN_MEMORY_CATEGORY_COUNT]);
+// "tensors 1.0 MiB<separator>scratch 64.0 KiB": the categories that hold
+// memory, in category order; "" when none does.
+std::string DescribeCategories(const uint64_t by_category[TERN_MEMORY_CATEGORY_COUNT],
+                               const char* separator);
 
 // The upper bound, in microseconds, of latency-histogram bucket `bucket`
 // (telemetry.h): 1 for bucket 0, 2^bucket after; infinity for the last.

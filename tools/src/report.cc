@@ -24,16 +24,13 @@ Json ErrorsJson(const uint64_t by_class[TERN_ERROR_CLASS_COUNT]) {
 
 Json ProcessesJson(const tern_device_telemetry_t& telemetry) {
   Json processes = Json::array();
-  const uint32_t count = std::min<uint32_t>(telemetry.process_count, TERN_TELEMETRY_MAX_PROCESSES);
-  for (uint32_t i = 0; i < count; ++i) {
+  for (uint32_t i = 0; i < ProcessCount(telemetry); ++i) {
     const tern_process_telemetry_t& p = telemetry.processes[i];
-    uint64_t total = 0;
-    for (uint64_t bytes : p.memory_by_category) total += bytes;
     Json process;
     process["pid"] = p.pid;
-    process["command"] = std::string(p.command, strnlen(p.command, sizeof(p.command)));
+    process["command"] = FieldText(p.command);
     process["cores"] = CoreMaskToList(p.cores_owned);
-    process["memory_bytes"] = total;
+    process["memory_bytes"] = TotalBytes(p.memory_by_category);
     process["memory_by_category"] = CategoriesJson(p.memory_by_category);
     processes.push_back(std::move(process));
   }
@@ -55,21 +52,19 @@ Json MonitorRecord(const NodeSample& before, const NodeSample& after) {
     device["device"] = sample.info.index;
     device["name"] = sample.info.name;
     Json cores = Json::array();
-    for (uint32_t c = 0; c < std::min<uint32_t>(t.core_count, TERN_TELEMETRY_MAX_CORES); ++c) {
+    for (uint32_t c = 0; c < CoreCount(t); ++c) {
       const tern_core_telemetry_t& core = t.cores[c];
       const CoreRates rates = ComputeRates(before, after, d, c);
-      Json entry;
-      entry["core"] = core.physical_index;
-      entry["owner_pid"] = core.owner_pid;
-      entry["owner_command"] =
-          std::string(core.owner_command, strnlen(core.owner_command, sizeof(core.owner_command)));
-      entry["busy_ratio"] = rates.busy_ratio;
-      entry["commands"] = core.commands;
-      entry["executions"] = core.executions;
-      entry["busy_ns"] = core.busy_ns;
-      entry["commands_per_s"] = rates.commands_per_s;
-      entry["executions_per_s"] = rates.executions_per_s;
-      entry["errors"] = ErrorsJson(core.errors);
+      Json entry = {{"core", core.physical_index},
+                    {"owner_pid", core.owner_pid},
+                    {"owner_command", FieldText(core.owner_command)},
+                    {"busy_ratio", rates.busy_ratio},
+                    {"commands", core.commands},
+                    {"executions", core.executions},
+                    {"busy_ns", core.busy_ns},
+                    {"commands_per_s", rates.commands_per_s},
+                    {"executions_per_s", rates.executions_per_s},
+                    {"errors", ErrorsJson(core.errors)}};
       const LatencyPercentiles latency = ComputeLatency(before, after, d, c);
       Json latency_json;
       latency_json["commands"] = latency.count;
@@ -155,10 +150,6 @@ class Exposition {
   std::string out_;
 };
 
-std::string Text(const char* chars, size_t capacity) {
-  return std::string(chars, strnlen(chars, capacity));
-}
-
 }  // namespace
 
 std::string PrometheusExposition(const Runtime& runtime, const NodeSample& before,
@@ -166,9 +157,6 @@ std::string PrometheusExposition(const Runtime& runtime, const NodeSample& befor
   Exposition e;
   const auto& devices = after.devices;
   auto dev_label = [](const DeviceSample& d) { return std::to_string(d.info.index); };
-  auto core_count = [](const DeviceSample& d) {
-    return std::min<uint32_t>(d.telemetry.core_count, TERN_TELEMETRY_MAX_CORES);
-  };
 
   e.Family("tern_info", "gauge", "tern library version and driver backend (always 1).");
   e.Sample({{"version", runtime.version()}, {"driver", runtime.driver()}}, 1);
@@ -191,7 +179,7 @@ std::string PrometheusExposition(const Runtime& runtime, const NodeSample& befor
   e.Family("tern_core_busy_ratio", "gauge",
            "Share of the measurement window the core spent running commands (0-1).");
   for (size_t d = 0; d < devices.size(); ++d) {
-    for (uint32_t c = 0; c < core_count(devices[d]); ++c) {
+    for (uint32_t c = 0; c < CoreCount(devices[d].telemetry); ++c) {
       e.Sample({{"device", dev_label(devices[d])}, {"core", std::to_string(c)}},
                ComputeRates(before, after, d, c).busy_ratio);
     }
@@ -199,7 +187,7 @@ std::string PrometheusExposition(const Runtime& runtime, const NodeSample& befor
 
   e.Family("tern_core_busy_seconds_total", "counter", "Time the core spent running commands.");
   for (const auto& d : devices) {
-    for (uint32_t c = 0; c < core_count(d); ++c) {
+    for (uint32_t c = 0; c < CoreCount(d.telemetry); ++c) {
       e.Sample({{"device", dev_label(d)}, {"core", std::to_string(c)}},
                static_cast<double>(d.telemetry.cores[c].busy_ns) / 1e9);
     }
@@ -207,7 +195,7 @@ std::string PrometheusExposition(const Runtime& runtime, const NodeSample& befor
 
   e.Family("tern_core_commands_total", "counter", "Commands the core completed, of any kind.");
   for (const auto& d : devices) {
-    for (uint32_t c = 0; c < core_count(d); ++c) {
+    for (uint32_t c = 0; c < CoreCount(d.telemetry); ++c) {
       e.Sample({{"device", dev_label(d)}, {"core", std::to_string(c)}},
                d.telemetry.cores[c].commands);
     }
@@ -215,7 +203,7 @@ std::string PrometheusExposition(const Runtime& runtime, const NodeSample& befor
 
   e.Family("tern_core_executions_total", "counter", "Compute commands the core completed.");
   for (const auto& d : devices) {
-    for (uint32_t c = 0; c < core_count(d); ++c) {
+    for (uint32_t c = 0; c < CoreCount(d.telemetry); ++c) {
       e.Sample({{"device", dev_label(d)}, {"core", std::to_string(c)}},
                d.telemetry.cores[c].executions);
     }
@@ -224,7 +212,7 @@ std::string PrometheusExposition(const Runtime& runtime, const NodeSample& befor
   e.Family("tern_core_command_duration_seconds", "histogram",
            "How long the core's commands ran (event waits excluded).");
   for (const auto& d : devices) {
-    for (uint32_t c = 0; c < core_count(d); ++c) {
+    for (uint32_t c = 0; c < CoreCount(d.telemetry); ++c) {
       const std::string device = dev_label(d);
       const std::string core = std::to_string(c);
       uint64_t cumulative = 0;
@@ -246,18 +234,18 @@ std::string PrometheusExposition(const Runtime& runtime, const NodeSample& befor
 
   e.Family("tern_core_owner_pid", "gauge", "Process id owning the core; 0 when it is free.");
   for (const auto& d : devices) {
-    for (uint32_t c = 0; c < core_count(d); ++c) {
+    for (uint32_t c = 0; c < CoreCount(d.telemetry); ++c) {
       const tern_core_telemetry_t& core = d.telemetry.cores[c];
       e.Sample({{"device", dev_label(d)},
                 {"core", std::to_string(c)},
-                {"command", Text(core.owner_command, sizeof(core.owner_command))}},
+                {"command", FieldText(core.owner_command)}},
                core.owner_pid);
     }
   }
 
   e.Family("tern_core_errors_total", "counter", "Failed commands on the core, by error class.");
   for (const auto& d : devices) {
-    for (uint32_t c = 0; c < core_count(d); ++c) {
+    for (uint32_t c = 0; c < CoreCount(d.telemetry); ++c) {
       for (uint32_t k = 0; k < TERN_ERROR_CLASS_COUNT; ++k) {
         e.Sample(
             {{"device", dev_label(d)}, {"core", std::to_string(c)}, {"class", ErrorClassName(k)}},
@@ -281,14 +269,12 @@ std::string PrometheusExposition(const Runtime& runtime, const NodeSample& befor
   e.Family("tern_process_hbm_used_bytes", "gauge",
            "Device memory in use by one process, by category.");
   for (const auto& d : devices) {
-    const uint32_t count =
-        std::min<uint32_t>(d.telemetry.process_count, TERN_TELEMETRY_MAX_PROCESSES);
-    for (uint32_t i = 0; i < count; ++i) {
+    for (uint32_t i = 0; i < ProcessCount(d.telemetry); ++i) {
       const tern_process_telemetry_t& p = d.telemetry.processes[i];
       for (uint32_t k = 0; k < TERN_MEMORY_CATEGORY_COUNT; ++k) {
         e.Sample({{"device", dev_label(d)},
                   {"pid", std::to_string(p.pid)},
-                  {"command", Text(p.command, sizeof(p.command))},
+                  {"command", FieldText(p.command)},
                   {"category", CategoryName(k)}},
                  p.memory_by_category[k]);
       }

@@ -75,16 +75,13 @@ std::vector<FrameLine> RenderFrame(const Runtime& runtime, const NodeSample& bef
     Table cores({"CORE", "OWNER", "UTILIZATION", "CMD/S", "EXEC/S", "COMMANDS", "ERRORS"},
                 {true, false, false, true, true, true, true});
     uint64_t errors_by_class[TERN_ERROR_CLASS_COUNT] = {};
-    for (uint32_t c = 0; c < std::min<uint32_t>(t.core_count, TERN_TELEMETRY_MAX_CORES); ++c) {
+    for (uint32_t c = 0; c < CoreCount(t); ++c) {
       const tern_core_telemetry_t& core = t.cores[c];
       const CoreRates rates = ComputeRates(before, after, d, c);
       for (uint32_t e = 0; e < TERN_ERROR_CLASS_COUNT; ++e) errors_by_class[e] += core.errors[e];
       const std::string owner =
-          core.owner_pid != 0
-              ? fmt::format("{} {}", core.owner_pid,
-                            std::string(core.owner_command,
-                                        strnlen(core.owner_command, sizeof(core.owner_command))))
-              : "free";
+          core.owner_pid != 0 ? fmt::format("{} {}", core.owner_pid, FieldText(core.owner_command))
+                              : "free";
       cores.AddRow({std::to_string(c), owner,
                     measuring ? "measuring..."
                               : fmt::format("{} {:5.1f}%", Bar(rates.busy_ratio, 20),
@@ -96,12 +93,8 @@ std::vector<FrameLine> RenderFrame(const Runtime& runtime, const NodeSample& bef
     AppendTable(cores, "  ", &lines);
 
     // Only what is non-zero, so the lines fit a terminal.
-    std::string categories;
-    for (uint32_t k = 0; k < TERN_MEMORY_CATEGORY_COUNT; ++k) {
-      if (t.memory_by_category[k] == 0) continue;
-      categories += fmt::format("  {} {}", CategoryName(k), FormatBytes(t.memory_by_category[k]));
-    }
-    lines.push_back({"  HBM BY CATEGORY" + (categories.empty() ? "  none" : categories)});
+    const std::string categories = DescribeCategories(t.memory_by_category, "  ");
+    lines.push_back({"  HBM BY CATEGORY  " + (categories.empty() ? "none" : categories)});
     std::string errors;
     for (uint32_t e = 0; e < TERN_ERROR_CLASS_COUNT; ++e) {
       if (errors_by_class[e] == 0) continue;
@@ -110,8 +103,7 @@ std::vector<FrameLine> RenderFrame(const Runtime& runtime, const NodeSample& bef
     lines.push_back({"  ERRORS BY CLASS" + (errors.empty() ? "  none" : errors),
                      errors.empty() ? Style::kNormal : Style::kAlert});
 
-    const uint32_t process_count =
-        std::min<uint32_t>(t.process_count, TERN_TELEMETRY_MAX_PROCESSES);
+    const uint32_t process_count = ProcessCount(t);
     if (process_count == 0) {
       lines.push_back({"  PROCESSES  none"});
       continue;
@@ -120,17 +112,9 @@ std::vector<FrameLine> RenderFrame(const Runtime& runtime, const NodeSample& bef
                     {true, false, false, true, false});
     for (uint32_t i = 0; i < process_count; ++i) {
       const tern_process_telemetry_t& p = t.processes[i];
-      uint64_t total = 0;
-      std::string by_category;
-      for (uint32_t k = 0; k < TERN_MEMORY_CATEGORY_COUNT; ++k) {
-        total += p.memory_by_category[k];
-        if (p.memory_by_category[k] == 0) continue;
-        if (!by_category.empty()) by_category += ", ";
-        by_category += fmt::format("{} {}", CategoryName(k), FormatBytes(p.memory_by_category[k]));
-      }
-      processes.AddRow({std::to_string(p.pid),
-                        std::string(p.command, strnlen(p.command, sizeof(p.command))),
-                        FormatCoreMask(p.cores_owned), FormatBytes(total),
+      const std::string by_category = DescribeCategories(p.memory_by_category, ", ");
+      processes.AddRow({std::to_string(p.pid), FieldText(p.command), FormatCoreMask(p.cores_owned),
+                        FormatBytes(TotalBytes(p.memory_by_category)),
                         by_category.empty() ? "-" : by_category});
     }
     AppendTable(processes, "  ", &lines);
@@ -247,14 +231,12 @@ int RunLive(const TopOptions& options) {
 
 Subcommand AddTopCommand(CLI::App& parent) {
   auto options = std::make_shared<TopOptions>();
-  CLI::App* app = parent.add_subcommand("top", "Live view of core utilization, memory and errors");
-  app->footer(
+  CLI::App* app = AddSubcommandApp(
+      parent, "top", "Live view of core utilization, memory and errors",
       "A live terminal view of every device: per-core utilization (share of time running "
       "commands) and commands/s, device memory by category and by process, error counters by "
       "class and ECC counters. Press q or Ctrl-C to quit.");
-  app->add_option("-d,--delay", options->delay_s, "Seconds between refreshes")
-      ->default_val(1.0)
-      ->check(CLI::Range(0.05, 3600.0));
+  AddPeriodOption(app, "-d,--delay", &options->delay_s, "Seconds between refreshes", 0.05, 3600.0);
   app->add_flag("--once", options->once,
                 "Print one frame to stdout without the terminal view (rates over one delay)");
   return {app, [options]() {
