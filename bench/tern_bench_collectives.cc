@@ -42,6 +42,8 @@
 #include <thread>
 #include <vector>
 
+#include "common/byte_size.h"
+
 namespace {
 
 enum class Collective { kAllReduce, kAllGather, kReduceScatter, kBroadcast, kReduce, kAllToAll };
@@ -74,27 +76,12 @@ struct Options {
   std::exit(2);
 }
 
+// Sizes as everywhere in tern (common/byte_size.h): "8", "64K", "16M", "1G".
 uint64_t ParseBytes(const char* text) {
-  char* end = nullptr;
-  double value = std::strtod(text, &end);
-  if (end == text) Usage("bad byte count");
-  switch (*end) {
-    case 'K':
-    case 'k':
-      value *= 1024;
-      break;
-    case 'M':
-    case 'm':
-      value *= 1024 * 1024;
-      break;
-    case 'G':
-    case 'g':
-      value *= 1024.0 * 1024 * 1024;
-      break;
-    default:
-      break;
-  }
-  return static_cast<uint64_t>(value);
+  uint64_t bytes = 0;
+  const tern::Status status = tern::ParseByteSize(text, &bytes);
+  if (!status.ok()) Usage(status.message().c_str());
+  return bytes;
 }
 
 const char* DtypeName(tern_dtype_t d) {
