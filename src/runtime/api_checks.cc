@@ -13,8 +13,11 @@ Status NotALiveHandle(const char* arg, const char* what, const char* gone, const
                     what, gone, hint);
 }
 
-Status NotALiveHandleToDestroy(const char* arg, const char* what, const char* ways) {
-  return MakeStatus(TERN_ERROR_INVALID_HANDLE, "{} is not a live {} handle: {}", arg, what, ways);
+Status NotALiveHandleToDestroy(const char* arg, const char* what, const char* gone,
+                               const char* never) {
+  return MakeStatus(TERN_ERROR_INVALID_HANDLE,
+                    "{} is not a live {} handle: {}, {}, or another kind of handle", arg, what,
+                    gone, never);
 }
 
 Status CheckStructSize(uint32_t struct_size, size_t minimum, const char* type) {

@@ -8,8 +8,9 @@
 //                                          checked, everything else zeroed
 //
 // and the errors for a handle that is not live, for lookups and for destroys.
-// The macros return from the entry point they are written in, so they belong
-// in extern "C" functions only; helpers below return a Status instead.
+// The macros return a tern_status_t from the function they are written in:
+// they belong in the entry points (and in helpers that return what an entry
+// point returns); code below them returns a Status instead.
 #ifndef TERN_SRC_RUNTIME_API_CHECKS_H_
 #define TERN_SRC_RUNTIME_API_CHECKS_H_
 
@@ -32,8 +33,9 @@ Status NotALiveHandle(const char* arg, const char* what, const char* gone, const
 
 // The error of destroying a handle that is not live: "queue is not a live
 // queue handle: already destroyed, never created, or another kind of handle".
-// `ways`: how that comes about, as the message lists it.
-Status NotALiveHandleToDestroy(const char* arg, const char* what, const char* ways);
+// `gone` as for NotALiveHandle; `never`: how a handle was never made live.
+Status NotALiveHandleToDestroy(const char* arg, const char* what, const char* gone,
+                               const char* never);
 
 // Checks an out struct that starts with struct_size (at least `minimum`
 // bytes) and zeroes it all but struct_size, so that it holds nothing stale

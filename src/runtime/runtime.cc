@@ -245,9 +245,8 @@ TERN_API tern_status_t tern_init(const tern_init_options_t* options) {
     return Report(GetRuntime(&ignored));
   }
   if (options != nullptr) {
-    Status status =
-        CheckStructSize(options->struct_size, sizeof(tern_init_options_t), "tern_init_options_t");
-    if (!status.ok()) return Report(status);
+    TERN_API_TRY(
+        CheckStructSize(options->struct_size, sizeof(tern_init_options_t), "tern_init_options_t"));
     if (options->flags != 0) {
       return Report(MakeStatus(
           TERN_ERROR_INVALID_ARGUMENT,
