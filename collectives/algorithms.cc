@@ -741,7 +741,7 @@ Status PointToPoint(Exec& e) {
   }
   // A group: everything posted, then everything awaited.
   for (const P2P& p : op.group) {
-    const size_t bytes = p.count * DtypeSize(p.dtype);
+    const size_t bytes = p.count * tern_dtype_size(p.dtype);
     const uint32_t psig = Signature(OpKind::kSend, p.dtype, TERN_COMM_SUM, p.count, 0);
     if (p.is_send) {
       e.SendTagged(p.peer, MakeTag(true, e.rank(), p.sequence, psig, 0), p.buffer, bytes);

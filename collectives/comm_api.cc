@@ -230,16 +230,18 @@ Status Prepare(tern_comm_t comm, tern_queue_t queue, Prepared* out) {
   return OkStatus();
 }
 
+// Collectives take the dtypes the kernels reduce (IsReducible); the element
+// size comes from the API's table.
 Status CheckDtype(tern_dtype_t dtype_in, size_t* out_size) {
   const int32_t value = static_cast<int32_t>(dtype_in);
-  if (value < 0 || value >= TERN_DTYPE_COUNT || DtypeSize(static_cast<tern_dtype_t>(value)) == 0) {
+  if (value < 0 || value >= TERN_DTYPE_COUNT || !IsReducible(static_cast<tern_dtype_t>(value))) {
     return MakeStatus(
         TERN_ERROR_INVALID_ARGUMENT,
         "dtype {} is not supported by collectives: use fp32, bf16, fp16, int8, int32 or "
         "int64",
         value);
   }
-  *out_size = DtypeSize(dtype_in);
+  *out_size = tern_dtype_size(dtype_in);
   return OkStatus();
 }
 

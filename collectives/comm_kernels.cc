@@ -153,20 +153,37 @@ void DivideInt(T* dst, const T* src, size_t n, uint32_t divisor) {
 
 }  // namespace
 
-size_t DtypeSize(tern_dtype_t dtype) {
+bool IsReducible(tern_dtype_t dtype) {
   switch (dtype) {
     case TERN_DTYPE_F32:
-    case TERN_DTYPE_I32:
-      return 4;
     case TERN_DTYPE_BF16:
     case TERN_DTYPE_F16:
-      return 2;
     case TERN_DTYPE_I8:
-      return 1;
+    case TERN_DTYPE_I32:
     case TERN_DTYPE_I64:
-      return 8;
+      return true;
+    case TERN_DTYPE_BOOL:  // no arithmetic on it
     default:
-      return 0;
+      return false;
+  }
+}
+
+size_t DtypeSize(tern_dtype_t dtype) {
+  // The storage types of ReduceOp().
+  switch (dtype) {
+    case TERN_DTYPE_F32:
+      return sizeof(float);
+    case TERN_DTYPE_BF16:
+    case TERN_DTYPE_F16:
+      return sizeof(uint16_t);
+    case TERN_DTYPE_I8:
+      return sizeof(int8_t);
+    case TERN_DTYPE_I32:
+      return sizeof(int32_t);
+    case TERN_DTYPE_I64:
+      return sizeof(int64_t);
+    default:
+      return 0;  // not reducible: see IsReducible()
   }
 }
 

@@ -255,7 +255,7 @@ void ReleaseMemory(void* p, size_t bytes) {
 Exec::Exec(Communicator* comm, const OpDesc& op, uint64_t record)
     : comm_(comm),
       op_(op),
-      element_size_(std::max<size_t>(1, DtypeSize(op.dtype))),
+      element_size_(std::max<size_t>(1, tern_dtype_size(op.dtype))),
       p2p_(op.kind == OpKind::kSend || op.kind == OpKind::kRecv || op.kind == OpKind::kGroup),
       record_(record) {
   answers_seen_ = comm->answers_version_.load(std::memory_order_acquire);
