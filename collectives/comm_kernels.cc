@@ -144,6 +144,13 @@ void ReduceOp(void* dst, const void* a, const void* b, size_t n, tern_dtype_t dt
   }
 }
 
+// The 16-bit floats: widened, divided in float, rounded back.
+template <float (*Widen)(uint16_t), uint16_t (*Round)(float)>
+void DivideHalf(uint16_t* dst, const uint16_t* src, size_t n, uint32_t divisor) {
+  const float f = static_cast<float>(divisor);
+  for (size_t i = 0; i < n; ++i) dst[i] = Round(Widen(src[i]) / f);
+}
+
 template <typename T>
 void DivideInt(T* dst, const T* src, size_t n, uint32_t divisor) {
   // In 64 bits: a divisor above the type's maximum must not wrap.
@@ -251,20 +258,12 @@ void DivideBy(void* dst, const void* src, size_t n, tern_dtype_t dtype, uint32_t
       for (size_t i = 0; i < n; ++i) d[i] = s[i] / f;
       return;
     }
-    case TERN_DTYPE_BF16: {
-      auto* d = static_cast<uint16_t*>(dst);
-      const auto* s = static_cast<const uint16_t*>(src);
-      const float f = static_cast<float>(divisor);
-      for (size_t i = 0; i < n; ++i) d[i] = Bf16Round(Bf16Widen(s[i]) / f);
-      return;
-    }
-    case TERN_DTYPE_F16: {
-      auto* d = static_cast<uint16_t*>(dst);
-      const auto* s = static_cast<const uint16_t*>(src);
-      const float f = static_cast<float>(divisor);
-      for (size_t i = 0; i < n; ++i) d[i] = Fp16Round(Fp16Widen(s[i]) / f);
-      return;
-    }
+    case TERN_DTYPE_BF16:
+      return DivideHalf<Bf16Widen, Bf16Round>(static_cast<uint16_t*>(dst),
+                                              static_cast<const uint16_t*>(src), n, divisor);
+    case TERN_DTYPE_F16:
+      return DivideHalf<Fp16Widen, Fp16Round>(static_cast<uint16_t*>(dst),
+                                              static_cast<const uint16_t*>(src), n, divisor);
     case TERN_DTYPE_I8:
       return DivideInt(static_cast<int8_t*>(dst), static_cast<const int8_t*>(src), n, divisor);
     case TERN_DTYPE_I32:
