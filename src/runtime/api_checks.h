@@ -8,6 +8,7 @@
 //                                          checked, everything else zeroed
 //
 // and the errors for a handle that is not live, for lookups and for destroys.
+// Thread-safety: all of them may be used from any thread.
 // The macros return a tern_status_t from the function they are written in:
 // they belong in the entry points (and in helpers that return what an entry
 // point returns); code below them returns a Status instead.
