@@ -200,7 +200,11 @@ Status DirectReduceScatter(Exec& e) {
   return d.Finish();
 }
 
-Status DirectAllGather(Exec& e) {
+// Block p of recv from every rank p's send range, at block `send_block` of
+// it (all-gather: its only block, 0; all-to-all: this rank's), starting with
+// this rank so that the ranks do not all read one peer at once. In place
+// (all-gather), this rank's block is already where it belongs.
+Status DirectCollectBlocks(Exec& e, uint32_t send_block) {
   const OpDesc& op = e.op();
   const uint32_t n = e.size(), r = e.rank();
   const size_t block = op.count * e.element_size();
@@ -208,23 +212,15 @@ Status DirectAllGather(Exec& e) {
   TERN_RETURN_IF_ERROR(d.Start());
   for (uint32_t i = 0; i < n; ++i) {
     const uint32_t p = (r + i) % n;
-    CopyIfNeeded(op.recv + p * block, d.Send(p), block);
+    CopyIfNeeded(op.recv + p * block, d.Send(p) + send_block * block, block);
   }
   return d.Finish();
 }
 
-Status DirectAllToAll(Exec& e) {
-  const OpDesc& op = e.op();
-  const uint32_t n = e.size(), r = e.rank();
-  const size_t block = op.count * e.element_size();
-  Direct d(e);
-  TERN_RETURN_IF_ERROR(d.Start());
-  for (uint32_t i = 0; i < n; ++i) {
-    const uint32_t p = (r + i) % n;
-    std::memcpy(op.recv + p * block, d.Send(p) + r * block, block);
-  }
-  return d.Finish();
-}
+Status DirectAllGather(Exec& e) { return DirectCollectBlocks(e, 0); }
+
+// The ranges never overlap (comm_api refuses that), so nothing is in place.
+Status DirectAllToAll(Exec& e) { return DirectCollectBlocks(e, e.rank()); }
 
 Status DirectBroadcast(Exec& e) {
   const OpDesc& op = e.op();
@@ -741,7 +737,7 @@ Status PointToPoint(Exec& e) {
   }
   // A group: everything posted, then everything awaited.
   for (const P2P& p : op.group) {
-    const size_t bytes = p.count * DtypeSize(p.dtype);
+    const size_t bytes = p.count * tern_dtype_size(p.dtype);
     const uint32_t psig = Signature(OpKind::kSend, p.dtype, TERN_COMM_SUM, p.count, 0);
     if (p.is_send) {
       e.SendTagged(p.peer, MakeTag(true, e.rank(), p.sequence, psig, 0), p.buffer, bytes);

@@ -11,6 +11,7 @@
 #include "comm_kernels.h"
 #include "common/logging.h"
 #include "communicator.h"
+#include "src/runtime/api_checks.h"
 #include "src/runtime/runtime_state.h"
 #include "tern/comm.h"
 
@@ -20,13 +21,31 @@ namespace {
 Status LookupComm(Runtime* rt, tern_comm_t handle, std::shared_ptr<Communicator>* out) {
   auto object = rt->comm_table.Lookup(reinterpret_cast<uint64_t>(handle));
   if (!object || !object->comm) {
-    return MakeStatus(TERN_ERROR_INVALID_HANDLE,
-                      "comm is not a live communicator handle (NULL, already destroyed or aborted, "
-                      "or another kind of handle); create one with tern_comm_init_rank()");
+    return NotALiveHandle("comm", "communicator", "already destroyed or aborted",
+                          "create one with tern_comm_init_rank()");
   }
   // Aliases the handle table's object: no second reference count to bump.
   Communicator* raw = object->comm.get();
   *out = std::shared_ptr<Communicator>(std::move(object), raw);
+  return OkStatus();
+}
+
+// The runtime and the communicator behind `handle`.
+Status GetComm(tern_comm_t handle, Runtime** rt, std::shared_ptr<Communicator>* out) {
+  TERN_RETURN_IF_ERROR(GetRuntime(rt));
+  return LookupComm(*rt, handle, out);
+}
+
+// Takes the communicator behind `handle` out of the handle table, for
+// tern_comm_destroy and tern_comm_abort.
+Status RemoveComm(tern_comm_t handle, std::shared_ptr<CommObject>* out) {
+  Runtime* rt;
+  TERN_RETURN_IF_ERROR(GetRuntime(&rt));
+  *out = rt->comm_table.Remove(reinterpret_cast<uint64_t>(handle));
+  if (!*out) {
+    return NotALiveHandleToDestroy("comm", "communicator", "already destroyed or aborted",
+                                   "never created");
+  }
   return OkStatus();
 }
 
@@ -190,8 +209,7 @@ struct Prepared {
 };
 
 Status Prepare(tern_comm_t comm, tern_queue_t queue, Prepared* out) {
-  TERN_RETURN_IF_ERROR(GetRuntime(&out->rt));
-  TERN_RETURN_IF_ERROR(LookupComm(out->rt, comm, &out->comm));
+  TERN_RETURN_IF_ERROR(GetComm(comm, &out->rt, &out->comm));
   TERN_RETURN_IF_ERROR(PeekQueue(out->rt, queue, "queue", &out->queue));
   if (out->queue->core != out->comm->core()) {
     return MakeStatus(
@@ -212,16 +230,18 @@ Status Prepare(tern_comm_t comm, tern_queue_t queue, Prepared* out) {
   return OkStatus();
 }
 
+// Collectives take the dtypes the kernels reduce (IsReducible); the element
+// size comes from the API's table.
 Status CheckDtype(tern_dtype_t dtype_in, size_t* out_size) {
   const int32_t value = static_cast<int32_t>(dtype_in);
-  if (value < 0 || value >= TERN_DTYPE_COUNT || DtypeSize(static_cast<tern_dtype_t>(value)) == 0) {
+  if (value < 0 || value >= TERN_DTYPE_COUNT || !IsReducible(static_cast<tern_dtype_t>(value))) {
     return MakeStatus(
         TERN_ERROR_INVALID_ARGUMENT,
         "dtype {} is not supported by collectives: use fp32, bf16, fp16, int8, int32 or "
         "int64",
         value);
   }
-  *out_size = DtypeSize(dtype_in);
+  *out_size = tern_dtype_size(dtype_in);
   return OkStatus();
 }
 
@@ -343,14 +363,13 @@ using namespace tern;
 using namespace tern::comm;
 
 TERN_API tern_status_t tern_comm_get_unique_id(tern_comm_unique_id_t* out_id) {
-  if (out_id == nullptr) return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_id is NULL"));
+  TERN_API_CHECK_NOT_NULL(out_id);
   std::memset(out_id, 0, sizeof(*out_id));
   CommConfig config;
-  Status status = LoadConfig(nullptr, &config);
+  TERN_API_TRY(LoadConfig(nullptr, &config));
   UniqueId id;
-  if (status.ok()) status = CreateUniqueId(config.init_timeout_ns, &id);
-  if (status.ok()) status = EncodeUniqueId(id, out_id);
-  return Report(status);
+  TERN_API_TRY(CreateUniqueId(config.init_timeout_ns, &id));
+  return Report(EncodeUniqueId(id, out_id));
 }
 
 namespace {
@@ -389,30 +408,25 @@ TERN_API tern_status_t tern_comm_init_rank(tern_core_t core, uint32_t size,
                                            const tern_comm_unique_id_t* id, uint32_t rank,
                                            const tern_comm_config_t* config,
                                            tern_comm_t* out_comm) {
-  if (out_comm == nullptr)
-    return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_comm is NULL"));
-  *out_comm = nullptr;
+  TERN_API_CLEAR_OUT(out_comm, nullptr);
   return Report(InitRank(core, size, id, rank, config, out_comm, nullptr));
 }
 
 TERN_API tern_status_t tern_comm_init_all(const tern_core_t* cores, uint32_t count,
                                           const tern_comm_config_t* config,
                                           tern_comm_t* out_comms) {
-  if (out_comms == nullptr)
-    return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_comms is NULL"));
-  if (cores == nullptr) return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "cores is NULL"));
+  TERN_API_CHECK_NOT_NULL(out_comms);
+  TERN_API_CHECK_NOT_NULL(cores);
   if (count == 0 || count > kMaxRanks) {
     return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "count {} is out of range: 1 to {}",
                              count, kMaxRanks));
   }
   std::fill(out_comms, out_comms + count, nullptr);
   Runtime* rt;
-  Status status = GetRuntime(&rt);
-  if (!status.ok()) return Report(status);
+  TERN_API_TRY(GetRuntime(&rt));
   for (uint32_t i = 0; i < count; ++i) {
     std::shared_ptr<CoreObject> core;
-    status = LookupCore(rt, cores[i], fmt::format("cores[{}]", i).c_str(), &core);
-    if (!status.ok()) return Report(status);
+    TERN_API_TRY(LookupCore(rt, cores[i], fmt::format("cores[{}]", i).c_str(), &core));
     for (uint32_t j = 0; j < i; ++j) {
       if (cores[j] == cores[i]) {
         return Report(MakeStatus(
@@ -422,10 +436,9 @@ TERN_API tern_status_t tern_comm_init_all(const tern_core_t* cores, uint32_t cou
     }
   }
   CommConfig checked;
-  status = LoadConfig(config, &checked);
+  TERN_API_TRY(LoadConfig(config, &checked));
   UniqueId id;
-  if (status.ok()) status = CreateUniqueId(checked.init_timeout_ns, &id);
-  if (!status.ok()) return Report(status);
+  TERN_API_TRY(CreateUniqueId(checked.init_timeout_ns, &id));
   std::vector<Status> results(count);
   std::vector<std::thread> threads;
   for (uint32_t i = 1; i < count; ++i) {
@@ -452,9 +465,7 @@ TERN_API tern_status_t tern_comm_init_all(const tern_core_t* cores, uint32_t cou
 
 TERN_API tern_status_t tern_comm_init_from_env(tern_core_t core, const tern_comm_config_t* config,
                                                tern_comm_t* out_comm) {
-  if (out_comm == nullptr)
-    return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_comm is NULL"));
-  *out_comm = nullptr;
+  TERN_API_CLEAR_OUT(out_comm, nullptr);
   auto env = [](const char* a, const char* b) -> const char* {
     const char* v = std::getenv(a);
     if ((v == nullptr || *v == '\0') && b != nullptr) v = std::getenv(b);
@@ -529,14 +540,10 @@ TERN_API tern_status_t tern_comm_init_from_env(tern_core_t core, const tern_comm
 
 TERN_API tern_status_t tern_comm_split(tern_comm_t comm, int32_t color, int32_t key,
                                        const tern_comm_config_t* config, tern_comm_t* out_comm) {
-  if (out_comm == nullptr)
-    return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_comm is NULL"));
-  *out_comm = nullptr;
+  TERN_API_CLEAR_OUT(out_comm, nullptr);
   Runtime* rt;
   std::shared_ptr<Communicator> parent;
-  Status status = GetRuntime(&rt);
-  if (status.ok()) status = LookupComm(rt, comm, &parent);
-  if (!status.ok()) return Report(status);
+  TERN_API_TRY(GetComm(comm, &rt, &parent));
   if (color < 0 && color != TERN_COMM_SPLIT_NOCOLOR) {
     return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
                              "color {} is negative: use a color >= 0, or TERN_COMM_SPLIT_NOCOLOR",
@@ -544,45 +551,25 @@ TERN_API tern_status_t tern_comm_split(tern_comm_t comm, int32_t color, int32_t 
   }
   if (parent->failed()) return Report(parent->failure());
   CommConfig split_config = parent->config();
-  if (config != nullptr) {
-    status = LoadConfig(config, &split_config);
-    if (!status.ok()) return Report(status);
-  }
+  if (config != nullptr) TERN_API_TRY(LoadConfig(config, &split_config));
   std::string name;
   (void)NameFromConfig(config, &name);
   std::shared_ptr<Communicator> child;
-  status = parent->Split(color, key, split_config, name, &child);
-  if (!status.ok()) return Report(status);
+  TERN_API_TRY(parent->Split(color, key, split_config, name, &child));
   if (child) *out_comm = InsertComm(rt, std::move(child));
   return TERN_OK;
 }
 
 TERN_API tern_status_t tern_comm_destroy(tern_comm_t comm) {
-  Runtime* rt;
-  Status status = GetRuntime(&rt);
-  if (!status.ok()) return Report(status);
-  auto object = rt->comm_table.Remove(reinterpret_cast<uint64_t>(comm));
-  if (!object) {
-    return Report(
-        MakeStatus(TERN_ERROR_INVALID_HANDLE,
-                   "comm is not a live communicator handle: already destroyed or aborted, "
-                   "never created, or another kind of handle"));
-  }
+  std::shared_ptr<CommObject> object;
+  TERN_API_TRY(RemoveComm(comm, &object));
   object->comm->Close(/*graceful=*/true);
   return Report(object->comm->failure());
 }
 
 TERN_API tern_status_t tern_comm_abort(tern_comm_t comm) {
-  Runtime* rt;
-  Status status = GetRuntime(&rt);
-  if (!status.ok()) return Report(status);
-  auto object = rt->comm_table.Remove(reinterpret_cast<uint64_t>(comm));
-  if (!object) {
-    return Report(
-        MakeStatus(TERN_ERROR_INVALID_HANDLE,
-                   "comm is not a live communicator handle: already destroyed or aborted, "
-                   "never created, or another kind of handle"));
-  }
+  std::shared_ptr<CommObject> object;
+  TERN_API_TRY(RemoveComm(comm, &object));
   object->comm->Fail(
       MakeStatus(TERN_ERROR_COMM_ABORTED, "rank {} aborted communicator {} (tern_comm_abort)",
                  object->comm->rank(), object->comm->label()),
@@ -592,14 +579,10 @@ TERN_API tern_status_t tern_comm_abort(tern_comm_t comm) {
 }
 
 TERN_API tern_status_t tern_comm_get_async_error(tern_comm_t comm, tern_status_t* out_error) {
-  if (out_error == nullptr)
-    return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_error is NULL"));
-  *out_error = TERN_OK;
+  TERN_API_CLEAR_OUT(out_error, TERN_OK);
   Runtime* rt;
   std::shared_ptr<Communicator> object;
-  Status status = GetRuntime(&rt);
-  if (status.ok()) status = LookupComm(rt, comm, &object);
-  if (!status.ok()) return Report(status);
+  TERN_API_TRY(GetComm(comm, &rt, &object));
   if (object->failed()) {
     Status failure = object->failure();
     *out_error = failure.code();
@@ -609,19 +592,15 @@ TERN_API tern_status_t tern_comm_get_async_error(tern_comm_t comm, tern_status_t
 }
 
 TERN_API tern_status_t tern_comm_get_info(tern_comm_t comm, tern_comm_info_t* out_info) {
-  if (out_info == nullptr)
-    return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_info is NULL"));
-  Status status =
-      CheckStructSize(out_info->struct_size, sizeof(tern_comm_info_t), "tern_comm_info_t");
-  if (!status.ok()) return Report(status);
+  // Unlike the other info calls, out_info is zeroed only once the lookup
+  // passed: a failed call leaves it as it was.
+  TERN_API_CHECK_NOT_NULL(out_info);
+  TERN_API_TRY(
+      CheckStructSize(out_info->struct_size, sizeof(tern_comm_info_t), "tern_comm_info_t"));
   Runtime* rt;
   std::shared_ptr<Communicator> object;
-  status = GetRuntime(&rt);
-  if (status.ok()) status = LookupComm(rt, comm, &object);
-  if (!status.ok()) return Report(status);
-  const uint32_t size = out_info->struct_size;
-  std::memset(out_info, 0, sizeof(*out_info));
-  out_info->struct_size = size;
+  TERN_API_TRY(GetComm(comm, &rt, &object));
+  TERN_API_CLEAR_OUT_STRUCT(out_info, tern_comm_info_t);
   out_info->rank = object->rank();
   out_info->size = object->size();
   out_info->local_rank = object->local_rank();
@@ -789,10 +768,9 @@ TERN_API tern_status_t tern_comm_recv(tern_comm_t comm, tern_buffer_t recv, uint
 }
 
 TERN_API tern_status_t tern_comm_barrier(tern_comm_t comm, tern_queue_t queue) {
-  Status status = NotInGroup("barrier");
+  TERN_API_TRY(NotInGroup("barrier"));
   Prepared p;
-  if (status.ok()) status = Prepare(comm, queue, &p);
-  if (!status.ok()) return Report(status);
+  TERN_API_TRY(Prepare(comm, queue, &p));
   OpDesc op;
   op.kind = OpKind::kBarrier;
   op.dtype = TERN_DTYPE_I8;

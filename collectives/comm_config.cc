@@ -42,6 +42,20 @@ Status ReadBytes(const char* name, uint64_t minimum, uint64_t* out) {
   return OkStatus();
 }
 
+// A switch: "0" or "1"; unset or empty leaves *out as it is.
+Status ReadSwitch(const char* name, bool* out) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0') return OkStatus();
+  if (std::strcmp(text, "0") == 0) {
+    *out = false;
+  } else if (std::strcmp(text, "1") == 0) {
+    *out = true;
+  } else {
+    return MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "{}='{}' must be 0 or 1", name, text);
+  }
+  return OkStatus();
+}
+
 }  // namespace
 
 Status LoadConfig(const tern_comm_config_t* config, CommConfig* out) {
@@ -69,24 +83,9 @@ Status LoadConfig(const tern_comm_config_t* config, CommConfig* out) {
                         algo);
     }
   }
-  if (const char* shm = std::getenv("TERN_COMM_SHM"); shm != nullptr && *shm != '\0') {
-    if (std::strcmp(shm, "0") == 0)
-      c.use_shm = false;
-    else if (std::strcmp(shm, "1") == 0)
-      c.use_shm = true;
-    else
-      return MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "TERN_COMM_SHM='{}' must be 0 or 1", shm);
-  }
+  TERN_RETURN_IF_ERROR(ReadSwitch("TERN_COMM_SHM", &c.use_shm));
   TERN_RETURN_IF_ERROR(ReadBytes("TERN_COMM_DIRECT_MIN", 0, &c.direct_min));
-  if (const char* direct = std::getenv("TERN_COMM_DIRECT"); direct != nullptr && *direct != '\0') {
-    if (std::strcmp(direct, "0") == 0)
-      c.use_direct = false;
-    else if (std::strcmp(direct, "1") == 0)
-      c.use_direct = true;
-    else
-      return MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "TERN_COMM_DIRECT='{}' must be 0 or 1",
-                        direct);
-  }
+  TERN_RETURN_IF_ERROR(ReadSwitch("TERN_COMM_DIRECT", &c.use_direct));
   if (config != nullptr) {
     if (config->struct_size < sizeof(tern_comm_config_t)) {
       return MakeStatus(TERN_ERROR_INVALID_ARGUMENT,

@@ -144,6 +144,13 @@ void ReduceOp(void* dst, const void* a, const void* b, size_t n, tern_dtype_t dt
   }
 }
 
+// The 16-bit floats: widened, divided in float, rounded back.
+template <float (*Widen)(uint16_t), uint16_t (*Round)(float)>
+void DivideHalf(uint16_t* dst, const uint16_t* src, size_t n, uint32_t divisor) {
+  const float f = static_cast<float>(divisor);
+  for (size_t i = 0; i < n; ++i) dst[i] = Round(Widen(src[i]) / f);
+}
+
 template <typename T>
 void DivideInt(T* dst, const T* src, size_t n, uint32_t divisor) {
   // In 64 bits: a divisor above the type's maximum must not wrap.
@@ -153,20 +160,37 @@ void DivideInt(T* dst, const T* src, size_t n, uint32_t divisor) {
 
 }  // namespace
 
-size_t DtypeSize(tern_dtype_t dtype) {
+bool IsReducible(tern_dtype_t dtype) {
   switch (dtype) {
     case TERN_DTYPE_F32:
-    case TERN_DTYPE_I32:
-      return 4;
     case TERN_DTYPE_BF16:
     case TERN_DTYPE_F16:
-      return 2;
     case TERN_DTYPE_I8:
-      return 1;
+    case TERN_DTYPE_I32:
     case TERN_DTYPE_I64:
-      return 8;
+      return true;
+    case TERN_DTYPE_BOOL:  // no arithmetic on it
     default:
-      return 0;
+      return false;
+  }
+}
+
+size_t DtypeSize(tern_dtype_t dtype) {
+  // The storage types of ReduceOp().
+  switch (dtype) {
+    case TERN_DTYPE_F32:
+      return sizeof(float);
+    case TERN_DTYPE_BF16:
+    case TERN_DTYPE_F16:
+      return sizeof(uint16_t);
+    case TERN_DTYPE_I8:
+      return sizeof(int8_t);
+    case TERN_DTYPE_I32:
+      return sizeof(int32_t);
+    case TERN_DTYPE_I64:
+      return sizeof(int64_t);
+    default:
+      return 0;  // not reducible: see IsReducible()
   }
 }
 
@@ -234,20 +258,12 @@ void DivideBy(void* dst, const void* src, size_t n, tern_dtype_t dtype, uint32_t
       for (size_t i = 0; i < n; ++i) d[i] = s[i] / f;
       return;
     }
-    case TERN_DTYPE_BF16: {
-      auto* d = static_cast<uint16_t*>(dst);
-      const auto* s = static_cast<const uint16_t*>(src);
-      const float f = static_cast<float>(divisor);
-      for (size_t i = 0; i < n; ++i) d[i] = Bf16Round(Bf16Widen(s[i]) / f);
-      return;
-    }
-    case TERN_DTYPE_F16: {
-      auto* d = static_cast<uint16_t*>(dst);
-      const auto* s = static_cast<const uint16_t*>(src);
-      const float f = static_cast<float>(divisor);
-      for (size_t i = 0; i < n; ++i) d[i] = Fp16Round(Fp16Widen(s[i]) / f);
-      return;
-    }
+    case TERN_DTYPE_BF16:
+      return DivideHalf<Bf16Widen, Bf16Round>(static_cast<uint16_t*>(dst),
+                                              static_cast<const uint16_t*>(src), n, divisor);
+    case TERN_DTYPE_F16:
+      return DivideHalf<Fp16Widen, Fp16Round>(static_cast<uint16_t*>(dst),
+                                              static_cast<const uint16_t*>(src), n, divisor);
     case TERN_DTYPE_I8:
       return DivideInt(static_cast<int8_t*>(dst), static_cast<const int8_t*>(src), n, divisor);
     case TERN_DTYPE_I32:

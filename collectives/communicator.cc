@@ -255,7 +255,7 @@ void ReleaseMemory(void* p, size_t bytes) {
 Exec::Exec(Communicator* comm, const OpDesc& op, uint64_t record)
     : comm_(comm),
       op_(op),
-      element_size_(std::max<size_t>(1, DtypeSize(op.dtype))),
+      element_size_(std::max<size_t>(1, tern_dtype_size(op.dtype))),
       p2p_(op.kind == OpKind::kSend || op.kind == OpKind::kRecv || op.kind == OpKind::kGroup),
       record_(record) {
   answers_seen_ = comm->answers_version_.load(std::memory_order_acquire);
@@ -723,182 +723,239 @@ Status Communicator::Init(const InitParams& params) {
   return OkStatus();
 }
 
-Status Communicator::SetUpChannels(uint64_t deadline_ns) {
-  const RankIdentity& self = peers_[rank_];
-  enum Kind { kLocal, kNode, kNet };
-  std::vector<Kind> kind(size_, kLocal);
-  std::set<std::string> nodes;
-  bool any_local = false, any_node = false, any_net = false;
-  local_size_ = 0;
-  for (uint32_t p = 0; p < size_; ++p) {
-    const RankIdentity& peer = peers_[p];
-    nodes.insert(peer.node_key);
-    if (peer.node_key == self.node_key) {
-      if (p < rank_) ++local_rank_;
-      ++local_size_;
-    }
-    if (p == rank_) continue;
-    if (peer.node_key == self.node_key && peer.process_key == self.process_key &&
-        peer.pid == self.pid) {
-      kind[p] = kLocal;
-      any_local = true;
-    } else if (peer.node_key == self.node_key) {
-      kind[p] = kNode;
-      any_node = true;
-    } else {
-      kind[p] = kNet;
-      any_net = true;
-    }
-  }
-  local_rank_ = 0;
-  for (uint32_t p = 0; p < rank_; ++p) local_rank_ += peers_[p].node_key == self.node_key;
-  node_count_ = static_cast<uint32_t>(nodes.size());
+// --- Channels: how this rank reaches each peer ------------------------------
 
-  const char* forced = std::getenv("FI_PROVIDER");
-  const bool fabric_forced = forced != nullptr && *forced != '\0';
-  const bool node_by_shm = any_node && config_.use_shm && !fabric_forced;
-  // Slots of the exchange: 0 fabric for this host, 1 fabric for other hosts
-  // (with FI_PROVIDER: for every peer outside the process), 2 shared memory.
-  std::string provider[3], address[3];
-  Channel* slot_channel[3] = {nullptr, nullptr, nullptr};
+// Where a peer is, seen from this rank.
+enum class Communicator::Reach : uint8_t {
+  kLocal,  // in this process: a LocalChannel, device memory addressable directly
+  kNode,   // another process of this host: shared memory, or fabric
+  kNet,    // another host: fabric
+};
+
+// Where the peers are (by rank; this rank counts as kLocal), and which kinds
+// occur among the others.
+struct Communicator::PeerLayout {
+  std::vector<Reach> reach;
+  bool any_local = false, any_node = false, any_net = false;
+};
+
+// The channels this rank opened, and the slots of the address exchange, each
+// a provider, an address and the channel behind it: 0 fabric for this host,
+// 1 fabric for other hosts (with FI_PROVIDER: for every peer outside the
+// process), 2 shared memory.
+struct Communicator::Transports {
+  static constexpr int kSlots = 3;
+  bool fabric_forced = false;  // FI_PROVIDER is set: fabric for every peer outside the process
+  bool node_by_shm = false;    // peers of this host over tern-shm
+  Channel* local = nullptr;
   FabricChannel* fabric_node = nullptr;
   FabricChannel* fabric_net = nullptr;
   ShmChannel* shm = nullptr;
-  if (any_local) {
-    channels_.push_back(std::make_unique<LocalChannel>(LocalGroup::Get(nonce_, size_), rank_));
-  }
-  Channel* local = any_local ? channels_.back().get() : nullptr;
-  local_channel_ = local;
-  if (fabric_forced && (any_node || any_net)) {
-    std::unique_ptr<FabricChannel> channel;
-    TERN_RETURN_IF_ERROR(FabricChannel::Open(!any_net, size_, &channel));
-    fabric_net = channel.get();
-    channels_.push_back(std::move(channel));
-  } else {
-    if (any_node && !node_by_shm) {
-      std::unique_ptr<FabricChannel> channel;
-      TERN_RETURN_IF_ERROR(FabricChannel::Open(true, size_, &channel));
-      fabric_node = channel.get();
-      channels_.push_back(std::move(channel));
-    }
-    if (any_net) {
-      std::unique_ptr<FabricChannel> channel;
-      TERN_RETURN_IF_ERROR(FabricChannel::Open(false, size_, &channel));
-      fabric_net = channel.get();
-      channels_.push_back(std::move(channel));
-    }
-  }
-  if (node_by_shm) {
-    std::vector<uint32_t> node_peers;
-    for (uint32_t p = 0; p < size_; ++p) {
-      if (p != rank_ && kind[p] == kNode) node_peers.push_back(p);
-    }
-    std::unique_ptr<ShmChannel> channel;
-    TERN_RETURN_IF_ERROR(ShmChannel::Create(nonce_, rank_, size_, node_peers, &channel));
-    shm = channel.get();
-    channels_.push_back(std::move(channel));
-  }
-  if (fabric_node) {
-    provider[0] = fabric_node->name();
-    address[0] = fabric_node->address();
-    slot_channel[0] = fabric_node;
-  }
-  if (fabric_net) {
-    provider[1] = fabric_net->name();
-    address[1] = fabric_net->address();
-    slot_channel[1] = fabric_net;
-  }
-  if (shm) {
-    provider[2] = "tern-shm";
-    address[2] = shm->segment_name();
-    slot_channel[2] = shm;
-  }
-  Writer w;
-  for (int s = 0; s < 3; ++s) w.Str(provider[s]).Str(address[s]);
-  // For direct access: where this rank's device memory is in this process,
-  // and the descriptor through which other processes of the host map it.
-  DeviceObject* device = core_->device;
-  auto* my_base = static_cast<uint8_t*>(device->hw->EngineAddress(0, 1));
-  w.U64(reinterpret_cast<uintptr_t>(my_base))
-      .U32(static_cast<uint32_t>(getpid()))
-      .I32(device->hw->SharedMemoryFd())
-      .U64(device->info.memory_bytes);
-  std::vector<std::string> all;
-  TERN_RETURN_IF_ERROR(control_->AllGather(w.data(), deadline_ns, &all));
+  std::string provider[kSlots], address[kSlots];
+  Channel* channel[kSlots] = {nullptr, nullptr, nullptr};
 
-  std::vector<std::pair<uint32_t, std::string>> node_addrs, net_addrs;
-  std::vector<std::pair<uint32_t, std::string>> shm_names;
-  peer_base_.assign(size_, nullptr);
-  peer_base_[rank_] = my_base;
-  bool direct = config_.use_direct && my_base != nullptr;
+  int SlotOf(Reach reach) const {
+    if (fabric_forced || reach == Reach::kNet) return 1;
+    return node_by_shm ? 2 : 0;
+  }
+};
+
+// What a peer published in the exchange (ExchangeAddresses writes it).
+struct Communicator::PeerRecord {
+  std::string provider[Transports::kSlots], address[Transports::kSlots];
+  bool slots_ok = false;  // the slots were all there
+  // For direct access: where its device memory is in its process, and the
+  // descriptor through which processes of its host map it.
+  uint64_t base = 0;
+  uint32_t pid = 0;
+  int32_t fd = -1;
+  uint64_t bytes = 0;
+  bool ok = false;  // the whole record was there
+
+  explicit PeerRecord(const std::string& data) {
+    Reader r(data);
+    for (int s = 0; s < Transports::kSlots; ++s) {
+      provider[s] = r.Str();
+      address[s] = r.Str();
+    }
+    slots_ok = r.ok();
+    base = r.U64();
+    pid = r.U32();
+    fd = r.I32();
+    bytes = r.U64();
+    ok = r.ok();
+  }
+};
+
+Status Communicator::SetUpChannels(uint64_t deadline_ns) {
+  const PeerLayout layout = LocatePeers();
+  Transports transports;
+  TERN_RETURN_IF_ERROR(OpenChannels(layout, &transports));
+  std::vector<std::string> records;
+  TERN_RETURN_IF_ERROR(ExchangeAddresses(transports, deadline_ns, &records));
+
+  // Peers by slot, for the channels to add.
+  std::vector<std::pair<uint32_t, std::string>> by_slot[Transports::kSlots];
+  const bool direct = config_.use_direct && peer_base_[rank_] != nullptr;
   for (uint32_t p = 0; p < size_; ++p) {
     if (p == rank_) continue;
-    {
-      Reader r(all[p]);
-      for (int s = 0; s < 6; ++s) r.Str();
-      const uint64_t their_base = r.U64();
-      const uint32_t their_pid = r.U32();
-      const int32_t their_fd = r.I32();
-      const uint64_t their_bytes = r.U64();
-      if (kind[p] == kLocal) {
-        peer_base_[p] = reinterpret_cast<uint8_t*>(static_cast<uintptr_t>(their_base));
-      } else if (direct && r.ok() && kind[p] == kNode && node_by_shm && their_fd >= 0 &&
-                 their_bytes > 0) {
-        // The peer's device memory, mapped here through its descriptor.
-        const std::string path = fmt::format("/proc/{}/fd/{}", their_pid, their_fd);
-        const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
-        void* base = MAP_FAILED;
-        if (fd >= 0) {
-          base =
-              mmap(nullptr, their_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
-          close(fd);
-        }
-        if (base != MAP_FAILED) {
-          peer_maps_.emplace_back(base, their_bytes);
-          peer_base_[p] = static_cast<uint8_t*>(base);
-        } else {
-          TERN_LOG_INFO(
-              "communicator {} rank {}: cannot map the device memory of {} ({}): {}; large "
-              "operations "
-              "go through the shared-memory rings",
-              label_, rank_, PeerName(p), path, std::strerror(errno));
-        }
-      }
-    }
-    if (kind[p] == kLocal) {
-      channel_of_[p] = local;
+    const PeerRecord record(records[p]);
+    MapPeerMemory(p, layout.reach[p], transports, record, direct);
+    if (layout.reach[p] == Reach::kLocal) {
+      channel_of_[p] = transports.local;
       continue;
     }
-    int slot;
-    if (fabric_forced)
-      slot = 1;
-    else if (kind[p] == kNode)
-      slot = node_by_shm ? 2 : 0;
-    else
-      slot = 1;
-    Reader r(all[p]);
-    std::string their_provider[3], their_address[3];
-    for (int s = 0; s < 3; ++s) {
-      their_provider[s] = r.Str();
-      their_address[s] = r.Str();
-    }
-    if (!r.ok() || their_address[slot].empty() || their_provider[slot] != provider[slot]) {
+    const int slot = transports.SlotOf(layout.reach[p]);
+    if (!record.slots_ok || record.address[slot].empty() ||
+        record.provider[slot] != transports.provider[slot]) {
       return MakeStatus(
           TERN_ERROR_COMM_TRANSPORT,
           "rank {} reaches {} through '{}', but that rank offers '{}' for it: set the "
           "same FI_PROVIDER and TERN_COMM_SHM on every rank",
-          rank_, PeerName(p), provider[slot],
-          their_provider[slot].empty() ? std::string("nothing") : their_provider[slot]);
+          rank_, PeerName(p), transports.provider[slot],
+          record.provider[slot].empty() ? std::string("nothing") : record.provider[slot]);
     }
-    channel_of_[p] = slot_channel[slot];
-    if (slot == 0) node_addrs.emplace_back(p, their_address[0]);
-    if (slot == 1) net_addrs.emplace_back(p, their_address[1]);
-    if (slot == 2) shm_names.emplace_back(p, their_address[2]);
+    channel_of_[p] = transports.channel[slot];
+    by_slot[slot].emplace_back(p, record.address[slot]);
   }
-  if (fabric_node) TERN_RETURN_IF_ERROR(fabric_node->AddPeers(node_addrs));
-  if (fabric_net) TERN_RETURN_IF_ERROR(fabric_net->AddPeers(net_addrs));
-  if (shm) TERN_RETURN_IF_ERROR(shm->Attach(shm_names));
+  if (transports.fabric_node) TERN_RETURN_IF_ERROR(transports.fabric_node->AddPeers(by_slot[0]));
+  if (transports.fabric_net) TERN_RETURN_IF_ERROR(transports.fabric_net->AddPeers(by_slot[1]));
+  if (transports.shm) TERN_RETURN_IF_ERROR(transports.shm->Attach(by_slot[2]));
+  SettleTransport(direct);
+  return OkStatus();
+}
 
+Communicator::PeerLayout Communicator::LocatePeers() {
+  const RankIdentity& self = peers_[rank_];
+  PeerLayout layout;
+  layout.reach.assign(size_, Reach::kLocal);
+  std::set<std::string> nodes;
+  local_rank_ = 0;
+  local_size_ = 0;
+  for (uint32_t p = 0; p < size_; ++p) {
+    const RankIdentity& peer = peers_[p];
+    const bool same_node = peer.node_key == self.node_key;
+    nodes.insert(peer.node_key);
+    if (same_node) {
+      if (p < rank_) ++local_rank_;
+      ++local_size_;
+    }
+    if (p == rank_) continue;
+    if (same_node && peer.process_key == self.process_key && peer.pid == self.pid) {
+      layout.any_local = true;
+    } else if (same_node) {
+      layout.reach[p] = Reach::kNode;
+      layout.any_node = true;
+    } else {
+      layout.reach[p] = Reach::kNet;
+      layout.any_net = true;
+    }
+  }
+  node_count_ = static_cast<uint32_t>(nodes.size());
+  return layout;
+}
+
+Status Communicator::OpenChannels(const PeerLayout& layout, Transports* out) {
+  const char* forced = std::getenv("FI_PROVIDER");
+  out->fabric_forced = forced != nullptr && *forced != '\0';
+  out->node_by_shm = layout.any_node && config_.use_shm && !out->fabric_forced;
+  if (layout.any_local) {
+    channels_.push_back(std::make_unique<LocalChannel>(LocalGroup::Get(nonce_, size_), rank_));
+    out->local = channels_.back().get();
+  }
+  local_channel_ = out->local;
+  auto open_fabric = [&](bool same_host, FabricChannel** opened) -> Status {
+    std::unique_ptr<FabricChannel> channel;
+    TERN_RETURN_IF_ERROR(FabricChannel::Open(same_host, size_, &channel));
+    *opened = channel.get();
+    channels_.push_back(std::move(channel));
+    return OkStatus();
+  };
+  if (out->fabric_forced) {
+    if (layout.any_node || layout.any_net) {
+      TERN_RETURN_IF_ERROR(open_fabric(!layout.any_net, &out->fabric_net));
+    }
+  } else {
+    if (layout.any_node && !out->node_by_shm) {
+      TERN_RETURN_IF_ERROR(open_fabric(true, &out->fabric_node));
+    }
+    if (layout.any_net) TERN_RETURN_IF_ERROR(open_fabric(false, &out->fabric_net));
+  }
+  if (out->node_by_shm) {
+    std::vector<uint32_t> node_peers;
+    for (uint32_t p = 0; p < size_; ++p) {
+      if (p != rank_ && layout.reach[p] == Reach::kNode) node_peers.push_back(p);
+    }
+    std::unique_ptr<ShmChannel> channel;
+    TERN_RETURN_IF_ERROR(ShmChannel::Create(nonce_, rank_, size_, node_peers, &channel));
+    out->shm = channel.get();
+    channels_.push_back(std::move(channel));
+  }
+  auto fill_slot = [&](int slot, Channel* channel, std::string provider, std::string address) {
+    out->provider[slot] = std::move(provider);
+    out->address[slot] = std::move(address);
+    out->channel[slot] = channel;
+  };
+  if (out->fabric_node) {
+    fill_slot(0, out->fabric_node, out->fabric_node->name(), out->fabric_node->address());
+  }
+  if (out->fabric_net) {
+    fill_slot(1, out->fabric_net, out->fabric_net->name(), out->fabric_net->address());
+  }
+  if (out->shm) fill_slot(2, out->shm, "tern-shm", out->shm->segment_name());
+  return OkStatus();
+}
+
+Status Communicator::ExchangeAddresses(const Transports& transports, uint64_t deadline_ns,
+                                       std::vector<std::string>* records) {
+  Writer w;
+  for (int s = 0; s < Transports::kSlots; ++s) {
+    w.Str(transports.provider[s]).Str(transports.address[s]);
+  }
+  // For direct access: where this rank's device memory is in this process,
+  // and the descriptor through which other processes of the host map it.
+  DeviceObject* device = core_->device;
+  auto* my_base = static_cast<uint8_t*>(device->hw->EngineAddress(0, 1));
+  peer_base_.assign(size_, nullptr);
+  peer_base_[rank_] = my_base;
+  w.U64(reinterpret_cast<uintptr_t>(my_base))
+      .U32(static_cast<uint32_t>(getpid()))
+      .I32(device->hw->SharedMemoryFd())
+      .U64(device->info.memory_bytes);
+  return control_->AllGather(w.data(), deadline_ns, records);
+}
+
+void Communicator::MapPeerMemory(uint32_t p, Reach reach, const Transports& transports,
+                                 const PeerRecord& record, bool direct) {
+  if (reach == Reach::kLocal) {
+    peer_base_[p] = reinterpret_cast<uint8_t*>(static_cast<uintptr_t>(record.base));
+    return;
+  }
+  if (!direct || !record.ok || reach != Reach::kNode || !transports.node_by_shm || record.fd < 0 ||
+      record.bytes == 0) {
+    return;
+  }
+  // The peer's device memory, mapped here through its descriptor.
+  const std::string path = fmt::format("/proc/{}/fd/{}", record.pid, record.fd);
+  const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+  void* base = MAP_FAILED;
+  if (fd >= 0) {
+    base = mmap(nullptr, record.bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+    close(fd);
+  }
+  if (base != MAP_FAILED) {
+    peer_maps_.emplace_back(base, record.bytes);
+    peer_base_[p] = static_cast<uint8_t*>(base);
+  } else {
+    TERN_LOG_INFO(
+        "communicator {} rank {}: cannot map the device memory of {} ({}): {}; large "
+        "operations "
+        "go through the shared-memory rings",
+        label_, rank_, PeerName(p), path, std::strerror(errno));
+  }
+}
+
+void Communicator::SettleTransport(bool direct) {
   // Ranks of this host that outnumber its CPUs take turns: waiting ranks
   // yield soon. Otherwise every rank has a CPU and polls like MPI does.
   const unsigned cpus = std::max(1u, std::thread::hardware_concurrency());
@@ -908,10 +965,9 @@ Status Communicator::SetUpChannels(uint64_t deadline_ns) {
   std::string names;
   for (auto& channel : channels_) {
     names += fmt::format("{}{}", names.empty() ? "" : "+", channel->name());
-    if (channel.get() != local) progress_.push_back(channel.get());
+    if (channel.get() != local_channel_) progress_.push_back(channel.get());
   }
   transport_ = names.empty() ? "none" : names;
-  return OkStatus();
 }
 
 Communicator::~Communicator() {

@@ -248,7 +248,19 @@ class Communicator {
   friend class Exec;
   Communicator() = default;
   Status Init(const InitParams& params);
+  // Channels to every peer (communicator.cc): SetUpChannels runs the steps.
+  enum class Reach : uint8_t;
+  struct PeerLayout;
+  struct Transports;
+  struct PeerRecord;
   Status SetUpChannels(uint64_t deadline_ns);
+  PeerLayout LocatePeers();  // and local_rank_, local_size_, node_count_
+  Status OpenChannels(const PeerLayout& layout, Transports* out);
+  Status ExchangeAddresses(const Transports& transports, uint64_t deadline_ns,
+                           std::vector<std::string>* records);
+  void MapPeerMemory(uint32_t peer, Reach reach, const Transports& transports,
+                     const PeerRecord& record, bool direct);
+  void SettleTransport(bool direct);  // direct_, transport_, progress_, yield_after_ns_
   std::string AnswerQuery(uint64_t sequence);
   void OnAnswer(uint32_t from, uint64_t sequence, const std::string& answer);
   void OnPeerLost(uint32_t rank);

@@ -40,43 +40,31 @@ void LocalChannel::Transfer(Request* send, Request* recv) {
   recv->Complete();
 }
 
+Request* LocalChannel::MatchOrWait(LocalGroup::Mailbox& box, std::vector<Request*>& waiting,
+                                   std::vector<Request*>& mine, Request* req) {
+  std::lock_guard<std::mutex> lock(box.mutex);
+  auto it = std::find_if(waiting.begin(), waiting.end(),
+                         [&](const Request* other) { return other->tag == req->tag; });
+  if (it == waiting.end()) {
+    mine.push_back(req);
+    return nullptr;
+  }
+  Request* match = *it;
+  waiting.erase(it);
+  match->state.store(Request::kBusy, std::memory_order_relaxed);
+  req->state.store(Request::kBusy, std::memory_order_relaxed);
+  return match;
+}
+
 Status LocalChannel::PostSend(Request* req) {
   LocalGroup::Mailbox& box = group_->box(req->peer);
-  Request* match = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(box.mutex);
-    auto it = std::find_if(box.recvs.begin(), box.recvs.end(),
-                           [&](const Request* r) { return r->tag == req->tag; });
-    if (it == box.recvs.end()) {
-      box.sends.push_back(req);
-      return OkStatus();
-    }
-    match = *it;
-    box.recvs.erase(it);
-    match->state.store(Request::kBusy, std::memory_order_relaxed);
-    req->state.store(Request::kBusy, std::memory_order_relaxed);
-  }
-  Transfer(req, match);
+  if (Request* recv = MatchOrWait(box, box.recvs, box.sends, req)) Transfer(req, recv);
   return OkStatus();
 }
 
 Status LocalChannel::PostRecv(Request* req) {
   LocalGroup::Mailbox& box = group_->box(rank_);
-  Request* match = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(box.mutex);
-    auto it = std::find_if(box.sends.begin(), box.sends.end(),
-                           [&](const Request* s) { return s->tag == req->tag; });
-    if (it == box.sends.end()) {
-      box.recvs.push_back(req);
-      return OkStatus();
-    }
-    match = *it;
-    box.sends.erase(it);
-    match->state.store(Request::kBusy, std::memory_order_relaxed);
-    req->state.store(Request::kBusy, std::memory_order_relaxed);
-  }
-  Transfer(match, req);
+  if (Request* send = MatchOrWait(box, box.sends, box.recvs, req)) Transfer(send, req);
   return OkStatus();
 }
 

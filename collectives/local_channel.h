@@ -44,6 +44,11 @@ class LocalChannel final : public Channel {
   void Shutdown() override {}
 
  private:
+  // Under the box's lock: takes the request of `waiting` (the other side's
+  // list) with req's tag, both marked busy; or, when there is none, appends
+  // req to `mine` and returns nullptr.
+  static Request* MatchOrWait(LocalGroup::Mailbox& box, std::vector<Request*>& waiting,
+                              std::vector<Request*>& mine, Request* req);
   static void Transfer(Request* send, Request* recv);
   std::shared_ptr<LocalGroup> group_;
   uint32_t rank_;

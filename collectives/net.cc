@@ -379,24 +379,23 @@ Writer& Writer::Str(std::string_view s) {
   return *this;
 }
 
+bool Reader::Take(void* out, size_t bytes) {
+  if (!ok_ || remaining() < bytes) {
+    ok_ = false;
+    return false;
+  }
+  std::memcpy(out, data_.data() + offset_, bytes);
+  offset_ += bytes;
+  return true;
+}
 uint32_t Reader::U32() {
   uint32_t v = 0;
-  if (!ok_ || remaining() < sizeof(v)) {
-    ok_ = false;
-    return 0;
-  }
-  std::memcpy(&v, data_.data() + offset_, sizeof(v));
-  offset_ += sizeof(v);
+  Take(&v, sizeof(v));
   return v;
 }
 uint64_t Reader::U64() {
   uint64_t v = 0;
-  if (!ok_ || remaining() < sizeof(v)) {
-    ok_ = false;
-    return 0;
-  }
-  std::memcpy(&v, data_.data() + offset_, sizeof(v));
-  offset_ += sizeof(v);
+  Take(&v, sizeof(v));
   return v;
 }
 std::string Reader::Str() {

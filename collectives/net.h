@@ -72,6 +72,8 @@ class Reader {
   size_t remaining() const { return data_.size() - offset_; }
 
  private:
+  // Copies the next `bytes` to `out`; false (and ok() false) past the end.
+  bool Take(void* out, size_t bytes);
   std::string_view data_;
   size_t offset_ = 0;
   bool ok_ = true;

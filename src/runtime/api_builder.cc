@@ -8,6 +8,7 @@
 #include <unordered_set>
 
 #include "src/executable/builder.h"
+#include "src/runtime/api_checks.h"
 #include "src/runtime/runtime_state.h"
 #include "tern/builder.h"
 
@@ -20,14 +21,15 @@ std::unordered_set<exe::Builder*>& LiveBuilders() {
   return *builders;
 }
 
+Status NotALiveBuilder() {
+  return NotALiveHandle("builder", "builder", "already destroyed",
+                        "create one with tern_builder_create()");
+}
+
 Status GetBuilder(tern_builder_t handle, exe::Builder** out) {
   auto* builder = reinterpret_cast<exe::Builder*>(handle);
   std::lock_guard<std::mutex> lock(g_builders_mutex);
-  if (builder == nullptr || LiveBuilders().count(builder) == 0) {
-    return MakeStatus(TERN_ERROR_INVALID_HANDLE,
-                      "builder is not a live builder handle (NULL, already destroyed, or another "
-                      "kind of handle); create one with tern_builder_create()");
-  }
+  if (builder == nullptr || LiveBuilders().count(builder) == 0) return NotALiveBuilder();
   *out = builder;
   return OkStatus();
 }
@@ -143,10 +145,7 @@ extern "C" {
 using namespace tern;
 
 TERN_API tern_status_t tern_builder_create(const char* target, tern_builder_t* out_builder) {
-  if (out_builder == nullptr) {
-    return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_builder is NULL"));
-  }
-  *out_builder = nullptr;
+  TERN_API_CLEAR_OUT(out_builder, nullptr);
   if (target != nullptr && *target == '\0') {
     return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
                              "target is empty: name a device kind (\"trn2\"), or pass NULL"));
@@ -167,11 +166,7 @@ TERN_API tern_status_t tern_builder_destroy(tern_builder_t builder) {
   auto* object = reinterpret_cast<exe::Builder*>(builder);
   {
     std::lock_guard<std::mutex> lock(g_builders_mutex);
-    if (object == nullptr || LiveBuilders().erase(object) == 0) {
-      return Report(MakeStatus(TERN_ERROR_INVALID_HANDLE,
-                               "builder is not a live builder handle (NULL, already destroyed, or "
-                               "another kind of handle); create one with tern_builder_create()"));
-    }
+    if (object == nullptr || LiveBuilders().erase(object) == 0) return Report(NotALiveBuilder());
   }
   delete object;
   return TERN_OK;
@@ -182,32 +177,25 @@ TERN_API tern_status_t tern_builder_add_constants(tern_builder_t builder, const 
                                                   uint64_t* out_offset) {
   if (out_offset != nullptr) *out_offset = 0;
   exe::Builder* object;
-  Status status = GetBuilder(builder, &object);
-  if (status.ok() && out_offset == nullptr) {
-    status = MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_offset is NULL");
+  TERN_API_TRY(GetBuilder(builder, &object));
+  TERN_API_CHECK_NOT_NULL(out_offset);
+  if (data == nullptr && size > 0) {
+    return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "data is NULL but size is {}", size));
   }
-  if (status.ok() && data == nullptr && size > 0) {
-    status = MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "data is NULL but size is {}", size);
-  }
-  if (status.ok()) {
-    status = object->AddConstants(std::span<const uint8_t>(static_cast<const uint8_t*>(data), size),
-                                  alignment, out_offset);
-  }
-  return Report(status);
+  return Report(object->AddConstants(
+      std::span<const uint8_t>(static_cast<const uint8_t*>(data), size), alignment, out_offset));
 }
 
 TERN_API tern_status_t tern_builder_begin_function(tern_builder_t builder, const char* name,
                                                    uint32_t* out_function) {
   if (out_function != nullptr) *out_function = 0;
   exe::Builder* object;
-  Status status = GetBuilder(builder, &object);
-  if (status.ok() && name == nullptr) {
-    status = MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "name is NULL");
-  }
+  TERN_API_TRY(GetBuilder(builder, &object));
+  TERN_API_CHECK_NOT_NULL(name);
   uint32_t index = 0;
-  if (status.ok()) status = object->BeginFunction(name, &index);
-  if (status.ok() && out_function != nullptr) *out_function = index;
-  return Report(status);
+  TERN_API_TRY(object->BeginFunction(name, &index));
+  if (out_function != nullptr) *out_function = index;
+  return TERN_OK;
 }
 
 TERN_API tern_status_t tern_builder_add_input(tern_builder_t builder, const char* name,
@@ -224,9 +212,8 @@ TERN_API tern_status_t tern_builder_add_output(tern_builder_t builder, const cha
 
 TERN_API tern_status_t tern_builder_set_scratch(tern_builder_t builder, uint64_t bytes) {
   exe::Builder* object;
-  Status status = GetBuilder(builder, &object);
-  if (status.ok()) status = object->SetScratch(bytes);
-  return Report(status);
+  TERN_API_TRY(GetBuilder(builder, &object));
+  return Report(object->SetScratch(bytes));
 }
 
 TERN_API tern_status_t tern_builder_add_instruction(tern_builder_t builder,
@@ -236,9 +223,8 @@ TERN_API tern_status_t tern_builder_add_instruction(tern_builder_t builder,
 
 TERN_API tern_status_t tern_builder_end_function(tern_builder_t builder) {
   exe::Builder* object;
-  Status status = GetBuilder(builder, &object);
-  if (status.ok()) status = object->EndFunction();
-  return Report(status);
+  TERN_API_TRY(GetBuilder(builder, &object));
+  return Report(object->EndFunction());
 }
 
 TERN_API tern_status_t tern_builder_finish(tern_builder_t builder, void** out_data,
@@ -246,23 +232,17 @@ TERN_API tern_status_t tern_builder_finish(tern_builder_t builder, void** out_da
   if (out_data != nullptr) *out_data = nullptr;
   if (out_size != nullptr) *out_size = 0;
   exe::Builder* object;
-  Status status = GetBuilder(builder, &object);
-  if (status.ok() && (out_data == nullptr || out_size == nullptr)) {
-    status = MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "{} is NULL",
-                        out_data == nullptr ? "out_data" : "out_size");
-  }
-  if (status.ok())
-    status = object->FinishInto([](size_t n) { return std::malloc(n); }, out_data, out_size);
-  return Report(status);
+  TERN_API_TRY(GetBuilder(builder, &object));
+  TERN_API_CHECK_NOT_NULL(out_data);
+  TERN_API_CHECK_NOT_NULL(out_size);
+  return Report(object->FinishInto([](size_t n) { return std::malloc(n); }, out_data, out_size));
 }
 
 TERN_API tern_status_t tern_builder_write_file(tern_builder_t builder, const char* path) {
   exe::Builder* object;
-  Status status = GetBuilder(builder, &object);
-  if (status.ok() && path == nullptr)
-    status = MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "path is NULL");
-  if (status.ok()) status = object->WriteFile(path);
-  return Report(status);
+  TERN_API_TRY(GetBuilder(builder, &object));
+  TERN_API_CHECK_NOT_NULL(path);
+  return Report(object->WriteFile(path));
 }
 
 TERN_API void tern_builder_free_data(void* data) { std::free(data); }

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <memory>
 
+#include "src/runtime/api_checks.h"
 #include "src/runtime/runtime_state.h"
 
 namespace tern {
@@ -23,24 +24,17 @@ extern "C" {
 using namespace tern;
 
 TERN_API tern_status_t tern_device_count(uint32_t* out_count) {
-  if (out_count == nullptr)
-    return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_count is NULL"));
-  *out_count = 0;
+  TERN_API_CLEAR_OUT(out_count, 0);
   Runtime* rt;
-  Status status = GetRuntime(&rt);
-  if (!status.ok()) return Report(status);
+  TERN_API_TRY(GetRuntime(&rt));
   *out_count = static_cast<uint32_t>(rt->devices.size());
   return TERN_OK;
 }
 
 TERN_API tern_status_t tern_device_get(uint32_t index, tern_device_t* out_device) {
-  if (out_device == nullptr) {
-    return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_device is NULL"));
-  }
-  *out_device = nullptr;
+  TERN_API_CLEAR_OUT(out_device, nullptr);
   Runtime* rt;
-  Status status = GetRuntime(&rt);
-  if (!status.ok()) return Report(status);
+  TERN_API_TRY(GetRuntime(&rt));
   if (index >= rt->devices.size()) {
     return Report(MakeStatus(TERN_ERROR_OUT_OF_RANGE,
                              "device index {} does not exist: this process sees {} devices (check "
@@ -52,19 +46,11 @@ TERN_API tern_status_t tern_device_get(uint32_t index, tern_device_t* out_device
 }
 
 TERN_API tern_status_t tern_device_get_info(tern_device_t device, tern_device_info_t* out_info) {
-  if (out_info == nullptr)
-    return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_info is NULL"));
-  Status status =
-      CheckStructSize(out_info->struct_size, sizeof(tern_device_info_t), "tern_device_info_t");
-  if (!status.ok()) return Report(status);
-  const uint32_t struct_size = out_info->struct_size;
-  std::memset(out_info, 0, sizeof(*out_info));
-  out_info->struct_size = struct_size;
+  TERN_API_CLEAR_OUT_STRUCT(out_info, tern_device_info_t);
   Runtime* rt;
   DeviceObject* dev;
-  status = GetRuntime(&rt);
-  if (status.ok()) status = LookupDevice(rt, device, "device", &dev);
-  if (!status.ok()) return Report(status);
+  TERN_API_TRY(GetRuntime(&rt));
+  TERN_API_TRY(LookupDevice(rt, device, "device", &dev));
   out_info->index = dev->index;
   out_info->physical_index = dev->info.physical_index;
   out_info->core_count = static_cast<uint32_t>(dev->visible_cores.size());
@@ -80,14 +66,11 @@ TERN_API tern_status_t tern_device_get_info(tern_device_t device, tern_device_in
 
 TERN_API tern_status_t tern_core_open(tern_device_t device, uint32_t core_index,
                                       tern_core_t* out_core) {
-  if (out_core == nullptr)
-    return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_core is NULL"));
-  *out_core = nullptr;
+  TERN_API_CLEAR_OUT(out_core, nullptr);
   Runtime* rt;
   DeviceObject* dev;
-  Status status = GetRuntime(&rt);
-  if (status.ok()) status = LookupDevice(rt, device, "device", &dev);
-  if (!status.ok()) return Report(status);
+  TERN_API_TRY(GetRuntime(&rt));
+  TERN_API_TRY(LookupDevice(rt, device, "device", &dev));
   if (core_index >= dev->visible_cores.size()) {
     return Report(MakeStatus(TERN_ERROR_OUT_OF_RANGE,
                              "core {} does not exist on device {}: it has {} cores visible to this "
@@ -106,8 +89,7 @@ TERN_API tern_status_t tern_core_open(tern_device_t device, uint32_t core_index,
   core->device = dev;
   core->index = core_index;
   core->physical = dev->visible_cores[core_index];
-  status = dev->hw->OpenCore(core->physical);
-  if (!status.ok()) return Report(status);
+  TERN_API_TRY(dev->hw->OpenCore(core->physical));
   dev->core_open[core_index] = true;
   *out_core = reinterpret_cast<tern_core_t>(rt->core_table.Insert(std::move(core)));
   return TERN_OK;
@@ -116,9 +98,8 @@ TERN_API tern_status_t tern_core_open(tern_device_t device, uint32_t core_index,
 TERN_API tern_status_t tern_core_close(tern_core_t core) {
   Runtime* rt;
   std::shared_ptr<CoreObject> object;
-  Status status = GetRuntime(&rt);
-  if (status.ok()) status = LookupCore(rt, core, "core", &object);
-  if (!status.ok()) return Report(status);
+  TERN_API_TRY(GetRuntime(&rt));
+  TERN_API_TRY(LookupCore(rt, core, "core", &object));
   DeviceObject* dev = object->device;
   std::lock_guard<std::mutex> lock(dev->cores_mutex);
   if (object->queue_count.load() != 0) {
@@ -137,19 +118,11 @@ TERN_API tern_status_t tern_core_close(tern_core_t core) {
 }
 
 TERN_API tern_status_t tern_core_get_info(tern_core_t core, tern_core_info_t* out_info) {
-  if (out_info == nullptr)
-    return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_info is NULL"));
-  Status status =
-      CheckStructSize(out_info->struct_size, sizeof(tern_core_info_t), "tern_core_info_t");
-  if (!status.ok()) return Report(status);
-  const uint32_t struct_size = out_info->struct_size;
-  std::memset(out_info, 0, sizeof(*out_info));
-  out_info->struct_size = struct_size;
+  TERN_API_CLEAR_OUT_STRUCT(out_info, tern_core_info_t);
   Runtime* rt;
   std::shared_ptr<CoreObject> object;
-  status = GetRuntime(&rt);
-  if (status.ok()) status = LookupCore(rt, core, "core", &object);
-  if (!status.ok()) return Report(status);
+  TERN_API_TRY(GetRuntime(&rt));
+  TERN_API_TRY(LookupCore(rt, core, "core", &object));
   out_info->index = object->index;
   out_info->physical_index = object->physical;
   out_info->node_index = object->device->first_node_core + object->physical;
@@ -163,12 +136,9 @@ static_assert(offsetof(tern_device_telemetry_t, latency_histogram) ==
 
 TERN_API tern_status_t tern_device_get_telemetry(tern_device_t device,
                                                  tern_device_telemetry_t* out_telemetry) {
-  if (out_telemetry == nullptr) {
-    return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_telemetry is NULL"));
-  }
-  Status status = CheckStructSize(out_telemetry->struct_size, TERN_DEVICE_TELEMETRY_MIN_SIZE,
-                                  "tern_device_telemetry_t");
-  if (!status.ok()) return Report(status);
+  TERN_API_CHECK_NOT_NULL(out_telemetry);
+  TERN_API_TRY(CheckStructSize(out_telemetry->struct_size, TERN_DEVICE_TELEMETRY_MIN_SIZE,
+                               "tern_device_telemetry_t"));
   // A caller built against an older header passes a smaller structure: fill
   // what it has room for, and keep its struct_size.
   const uint32_t struct_size = out_telemetry->struct_size;
@@ -176,7 +146,7 @@ TERN_API tern_status_t tern_device_get_telemetry(tern_device_t device,
   auto snapshot = std::make_unique<tern_device_telemetry_t>();
   Runtime* rt;
   DeviceObject* dev;
-  status = GetRuntime(&rt);
+  Status status = GetRuntime(&rt);
   if (status.ok()) status = LookupDevice(rt, device, "device", &dev);
   if (status.ok()) status = dev->hw->GetTelemetry(snapshot.get());
   std::memcpy(out_telemetry, snapshot.get(), filled);
@@ -185,13 +155,11 @@ TERN_API tern_status_t tern_device_get_telemetry(tern_device_t device,
 }
 
 TERN_API tern_status_t tern_debug_inject_fault(const tern_fault_params_t* params) {
-  if (params == nullptr) return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "params is NULL"));
-  Status status =
-      CheckStructSize(params->struct_size, sizeof(tern_fault_params_t), "tern_fault_params_t");
-  if (!status.ok()) return Report(status);
+  TERN_API_CHECK_NOT_NULL(params);
+  TERN_API_TRY(
+      CheckStructSize(params->struct_size, sizeof(tern_fault_params_t), "tern_fault_params_t"));
   Runtime* rt;
-  status = GetRuntime(&rt);
-  if (!status.ok()) return Report(status);
+  TERN_API_TRY(GetRuntime(&rt));
   // Read the enum as an integer: a C caller may pass any value, and loading an
   // out-of-range value as the enum type is undefined behaviour in C++.
   int32_t kind_value;
@@ -207,16 +175,14 @@ TERN_API tern_status_t tern_debug_inject_fault(const tern_fault_params_t* params
   DeviceObject* dev = nullptr;
   if (fault.kind == TERN_FAULT_HBM_UNCORRECTABLE && params->buffer != nullptr) {
     std::shared_ptr<BufferObject> buffer;
-    status = LookupBuffer(rt, params->buffer, "params->buffer", &buffer);
-    if (!status.ok()) return Report(status);
+    TERN_API_TRY(LookupBuffer(rt, params->buffer, "params->buffer", &buffer));
     dev = buffer->device;
     fault.has_range = true;
     fault.offset = buffer->offset;
     fault.size = buffer->allocated;
   } else {
     std::shared_ptr<CoreObject> core;
-    status = LookupCore(rt, params->core, "params->core", &core);
-    if (!status.ok()) return Report(status);
+    TERN_API_TRY(LookupCore(rt, params->core, "params->core", &core));
     dev = core->device;
     fault.core = core->physical;
   }

@@ -1,4 +1,5 @@
 // Events: points on queue timelines.
+#include "src/runtime/api_checks.h"
 #include "src/runtime/runtime_state.h"
 
 namespace tern {
@@ -35,12 +36,9 @@ extern "C" {
 using namespace tern;
 
 TERN_API tern_status_t tern_event_create(tern_event_t* out_event) {
-  if (out_event == nullptr)
-    return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_event is NULL"));
-  *out_event = nullptr;
+  TERN_API_CLEAR_OUT(out_event, nullptr);
   Runtime* rt;
-  Status status = GetRuntime(&rt);
-  if (!status.ok()) return Report(status);
+  TERN_API_TRY(GetRuntime(&rt));
   const uint64_t handle = rt->event_table.Insert(std::make_shared<EventObject>());
   if (handle == 0) return Report(HandleTableFull("events"));
   *out_event = reinterpret_cast<tern_event_t>(handle);
@@ -49,22 +47,18 @@ TERN_API tern_status_t tern_event_create(tern_event_t* out_event) {
 
 TERN_API tern_status_t tern_event_destroy(tern_event_t event) {
   Runtime* rt;
-  Status status = GetRuntime(&rt);
-  if (!status.ok()) return Report(status);
+  TERN_API_TRY(GetRuntime(&rt));
   if (!rt->event_table.Remove(reinterpret_cast<uint64_t>(event))) {
-    return Report(MakeStatus(TERN_ERROR_INVALID_HANDLE,
-                             "event is not a live event handle: already destroyed, never created, "
-                             "or another kind of handle"));
+    return Report(NotALiveHandleToDestroy("event", "event", "already destroyed", "never created"));
   }
   return TERN_OK;
 }
 
 TERN_API tern_status_t tern_event_query(tern_event_t event) {
   std::shared_ptr<EventPoint> point;
-  Status status = GetPoint(event, &point);
-  if (!status.ok()) return Report(status);
+  TERN_API_TRY(GetPoint(event, &point));
   if (!point) return TERN_OK;
-  status = PointState(*point);
+  const Status status = PointState(*point);
   // NOT_READY is an answer, not a failure: it leaves the last error alone.
   if (status.code() == TERN_ERROR_NOT_READY) return TERN_ERROR_NOT_READY;
   return Report(status);
@@ -72,8 +66,7 @@ TERN_API tern_status_t tern_event_query(tern_event_t event) {
 
 TERN_API tern_status_t tern_event_synchronize(tern_event_t event, uint64_t timeout_ns) {
   std::shared_ptr<EventPoint> point;
-  Status status = GetPoint(event, &point);
-  if (!status.ok()) return Report(status);
+  TERN_API_TRY(GetPoint(event, &point));
   if (!point) return TERN_OK;
   if (!point->timeline->Wait(point->sequence, timeout_ns)) {
     return Report(MakeStatus(TERN_ERROR_TIMEOUT, "{} did not complete within {} ns",
@@ -84,19 +77,17 @@ TERN_API tern_status_t tern_event_synchronize(tern_event_t event, uint64_t timeo
 
 TERN_API tern_status_t tern_event_elapsed_ns(tern_event_t start, tern_event_t end,
                                              uint64_t* out_ns) {
-  if (out_ns == nullptr) return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_ns is NULL"));
-  *out_ns = 0;
+  TERN_API_CLEAR_OUT(out_ns, 0);
   std::shared_ptr<EventPoint> first, second;
-  Status status = GetPoint(start, &first);
-  if (status.ok()) status = GetPoint(end, &second);
-  if (!status.ok()) return Report(status);
+  TERN_API_TRY(GetPoint(start, &first));
+  TERN_API_TRY(GetPoint(end, &second));
   if (!first || !second) {
     return Report(MakeStatus(TERN_ERROR_FAILED_PRECONDITION,
                              "the {} event was never recorded: record both with "
                              "tern_queue_record_event() first",
                              !first ? "start" : "end"));
   }
-  status = PointState(*first);
+  Status status = PointState(*first);
   if (status.ok()) status = PointState(*second);
   if (status.code() == TERN_ERROR_NOT_READY) return TERN_ERROR_NOT_READY;
   if (!status.ok()) return Report(status);

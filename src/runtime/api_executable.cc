@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "src/executable/loader.h"
+#include "src/runtime/api_checks.h"
 #include "src/runtime/runtime_state.h"
 #include "tern/executable.h"
 
@@ -65,9 +66,8 @@ Status LookupExecutable(Runtime* rt, tern_executable_t handle,
                         std::shared_ptr<ExecutableObject>* out) {
   *out = rt->executable_table.Lookup(reinterpret_cast<uint64_t>(handle));
   if (!*out) {
-    return MakeStatus(TERN_ERROR_INVALID_HANDLE,
-                      "executable is not a live executable handle (NULL, already unloaded, or "
-                      "another kind of handle); load one with tern_executable_load()");
+    return NotALiveHandle("executable", "executable", "already unloaded",
+                          "load one with tern_executable_load()");
   }
   return OkStatus();
 }
@@ -186,6 +186,19 @@ Status LoadFromFile(Runtime* rt, tern_device_t device, const char* path,
   return Insert(rt, dev, std::move(validated), std::move(constants), out);
 }
 
+// Function `function` of `object`, or OUT_OF_RANGE.
+Status GetFunction(const ExecutableObject& object, uint32_t function,
+                   const driver::Function** out) {
+  const auto& functions = object.program->functions;
+  if (function >= functions.size()) {
+    return MakeStatus(TERN_ERROR_OUT_OF_RANGE,
+                      "function {} does not exist: the executable has {} functions", function,
+                      functions.size());
+  }
+  *out = &functions[function];
+  return OkStatus();
+}
+
 // Resolves binding `index` of the inputs or outputs to device memory.
 Status Bind(Runtime* rt, const QueueObject& queue, const driver::TensorSignature& tensor,
             const tern_binding_t& binding, bool input, uint32_t index, driver::MemoryRef* out) {
@@ -229,13 +242,9 @@ Status Execute(Runtime* rt, tern_queue_t queue_handle, tern_executable_t executa
                       "load it on the queue's device too",
                       executable->device->index, dev->index);
   }
-  const driver::Program& program = *executable->program;
-  if (function_index >= program.functions.size()) {
-    return MakeStatus(TERN_ERROR_OUT_OF_RANGE,
-                      "function {} does not exist: the executable has {} functions", function_index,
-                      program.functions.size());
-  }
-  const driver::Function& function = program.functions[function_index];
+  const driver::Function* function_object = nullptr;
+  TERN_RETURN_IF_ERROR(GetFunction(*executable, function_index, &function_object));
+  const driver::Function& function = *function_object;
   if (input_count != function.inputs.size() || output_count != function.outputs.size()) {
     return MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
                       "function '{}' has {} inputs and {} outputs, but {} and {} bindings were "
@@ -295,19 +304,6 @@ Status CheckIsOutput(int is_output) {
                     "is_output is {}; pass 0 for an input or 1 for an output", is_output);
 }
 
-// Function `function` of `object`, or OUT_OF_RANGE.
-Status GetFunction(const ExecutableObject& object, uint32_t function,
-                   const driver::Function** out) {
-  const auto& functions = object.program->functions;
-  if (function >= functions.size()) {
-    return MakeStatus(TERN_ERROR_OUT_OF_RANGE,
-                      "function {} does not exist: the executable has {} functions", function,
-                      functions.size());
-  }
-  *out = &functions[function];
-  return OkStatus();
-}
-
 // The names of `items` (functions or tensors), quoted, at most 16 and "..."
 // after them, or "none": what a failed lookup by name lists.
 template <typename Item>
@@ -330,63 +326,47 @@ using namespace tern;
 TERN_API tern_status_t tern_executable_load(tern_device_t device, const void* data, uint64_t size,
                                             const tern_executable_load_params_t* params,
                                             tern_executable_t* out_executable) {
-  if (out_executable == nullptr) {
-    return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_executable is NULL"));
-  }
-  *out_executable = nullptr;
+  TERN_API_CLEAR_OUT(out_executable, nullptr);
   Runtime* rt;
-  Status status = GetRuntime(&rt);
-  if (status.ok()) status = LoadFromMemory(rt, device, data, size, params, out_executable);
-  return Report(status);
+  TERN_API_TRY(GetRuntime(&rt));
+  return Report(LoadFromMemory(rt, device, data, size, params, out_executable));
 }
 
 TERN_API tern_status_t tern_executable_load_file(tern_device_t device, const char* path,
                                                  const tern_executable_load_params_t* params,
                                                  tern_executable_t* out_executable) {
-  if (out_executable == nullptr) {
-    return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_executable is NULL"));
-  }
-  *out_executable = nullptr;
+  TERN_API_CLEAR_OUT(out_executable, nullptr);
   Runtime* rt;
-  Status status = GetRuntime(&rt);
-  if (status.ok()) status = LoadFromFile(rt, device, path, params, out_executable);
-  return Report(status);
+  TERN_API_TRY(GetRuntime(&rt));
+  return Report(LoadFromFile(rt, device, path, params, out_executable));
 }
 
 TERN_API tern_status_t tern_executable_unload(tern_executable_t executable) {
   Runtime* rt;
-  Status status = GetRuntime(&rt);
-  if (!status.ok()) return Report(status);
+  TERN_API_TRY(GetRuntime(&rt));
   // The constants go when the last execution holding them completes.
   if (!rt->executable_table.Remove(reinterpret_cast<uint64_t>(executable))) {
-    return Report(MakeStatus(TERN_ERROR_INVALID_HANDLE,
-                             "executable is not a live executable handle: already unloaded, "
-                             "never loaded, or another kind of handle"));
+    return Report(
+        NotALiveHandleToDestroy("executable", "executable", "already unloaded", "never loaded"));
   }
   return TERN_OK;
 }
 
 TERN_API tern_status_t tern_executable_function_count(tern_executable_t executable,
                                                       uint32_t* out_count) {
-  if (out_count == nullptr)
-    return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_count is NULL"));
-  *out_count = 0;
+  TERN_API_CLEAR_OUT(out_count, 0);
   std::shared_ptr<ExecutableObject> object;
-  Status status = GetExecutable(executable, &object);
-  if (status.ok()) *out_count = static_cast<uint32_t>(object->program->functions.size());
-  return Report(status);
+  TERN_API_TRY(GetExecutable(executable, &object));
+  *out_count = static_cast<uint32_t>(object->program->functions.size());
+  return TERN_OK;
 }
 
 TERN_API tern_status_t tern_executable_find_function(tern_executable_t executable, const char* name,
                                                      uint32_t* out_function) {
-  if (out_function == nullptr) {
-    return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_function is NULL"));
-  }
-  *out_function = 0;
+  TERN_API_CLEAR_OUT(out_function, 0);
   std::shared_ptr<ExecutableObject> object;
-  Status status = GetExecutable(executable, &object);
-  if (!status.ok()) return Report(status);
-  if (name == nullptr) return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "name is NULL"));
+  TERN_API_TRY(GetExecutable(executable, &object));
+  TERN_API_CHECK_NOT_NULL(name);
   const auto& functions = object->program->functions;
   for (size_t i = 0; i < functions.size(); ++i) {
     if (functions[i].name == name) {
@@ -402,18 +382,13 @@ TERN_API tern_status_t tern_executable_find_function(tern_executable_t executabl
 TERN_API tern_status_t tern_executable_find_tensor(tern_executable_t executable, uint32_t function,
                                                    int is_output, const char* name,
                                                    uint32_t* out_index) {
-  if (out_index == nullptr) {
-    return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_index is NULL"));
-  }
-  *out_index = 0;
+  TERN_API_CLEAR_OUT(out_index, 0);
   std::shared_ptr<ExecutableObject> object;
-  Status status = GetExecutable(executable, &object);
-  if (!status.ok()) return Report(status);
-  if (name == nullptr) return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "name is NULL"));
+  TERN_API_TRY(GetExecutable(executable, &object));
+  TERN_API_CHECK_NOT_NULL(name);
   const driver::Function* f = nullptr;
-  status = CheckIsOutput(is_output);
-  if (status.ok()) status = GetFunction(*object, function, &f);
-  if (!status.ok()) return Report(status);
+  TERN_API_TRY(CheckIsOutput(is_output));
+  TERN_API_TRY(GetFunction(*object, function, &f));
   const auto& tensors = is_output ? f->outputs : f->inputs;
   for (size_t i = 0; i < tensors.size(); ++i) {
     if (tensors[i].name == name) {
@@ -430,20 +405,11 @@ TERN_API tern_status_t tern_executable_find_tensor(tern_executable_t executable,
 TERN_API tern_status_t tern_executable_function_info(tern_executable_t executable,
                                                      uint32_t function,
                                                      tern_function_info_t* out_info) {
-  if (out_info == nullptr)
-    return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_info is NULL"));
-  Status status =
-      CheckStructSize(out_info->struct_size, sizeof(tern_function_info_t), "tern_function_info_t");
-  if (!status.ok()) return Report(status);
-  // Nothing stale on failure (tern.h): everything but struct_size is zeroed.
-  const uint32_t struct_size = out_info->struct_size;
-  std::memset(out_info, 0, sizeof(*out_info));
-  out_info->struct_size = struct_size;
+  TERN_API_CLEAR_OUT_STRUCT(out_info, tern_function_info_t);
   std::shared_ptr<ExecutableObject> object;
-  status = GetExecutable(executable, &object);
   const driver::Function* function_object = nullptr;
-  if (status.ok()) status = GetFunction(*object, function, &function_object);
-  if (!status.ok()) return Report(status);
+  TERN_API_TRY(GetExecutable(executable, &object));
+  TERN_API_TRY(GetFunction(*object, function, &function_object));
   const driver::Function& f = *function_object;
   out_info->input_count = static_cast<uint32_t>(f.inputs.size());
   out_info->output_count = static_cast<uint32_t>(f.outputs.size());
@@ -456,20 +422,12 @@ TERN_API tern_status_t tern_executable_function_info(tern_executable_t executabl
 TERN_API tern_status_t tern_executable_tensor_info(tern_executable_t executable, uint32_t function,
                                                    int is_output, uint32_t index,
                                                    tern_tensor_info_t* out_info) {
-  if (out_info == nullptr)
-    return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_info is NULL"));
-  Status status =
-      CheckStructSize(out_info->struct_size, sizeof(tern_tensor_info_t), "tern_tensor_info_t");
-  if (!status.ok()) return Report(status);
-  const uint32_t struct_size = out_info->struct_size;
-  std::memset(out_info, 0, sizeof(*out_info));
-  out_info->struct_size = struct_size;
+  TERN_API_CLEAR_OUT_STRUCT(out_info, tern_tensor_info_t);
   std::shared_ptr<ExecutableObject> object;
-  status = GetExecutable(executable, &object);
   const driver::Function* function_object = nullptr;
-  if (status.ok()) status = CheckIsOutput(is_output);
-  if (status.ok()) status = GetFunction(*object, function, &function_object);
-  if (!status.ok()) return Report(status);
+  TERN_API_TRY(GetExecutable(executable, &object));
+  TERN_API_TRY(CheckIsOutput(is_output));
+  TERN_API_TRY(GetFunction(*object, function, &function_object));
   const driver::Function& f = *function_object;
   const auto& tensors = is_output ? f.outputs : f.inputs;
   if (index >= tensors.size()) {
@@ -494,12 +452,9 @@ TERN_API tern_status_t tern_queue_execute(tern_queue_t queue, tern_executable_t 
                                           uint32_t output_count, uint64_t* out_sequence) {
   if (out_sequence != nullptr) *out_sequence = 0;
   Runtime* rt;
-  Status status = GetRuntime(&rt);
-  if (status.ok()) {
-    status = Execute(rt, queue, executable, function, inputs, input_count, outputs, output_count,
-                     out_sequence);
-  }
-  return Report(status);
+  TERN_API_TRY(GetRuntime(&rt));
+  return Report(Execute(rt, queue, executable, function, inputs, input_count, outputs, output_count,
+                        out_sequence));
 }
 
 }  // extern "C"

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "src/runtime/api_checks.h"
 #include "src/runtime/runtime_state.h"
 
 namespace tern {
@@ -62,13 +63,31 @@ Status OutOfMemory(DeviceObject* dev, uint64_t size, tern_memory_category_t cate
                     FormatBytes(node_used > process_used ? node_used - process_used : 0), top);
 }
 
+// A failed ReserveMemory() as the caller reports it: the out-of-memory
+// report (for `size`, what the caller asked) when the node's memory is used
+// up. Undo what the attempt took first, so that the report counts it free.
+Status ReserveFailed(DeviceObject* dev, uint64_t size, tern_memory_category_t category,
+                     const Status& reserved) {
+  if (reserved.code() == TERN_ERROR_OUT_OF_MEMORY) {
+    return OutOfMemory(dev, size, category, "the node's device memory is used up");
+  }
+  return reserved;
+}
+
+// Counts `bytes` of `category` as used by this process.
+void AddToUsed(DeviceObject* dev, uint64_t bytes, tern_memory_category_t category) {
+  std::lock_guard<std::mutex> lock(dev->memory_mutex);
+  dev->used += bytes;
+  dev->peak = std::max(dev->peak, dev->used);
+  dev->used_by_category[category] += bytes;
+}
+
 }  // namespace
 
 Status AllocateDeviceMemory(DeviceObject* dev, uint64_t size, uint64_t alignment,
                             tern_memory_category_t category, BufferObject* out) {
   if (size > dev->info.memory_bytes) {
-    return OutOfMemory(dev, size, category,
-                       fmt::format("that is more than the device's whole memory"));
+    return OutOfMemory(dev, size, category, "that is more than the device's whole memory");
   }
   BufferObject buffer;
   buffer.device = dev;
@@ -93,17 +112,9 @@ Status AllocateDeviceMemory(DeviceObject* dev, uint64_t size, uint64_t alignment
       std::lock_guard<std::mutex> lock(dev->memory_mutex);
       dev->allocator->Free(buffer.offset);
     }
-    if (reserved.code() == TERN_ERROR_OUT_OF_MEMORY) {
-      return OutOfMemory(dev, size, category, "the node's device memory is used up");
-    }
-    return reserved;
+    return ReserveFailed(dev, size, category, reserved);
   }
-  {
-    std::lock_guard<std::mutex> lock(dev->memory_mutex);
-    dev->used += buffer.allocated;
-    dev->peak = std::max(dev->peak, dev->used);
-    dev->used_by_category[category] += buffer.allocated;
-  }
+  AddToUsed(dev, buffer.allocated, category);
   *out = buffer;
   return OkStatus();
 }
@@ -114,16 +125,8 @@ Status ChargeDeviceMemory(DeviceObject* dev, uint64_t bytes, tern_memory_categor
     return OutOfMemory(dev, bytes, category, "that is more than the device's whole memory");
   }
   Status reserved = dev->hw->ReserveMemory(bytes, category);
-  if (!reserved.ok()) {
-    if (reserved.code() == TERN_ERROR_OUT_OF_MEMORY) {
-      return OutOfMemory(dev, bytes, category, "the node's device memory is used up");
-    }
-    return reserved;
-  }
-  std::lock_guard<std::mutex> lock(dev->memory_mutex);
-  dev->used += bytes;
-  dev->peak = std::max(dev->peak, dev->used);
-  dev->used_by_category[category] += bytes;
+  if (!reserved.ok()) return ReserveFailed(dev, bytes, category, reserved);
+  AddToUsed(dev, bytes, category);
   return OkStatus();
 }
 
@@ -214,45 +217,30 @@ using namespace tern;
 
 TERN_API tern_status_t tern_buffer_alloc(tern_device_t device, const tern_buffer_params_t* params,
                                          tern_buffer_t* out_buffer) {
-  if (out_buffer == nullptr) {
-    return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_buffer is NULL"));
-  }
-  *out_buffer = nullptr;
+  TERN_API_CLEAR_OUT(out_buffer, nullptr);
   Runtime* rt;
-  Status status = GetRuntime(&rt);
-  if (status.ok()) status = AllocateBuffer(rt, device, params, out_buffer);
-  return Report(status);
+  TERN_API_TRY(GetRuntime(&rt));
+  return Report(AllocateBuffer(rt, device, params, out_buffer));
 }
 
 TERN_API tern_status_t tern_buffer_free(tern_buffer_t buffer) {
   Runtime* rt;
-  Status status = GetRuntime(&rt);
-  if (!status.ok()) return Report(status);
+  TERN_API_TRY(GetRuntime(&rt));
   std::shared_ptr<BufferObject> object =
       rt->buffer_table.Remove(reinterpret_cast<uint64_t>(buffer));
   if (!object) {
-    return Report(MakeStatus(TERN_ERROR_INVALID_HANDLE,
-                             "buffer is not a live buffer handle: it was already freed, never "
-                             "allocated, or is another kind of handle"));
+    return Report(NotALiveHandleToDestroy("buffer", "buffer", "already freed", "never allocated"));
   }
   ReleaseBuffer(*object);
   return TERN_OK;
 }
 
 TERN_API tern_status_t tern_buffer_get_info(tern_buffer_t buffer, tern_buffer_info_t* out_info) {
-  if (out_info == nullptr)
-    return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_info is NULL"));
-  Status status =
-      CheckStructSize(out_info->struct_size, sizeof(tern_buffer_info_t), "tern_buffer_info_t");
-  if (!status.ok()) return Report(status);
-  const uint32_t struct_size = out_info->struct_size;
-  std::memset(out_info, 0, sizeof(*out_info));
-  out_info->struct_size = struct_size;
+  TERN_API_CLEAR_OUT_STRUCT(out_info, tern_buffer_info_t);
   Runtime* rt;
   std::shared_ptr<BufferObject> object;
-  status = GetRuntime(&rt);
-  if (status.ok()) status = LookupBuffer(rt, buffer, "buffer", &object);
-  if (!status.ok()) return Report(status);
+  TERN_API_TRY(GetRuntime(&rt));
+  TERN_API_TRY(LookupBuffer(rt, buffer, "buffer", &object));
   out_info->size = object->size;
   out_info->device_address = object->device->hw->device_base() + object->offset;
   out_info->category = object->category;
@@ -263,34 +251,24 @@ TERN_API tern_status_t tern_buffer_get_info(tern_buffer_t buffer, tern_buffer_in
 TERN_API tern_status_t tern_buffer_write(tern_buffer_t buffer, uint64_t offset, const void* src,
                                          uint64_t size) {
   Runtime* rt;
-  Status status = GetRuntime(&rt);
-  if (status.ok()) status = SyncTransfer(rt, buffer, offset, const_cast<void*>(src), size, true);
-  return Report(status);
+  TERN_API_TRY(GetRuntime(&rt));
+  return Report(SyncTransfer(rt, buffer, offset, const_cast<void*>(src), size, true));
 }
 
 TERN_API tern_status_t tern_buffer_read(tern_buffer_t buffer, uint64_t offset, void* dst,
                                         uint64_t size) {
   Runtime* rt;
-  Status status = GetRuntime(&rt);
-  if (status.ok()) status = SyncTransfer(rt, buffer, offset, dst, size, false);
-  return Report(status);
+  TERN_API_TRY(GetRuntime(&rt));
+  return Report(SyncTransfer(rt, buffer, offset, dst, size, false));
 }
 
 TERN_API tern_status_t tern_device_memory_stats(tern_device_t device,
                                                 tern_memory_stats_t* out_stats) {
-  if (out_stats == nullptr)
-    return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_stats is NULL"));
-  Status status =
-      CheckStructSize(out_stats->struct_size, sizeof(tern_memory_stats_t), "tern_memory_stats_t");
-  if (!status.ok()) return Report(status);
-  const uint32_t struct_size = out_stats->struct_size;
-  std::memset(out_stats, 0, sizeof(*out_stats));
-  out_stats->struct_size = struct_size;
+  TERN_API_CLEAR_OUT_STRUCT(out_stats, tern_memory_stats_t);
   Runtime* rt;
   DeviceObject* dev;
-  status = GetRuntime(&rt);
-  if (status.ok()) status = LookupDevice(rt, device, "device", &dev);
-  if (!status.ok()) return Report(status);
+  TERN_API_TRY(GetRuntime(&rt));
+  TERN_API_TRY(LookupDevice(rt, device, "device", &dev));
   out_stats->capacity_bytes = dev->info.memory_bytes;
   out_stats->node_used_bytes = dev->hw->NodeMemoryUsed(out_stats->node_used_by_category);
   out_stats->free_bytes = out_stats->capacity_bytes > out_stats->node_used_bytes
@@ -307,11 +285,9 @@ TERN_API tern_status_t tern_device_memory_stats(tern_device_t device,
 }
 
 TERN_API tern_status_t tern_host_alloc(uint64_t size, void** out_ptr) {
-  if (out_ptr == nullptr) return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_ptr is NULL"));
-  *out_ptr = nullptr;
+  TERN_API_CLEAR_OUT(out_ptr, nullptr);
   Runtime* rt;
-  Status status = GetRuntime(&rt);
-  if (!status.ok()) return Report(status);
+  TERN_API_TRY(GetRuntime(&rt));
   if (size == 0) {
     return Report(
         MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "cannot allocate 0 bytes of host memory"));
@@ -340,8 +316,7 @@ TERN_API tern_status_t tern_host_alloc(uint64_t size, void** out_ptr) {
 
 TERN_API tern_status_t tern_host_free(void* ptr) {
   Runtime* rt;
-  Status status = GetRuntime(&rt);
-  if (!status.ok()) return Report(status);
+  TERN_API_TRY(GetRuntime(&rt));
   uint64_t size = 0;
   {
     std::lock_guard<std::mutex> lock(rt->host_mutex);

@@ -1,6 +1,7 @@
 // Queues: creation, command submission, synchronization, sticky errors.
 #include <cstring>
 
+#include "src/runtime/api_checks.h"
 #include "src/runtime/runtime_state.h"
 
 namespace tern {
@@ -140,6 +141,18 @@ Status WaitFor(const QueueObject& queue, uint64_t target, uint64_t timeout_ns) {
   return OkStatus();
 }
 
+// The body of the entry points that submit one command: clears
+// *out_sequence, resolves the queue, and reports what `submit(rt, queue)`
+// returns.
+template <typename SubmitFn>
+tern_status_t SubmitTo(tern_queue_t queue, uint64_t* out_sequence, SubmitFn&& submit) {
+  if (out_sequence != nullptr) *out_sequence = 0;
+  Runtime* rt;
+  QueueObject* q;
+  TERN_API_TRY(GetQueue(queue, &rt, &q));
+  return Report(submit(rt, *q));
+}
+
 }  // namespace
 }  // namespace tern
 
@@ -149,19 +162,15 @@ using namespace tern;
 
 TERN_API tern_status_t tern_queue_create(tern_core_t core, const tern_queue_params_t* params,
                                          tern_queue_t* out_queue) {
-  if (out_queue == nullptr)
-    return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_queue is NULL"));
-  *out_queue = nullptr;
+  TERN_API_CLEAR_OUT(out_queue, nullptr);
   Runtime* rt;
   std::shared_ptr<CoreObject> object;
-  Status status = GetRuntime(&rt);
-  if (status.ok()) status = LookupCore(rt, core, "core", &object);
-  if (!status.ok()) return Report(status);
+  TERN_API_TRY(GetRuntime(&rt));
+  TERN_API_TRY(LookupCore(rt, core, "core", &object));
   std::string name;
   if (params != nullptr) {
-    status =
-        CheckStructSize(params->struct_size, sizeof(tern_queue_params_t), "tern_queue_params_t");
-    if (!status.ok()) return Report(status);
+    TERN_API_TRY(
+        CheckStructSize(params->struct_size, sizeof(tern_queue_params_t), "tern_queue_params_t"));
     if (params->flags != 0) {
       return Report(MakeStatus(
           TERN_ERROR_INVALID_ARGUMENT,
@@ -174,7 +183,7 @@ TERN_API tern_status_t tern_queue_create(tern_core_t core, const tern_queue_para
   const uint32_t number = object->queue_count.fetch_add(1);
   if (name.empty()) name = fmt::format("d{}c{}q{}", object->device->index, object->index, number);
   queue->name = name;
-  status = object->device->hw->CreateQueue(object->physical, name, &queue->hw);
+  Status status = object->device->hw->CreateQueue(object->physical, name, &queue->hw);
   if (!status.ok()) {
     object->queue_count.fetch_sub(1);
     return Report(status);
@@ -186,13 +195,10 @@ TERN_API tern_status_t tern_queue_create(tern_core_t core, const tern_queue_para
 
 TERN_API tern_status_t tern_queue_destroy(tern_queue_t queue) {
   Runtime* rt;
-  Status status = GetRuntime(&rt);
-  if (!status.ok()) return Report(status);
+  TERN_API_TRY(GetRuntime(&rt));
   std::shared_ptr<QueueObject> object = rt->queue_table.Remove(reinterpret_cast<uint64_t>(queue));
   if (!object) {
-    return Report(MakeStatus(TERN_ERROR_INVALID_HANDLE,
-                             "queue is not a live queue handle: already destroyed, never created, "
-                             "or another kind of handle"));
+    return Report(NotALiveHandleToDestroy("queue", "queue", "already destroyed", "never created"));
   }
   std::shared_ptr<const Timeline> completion = object->hw->completion();
   object->hw.reset();  // drains
@@ -201,133 +207,101 @@ TERN_API tern_status_t tern_queue_destroy(tern_queue_t queue) {
 }
 
 TERN_API tern_status_t tern_queue_nop(tern_queue_t queue, uint64_t* out_sequence) {
-  if (out_sequence) *out_sequence = 0;
-  Runtime* rt;
-  QueueObject* q;
-  Status status = GetQueue(queue, &rt, &q);
-  if (status.ok()) status = Submit(*q, driver::Command{}, out_sequence);
-  return Report(status);
+  return SubmitTo(queue, out_sequence, [&](Runtime*, QueueObject& q) {
+    return Submit(q, driver::Command{}, out_sequence);
+  });
 }
 
 TERN_API tern_status_t tern_queue_copy_h2d(tern_queue_t queue, tern_buffer_t dst,
                                            uint64_t dst_offset, const void* src, uint64_t size,
                                            uint64_t* out_sequence) {
-  if (out_sequence) *out_sequence = 0;
-  Runtime* rt;
-  QueueObject* q;
-  Status status = GetQueue(queue, &rt, &q);
-  if (status.ok()) status = CopyH2D(rt, *q, dst, dst_offset, src, size, out_sequence);
-  return Report(status);
+  return SubmitTo(queue, out_sequence, [&](Runtime* rt, QueueObject& q) {
+    return CopyH2D(rt, q, dst, dst_offset, src, size, out_sequence);
+  });
 }
 
 TERN_API tern_status_t tern_queue_copy_d2h(tern_queue_t queue, void* dst, tern_buffer_t src,
                                            uint64_t src_offset, uint64_t size,
                                            uint64_t* out_sequence) {
-  if (out_sequence) *out_sequence = 0;
-  Runtime* rt;
-  QueueObject* q;
-  Status status = GetQueue(queue, &rt, &q);
-  if (status.ok()) status = CopyD2H(rt, *q, dst, src, src_offset, size, out_sequence);
-  return Report(status);
+  return SubmitTo(queue, out_sequence, [&](Runtime* rt, QueueObject& q) {
+    return CopyD2H(rt, q, dst, src, src_offset, size, out_sequence);
+  });
 }
 
 TERN_API tern_status_t tern_queue_copy_d2d(tern_queue_t queue, tern_buffer_t dst,
                                            uint64_t dst_offset, tern_buffer_t src,
                                            uint64_t src_offset, uint64_t size,
                                            uint64_t* out_sequence) {
-  if (out_sequence) *out_sequence = 0;
-  Runtime* rt;
-  QueueObject* q;
-  Status status = GetQueue(queue, &rt, &q);
-  if (status.ok()) status = CopyD2D(rt, *q, dst, dst_offset, src, src_offset, size, out_sequence);
-  return Report(status);
+  return SubmitTo(queue, out_sequence, [&](Runtime* rt, QueueObject& q) {
+    return CopyD2D(rt, q, dst, dst_offset, src, src_offset, size, out_sequence);
+  });
 }
 
 TERN_API tern_status_t tern_queue_fill(tern_queue_t queue, tern_buffer_t dst, uint64_t dst_offset,
                                        uint64_t size, uint32_t pattern, uint64_t* out_sequence) {
-  if (out_sequence) *out_sequence = 0;
-  Runtime* rt;
-  QueueObject* q;
-  Status status = GetQueue(queue, &rt, &q);
-  if (status.ok()) status = Fill(rt, *q, dst, dst_offset, size, pattern, out_sequence);
-  return Report(status);
+  return SubmitTo(queue, out_sequence, [&](Runtime* rt, QueueObject& q) {
+    return Fill(rt, q, dst, dst_offset, size, pattern, out_sequence);
+  });
 }
 
 TERN_API tern_status_t tern_queue_host_callback(tern_queue_t queue, tern_host_callback_fn callback,
                                                 void* user_data, uint64_t* out_sequence) {
-  if (out_sequence) *out_sequence = 0;
-  Runtime* rt;
-  QueueObject* q;
-  Status status = GetQueue(queue, &rt, &q);
-  if (status.ok() && callback == nullptr) {
-    status = MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "callback is NULL");
-  }
-  if (status.ok()) {
+  return SubmitTo(queue, out_sequence, [&](Runtime*, QueueObject& q) {
+    if (callback == nullptr) return NullArgument("callback");
     driver::Command command;
     command.kind = driver::CommandKind::kHostFunction;
     command.host_function = callback;
     command.host_user_data = user_data;
-    status = Submit(*q, std::move(command), out_sequence);
-  }
-  return Report(status);
+    return Submit(q, std::move(command), out_sequence);
+  });
 }
 
 TERN_API tern_status_t tern_queue_record_event(tern_queue_t queue, tern_event_t event,
                                                uint64_t* out_sequence) {
-  if (out_sequence) *out_sequence = 0;
-  Runtime* rt;
-  QueueObject* q;
-  Status status = GetQueue(queue, &rt, &q);
-  if (status.ok()) status = RecordEvent(rt, *q, event, out_sequence);
-  return Report(status);
+  return SubmitTo(queue, out_sequence, [&](Runtime* rt, QueueObject& q) {
+    return RecordEvent(rt, q, event, out_sequence);
+  });
 }
 
 TERN_API tern_status_t tern_queue_wait_event(tern_queue_t queue, tern_event_t event,
                                              uint64_t* out_sequence) {
-  if (out_sequence) *out_sequence = 0;
-  Runtime* rt;
-  QueueObject* q;
-  Status status = GetQueue(queue, &rt, &q);
-  if (status.ok()) status = WaitEvent(rt, *q, event, out_sequence);
-  return Report(status);
+  return SubmitTo(queue, out_sequence, [&](Runtime* rt, QueueObject& q) {
+    return WaitEvent(rt, q, event, out_sequence);
+  });
 }
 
 TERN_API tern_status_t tern_queue_synchronize(tern_queue_t queue, uint64_t timeout_ns) {
   Runtime* rt;
   QueueObject* q;
-  Status status = GetQueue(queue, &rt, &q);
-  if (status.ok()) status = WaitFor(*q, q->hw->submitted(), timeout_ns);
-  if (status.ok()) status = q->completion->CurrentFailure(nullptr);
-  return Report(status);
+  TERN_API_TRY(GetQueue(queue, &rt, &q));
+  TERN_API_TRY(WaitFor(*q, q->hw->submitted(), timeout_ns));
+  return Report(q->completion->CurrentFailure(nullptr));
 }
 
 TERN_API tern_status_t tern_queue_wait_sequence(tern_queue_t queue, uint64_t sequence,
                                                 uint64_t timeout_ns) {
   Runtime* rt;
   QueueObject* q;
-  Status status = GetQueue(queue, &rt, &q);
-  if (status.ok() && (sequence == 0 || sequence > q->hw->submitted())) {
-    status = MakeStatus(TERN_ERROR_OUT_OF_RANGE,
-                        "sequence {} was never submitted to queue '{}' (it has {} commands; "
-                        "sequence numbers start at 1)",
-                        sequence, q->name, q->hw->submitted());
+  TERN_API_TRY(GetQueue(queue, &rt, &q));
+  if (sequence == 0 || sequence > q->hw->submitted()) {
+    return Report(MakeStatus(TERN_ERROR_OUT_OF_RANGE,
+                             "sequence {} was never submitted to queue '{}' (it has {} commands; "
+                             "sequence numbers start at 1)",
+                             sequence, q->name, q->hw->submitted()));
   }
-  if (status.ok()) status = WaitFor(*q, sequence, timeout_ns);
-  if (status.ok()) status = q->completion->FailureAt(sequence);
-  return Report(status);
+  TERN_API_TRY(WaitFor(*q, sequence, timeout_ns));
+  return Report(q->completion->FailureAt(sequence));
 }
 
 TERN_API tern_status_t tern_queue_query(tern_queue_t queue, uint64_t* out_completed) {
   if (out_completed) *out_completed = 0;
   Runtime* rt;
   QueueObject* q;
-  Status status = GetQueue(queue, &rt, &q);
-  if (!status.ok()) return Report(status);
+  TERN_API_TRY(GetQueue(queue, &rt, &q));
   const uint64_t submitted = q->hw->submitted();
   const uint64_t completed = q->completion->value();
   if (out_completed) *out_completed = completed;
-  status = q->completion->CurrentFailure(nullptr);
-  if (!status.ok()) return Report(status);
+  TERN_API_TRY(q->completion->CurrentFailure(nullptr));
   // NOT_READY is an answer, not a failure: it leaves the last error alone.
   return completed >= submitted ? TERN_OK : TERN_ERROR_NOT_READY;
 }
@@ -335,8 +309,7 @@ TERN_API tern_status_t tern_queue_query(tern_queue_t queue, uint64_t* out_comple
 TERN_API tern_status_t tern_queue_clear_error(tern_queue_t queue) {
   Runtime* rt;
   QueueObject* q;
-  Status status = GetQueue(queue, &rt, &q);
-  if (!status.ok()) return Report(status);
+  TERN_API_TRY(GetQueue(queue, &rt, &q));
   Status cleared = q->completion->CurrentFailure(nullptr);
   q->hw->ClearError();
   return Report(cleared);

@@ -1,8 +1,7 @@
-// Status strings, the per-thread last error, the version query and small
-// formatting helpers shared by the API files.
+// Status codes as text and the per-thread last error: tern_status_string,
+// tern_last_error_message, and Report(), which every entry point ends with.
 #include <string>
 
-#include "common/isa_rules.h"
 #include "src/runtime/runtime_state.h"
 
 namespace tern {
@@ -17,58 +16,6 @@ tern_status_t Report(const Status& status) {
     t_last_error = fmt::format("{}: {}", tern_status_string(status.code()), status.message());
   }
   return status.code();
-}
-
-uint32_t NextHandleGeneration() {
-  static std::atomic<uint32_t> counter{1};
-  return counter.fetch_add(1, std::memory_order_relaxed);
-}
-
-Status HandleTableFull(const char* what) {
-  return MakeStatus(TERN_ERROR_HOST_OUT_OF_MEMORY,
-                    "this process already holds the most live {} tern can track ({}); free "
-                    "some: so many live at once usually means they are leaked",
-                    what, kMaxLiveHandles);
-}
-
-Status CheckStructSize(uint32_t struct_size, size_t minimum, const char* type) {
-  if (struct_size < minimum) {
-    return MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
-                      "{}.struct_size is {} but must be at least {}: set it to sizeof({})", type,
-                      struct_size, minimum, type);
-  }
-  return OkStatus();
-}
-
-std::string FormatBytes(uint64_t bytes) {
-  static const char* const kUnits[] = {"KiB", "MiB", "GiB", "TiB"};
-  if (bytes < 1024) return fmt::format("{} B", bytes);
-  double value = static_cast<double>(bytes);
-  int unit = -1;
-  while (value >= 1024.0 && unit < 3) {
-    value /= 1024.0;
-    ++unit;
-  }
-  return fmt::format("{:.2f} {}", value, kUnits[unit]);
-}
-
-const char* MemoryCategoryName(tern_memory_category_t category) {
-  switch (category) {
-    case TERN_MEMORY_TENSORS:
-      return "tensors";
-    case TERN_MEMORY_CONSTANTS:
-      return "constants";
-    case TERN_MEMORY_CODE:
-      return "code";
-    case TERN_MEMORY_SCRATCH:
-      return "scratch";
-    case TERN_MEMORY_COLLECTIVES:
-      return "collectives";
-    case TERN_MEMORY_RUNTIME:
-      return "runtime";
-    default:
-      return "unknown";
-  }
 }
 
 }  // namespace tern
@@ -119,34 +66,5 @@ TERN_API const char* tern_status_string(tern_status_t status) {
 }
 
 TERN_API const char* tern_last_error_message(void) { return tern::t_last_error.c_str(); }
-
-// A C caller may pass any int as the enum: the tables answer 0 or "unknown"
-// for a value they do not list.
-TERN_API uint64_t tern_dtype_size(tern_dtype_t dtype) { return tern::isa::DTypeSize(dtype); }
-
-TERN_API const char* tern_dtype_name(tern_dtype_t dtype) { return tern::isa::DTypeName(dtype); }
-
-TERN_API const char* tern_memory_category_name(tern_memory_category_t category) {
-  return tern::MemoryCategoryName(category);
-}
-
-TERN_API tern_status_t tern_get_version(tern_version_t* out_version) {
-  using namespace tern;
-  if (out_version == nullptr) {
-    return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "out_version is NULL"));
-  }
-  Status size_ok =
-      CheckStructSize(out_version->struct_size, offsetof(tern_version_t, build), "tern_version_t");
-  if (!size_ok.ok()) return Report(size_ok);
-  out_version->major = TERN_VERSION_MAJOR;
-  out_version->minor = TERN_VERSION_MINOR;
-  out_version->patch = TERN_VERSION_PATCH;
-  if (out_version->struct_size >= sizeof(tern_version_t)) {
-    static const std::string build =
-        fmt::format("gcc {} C++{}", __VERSION__, __cplusplus / 100 % 100);
-    out_version->build = build.c_str();
-  }
-  return TERN_OK;
-}
 
 }  // extern "C"

@@ -13,6 +13,7 @@
 
 #include "common/logging.h"
 #include "common/trace.h"
+#include "src/runtime/api_checks.h"
 
 namespace tern {
 namespace {
@@ -198,24 +199,11 @@ Status LookupDevice(Runtime* rt, tern_device_t handle, const char* arg, DeviceOb
   return OkStatus();
 }
 
-namespace {
-
-// The error of a lookup that found nothing: `what` is the kind of handle,
-// `hint` how to get one.
-Status NotALiveHandle(const char* arg, const char* what, const char* hint) {
-  return MakeStatus(TERN_ERROR_INVALID_HANDLE,
-                    "{} is not a live {} handle (NULL, already destroyed, or another kind of "
-                    "handle); {}",
-                    arg, what, hint);
-}
-
-}  // namespace
-
-#define TERN_DEFINE_LOOKUP(Name, HandleType, Object, table, what, hint) \
-  Status Lookup##Name(Runtime* rt, HandleType handle, const char* arg,  \
-                      std::shared_ptr<Object>* out) {                   \
-    *out = rt->table.Lookup(reinterpret_cast<uint64_t>(handle));        \
-    return *out ? OkStatus() : NotALiveHandle(arg, what, hint);         \
+#define TERN_DEFINE_LOOKUP(Name, HandleType, Object, table, what, hint)              \
+  Status Lookup##Name(Runtime* rt, HandleType handle, const char* arg,               \
+                      std::shared_ptr<Object>* out) {                                \
+    *out = rt->table.Lookup(reinterpret_cast<uint64_t>(handle));                     \
+    return *out ? OkStatus() : NotALiveHandle(arg, what, "already destroyed", hint); \
   }
 
 TERN_DEFINE_LOOKUP(Core, tern_core_t, CoreObject, core_table, "core",
@@ -230,7 +218,9 @@ TERN_DEFINE_LOOKUP(Event, tern_event_t, EventObject, event_table, "event",
 
 Status PeekQueue(Runtime* rt, tern_queue_t handle, const char* arg, QueueObject** out) {
   *out = rt->queue_table.Peek(reinterpret_cast<uint64_t>(handle));
-  return *out ? OkStatus() : NotALiveHandle(arg, "queue", "create one with tern_queue_create()");
+  return *out ? OkStatus()
+              : NotALiveHandle(arg, "queue", "already destroyed",
+                               "create one with tern_queue_create()");
 }
 
 Status CheckBufferRange(const BufferObject& buffer, uint64_t offset, uint64_t size,
@@ -255,9 +245,8 @@ TERN_API tern_status_t tern_init(const tern_init_options_t* options) {
     return Report(GetRuntime(&ignored));
   }
   if (options != nullptr) {
-    Status status =
-        CheckStructSize(options->struct_size, sizeof(tern_init_options_t), "tern_init_options_t");
-    if (!status.ok()) return Report(status);
+    TERN_API_TRY(
+        CheckStructSize(options->struct_size, sizeof(tern_init_options_t), "tern_init_options_t"));
     if (options->flags != 0) {
       return Report(MakeStatus(
           TERN_ERROR_INVALID_ARGUMENT,
