@@ -33,8 +33,8 @@
 #include <vector>
 
 #include "common/isa_rules.h"
-#include "driver_shim/sim/engines/run_instruction.h"
 #include "driver_shim/sim/engines/numerics.h"
+#include "driver_shim/sim/engines/run_instruction.h"
 
 namespace {
 

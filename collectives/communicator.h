@@ -20,8 +20,8 @@
 #include "comm_config.h"
 #include "control.h"
 #include "local_channel.h"
-#include "src/runtime/runtime_state.h"
 #include "spin_lock.h"
+#include "src/runtime/runtime_state.h"
 #include "transport.h"
 
 namespace tern::comm {

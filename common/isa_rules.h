@@ -41,7 +41,7 @@ const char* OpcodeName(uint32_t opcode);
 // The engine an opcode runs on (its high byte); 0 when unknown.
 tern_engine_t OpcodeEngine(uint32_t opcode);
 const char* EngineName(tern_engine_t engine);
-const char* UnaryFnName(int64_t fn);   // nullptr when unknown
+const char* UnaryFnName(int64_t fn);  // nullptr when unknown
 const char* BinaryFnName(int64_t fn);
 const char* ReduceFnName(int64_t fn);
 const char* RandomFnName(int64_t fn);

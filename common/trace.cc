@@ -54,10 +54,18 @@ Recorder* GetRecorder() {
 void AppendEscaped(std::string* out, std::string_view text) {
   for (char c : text) {
     switch (c) {
-      case '"': *out += "\\\""; break;
-      case '\\': *out += "\\\\"; break;
-      case '\n': *out += "\\n"; break;
-      case '\t': *out += "\\t"; break;
+      case '"':
+        *out += "\\\"";
+        break;
+      case '\\':
+        *out += "\\\\";
+        break;
+      case '\n':
+        *out += "\\n";
+        break;
+      case '\t':
+        *out += "\\t";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20) {
           char buffer[8];
@@ -118,13 +126,14 @@ bool Flush() {
       named_core[pid] = true;
       begin_event();
       out += fmt::format(
-          "{{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":{},\"args\":{{\"name\":\"tern device {} "
-          "core {}\"}}}}",
+          "{{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":{},"
+          "\"args\":{{\"name\":\"tern device {} core {}\"}}}}",
           pid, track.device, track.core);
     }
     begin_event();
-    out += fmt::format("{{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":{},\"tid\":{},\"args\":{{\"name\":\"", pid,
-                       i + 1);
+    out += fmt::format(
+        "{{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":{},\"tid\":{},\"args\":{{\"name\":\"", pid,
+        i + 1);
     AppendEscaped(&out, "queue " + track.name);
     out += "\"}}";
   }
@@ -143,17 +152,19 @@ bool Flush() {
     out += event.args;
     out += "}}";
   }
-  out += fmt::format("\n],\"otherData\":{{\"producer\":\"tern\",\"pid\":{},\"dropped_events\":{}}}}}\n",
-                     getpid(), recorder->dropped);
+  out += fmt::format(
+      "\n],\"otherData\":{{\"producer\":\"tern\",\"pid\":{},\"dropped_events\":{}}}}}\n", getpid(),
+      recorder->dropped);
   const std::string temp = recorder->path + ".tmp";
   FILE* file = std::fopen(temp.c_str(), "w");
   bool ok = file != nullptr && std::fwrite(out.data(), 1, out.size(), file) == out.size();
   if (file != nullptr) ok = (std::fclose(file) == 0) && ok;
   if (ok) ok = std::rename(temp.c_str(), recorder->path.c_str()) == 0;
   if (!ok) {
-    TERN_LOG_ERROR("could not write the trace to TERN_TRACE={}: check the directory exists and is "
-                   "writable",
-                   recorder->path);
+    TERN_LOG_ERROR(
+        "could not write the trace to TERN_TRACE={}: check the directory exists and is "
+        "writable",
+        recorder->path);
     return false;
   }
   recorder->dirty = false;

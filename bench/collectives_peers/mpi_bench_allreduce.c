@@ -25,27 +25,35 @@ int main(int argc, char** argv) {
   double min_bytes = 8, max_bytes = 64.0 * 1024 * 1024, factor = 2;
   int iters = 20, warmup = 5;
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (!strcmp(argv[i], "-b")) min_bytes = parse_bytes(argv[i + 1]);
-    else if (!strcmp(argv[i], "-e")) max_bytes = parse_bytes(argv[i + 1]);
-    else if (!strcmp(argv[i], "-f")) factor = atof(argv[i + 1]);
-    else if (!strcmp(argv[i], "-n")) iters = atoi(argv[i + 1]);
-    else if (!strcmp(argv[i], "-w")) warmup = atoi(argv[i + 1]);
+    if (!strcmp(argv[i], "-b"))
+      min_bytes = parse_bytes(argv[i + 1]);
+    else if (!strcmp(argv[i], "-e"))
+      max_bytes = parse_bytes(argv[i + 1]);
+    else if (!strcmp(argv[i], "-f"))
+      factor = atof(argv[i + 1]);
+    else if (!strcmp(argv[i], "-n"))
+      iters = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "-w"))
+      warmup = atoi(argv[i + 1]);
   }
   const size_t max_count = (size_t)(max_bytes / 4) + 1;
   float* send = calloc(max_count, 4);
   float* recv = calloc(max_count, 4);
-  if (rank == 0) printf("impl,collective,ranks,size,count,type,redop,placement,time_us,algbw,busbw,wrong\n");
+  if (rank == 0)
+    printf("impl,collective,ranks,size,count,type,redop,placement,time_us,algbw,busbw,wrong\n");
   for (double bytes = min_bytes; bytes <= max_bytes * 1.0000001; bytes *= factor) {
     const int count = (int)(bytes / 4);
     if (count == 0) continue;
     for (int in_place = 0; in_place < 2; ++in_place) {
       for (int k = 0; k < warmup; ++k) {
-        MPI_Allreduce(in_place ? MPI_IN_PLACE : send, recv, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        MPI_Allreduce(in_place ? MPI_IN_PLACE : send, recv, count, MPI_FLOAT, MPI_SUM,
+                      MPI_COMM_WORLD);
       }
       MPI_Barrier(MPI_COMM_WORLD);
       const double start = MPI_Wtime();
       for (int k = 0; k < iters; ++k) {
-        MPI_Allreduce(in_place ? MPI_IN_PLACE : send, recv, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        MPI_Allreduce(in_place ? MPI_IN_PLACE : send, recv, count, MPI_FLOAT, MPI_SUM,
+                      MPI_COMM_WORLD);
       }
       double elapsed = MPI_Wtime() - start, slowest = 0;
       MPI_Allreduce(&elapsed, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);

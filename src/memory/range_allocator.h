@@ -16,10 +16,10 @@
 #ifndef TERN_SRC_MEMORY_RANGE_ALLOCATOR_H_
 #define TERN_SRC_MEMORY_RANGE_ALLOCATOR_H_
 
+#include <absl/container/flat_hash_map.h>
+
 #include <cstdint>
 #include <vector>
-
-#include <absl/container/flat_hash_map.h>
 
 namespace tern {
 

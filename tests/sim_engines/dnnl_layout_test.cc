@@ -5,8 +5,8 @@
 // through oneDNN (with its fallbacks) and through the portable loops.
 #include <cmath>
 
-#include "kernel_test_util.h"
 #include "driver_shim/sim/engines/kernels_testing.h"
+#include "kernel_test_util.h"
 
 namespace tern::testing {
 namespace {

@@ -4,8 +4,8 @@
 // through oneDNN and through the portable loops.
 #include <cmath>
 
-#include "kernel_test_util.h"
 #include "driver_shim/sim/engines/kernels_testing.h"
+#include "kernel_test_util.h"
 
 namespace tern::testing {
 namespace {

@@ -6,8 +6,8 @@
 #include <cmath>
 #include <set>
 
-#include "kernel_test_util.h"
 #include "driver_shim/sim/engines/numerics.h"
+#include "kernel_test_util.h"
 
 namespace tern::testing {
 namespace {

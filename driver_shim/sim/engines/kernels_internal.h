@@ -14,8 +14,8 @@
 #include <span>
 #include <string>
 
-#include "driver_shim/sim/engines/run_instruction.h"
 #include "driver_shim/sim/engines/numerics.h"
+#include "driver_shim/sim/engines/run_instruction.h"
 
 // Hot loops are compiled for AVX-512, AVX2 and baseline x86-64 and picked at
 // load time, so the library stays portable and still uses the wide units.
