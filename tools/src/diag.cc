@@ -187,23 +187,8 @@ int RunDiag(const DiagOptions& options) {
 
 }  // namespace
 
-Subcommand AddDiagCommand(CLI::App& parent) {
+Runner AddDiagOptions(CLI::App* app) {
   auto options = std::make_shared<DiagOptions>();
-  CLI::App* app = AddSubcommandApp(
-      parent, "diag", "Check the health of the devices (exit 0 healthy, 1 degraded, 2 failed)",
-      "Run health checks on every device and report them as a table or JSON. Active checks "
-      "allocate a little device memory and use a core that no workload holds; when every core "
-      "of a device is busy, the checks that need one are skipped (reported as degraded).\n"
-      "  hbm_pattern          write address and bit patterns, fill with DMA, read back, compare\n"
-      "  copy_bandwidth       H2D and D2H GB/s against memcpy (below --min-bandwidth-ratio: "
-      "degraded)\n"
-      "  compute_selftest     relu(a @ b) on 64x64 fp32 matrices, compared bit for bit with "
-      "the host's result\n"
-      "  collective_loopback  sum all-reduce across every free core of the checked devices, "
-      "compared exactly\n"
-      "  ecc                  uncorrected ECC errors: failed\n"
-      "  error_counters       failed commands by class: degraded\n"
-      "Exit code: 0 healthy, 1 degraded, 2 failed, 3 diag could not run, 64 bad usage.");
   AddJsonFlag(app, &options->json);
   app->add_option("--device", options->devices, "Check only these devices (repeatable)")
       ->type_name("INDEX");
@@ -225,7 +210,7 @@ Subcommand AddDiagCommand(CLI::App& parent) {
                   "Test hook: arm a fault on the first core diag opens before the checks run: "
                   "dma_abort, hbm_ue or hang (hang sets TERN_EXEC_TIMEOUT=2 unless set)")
       ->type_name("FAULT");
-  return {app, [options]() { return RunDiag(*options); }};
+  return [options]() { return RunDiag(*options); };
 }
 
 }  // namespace tern::tools

@@ -71,36 +71,30 @@ class MappedFile {
 
 }  // namespace
 
-Subcommand AddDumpCommand(CLI::App& parent) {
+Runner AddDumpOptions(CLI::App* app) {
   struct Options {
     std::string file;
     bool summary = false;
   };
   auto options = std::make_shared<Options>();
-  CLI::App* app = AddSubcommandApp(
-      parent, "dump", "Inspect an executable file",
-      "Print the header, sections (checksums checked), signature and the disassembly of every "
-      "instruction stream of a tern executable, then the loader's verdict. Needs no device.\n"
-      "Exit status: 0 the loader accepts the file, 1 it rejects it (the reason is printed), "
-      "3 the file could not be read.");
   app->add_option("FILE", options->file, "The executable to inspect")->required();
   app->add_flag("--summary", options->summary,
                 "Header, sections and signature only: no disassembly");
-  return {app, [options]() -> int {
-            const MappedFile file(options->file);
-            exe::DumpOptions dump_options;
-            dump_options.disassemble = !options->summary;
-            std::string text;
-            const Status verdict = exe::DumpExecutable(file.bytes(), &text, dump_options);
-            std::cout << text;
-            std::cout.flush();
-            if (!verdict.ok()) {
-              std::cerr << "tern dump: " << options->file
-                        << " would not load: " << verdict.message() << "\n";
-              return kExitRejected;
-            }
-            return kExitOk;
-          }};
+  return [options]() -> int {
+    const MappedFile file(options->file);
+    exe::DumpOptions dump_options;
+    dump_options.disassemble = !options->summary;
+    std::string text;
+    const Status verdict = exe::DumpExecutable(file.bytes(), &text, dump_options);
+    std::cout << text;
+    std::cout.flush();
+    if (!verdict.ok()) {
+      std::cerr << "tern dump: " << options->file << " would not load: " << verdict.message()
+                << "\n";
+      return kExitRejected;
+    }
+    return kExitOk;
+  };
 }
 
 }  // namespace tern::tools

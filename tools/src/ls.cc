@@ -97,26 +97,20 @@ std::string LsTable(const Runtime& runtime, const NodeSample& sample) {
 
 }  // namespace
 
-Subcommand AddLsCommand(CLI::App& parent) {
+Runner AddLsOptions(CLI::App* app) {
   auto options = std::make_shared<LsOptions>();
-  CLI::App* app = AddSubcommandApp(
-      parent, "ls", "List the devices, their cores and memory, and the processes using them",
-      "List the devices of this node: cores, device memory (HBM) total and in use by every "
-      "process, NUMA node and nearby CPUs, which process owns each core, and the processes "
-      "using each device with their memory by category. Reads shared telemetry only: it works "
-      "while workloads run and never takes a core.");
   AddJsonFlag(app, &options->json);
-  return {app, [options]() {
-            Runtime runtime;
-            const NodeSample sample = TakeSample(runtime);
-            if (options->json) {
-              std::cout << LsJson(runtime, sample).dump(2) << '\n';
-            } else {
-              std::cout << LsTable(runtime, sample);
-            }
-            std::cout.flush();
-            return kExitOk;
-          }};
+  return [options]() {
+    Runtime runtime;
+    const NodeSample sample = TakeSample(runtime);
+    if (options->json) {
+      std::cout << LsJson(runtime, sample).dump(2) << '\n';
+    } else {
+      std::cout << LsTable(runtime, sample);
+    }
+    std::cout.flush();
+    return kExitOk;
+  };
 }
 
 }  // namespace tern::tools

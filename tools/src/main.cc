@@ -10,12 +10,12 @@
 
 namespace {
 
-using tern::tools::Subcommand;
+using tern::tools::Runner;
 
-// The order here is the order of `tern --help`.
-constexpr Subcommand (*kSubcommands[])(CLI::App&) = {
-    tern::tools::AddLsCommand,   tern::tools::AddTopCommand,  tern::tools::AddMonitorCommand,
-    tern::tools::AddDiagCommand, tern::tools::AddDumpCommand,
+// A subcommand added to the app, and what runs it once it is parsed.
+struct AddedSubcommand {
+  CLI::App* app;
+  Runner run;
 };
 
 }  // namespace
@@ -43,8 +43,12 @@ int main(int argc, char** argv) {
       "Environment: TERN_SIM_NODE and TERN_SIM_TOPOLOGY select the simulated node to inspect "
       "(use the workload's values).");
 
-  std::vector<Subcommand> subcommands;
-  for (auto add : kSubcommands) subcommands.push_back(add(app));
+  std::vector<AddedSubcommand> subcommands;
+  for (const tern::tools::SubcommandSpec& spec : tern::tools::Subcommands()) {
+    CLI::App* subcommand = app.add_subcommand(spec.name, spec.summary);
+    subcommand->footer(spec.help);
+    subcommands.push_back({subcommand, spec.add_options(subcommand)});
+  }
 
   try {
     app.parse(argc, argv);
@@ -59,7 +63,7 @@ int main(int argc, char** argv) {
     return tern::tools::kExitUsage;
   }
 
-  for (const Subcommand& subcommand : subcommands) {
+  for (const AddedSubcommand& subcommand : subcommands) {
     if (!subcommand.app->parsed()) continue;
     try {
       return subcommand.run();

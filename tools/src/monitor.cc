@@ -71,16 +71,8 @@ int RunHttp(const MonitorOptions& options) {
 
 }  // namespace
 
-Subcommand AddMonitorCommand(CLI::App& parent) {
+Runner AddMonitorOptions(CLI::App* app) {
   auto options = std::make_shared<MonitorOptions>();
-  CLI::App* app = AddSubcommandApp(
-      parent, "monitor", "Print device counters periodically: JSON lines or Prometheus metrics",
-      "Sample every device each INTERVAL and print one JSON document per line: per-core "
-      "utilization, commands and executions (totals and rates over the interval), errors by "
-      "class, device memory by category and by process, and ECC counters. The first line comes "
-      "after one interval, so every line has rates.\n"
-      "With --prometheus, print the Prometheus text exposition instead (once by default); with "
-      "--listen, serve it over HTTP at /metrics until SIGINT or SIGTERM.");
   AddPeriodOption(app, "-i,--interval", &options->interval_s, "Seconds between samples", 0.01,
                   86400.0);
   app->add_option("-n,--count", options->count,
@@ -92,19 +84,19 @@ Subcommand AddMonitorCommand(CLI::App& parent) {
                   "Serve Prometheus metrics over HTTP on [ADDR:]PORT (ADDR defaults to "
                   "127.0.0.1; port 0 picks a free one, printed on stderr)")
       ->type_name("[ADDR:]PORT");
-  return {app, [options]() {
-            InstallStopHandlers();
-            if (!options->listen.empty()) {
-              if (options->count >= 0) {
-                throw ToolError(
-                    "--count does not apply to --listen (the server runs until "
-                    "SIGINT or SIGTERM)",
-                    kExitUsage);
-              }
-              return RunHttp(*options);
-            }
-            return RunStdout(*options);
-          }};
+  return [options]() {
+    InstallStopHandlers();
+    if (!options->listen.empty()) {
+      if (options->count >= 0) {
+        throw ToolError(
+            "--count does not apply to --listen (the server runs until "
+            "SIGINT or SIGTERM)",
+            kExitUsage);
+      }
+      return RunHttp(*options);
+    }
+    return RunStdout(*options);
+  };
 }
 
 }  // namespace tern::tools

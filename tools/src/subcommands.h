@@ -1,28 +1,40 @@
-// The subcommands of `tern`. Adding one: write tools/src/<name>.cc with an
-// Add<Name>Command() that registers its options on the parent app and returns
-// what runs it, declare it here, and list it in kSubcommands in main.cc.
+// The subcommands of `tern`. Their names, summaries and long help live in
+// one table, kSubcommands in subcommands.cc (the order of `tern --help`);
+// each <name>.cc holds only what differs: Add<Name>Options(), which adds the
+// subcommand's options and returns what runs it.
+//
+// Adding one: write tools/src/<name>.cc with its Add<Name>Options(), declare
+// it here, and add its row to kSubcommands.
 #ifndef TERN_TOOLS_SRC_SUBCOMMANDS_H_
 #define TERN_TOOLS_SRC_SUBCOMMANDS_H_
 
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <span>
 #include <string>
 
 namespace tern::tools {
 
-struct Subcommand {
-  CLI::App* app = nullptr;   // the parsed options live in the runner's closure
-  std::function<int()> run;  // returns the exit code; may throw ToolError
+// Runs a parsed subcommand (its options live in the closure) and returns the
+// exit code; may throw ToolError.
+using Runner = std::function<int()>;
+
+struct SubcommandSpec {
+  const char* name;
+  const char* summary;  // one line, in `tern --help`
+  const char* help;     // the footer of `tern <name> --help`
+  // Adds the options to the subcommand's app and returns what runs it.
+  Runner (*add_options)(CLI::App* app);
 };
 
-// Adds subcommand `name` to `parent` with its one-line `summary` (in `tern
-// --help`) and the longer `footer` of its own --help.
-inline CLI::App* AddSubcommandApp(CLI::App& parent, const std::string& name,
-                                  const std::string& summary, const std::string& footer) {
-  CLI::App* app = parent.add_subcommand(name, summary);
-  app->footer(footer);
-  return app;
-}
+// Every subcommand, in the order of `tern --help`.
+std::span<const SubcommandSpec> Subcommands();
+
+Runner AddLsOptions(CLI::App* app);
+Runner AddTopOptions(CLI::App* app);
+Runner AddMonitorOptions(CLI::App* app);
+Runner AddDiagOptions(CLI::App* app);
+Runner AddDumpOptions(CLI::App* app);
 
 // -j/--json, the same flag for every subcommand that prints a table.
 inline void AddJsonFlag(CLI::App* app, bool* json) {
@@ -34,12 +46,6 @@ inline CLI::Option* AddPeriodOption(CLI::App* app, const std::string& names, dou
                                     const std::string& help, double min_s, double max_s) {
   return app->add_option(names, *seconds, help)->default_val(1.0)->check(CLI::Range(min_s, max_s));
 }
-
-Subcommand AddLsCommand(CLI::App& parent);
-Subcommand AddTopCommand(CLI::App& parent);
-Subcommand AddMonitorCommand(CLI::App& parent);
-Subcommand AddDiagCommand(CLI::App& parent);
-Subcommand AddDumpCommand(CLI::App& parent);
 
 }  // namespace tern::tools
 

@@ -229,22 +229,17 @@ int RunLive(const TopOptions& options) {
 
 }  // namespace
 
-Subcommand AddTopCommand(CLI::App& parent) {
+Runner AddTopOptions(CLI::App* app) {
   auto options = std::make_shared<TopOptions>();
-  CLI::App* app = AddSubcommandApp(
-      parent, "top", "Live view of core utilization, memory and errors",
-      "A live terminal view of every device: per-core utilization (share of time running "
-      "commands) and commands/s, device memory by category and by process, error counters by "
-      "class and ECC counters. Press q or Ctrl-C to quit.");
   AddPeriodOption(app, "-d,--delay", &options->delay_s, "Seconds between refreshes", 0.05, 3600.0);
   app->add_flag("--once", options->once,
                 "Print one frame to stdout without the terminal view (rates over one delay)");
-  return {app, [options]() {
-            // Before curses starts: ncurses installs its own SIGINT/SIGTERM
-            // handlers only where none is set.
-            InstallStopHandlers();
-            return options->once ? RunOnce(*options) : RunLive(*options);
-          }};
+  return [options]() {
+    // Before curses starts: ncurses installs its own SIGINT/SIGTERM
+    // handlers only where none is set.
+    InstallStopHandlers();
+    return options->once ? RunOnce(*options) : RunLive(*options);
+  };
 }
 
 }  // namespace tern::tools
