@@ -592,15 +592,10 @@ TERN_API tern_status_t tern_comm_get_async_error(tern_comm_t comm, tern_status_t
 }
 
 TERN_API tern_status_t tern_comm_get_info(tern_comm_t comm, tern_comm_info_t* out_info) {
-  // Unlike the other info calls, out_info is zeroed only once the lookup
-  // passed: a failed call leaves it as it was.
-  TERN_API_CHECK_NOT_NULL(out_info);
-  TERN_API_TRY(
-      CheckStructSize(out_info->struct_size, sizeof(tern_comm_info_t), "tern_comm_info_t"));
+  TERN_API_CLEAR_OUT_STRUCT(out_info, tern_comm_info_t);
   Runtime* rt;
   std::shared_ptr<Communicator> object;
   TERN_API_TRY(GetComm(comm, &rt, &object));
-  TERN_API_CLEAR_OUT_STRUCT(out_info, tern_comm_info_t);
   out_info->rank = object->rank();
   out_info->size = object->size();
   out_info->local_rank = object->local_rank();

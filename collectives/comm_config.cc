@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "src/runtime/api_checks.h"
+
 namespace tern::comm {
 namespace {
 
@@ -93,11 +95,7 @@ Status LoadConfig(const tern_comm_config_t* config, CommConfig* out) {
                         "set it to sizeof(tern_comm_config_t)",
                         config->struct_size, sizeof(tern_comm_config_t));
     }
-    if (config->flags != 0) {
-      return MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
-                        "tern_comm_config_t.flags is {:#x}; no flags are defined yet: pass 0",
-                        config->flags);
-    }
+    TERN_RETURN_IF_ERROR(CheckNoFlags(config->flags, "tern_comm_config_t"));
     if (config->timeout_ns != 0) c.timeout_ns = config->timeout_ns;
     if (config->init_timeout_ns != 0) c.init_timeout_ns = config->init_timeout_ns;
   }

@@ -18,7 +18,6 @@ using rules::Bit;
 using rules::KnownDtype;
 using rules::OpInfo;
 using rules::Raw;
-using rules::ShapeString;
 
 constexpr OpInfo kOps[] = {
     {TERN_OP_COPY, "copy", {"dst", "src"}, 2, 0, Bit(0)},
@@ -149,15 +148,6 @@ bool NonOverlapping(const OperandDesc& desc) {
 }  // namespace
 
 namespace rules {
-
-std::string ShapeString(const int64_t* dims, uint32_t rank) {
-  std::string s = "[";
-  for (uint32_t i = 0; i < rank; ++i) {
-    if (i) s += ", ";
-    s += std::to_string(dims[i]);
-  }
-  return s + "]";
-}
 
 bool SameShape(const OperandDesc& a, const OperandDesc& b) {
   if (a.rank != b.rank) return false;
@@ -418,6 +408,15 @@ Status OperandExtent(const OperandDesc& desc, uint64_t* begin, uint64_t* end) {
   *begin = desc.offset;
   *end = stop;
   return OkStatus();
+}
+
+std::string ShapeString(const int64_t* dims, uint32_t rank) {
+  std::string s = "[";
+  for (uint32_t i = 0; i < rank; ++i) {
+    if (i) s += ", ";
+    s += std::to_string(dims[i]);
+  }
+  return s + "]";
 }
 
 std::string DescribeOperand(const OperandDesc& desc) {

@@ -67,6 +67,8 @@ Status ValidateInstruction(uint32_t opcode, std::span<const OperandDesc> operand
 
 // "[4, 8] f32" for messages.
 std::string DescribeOperand(const OperandDesc& desc);
+// "[4, 8]" for messages: `rank` dimensions, strides or index components.
+std::string ShapeString(const int64_t* dims, uint32_t rank);
 
 // Semaphore ids of SEM_SIGNAL / SEM_WAIT are below this (per core).
 inline constexpr int64_t kMaxSemaphores = 256;

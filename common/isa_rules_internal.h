@@ -45,8 +45,6 @@ struct OpInfo {
 
 inline bool IsBool(tern_dtype_t dtype) { return dtype == TERN_DTYPE_BOOL; }
 
-// "[4, 8]" for messages.
-std::string ShapeString(const int64_t* dims, uint32_t rank);
 bool SameShape(const OperandDesc& a, const OperandDesc& b);
 
 // Everything ValidateInstruction needs while it checks one instruction.

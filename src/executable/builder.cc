@@ -343,7 +343,7 @@ Status Builder::Serialize(std::vector<uint8_t>* module_bytes,
         const StoredInstruction& instruction = instructions_[index];
         operands.clear();
         for (uint32_t k = 0; k < instruction.operand_count; ++k) {
-          const StoredOperand& operand = operands_[instruction.operand_begin + k];
+          const Operand& operand = operands_[instruction.operand_begin + k];
           const isa::OperandDesc& desc = operand.desc;
           if (!desc.present()) {
             operands.push_back(format::CreateOperand(fbb));

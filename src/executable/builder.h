@@ -23,7 +23,8 @@ namespace tern::exe {
 class Builder {
  public:
   // An operand as given by the caller: `desc.strides` is used only when
-  // `explicit_strides` (otherwise contiguous strides are filled in).
+  // `explicit_strides` (otherwise contiguous strides are filled in). The
+  // builder stores it the same way, strides filled in.
   struct Operand {
     isa::OperandDesc desc;
     bool explicit_strides = false;
@@ -62,10 +63,6 @@ class Builder {
   uint64_t constants_bytes() const { return constants_.size(); }
 
  private:
-  struct StoredOperand {
-    isa::OperandDesc desc;
-    bool explicit_strides = false;
-  };
   struct StoredInstruction {
     uint16_t opcode = 0;
     uint32_t operand_begin = 0;  // into operands_
@@ -104,7 +101,7 @@ class Builder {
   std::vector<StoredFunction> functions_;
   bool function_open_ = false;
   std::vector<StoredInstruction> instructions_;
-  std::vector<StoredOperand> operands_;
+  std::vector<Operand> operands_;  // strides filled in
   std::vector<int64_t> ints_;
   std::vector<double> floats_;
   std::vector<std::string> debug_ops_;

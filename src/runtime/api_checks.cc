@@ -20,6 +20,14 @@ Status NotALiveHandleToDestroy(const char* arg, const char* what, const char* go
                     gone, never);
 }
 
+Status CheckNoFlags(uint32_t flags, const char* type) {
+  if (flags != 0) {
+    return MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
+                      "{}.flags is {:#x}; no flags are defined yet: pass 0", type, flags);
+  }
+  return OkStatus();
+}
+
 Status CheckStructSize(uint32_t struct_size, size_t minimum, const char* type) {
   if (struct_size < minimum) {
     return MakeStatus(TERN_ERROR_INVALID_ARGUMENT,

@@ -7,7 +7,8 @@
 //   TERN_API_CLEAR_OUT_STRUCT(out, Type)   an out struct: not NULL, struct_size
 //                                          checked, everything else zeroed
 //
-// and the errors for a handle that is not live, for lookups and for destroys.
+// and the errors for a handle that is not live, for lookups and for destroys,
+// and the check of a reserved flags field (CheckNoFlags).
 // Thread-safety: all of them may be used from any thread.
 // The macros return a tern_status_t from the function they are written in:
 // they belong in the entry points (and in helpers that return what an entry
@@ -37,6 +38,10 @@ Status NotALiveHandle(const char* arg, const char* what, const char* gone, const
 // `gone` as for NotALiveHandle; `never`: how a handle was never made live.
 Status NotALiveHandleToDestroy(const char* arg, const char* what, const char* gone,
                                const char* never);
+
+// Fails with "tern_queue_params_t.flags is 0x4; no flags are defined yet:
+// pass 0" unless `flags`, the reserved flags field of the struct `type`, is 0.
+Status CheckNoFlags(uint32_t flags, const char* type);
 
 // Checks an out struct that starts with struct_size (at least `minimum`
 // bytes) and zeroes it all but struct_size, so that it holds nothing stale

@@ -76,13 +76,7 @@ Status CheckLoadParams(const tern_executable_load_params_t* params) {
   if (params == nullptr) return OkStatus();
   TERN_RETURN_IF_ERROR(CheckStructSize(params->struct_size, sizeof(tern_executable_load_params_t),
                                        "tern_executable_load_params_t"));
-  if (params->flags != 0) {
-    return MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
-                      "tern_executable_load_params_t.flags is {:#x}; no flags are defined yet: "
-                      "pass 0",
-                      params->flags);
-  }
-  return OkStatus();
+  return CheckNoFlags(params->flags, "tern_executable_load_params_t");
 }
 
 Status Insert(Runtime* rt, DeviceObject* dev, exe::ValidatedExecutable validated,

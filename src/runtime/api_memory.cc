@@ -149,11 +149,7 @@ Status AllocateBuffer(Runtime* rt, tern_device_t device, const tern_buffer_param
   if (params == nullptr) return MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "params is NULL");
   TERN_RETURN_IF_ERROR(
       CheckStructSize(params->struct_size, sizeof(tern_buffer_params_t), "tern_buffer_params_t"));
-  if (params->flags != 0) {
-    return MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
-                      "tern_buffer_params_t.flags is {:#x}; no flags are defined yet: pass 0",
-                      params->flags);
-  }
+  TERN_RETURN_IF_ERROR(CheckNoFlags(params->flags, "tern_buffer_params_t"));
   if (params->size == 0) {
     return MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "cannot allocate 0 bytes: size must be > 0");
   }

@@ -171,11 +171,7 @@ TERN_API tern_status_t tern_queue_create(tern_core_t core, const tern_queue_para
   if (params != nullptr) {
     TERN_API_TRY(
         CheckStructSize(params->struct_size, sizeof(tern_queue_params_t), "tern_queue_params_t"));
-    if (params->flags != 0) {
-      return Report(MakeStatus(
-          TERN_ERROR_INVALID_ARGUMENT,
-          "tern_queue_params_t.flags is {:#x}; no flags are defined yet: pass 0", params->flags));
-    }
+    TERN_API_TRY(CheckNoFlags(params->flags, "tern_queue_params_t"));
     if (params->name != nullptr) name = params->name;
   }
   auto queue = std::make_shared<QueueObject>();

@@ -247,11 +247,7 @@ TERN_API tern_status_t tern_init(const tern_init_options_t* options) {
   if (options != nullptr) {
     TERN_API_TRY(
         CheckStructSize(options->struct_size, sizeof(tern_init_options_t), "tern_init_options_t"));
-    if (options->flags != 0) {
-      return Report(MakeStatus(
-          TERN_ERROR_INVALID_ARGUMENT,
-          "tern_init_options_t.flags is {:#x}; no flags are defined yet: pass 0", options->flags));
-    }
+    TERN_API_TRY(CheckNoFlags(options->flags, "tern_init_options_t"));
   }
   std::lock_guard<std::mutex> lock(g_lifetime_mutex);
   if (g_refcount > 0) {

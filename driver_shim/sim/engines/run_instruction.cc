@@ -265,12 +265,7 @@ void ScatterF32(const TensorView& view, const float* in) {
 }
 
 std::string IndexString(const int64_t* index, uint32_t rank) {
-  std::string s = "[";
-  for (uint32_t i = 0; i < rank; ++i) {
-    if (i) s += ", ";
-    s += std::to_string(index[i]);
-  }
-  return s + "]";
+  return isa::ShapeString(index, rank);
 }
 
 }  // namespace kernels
