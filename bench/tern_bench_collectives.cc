@@ -84,6 +84,9 @@ uint64_t ParseBytes(const char* text) {
   return bytes;
 }
 
+// The type names of nccl-tests' output ("float", "bfloat16", ...), which the
+// collectives comparison (scripts/bench-collectives.sh) lines up with the MPI and
+// gloo peers' rows: a format of the benchmark's output, not tern's dtype names.
 const char* DtypeName(tern_dtype_t d) {
   switch (d) {
     case TERN_DTYPE_F32:

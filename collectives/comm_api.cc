@@ -152,7 +152,7 @@ struct TicketAllocator {
 Status RunTicket(void* user_data, std::string* name) {
   Ticket* t = static_cast<Ticket*>(user_data);
   if (name != nullptr) {
-    // "all_reduce sum fp32 count=1024 comm 0x.. rank 1"
+    // "all_reduce sum f32 count=1024 comm 0x.. rank 1"
     *name = fmt::format("{} comm {} rank {}", Describe(t->op), t->comm->label(), t->comm->rank());
     return OkStatus();
   }
@@ -237,9 +237,7 @@ Status CheckDtype(tern_dtype_t dtype_in, size_t* out_size) {
   if (value < 0 || value >= TERN_DTYPE_COUNT || !IsReducible(static_cast<tern_dtype_t>(value))) {
     return MakeStatus(
         TERN_ERROR_INVALID_ARGUMENT,
-        "dtype {} is not supported by collectives: use fp32, bf16, fp16, int8, int32 or "
-        "int64",
-        value);
+        "dtype {} is not supported by collectives: use f32, bf16, f16, i8, i32 or i64", value);
   }
   *out_size = tern_dtype_size(dtype_in);
   return OkStatus();

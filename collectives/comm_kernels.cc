@@ -175,46 +175,6 @@ bool IsReducible(tern_dtype_t dtype) {
   }
 }
 
-size_t DtypeSize(tern_dtype_t dtype) {
-  // The storage types of ReduceOp().
-  switch (dtype) {
-    case TERN_DTYPE_F32:
-      return sizeof(float);
-    case TERN_DTYPE_BF16:
-    case TERN_DTYPE_F16:
-      return sizeof(uint16_t);
-    case TERN_DTYPE_I8:
-      return sizeof(int8_t);
-    case TERN_DTYPE_I32:
-      return sizeof(int32_t);
-    case TERN_DTYPE_I64:
-      return sizeof(int64_t);
-    default:
-      return 0;  // not reducible: see IsReducible()
-  }
-}
-
-const char* DtypeName(tern_dtype_t dtype) {
-  switch (dtype) {
-    case TERN_DTYPE_F32:
-      return "fp32";
-    case TERN_DTYPE_BF16:
-      return "bf16";
-    case TERN_DTYPE_F16:
-      return "fp16";
-    case TERN_DTYPE_I8:
-      return "int8";
-    case TERN_DTYPE_I32:
-      return "int32";
-    case TERN_DTYPE_I64:
-      return "int64";
-    case TERN_DTYPE_BOOL:
-      return "bool";
-    default:
-      return "unknown-dtype";
-  }
-}
-
 const char* RedopName(tern_comm_redop_t op) {
   switch (op) {
     case TERN_COMM_SUM:

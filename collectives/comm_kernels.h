@@ -27,18 +27,6 @@ namespace tern::comm {
 // even the operations that only move bytes, so that one rule covers them all.
 bool IsReducible(tern_dtype_t dtype);
 
-// Bytes per element of a reducible dtype (the width the kernels read it at);
-// 0 for any other. For code that links the kernels alone (the unit tests):
-// libtern sizes elements with tern_dtype_size(), the one table of dtype
-// sizes.
-size_t DtypeSize(tern_dtype_t dtype);
-
-// The collectives' names of the dtypes in messages and the flight recorder:
-// "fp32", "bf16", "fp16", "int8", "int32", "int64" (and "bool");
-// "unknown-dtype" otherwise. They differ from tern_dtype_name() ("f32",
-// "i32") on purpose: they match the names of the other collective libraries
-// and of the benchmarks, and logs and tests read them.
-const char* DtypeName(tern_dtype_t dtype);
 // "sum", "prod", "max", "min", "avg".
 const char* RedopName(tern_comm_redop_t op);
 

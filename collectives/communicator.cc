@@ -62,7 +62,7 @@ std::string DescribeFields(OpKind kind, tern_dtype_t dtype, tern_comm_redop_t re
   std::string text = OpKindName(kind);
   if (kind == OpKind::kBarrier || kind == OpKind::kGroup) return text;
   if (HasRedop(kind)) text += fmt::format(" {}", RedopName(redop));
-  text += fmt::format(" {} count={}", DtypeName(dtype), count);
+  text += fmt::format(" {} count={}", tern_dtype_name(dtype), count);
   if (HasRoot(kind)) text += fmt::format(" root={}", root);
   if (kind == OpKind::kSend || kind == OpKind::kRecv) text += fmt::format(" peer={}", root);
   return text;

@@ -63,7 +63,7 @@ struct OpDesc {
   std::vector<P2P> group;  // kGroup
 };
 
-// "all_reduce sum fp32 count=1024", "broadcast fp32 count=4 root=1", ...
+// "all_reduce sum f32 count=1024", "broadcast f32 count=4 root=1", ...
 std::string Describe(const OpDesc& op);
 // Signature bits of the tags (see transport.h).
 uint32_t Signature(OpKind kind, tern_dtype_t dtype, tern_comm_redop_t redop, uint64_t count,

@@ -14,7 +14,7 @@
 //       "failed <STATUS> <message>" and, after waiting for the
 //       communicator's asynchronous error, "async <STATUS>", and exits 3.
 //   tern_comm_child mismatch WHAT
-//       Rank 0 enqueues all_reduce sum fp32 count=64 (reduce root=0 for
+//       Rank 0 enqueues all_reduce sum f32 count=64 (reduce root=0 for
 //       WHAT=root); the other ranks change WHAT (kind, count, dtype, redop,
 //       root). Prints "result <STATUS> <message>", then runs a barrier and
 //       prints "then <STATUS> <message>"; exits 0.

@@ -94,7 +94,7 @@ TEST(CommFaultTest, SilentRankTimesOutWithFlightRecorder) {
   // The log has the flight recorder: the operation that hung, still running.
   const std::string& log = children[0]->output();
   EXPECT_NE(std::string::npos, log.find("flight recorder of communicator")) << log;
-  EXPECT_NE(std::string::npos, log.find("#0 all_reduce max fp32 count=16: running")) << log;
+  EXPECT_NE(std::string::npos, log.find("#0 all_reduce max f32 count=16: running")) << log;
   children[1]->CloseStdin();
   EXPECT_EQ(0, children[1]->Wait(kTimeoutMs)) << children[1]->output();
 }
@@ -120,14 +120,14 @@ void Mismatch(const std::string& what, const std::string& ours, const std::strin
 }
 
 TEST(CommFaultTest, MismatchedKind) {
-  Mismatch("kind", "all_reduce sum fp32 count=64", "broadcast fp32 count=64 root=1");
+  Mismatch("kind", "all_reduce sum f32 count=64", "broadcast f32 count=64 root=1");
 }
 TEST(CommFaultTest, MismatchedCount) { Mismatch("count", "count=64", "count=65"); }
 TEST(CommFaultTest, MismatchedDtype) {
-  Mismatch("dtype", "all_reduce sum fp32", "all_reduce sum int32");
+  Mismatch("dtype", "all_reduce sum f32", "all_reduce sum i32");
 }
 TEST(CommFaultTest, MismatchedReduction) {
-  Mismatch("redop", "all_reduce sum fp32", "all_reduce max fp32");
+  Mismatch("redop", "all_reduce sum f32", "all_reduce max f32");
 }
 TEST(CommFaultTest, MismatchedRoot) { Mismatch("root", "root=0", "root=1"); }
 
@@ -191,7 +191,7 @@ TEST_F(CommFaultInProcessTest, MismatchedCountsInProcess) {
     const tern_status_t s = tern_queue_synchronize(queues_[r], 30ull * 1000000000ull);
     EXPECT_EQ(TERN_ERROR_COMM_MISMATCH, s) << LastError(s);
     const std::string message = tern_last_error_message();
-    EXPECT_NE(std::string::npos, message.find("all_reduce sum fp32 count=")) << message;
+    EXPECT_NE(std::string::npos, message.find("all_reduce sum f32 count=")) << message;
     tern_status_t async = TERN_OK;
     COMM_EXPECT_OK(tern_comm_get_async_error(comms_[r], &async));
     EXPECT_EQ(TERN_ERROR_COMM_MISMATCH, async);

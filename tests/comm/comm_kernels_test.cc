@@ -134,13 +134,13 @@ TEST(CommKernels, InPlaceAliasing) {
   for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(static_cast<float>(2 * i), a[i]);
 }
 
-TEST(CommKernels, NamesAndSizes) {
-  EXPECT_EQ(4u, DtypeSize(TERN_DTYPE_F32));
-  EXPECT_EQ(2u, DtypeSize(TERN_DTYPE_BF16));
-  EXPECT_EQ(1u, DtypeSize(TERN_DTYPE_I8));
-  EXPECT_EQ(8u, DtypeSize(TERN_DTYPE_I64));
-  EXPECT_EQ(0u, DtypeSize(TERN_DTYPE_BOOL));
-  EXPECT_STREQ("bf16", DtypeName(TERN_DTYPE_BF16));
+TEST(CommKernels, ReducibleDtypesAndNames) {
+  for (tern_dtype_t d : {TERN_DTYPE_F32, TERN_DTYPE_BF16, TERN_DTYPE_F16, TERN_DTYPE_I8,
+                         TERN_DTYPE_I32, TERN_DTYPE_I64}) {
+    EXPECT_TRUE(IsReducible(d)) << d;
+  }
+  EXPECT_FALSE(IsReducible(TERN_DTYPE_BOOL));
+  EXPECT_FALSE(IsReducible(TERN_DTYPE_COUNT));
   EXPECT_STREQ("avg", RedopName(TERN_COMM_AVG));
 }
 

@@ -78,24 +78,7 @@ const char* KindName(Kind k) {
   return "?";
 }
 
-const char* DtypeText(tern_dtype_t d) {
-  switch (d) {
-    case TERN_DTYPE_F32:
-      return "fp32";
-    case TERN_DTYPE_BF16:
-      return "bf16";
-    case TERN_DTYPE_F16:
-      return "fp16";
-    case TERN_DTYPE_I8:
-      return "int8";
-    case TERN_DTYPE_I32:
-      return "int32";
-    case TERN_DTYPE_I64:
-      return "int64";
-    default:
-      return "?";
-  }
-}
+const char* DtypeText(tern_dtype_t d) { return tern_dtype_name(d); }
 
 const char* RedopText(tern_comm_redop_t op) {
   static const char* const kNames[] = {"sum", "prod", "max", "min", "avg"};
