@@ -132,17 +132,20 @@ at::Tensor& MmOut(const at::Tensor& self, const at::Tensor& mat2, at::Tensor& ou
   if (self.dim() == 2 && Gemm("aten::mm.out", self, mat2, out, at::Tensor(), 0, 1)) return out;
   return TERN_FALLBACK(mm_out, self, mat2, out);
 }
+TERN_ATEN_IMPL("mm.out", MmOut);
 
 at::Tensor& BmmOut(const at::Tensor& self, const at::Tensor& mat2, at::Tensor& out) {
   if (self.dim() == 3 && Gemm("aten::bmm.out", self, mat2, out, at::Tensor(), 0, 1)) return out;
   return TERN_FALLBACK(bmm_out, self, mat2, out);
 }
+TERN_ATEN_IMPL("bmm.out", BmmOut);
 
 at::Tensor& AddmmOut(const at::Tensor& self, const at::Tensor& mat1, const at::Tensor& mat2,
                      const at::Scalar& beta, const at::Scalar& alpha, at::Tensor& out) {
   if (mat1.dim() == 2 && Gemm("aten::addmm.out", mat1, mat2, out, self, beta, alpha)) return out;
   return TERN_FALLBACK(addmm_out, self, mat1, mat2, beta, alpha, out);
 }
+TERN_ATEN_IMPL("addmm.out", AddmmOut);
 
 at::Tensor& BaddbmmOut(const at::Tensor& self, const at::Tensor& batch1, const at::Tensor& batch2,
                        const at::Scalar& beta, const at::Scalar& alpha, at::Tensor& out) {
@@ -151,6 +154,7 @@ at::Tensor& BaddbmmOut(const at::Tensor& self, const at::Tensor& batch1, const a
   }
   return TERN_FALLBACK(baddbmm_out, self, batch1, batch2, beta, alpha, out);
 }
+TERN_ATEN_IMPL("baddbmm.out", BaddbmmOut);
 
 // Matrix-vector and dot products as [M,K] @ [K,1].
 bool MatVec(const char* name, const at::Tensor& a, const at::Tensor& v, const at::Tensor& out) {
@@ -180,11 +184,13 @@ at::Tensor& AddmvOut(const at::Tensor& self, const at::Tensor& mat, const at::Te
   }
   return TERN_FALLBACK(addmv_out, self, mat, vec, beta, alpha, out);
 }
+TERN_ATEN_IMPL("addmv.out", AddmvOut);
 
 at::Tensor& MvOut(const at::Tensor& self, const at::Tensor& vec, at::Tensor& out) {
   if (self.dim() == 2 && MatVec("aten::mv.out", self, vec, out)) return out;
   return TERN_FALLBACK(mv_out, self, vec, out);
 }
+TERN_ATEN_IMPL("mv.out", MvOut);
 
 at::Tensor Dot(const at::Tensor& self, const at::Tensor& other) {
   if (IsTern(self) && self.dim() == 1 && other.dim() == 1) {
@@ -193,6 +199,7 @@ at::Tensor Dot(const at::Tensor& self, const at::Tensor& other) {
   }
   return TERN_FALLBACK(dot, self, other);
 }
+TERN_ATEN_IMPL("dot", Dot);
 
 // ---- Convolution ---------------------------------------------------------------------------
 
@@ -308,6 +315,7 @@ at::Tensor Convolution(const at::Tensor& input, const at::Tensor& weight,
   return TERN_FALLBACK(convolution, input, weight, bias, stride, padding, dilation, transposed,
                        output_padding, groups);
 }
+TERN_ATEN_IMPL("convolution", Convolution);
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> ConvolutionBackward(
     const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight,
@@ -356,19 +364,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> ConvolutionBackward(
   return TERN_FALLBACK(convolution_backward, grad_output, input, weight, bias_sizes, stride,
                        padding, dilation, transposed, output_padding, groups, output_mask);
 }
+TERN_ATEN_IMPL("convolution_backward", ConvolutionBackward);
 
 }  // namespace
-
-void RegisterMatmulOps(torch::Library& m) {
-  m.impl("mm.out", MmOut);
-  m.impl("bmm.out", BmmOut);
-  m.impl("addmm.out", AddmmOut);
-  m.impl("baddbmm.out", BaddbmmOut);
-  m.impl("mv.out", MvOut);
-  m.impl("addmv.out", AddmvOut);
-  m.impl("dot", Dot);
-  m.impl("convolution", Convolution);
-  m.impl("convolution_backward", ConvolutionBackward);
-}
 
 }  // namespace torch_tern::native
