@@ -232,6 +232,15 @@ bool Addc(const char* name, tern_binary_fn_t op, at::TensorList self, at::Tensor
   });
 }
 
+// Addc with one value per tensor; false if their count differs or one is
+// complex (the caller then takes the slow kernel).
+bool AddcScalarList(const char* name, tern_binary_fn_t op, at::TensorList self, at::TensorList t1,
+                    at::TensorList t2, at::ArrayRef<at::Scalar> scalars) {
+  bool ok = scalars.size() == self.size();
+  const std::vector<double> v = Doubles(scalars, &ok);
+  return ok && Addc(name, op, self, t1, t2, v);
+}
+
 void ForeachAddcmulScalar_(at::TensorList self, at::TensorList t1, at::TensorList t2,
                            const at::Scalar& value) {
   if (value.isComplex() ||
@@ -252,9 +261,8 @@ TERN_ATEN_IMPL("_foreach_addcdiv_.Scalar", ForeachAddcdivScalar_);
 
 void ForeachAddcdivScalarList_(at::TensorList self, at::TensorList t1, at::TensorList t2,
                                at::ArrayRef<at::Scalar> scalars) {
-  bool ok = scalars.size() == self.size();
-  const std::vector<double> v = Doubles(scalars, &ok);
-  if (!ok || !Addc("aten::_foreach_addcdiv_.ScalarList", TERN_BINARY_DIV, self, t1, t2, v)) {
+  if (!AddcScalarList("aten::_foreach_addcdiv_.ScalarList", TERN_BINARY_DIV, self, t1, t2,
+                      scalars)) {
     at::native::foreach_tensor_addcdiv_scalarlist_slow_(self, t1, t2, scalars);
   }
 }
@@ -262,9 +270,8 @@ TERN_ATEN_IMPL("_foreach_addcdiv_.ScalarList", ForeachAddcdivScalarList_);
 
 void ForeachAddcmulScalarList_(at::TensorList self, at::TensorList t1, at::TensorList t2,
                                at::ArrayRef<at::Scalar> scalars) {
-  bool ok = scalars.size() == self.size();
-  const std::vector<double> v = Doubles(scalars, &ok);
-  if (!ok || !Addc("aten::_foreach_addcmul_.ScalarList", TERN_BINARY_MUL, self, t1, t2, v)) {
+  if (!AddcScalarList("aten::_foreach_addcmul_.ScalarList", TERN_BINARY_MUL, self, t1, t2,
+                      scalars)) {
     at::native::foreach_tensor_addcmul_scalarlist_slow_(self, t1, t2, scalars);
   }
 }
