@@ -191,12 +191,15 @@ def test_device_properties():
 
 
 def test_autoload_in_fresh_process(node_env):
+    # `import torch` alone loads the plugin, native kernels included (the last number).
     code = ("import torch; t = torch.ones(3, device='tern'); "
-            "print(torch.tern.device_count(), t.cpu().sum().item())")
+            "print(torch.tern.device_count(), t.cpu().sum().item(), "
+            "len(torch._C._dispatch_get_registrations_for_dispatch_key('PrivateUse1')))")
     out = subprocess.run([sys.executable, "-c", code], env=node_env, capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["2", "3.0"]
+    here = torch._C._dispatch_get_registrations_for_dispatch_key("PrivateUse1")
+    assert out.stdout.split() == ["2", "3.0", str(len(here))]
 
 
 def test_collect_env(node_env):
@@ -228,3 +231,21 @@ def test_native_copy_kernels_cached():
     assert info["launches"] >= info0["launches"] + 3
     assert info["hits"] >= info0["hits"] + 2
     assert info["failures"] == info0["failures"]
+
+
+# The native kernels, registered from the TERN_ATEN_IMPL lines beside them
+# (csrc/aten/register.h) when torch_tern._C is imported. The counts are those
+# of the per-family lists they replaced; change them with the kernels: a
+# source file left out of the build would otherwise lose its kernels silently.
+NATIVE_KERNELS = {"PrivateUse1": 223, "AutogradPrivateUse1": 1}
+
+
+def test_native_kernels_registered():
+    listed = torch_tern._C._native_ops()
+    assert len(set(listed)) == len(listed)
+    for key, count in NATIVE_KERNELS.items():
+        names = {f"aten::{name}" for k, name in listed if k == key}
+        assert len(names) == count, key
+        assert names <= set(torch._C._dispatch_get_registrations_for_dispatch_key(key)), key
+    assert {k for k, _ in listed} == set(NATIVE_KERNELS)
+

@@ -106,22 +106,26 @@ bool UnaryBackward(const char* name, tern_unary_fn_t fn, const at::Tensor& grad_
   return p.Run();
 }
 
-#define TERN_BINARY_OUT(fname, aten_op, fn, kind)                                       \
+// at::<op>_<overload>, registered for aten::<op>.<overload>.
+#define TERN_BINARY_OUT(fname, op, overload, fn, kind)                                  \
   at::Tensor& fname(const at::Tensor& self, const at::Tensor& other, at::Tensor& out) { \
-    if (Binary("aten::" #aten_op, fn, kind, self, other, out)) return out;              \
-    return TERN_FALLBACK(aten_op, self, other, out);                                    \
-  }
-#define TERN_BINARY_SCALAR_OUT(fname, aten_op, fn, kind)                                \
-  at::Tensor& fname(const at::Tensor& self, const at::Scalar& other, at::Tensor& out) { \
-    if (Binary("aten::" #aten_op, fn, kind, self, Wrap(other), out)) return out;        \
-    return TERN_FALLBACK(aten_op, self, other, out);                                    \
-  }
+    if (Binary("aten::" #op "_" #overload, fn, kind, self, other, out)) return out;     \
+    return TERN_FALLBACK2(op, overload, self, other, out);                              \
+  }                                                                                     \
+  TERN_ATEN_IMPL(#op "." #overload, fname);
+#define TERN_BINARY_SCALAR_OUT(fname, op, overload, fn, kind)                             \
+  at::Tensor& fname(const at::Tensor& self, const at::Scalar& other, at::Tensor& out) {   \
+    if (Binary("aten::" #op "_" #overload, fn, kind, self, Wrap(other), out)) return out; \
+    return TERN_FALLBACK2(op, overload, self, other, out);                                \
+  }                                                                                       \
+  TERN_ATEN_IMPL(#op "." #overload, fname);
 
 at::Tensor& AddOut(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha,
                    at::Tensor& out) {
   if (Binary("aten::add.out", TERN_BINARY_ADD, Kind::kArith, self, other, out, alpha)) return out;
   return TERN_FALLBACK(add_out, self, other, alpha, out);
 }
+TERN_ATEN_IMPL("add.out", AddOut);
 
 // other - alpha * self
 at::Tensor Rsub(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
@@ -135,6 +139,7 @@ at::Tensor Rsub(const at::Tensor& self, const at::Tensor& other, const at::Scala
   }
   return TERN_FALLBACK2(rsub, Tensor, self, other, alpha);
 }
+TERN_ATEN_IMPL("rsub.Tensor", Rsub);
 
 at::Tensor& SubOut(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha,
                    at::Tensor& out) {
@@ -144,21 +149,22 @@ at::Tensor& SubOut(const at::Tensor& self, const at::Tensor& other, const at::Sc
   }
   return TERN_FALLBACK(sub_out, self, other, alpha, out);
 }
+TERN_ATEN_IMPL("sub.out", SubOut);
 
-TERN_BINARY_OUT(MulOut, mul_out, TERN_BINARY_MUL, Kind::kArith)
-TERN_BINARY_OUT(DivOut, div_out, TERN_BINARY_DIV, Kind::kFloat)
-TERN_BINARY_OUT(MaximumOut, maximum_out, TERN_BINARY_MAX, Kind::kArith)
-TERN_BINARY_OUT(MinimumOut, minimum_out, TERN_BINARY_MIN, Kind::kArith)
-TERN_BINARY_OUT(Atan2Out, atan2_out, TERN_BINARY_ATAN2, Kind::kFloat)
-TERN_BINARY_OUT(CopysignOut, copysign_out, TERN_BINARY_COPYSIGN, Kind::kFloat)
-TERN_BINARY_OUT(FloorDivideOut, floor_divide_out, TERN_BINARY_FLOOR_DIVIDE, Kind::kArith)
-TERN_BINARY_OUT(LogicalAndOut, logical_and_out, TERN_BINARY_LOGICAL_AND, Kind::kCompare)
-TERN_BINARY_OUT(LogicalOrOut, logical_or_out, TERN_BINARY_LOGICAL_OR, Kind::kCompare)
-TERN_BINARY_OUT(LogicalXorOut, logical_xor_out, TERN_BINARY_LOGICAL_XOR, Kind::kCompare)
+TERN_BINARY_OUT(MulOut, mul, out, TERN_BINARY_MUL, Kind::kArith)
+TERN_BINARY_OUT(DivOut, div, out, TERN_BINARY_DIV, Kind::kFloat)
+TERN_BINARY_OUT(MaximumOut, maximum, out, TERN_BINARY_MAX, Kind::kArith)
+TERN_BINARY_OUT(MinimumOut, minimum, out, TERN_BINARY_MIN, Kind::kArith)
+TERN_BINARY_OUT(Atan2Out, atan2, out, TERN_BINARY_ATAN2, Kind::kFloat)
+TERN_BINARY_OUT(CopysignOut, copysign, out, TERN_BINARY_COPYSIGN, Kind::kFloat)
+TERN_BINARY_OUT(FloorDivideOut, floor_divide, out, TERN_BINARY_FLOOR_DIVIDE, Kind::kArith)
+TERN_BINARY_OUT(LogicalAndOut, logical_and, out, TERN_BINARY_LOGICAL_AND, Kind::kCompare)
+TERN_BINARY_OUT(LogicalOrOut, logical_or, out, TERN_BINARY_LOGICAL_OR, Kind::kCompare)
+TERN_BINARY_OUT(LogicalXorOut, logical_xor, out, TERN_BINARY_LOGICAL_XOR, Kind::kCompare)
 
-#define TERN_BINARY_PAIR(name, fn, kind)                        \
-  TERN_BINARY_OUT(name##TensorOut, name##_Tensor_out, fn, kind) \
-  TERN_BINARY_SCALAR_OUT(name##ScalarOut, name##_Scalar_out, fn, kind)
+#define TERN_BINARY_PAIR(name, fn, kind)                       \
+  TERN_BINARY_OUT(name##TensorOut, name, Tensor_out, fn, kind) \
+  TERN_BINARY_SCALAR_OUT(name##ScalarOut, name, Scalar_out, fn, kind)
 TERN_BINARY_PAIR(eq, TERN_BINARY_EQ, Kind::kCompare)
 TERN_BINARY_PAIR(ne, TERN_BINARY_NE, Kind::kCompare)
 TERN_BINARY_PAIR(lt, TERN_BINARY_LT, Kind::kCompare)
@@ -188,6 +194,7 @@ at::Tensor& DivModeOut(const at::Tensor& self, const at::Tensor& other,
   if (done) return out;
   return TERN_FALLBACK(div_out_mode, self, other, mode, out);
 }
+TERN_ATEN_IMPL("div.out_mode", DivModeOut);
 
 at::Tensor& PowTensorTensorOut(const at::Tensor& self, const at::Tensor& exponent,
                                at::Tensor& out) {
@@ -196,6 +203,7 @@ at::Tensor& PowTensorTensorOut(const at::Tensor& self, const at::Tensor& exponen
   }
   return TERN_FALLBACK(pow_Tensor_Tensor_out, self, exponent, out);
 }
+TERN_ATEN_IMPL("pow.Tensor_Tensor_out", PowTensorTensorOut);
 
 at::Tensor& PowScalarOut(const at::Scalar& self, const at::Tensor& exponent, at::Tensor& out) {
   if (Binary("aten::pow.Scalar_out", TERN_BINARY_POW, Kind::kArith, Wrap(self), exponent, out)) {
@@ -203,6 +211,7 @@ at::Tensor& PowScalarOut(const at::Scalar& self, const at::Tensor& exponent, at:
   }
   return TERN_FALLBACK(pow_Scalar_out, self, exponent, out);
 }
+TERN_ATEN_IMPL("pow.Scalar_out", PowScalarOut);
 
 // x ** e with the CPU's special cases (x*x, x*x*x, sqrt, 1/x, ...).
 bool PowTensorScalar(const at::Tensor& self, const at::Scalar& exponent, const at::Tensor& out) {
@@ -257,50 +266,53 @@ at::Tensor& PowTensorScalarOut(const at::Tensor& self, const at::Scalar& exponen
   if (PowTensorScalar(self, exponent, out)) return out;
   return TERN_FALLBACK(pow_Tensor_Scalar_out, self, exponent, out);
 }
+TERN_ATEN_IMPL("pow.Tensor_Scalar_out", PowTensorScalarOut);
 
 // ---- Unary ------------------------------------------------------------------------
 
-#define TERN_UNARY_OUT(fname, aten_op, fn)                     \
+// at::<op>_out, registered for aten::<op>.out.
+#define TERN_UNARY_OUT(fname, op, fn)                          \
   at::Tensor& fname(const at::Tensor& self, at::Tensor& out) { \
-    if (Unary("aten::" #aten_op, fn, self, out)) return out;   \
-    return TERN_FALLBACK(aten_op, self, out);                  \
-  }
+    if (Unary("aten::" #op "_out", fn, self, out)) return out; \
+    return TERN_FALLBACK2(op, out, self, out);                 \
+  }                                                            \
+  TERN_ATEN_IMPL(#op ".out", fname);
 
 // Float functions: integer inputs promote (out is float), bool is not taken.
-TERN_UNARY_OUT(ExpOut, exp_out, TERN_UNARY_EXP)
-TERN_UNARY_OUT(LogOut, log_out, TERN_UNARY_LOG)
-TERN_UNARY_OUT(SqrtOut, sqrt_out, TERN_UNARY_SQRT)
-TERN_UNARY_OUT(RsqrtOut, rsqrt_out, TERN_UNARY_RSQRT)
-TERN_UNARY_OUT(SinOut, sin_out, TERN_UNARY_SIN)
-TERN_UNARY_OUT(CosOut, cos_out, TERN_UNARY_COS)
-TERN_UNARY_OUT(TanOut, tan_out, TERN_UNARY_TAN)
-TERN_UNARY_OUT(TanhOut, tanh_out, TERN_UNARY_TANH)
-TERN_UNARY_OUT(SigmoidOut, sigmoid_out, TERN_UNARY_SIGMOID)
-TERN_UNARY_OUT(SiluOut, silu_out, TERN_UNARY_SILU)
-TERN_UNARY_OUT(ErfOut, erf_out, TERN_UNARY_ERF)
-TERN_UNARY_OUT(ReciprocalOut, reciprocal_out, TERN_UNARY_RECIPROCAL)
-TERN_UNARY_OUT(Expm1Out, expm1_out, TERN_UNARY_EXPM1)
-TERN_UNARY_OUT(Log1pOut, log1p_out, TERN_UNARY_LOG1P)
-TERN_UNARY_OUT(Log2Out, log2_out, TERN_UNARY_LOG2)
-TERN_UNARY_OUT(Exp2Out, exp2_out, TERN_UNARY_EXP2)
-TERN_UNARY_OUT(AsinOut, asin_out, TERN_UNARY_ASIN)
-TERN_UNARY_OUT(AcosOut, acos_out, TERN_UNARY_ACOS)
-TERN_UNARY_OUT(AtanOut, atan_out, TERN_UNARY_ATAN)
-TERN_UNARY_OUT(SinhOut, sinh_out, TERN_UNARY_SINH)
-TERN_UNARY_OUT(CoshOut, cosh_out, TERN_UNARY_COSH)
-TERN_UNARY_OUT(HardsigmoidOut, hardsigmoid_out, TERN_UNARY_HARDSIGMOID)
-TERN_UNARY_OUT(HardswishOut, hardswish_out, TERN_UNARY_HARDSWISH)
-TERN_UNARY_OUT(MishOut, mish_out, TERN_UNARY_MISH)
+TERN_UNARY_OUT(ExpOut, exp, TERN_UNARY_EXP)
+TERN_UNARY_OUT(LogOut, log, TERN_UNARY_LOG)
+TERN_UNARY_OUT(SqrtOut, sqrt, TERN_UNARY_SQRT)
+TERN_UNARY_OUT(RsqrtOut, rsqrt, TERN_UNARY_RSQRT)
+TERN_UNARY_OUT(SinOut, sin, TERN_UNARY_SIN)
+TERN_UNARY_OUT(CosOut, cos, TERN_UNARY_COS)
+TERN_UNARY_OUT(TanOut, tan, TERN_UNARY_TAN)
+TERN_UNARY_OUT(TanhOut, tanh, TERN_UNARY_TANH)
+TERN_UNARY_OUT(SigmoidOut, sigmoid, TERN_UNARY_SIGMOID)
+TERN_UNARY_OUT(SiluOut, silu, TERN_UNARY_SILU)
+TERN_UNARY_OUT(ErfOut, erf, TERN_UNARY_ERF)
+TERN_UNARY_OUT(ReciprocalOut, reciprocal, TERN_UNARY_RECIPROCAL)
+TERN_UNARY_OUT(Expm1Out, expm1, TERN_UNARY_EXPM1)
+TERN_UNARY_OUT(Log1pOut, log1p, TERN_UNARY_LOG1P)
+TERN_UNARY_OUT(Log2Out, log2, TERN_UNARY_LOG2)
+TERN_UNARY_OUT(Exp2Out, exp2, TERN_UNARY_EXP2)
+TERN_UNARY_OUT(AsinOut, asin, TERN_UNARY_ASIN)
+TERN_UNARY_OUT(AcosOut, acos, TERN_UNARY_ACOS)
+TERN_UNARY_OUT(AtanOut, atan, TERN_UNARY_ATAN)
+TERN_UNARY_OUT(SinhOut, sinh, TERN_UNARY_SINH)
+TERN_UNARY_OUT(CoshOut, cosh, TERN_UNARY_COSH)
+TERN_UNARY_OUT(HardsigmoidOut, hardsigmoid, TERN_UNARY_HARDSIGMOID)
+TERN_UNARY_OUT(HardswishOut, hardswish, TERN_UNARY_HARDSWISH)
+TERN_UNARY_OUT(MishOut, mish, TERN_UNARY_MISH)
 // Numeric functions (integers keep their dtype).
-TERN_UNARY_OUT(NegOut, neg_out, TERN_UNARY_NEG)
-TERN_UNARY_OUT(AbsOut, abs_out, TERN_UNARY_ABS)
-TERN_UNARY_OUT(FloorOut, floor_out, TERN_UNARY_FLOOR)
-TERN_UNARY_OUT(CeilOut, ceil_out, TERN_UNARY_CEIL)
-TERN_UNARY_OUT(RoundOut, round_out, TERN_UNARY_ROUND)
-TERN_UNARY_OUT(TruncOut, trunc_out, TERN_UNARY_TRUNC)
-TERN_UNARY_OUT(SignOut, sign_out, TERN_UNARY_SIGN)
-TERN_UNARY_OUT(SgnOut, sgn_out, TERN_UNARY_SIGN)
-TERN_UNARY_OUT(BitwiseNotOut, bitwise_not_out, TERN_UNARY_BITWISE_NOT)
+TERN_UNARY_OUT(NegOut, neg, TERN_UNARY_NEG)
+TERN_UNARY_OUT(AbsOut, abs, TERN_UNARY_ABS)
+TERN_UNARY_OUT(FloorOut, floor, TERN_UNARY_FLOOR)
+TERN_UNARY_OUT(CeilOut, ceil, TERN_UNARY_CEIL)
+TERN_UNARY_OUT(RoundOut, round, TERN_UNARY_ROUND)
+TERN_UNARY_OUT(TruncOut, trunc, TERN_UNARY_TRUNC)
+TERN_UNARY_OUT(SignOut, sign, TERN_UNARY_SIGN)
+TERN_UNARY_OUT(SgnOut, sgn, TERN_UNARY_SIGN)
+TERN_UNARY_OUT(BitwiseNotOut, bitwise_not, TERN_UNARY_BITWISE_NOT)
 
 at::Tensor IsNan(const at::Tensor& self) {
   if (IsTern(self)) {
@@ -309,6 +321,7 @@ at::Tensor IsNan(const at::Tensor& self) {
   }
   return TERN_FALLBACK(isnan, self);
 }
+TERN_ATEN_IMPL("isnan", IsNan);
 
 at::Tensor& LogicalNotOut(const at::Tensor& self, at::Tensor& out) {
   if (Unary("aten::logical_not.out", TERN_UNARY_LOGICAL_NOT, self, out, {}, /*bool_out=*/true)) {
@@ -316,17 +329,20 @@ at::Tensor& LogicalNotOut(const at::Tensor& self, at::Tensor& out) {
   }
   return TERN_FALLBACK(logical_not_out, self, out);
 }
+TERN_ATEN_IMPL("logical_not.out", LogicalNotOut);
 
 at::Tensor& RoundDecimalsOut(const at::Tensor& self, int64_t decimals, at::Tensor& out) {
   if (decimals == 0 && Unary("aten::round.decimals_out", TERN_UNARY_ROUND, self, out)) return out;
   return TERN_FALLBACK(round_decimals_out, self, decimals, out);
 }
+TERN_ATEN_IMPL("round.decimals_out", RoundDecimalsOut);
 
 at::Tensor& GeluOut(const at::Tensor& self, c10::string_view approximate, at::Tensor& out) {
   const tern_unary_fn_t fn = approximate == "tanh" ? TERN_UNARY_GELU_TANH : TERN_UNARY_GELU;
   if (Unary("aten::gelu.out", fn, self, out)) return out;
   return TERN_FALLBACK(gelu_out, self, approximate, out);
 }
+TERN_ATEN_IMPL("gelu.out", GeluOut);
 
 at::Tensor& LeakyReluOut(const at::Tensor& self, const at::Scalar& slope, at::Tensor& out) {
   if (Unary("aten::leaky_relu.out", TERN_UNARY_LEAKY_RELU, self, out, {slope.toDouble()})) {
@@ -334,6 +350,7 @@ at::Tensor& LeakyReluOut(const at::Tensor& self, const at::Scalar& slope, at::Te
   }
   return TERN_FALLBACK(leaky_relu_out, self, slope, out);
 }
+TERN_ATEN_IMPL("leaky_relu.out", LeakyReluOut);
 
 at::Tensor& EluOut(const at::Tensor& self, const at::Scalar& alpha, const at::Scalar& scale,
                    const at::Scalar& input_scale, at::Tensor& out) {
@@ -343,6 +360,7 @@ at::Tensor& EluOut(const at::Tensor& self, const at::Scalar& alpha, const at::Sc
   }
   return TERN_FALLBACK(elu_out, self, alpha, scale, input_scale, out);
 }
+TERN_ATEN_IMPL("elu.out", EluOut);
 
 at::Tensor& SoftplusOut(const at::Tensor& self, const at::Scalar& beta, const at::Scalar& threshold,
                         at::Tensor& out) {
@@ -352,6 +370,7 @@ at::Tensor& SoftplusOut(const at::Tensor& self, const at::Scalar& beta, const at
   }
   return TERN_FALLBACK(softplus_out, self, beta, threshold, out);
 }
+TERN_ATEN_IMPL("softplus.out", SoftplusOut);
 
 at::Tensor Hardswish(const at::Tensor& self) {
   if (IsTern(self) && at::isFloatingType(self.scalar_type())) {
@@ -360,11 +379,13 @@ at::Tensor Hardswish(const at::Tensor& self) {
   }
   return TERN_FALLBACK(hardswish, self);
 }
+TERN_ATEN_IMPL("hardswish", Hardswish);
 
 at::Tensor& Hardswish_(at::Tensor& self) {
   if (Unary("aten::hardswish_", TERN_UNARY_HARDSWISH, self, self)) return self;
   return TERN_FALLBACK(hardswish_, self);
 }
+TERN_ATEN_IMPL("hardswish_", Hardswish_);
 
 at::Tensor FloorDivide(const at::Tensor& self, const at::Tensor& other) {
   if (IsTern(self) && Operable(other)) {
@@ -375,6 +396,7 @@ at::Tensor FloorDivide(const at::Tensor& self, const at::Tensor& other) {
   }
   return TERN_FALLBACK(floor_divide, self, other);
 }
+TERN_ATEN_IMPL("floor_divide", FloorDivide);
 
 at::Tensor& FloorDivide_(at::Tensor& self, const at::Tensor& other) {
   if (Binary("aten::floor_divide_.Tensor", TERN_BINARY_FLOOR_DIVIDE, Kind::kArith, self, other,
@@ -383,6 +405,7 @@ at::Tensor& FloorDivide_(at::Tensor& self, const at::Tensor& other) {
   }
   return TERN_FALLBACK2(floor_divide_, Tensor, self, other);
 }
+TERN_ATEN_IMPL("floor_divide_.Tensor", FloorDivide_);
 
 at::Tensor Relu(const at::Tensor& self) {
   if (IsTern(self) && self.scalar_type() != at::kBool) {
@@ -391,6 +414,7 @@ at::Tensor Relu(const at::Tensor& self) {
   }
   return TERN_FALLBACK(relu, self);
 }
+TERN_ATEN_IMPL("relu", Relu);
 
 at::Tensor& Relu_(at::Tensor& self) {
   if (self.scalar_type() != at::kBool && Unary("aten::relu_", TERN_UNARY_RELU, self, self)) {
@@ -398,6 +422,7 @@ at::Tensor& Relu_(at::Tensor& self) {
   }
   return TERN_FALLBACK(relu_, self);
 }
+TERN_ATEN_IMPL("relu_", Relu_);
 
 // clamp with scalar bounds: one CLAMP instruction (bounds not NaN).
 bool ClampScalars(const char* name, const at::Tensor& self, std::optional<double> lo,
@@ -421,16 +446,19 @@ at::Tensor& ClampOut(const at::Tensor& self, const std::optional<at::Scalar>& mi
   }
   return TERN_FALLBACK(clamp_out, self, min, max, out);
 }
+TERN_ATEN_IMPL("clamp.out", ClampOut);
 
 at::Tensor& ClampMinOut(const at::Tensor& self, const at::Scalar& min, at::Tensor& out) {
   if (ClampScalars("aten::clamp_min.out", self, min.toDouble(), std::nullopt, out)) return out;
   return TERN_FALLBACK(clamp_min_out, self, min, out);
 }
+TERN_ATEN_IMPL("clamp_min.out", ClampMinOut);
 
 at::Tensor& ClampMaxOut(const at::Tensor& self, const at::Scalar& max, at::Tensor& out) {
   if (ClampScalars("aten::clamp_max.out", self, std::nullopt, max.toDouble(), out)) return out;
   return TERN_FALLBACK(clamp_max_out, self, max, out);
 }
+TERN_ATEN_IMPL("clamp_max.out", ClampMaxOut);
 
 at::Tensor& ClampMinTensorOut(const at::Tensor& self, const at::Tensor& min, at::Tensor& out) {
   if (Binary("aten::clamp_min.Tensor_out", TERN_BINARY_MAX, Kind::kArith, self, min, out)) {
@@ -438,6 +466,7 @@ at::Tensor& ClampMinTensorOut(const at::Tensor& self, const at::Tensor& min, at:
   }
   return TERN_FALLBACK(clamp_min_Tensor_out, self, min, out);
 }
+TERN_ATEN_IMPL("clamp_min.Tensor_out", ClampMinTensorOut);
 
 at::Tensor& ClampMaxTensorOut(const at::Tensor& self, const at::Tensor& max, at::Tensor& out) {
   if (Binary("aten::clamp_max.Tensor_out", TERN_BINARY_MIN, Kind::kArith, self, max, out)) {
@@ -445,6 +474,7 @@ at::Tensor& ClampMaxTensorOut(const at::Tensor& self, const at::Tensor& max, at:
   }
   return TERN_FALLBACK(clamp_max_Tensor_out, self, max, out);
 }
+TERN_ATEN_IMPL("clamp_max.Tensor_out", ClampMaxTensorOut);
 
 // clamp with tensor bounds: min(max(x, lo), hi), NaN propagating.
 bool ClampTensors(const at::Tensor& self, const at::Tensor& min, const at::Tensor& max,
@@ -483,6 +513,7 @@ at::Tensor& ClampTensorOut(const at::Tensor& self, const std::optional<at::Tenso
   if (ClampTensors(self, min.value_or(at::Tensor()), max.value_or(at::Tensor()), out)) return out;
   return TERN_FALLBACK(clamp_Tensor_out, self, min, max, out);
 }
+TERN_ATEN_IMPL("clamp.Tensor_out", ClampTensorOut);
 
 bool IsInf(const char* name, const at::Tensor& self, double value, const at::Tensor& out) {
   if (!IsTern(self) || !at::isFloatingType(self.scalar_type())) return false;
@@ -494,11 +525,13 @@ at::Tensor& IsneginfOut(const at::Tensor& self, at::Tensor& out) {
   if (IsInf("aten::isneginf.out", self, -INFINITY, out)) return out;
   return TERN_FALLBACK(isneginf_out, self, out);
 }
+TERN_ATEN_IMPL("isneginf.out", IsneginfOut);
 
 at::Tensor& IsposinfOut(const at::Tensor& self, at::Tensor& out) {
   if (IsInf("aten::isposinf.out", self, INFINITY, out)) return out;
   return TERN_FALLBACK(isposinf_out, self, out);
 }
+TERN_ATEN_IMPL("isposinf.out", IsposinfOut);
 
 // ---- where, masked_fill ------------------------------------------------------------
 
@@ -529,6 +562,7 @@ at::Tensor& WhereSelfOut(const at::Tensor& cond, const at::Tensor& self, const a
   if (Where("aten::where.self_out", cond, self, other, out)) return out;
   return TERN_FALLBACK(where_self_out, cond, self, other, out);
 }
+TERN_ATEN_IMPL("where.self_out", WhereSelfOut);
 
 at::Tensor WhereSelf(const at::Tensor& cond, const at::Tensor& self, const at::Tensor& other) {
   if (IsTern(cond) && Operable(self) && Operable(other)) {
@@ -539,6 +573,7 @@ at::Tensor WhereSelf(const at::Tensor& cond, const at::Tensor& self, const at::T
   }
   return TERN_FALLBACK(where_self, cond, self, other);
 }
+TERN_ATEN_IMPL("where.self", WhereSelf);
 
 bool MaskedFill(const char* name, at::Tensor& self, const at::Tensor& mask,
                 const at::Tensor& value) {
@@ -563,11 +598,13 @@ at::Tensor& MaskedFillScalar(at::Tensor& self, const at::Tensor& mask, const at:
   }
   return TERN_FALLBACK2(masked_fill_, Scalar, self, mask, value);
 }
+TERN_ATEN_IMPL("masked_fill_.Scalar", MaskedFillScalar);
 
 at::Tensor& MaskedFillTensor(at::Tensor& self, const at::Tensor& mask, const at::Tensor& value) {
   if (MaskedFill("aten::masked_fill_.Tensor", self, mask, value)) return self;
   return TERN_FALLBACK2(masked_fill_, Tensor, self, mask, value);
 }
+TERN_ATEN_IMPL("masked_fill_.Tensor", MaskedFillTensor);
 
 // ---- Float ops (one frame), lerp, addcmul, addcdiv ---------------------------------
 
@@ -662,6 +699,7 @@ at::Tensor& LerpScalarOut(const at::Tensor& self, const at::Tensor& end, const a
   }
   return TERN_FALLBACK(lerp_Scalar_out, self, end, weight, out);
 }
+TERN_ATEN_IMPL("lerp.Scalar_out", LerpScalarOut);
 
 // lerp with a weight tensor: the CPU's formula, both branches and a select.
 at::Tensor& LerpTensorOut(const at::Tensor& self, const at::Tensor& end, const at::Tensor& weight,
@@ -686,6 +724,7 @@ at::Tensor& LerpTensorOut(const at::Tensor& self, const at::Tensor& end, const a
   }
   return TERN_FALLBACK(lerp_Tensor_out, self, end, weight, out);
 }
+TERN_ATEN_IMPL("lerp.Tensor_out", LerpTensorOut);
 
 // self + value * t1 (op) t2, as the CPU orders it: (value * t1) op t2.
 bool AddcOp(const char* name, tern_binary_fn_t op, const at::Tensor& self, const at::Tensor& t1,
@@ -704,25 +743,31 @@ at::Tensor& AddcmulOut(const at::Tensor& self, const at::Tensor& t1, const at::T
   if (AddcOp("aten::addcmul.out", TERN_BINARY_MUL, self, t1, t2, value, out)) return out;
   return TERN_FALLBACK(addcmul_out, self, t1, t2, value, out);
 }
+TERN_ATEN_IMPL("addcmul.out", AddcmulOut);
 
 at::Tensor& AddcdivOut(const at::Tensor& self, const at::Tensor& t1, const at::Tensor& t2,
                        const at::Scalar& value, at::Tensor& out) {
   if (AddcOp("aten::addcdiv.out", TERN_BINARY_DIV, self, t1, t2, value, out)) return out;
   return TERN_FALLBACK(addcdiv_out, self, t1, t2, value, out);
 }
+TERN_ATEN_IMPL("addcdiv.out", AddcdivOut);
 
 // ---- Backward functions of activations -----------------------------------------------
 
-#define TERN_UNARY_BACKWARD_OUT(fname, aten_op, fn)                                             \
-  at::Tensor& fname(const at::Tensor& grad_output, const at::Tensor& self,                      \
-                    at::Tensor& grad_input) {                                                   \
-    if (UnaryBackward("aten::" #aten_op, fn, grad_output, self, grad_input)) return grad_input; \
-    return TERN_FALLBACK(aten_op, grad_output, self, grad_input);                               \
-  }
-TERN_UNARY_BACKWARD_OUT(SiluBackwardOut, silu_backward_grad_input, TERN_UNARY_SILU)
-TERN_UNARY_BACKWARD_OUT(HardsigmoidBackwardOut, hardsigmoid_backward_grad_input,
+// at::<op>_<overload>, registered for aten::<op>.<overload>.
+#define TERN_UNARY_BACKWARD_OUT(fname, op, overload, fn)                                \
+  at::Tensor& fname(const at::Tensor& grad_output, const at::Tensor& self,              \
+                    at::Tensor& grad_input) {                                           \
+    if (UnaryBackward("aten::" #op "_" #overload, fn, grad_output, self, grad_input)) { \
+      return grad_input;                                                                \
+    }                                                                                   \
+    return TERN_FALLBACK2(op, overload, grad_output, self, grad_input);                 \
+  }                                                                                     \
+  TERN_ATEN_IMPL(#op "." #overload, fname);
+TERN_UNARY_BACKWARD_OUT(SiluBackwardOut, silu_backward, grad_input, TERN_UNARY_SILU)
+TERN_UNARY_BACKWARD_OUT(HardsigmoidBackwardOut, hardsigmoid_backward, grad_input,
                         TERN_UNARY_HARDSIGMOID)
-TERN_UNARY_BACKWARD_OUT(HardswishBackwardOut, hardswish_backward_out, TERN_UNARY_HARDSWISH)
+TERN_UNARY_BACKWARD_OUT(HardswishBackwardOut, hardswish_backward, out, TERN_UNARY_HARDSWISH)
 
 at::Tensor MishBackward(const at::Tensor& grad_output, const at::Tensor& self) {
   if (IsTern(grad_output) && IsTern(self)) {
@@ -732,6 +777,7 @@ at::Tensor MishBackward(const at::Tensor& grad_output, const at::Tensor& self) {
   }
   return TERN_FALLBACK(mish_backward, grad_output, self);
 }
+TERN_ATEN_IMPL("mish_backward", MishBackward);
 
 at::Tensor& GeluBackwardOut(const at::Tensor& grad_output, const at::Tensor& self,
                             c10::string_view approximate, at::Tensor& grad_input) {
@@ -741,6 +787,7 @@ at::Tensor& GeluBackwardOut(const at::Tensor& grad_output, const at::Tensor& sel
   }
   return TERN_FALLBACK(gelu_backward_grad_input, grad_output, self, approximate, grad_input);
 }
+TERN_ATEN_IMPL("gelu_backward.grad_input", GeluBackwardOut);
 
 at::Tensor& LeakyReluBackwardOut(const at::Tensor& grad_output, const at::Tensor& self,
                                  const at::Scalar& slope, bool self_is_result,
@@ -753,6 +800,7 @@ at::Tensor& LeakyReluBackwardOut(const at::Tensor& grad_output, const at::Tensor
   return TERN_FALLBACK(leaky_relu_backward_grad_input, grad_output, self, slope, self_is_result,
                        grad_input);
 }
+TERN_ATEN_IMPL("leaky_relu_backward.grad_input", LeakyReluBackwardOut);
 
 at::Tensor& SoftplusBackwardOut(const at::Tensor& grad_output, const at::Tensor& self,
                                 const at::Scalar& beta, const at::Scalar& threshold,
@@ -765,6 +813,7 @@ at::Tensor& SoftplusBackwardOut(const at::Tensor& grad_output, const at::Tensor&
   return TERN_FALLBACK(softplus_backward_grad_input, grad_output, self, beta, threshold,
                        grad_input);
 }
+TERN_ATEN_IMPL("softplus_backward.grad_input", SoftplusBackwardOut);
 
 at::Tensor& EluBackwardOut(const at::Tensor& grad_output, const at::Scalar& alpha,
                            const at::Scalar& scale, const at::Scalar& input_scale, bool is_result,
@@ -777,6 +826,7 @@ at::Tensor& EluBackwardOut(const at::Tensor& grad_output, const at::Scalar& alph
   return TERN_FALLBACK(elu_backward_grad_input, grad_output, alpha, scale, input_scale, is_result,
                        self_or_result, grad_input);
 }
+TERN_ATEN_IMPL("elu_backward.grad_input", EluBackwardOut);
 
 // x <= threshold ? 0 : grad (relu's backward with threshold 0; NaN passes grad).
 at::Tensor& ThresholdBackwardOut(const at::Tensor& grad_output, const at::Tensor& self,
@@ -803,6 +853,7 @@ at::Tensor& ThresholdBackwardOut(const at::Tensor& grad_output, const at::Tensor
   }
   return TERN_FALLBACK(threshold_backward_grad_input, grad_output, self, threshold, grad_input);
 }
+TERN_ATEN_IMPL("threshold_backward.grad_input", ThresholdBackwardOut);
 
 // grad * (1 - y) * y, in the CPU's order.
 at::Tensor& SigmoidBackwardOut(const at::Tensor& grad_output, const at::Tensor& output,
@@ -819,6 +870,7 @@ at::Tensor& SigmoidBackwardOut(const at::Tensor& grad_output, const at::Tensor& 
   }
   return TERN_FALLBACK(sigmoid_backward_grad_input, grad_output, output, grad_input);
 }
+TERN_ATEN_IMPL("sigmoid_backward.grad_input", SigmoidBackwardOut);
 
 // grad * (1 - y * y).
 at::Tensor& TanhBackwardOut(const at::Tensor& grad_output, const at::Tensor& output,
@@ -835,6 +887,7 @@ at::Tensor& TanhBackwardOut(const at::Tensor& grad_output, const at::Tensor& out
   }
   return TERN_FALLBACK(tanh_backward_grad_input, grad_output, output, grad_input);
 }
+TERN_ATEN_IMPL("tanh_backward.grad_input", TanhBackwardOut);
 
 // ---- Losses and dropout's backward -------------------------------------------------------
 
@@ -865,6 +918,7 @@ at::Tensor& MseLossOut(const at::Tensor& self, const at::Tensor& target, int64_t
   }
   return TERN_FALLBACK(mse_loss_out, self, target, reduction, out);
 }
+TERN_ATEN_IMPL("mse_loss.out", MseLossOut);
 
 // norm * (x - y) * grad, norm = 2 / numel for the mean and 2 otherwise.
 at::Tensor& MseLossBackwardOut(const at::Tensor& grad_output, const at::Tensor& self,
@@ -884,12 +938,14 @@ at::Tensor& MseLossBackwardOut(const at::Tensor& grad_output, const at::Tensor& 
   return TERN_FALLBACK(mse_loss_backward_grad_input, grad_output, self, target, reduction,
                        grad_input);
 }
+TERN_ATEN_IMPL("mse_loss_backward.grad_input", MseLossBackwardOut);
 
 at::Tensor MseLossBackward(const at::Tensor& grad_output, const at::Tensor& self,
                            const at::Tensor& target, int64_t reduction) {
   at::Tensor grad_input = at::empty_like(self);
   return MseLossBackwardOut(grad_output, self, target, reduction, grad_input);
 }
+TERN_ATEN_IMPL("mse_loss_backward", MseLossBackward);
 
 // grad * mask * scale.
 at::Tensor& NativeDropoutBackwardOut(const at::Tensor& grad_output, const at::Tensor& mask,
@@ -907,129 +963,15 @@ at::Tensor& NativeDropoutBackwardOut(const at::Tensor& grad_output, const at::Te
   }
   return TERN_FALLBACK(native_dropout_backward_out, grad_output, mask, scale, out);
 }
+TERN_ATEN_IMPL("native_dropout_backward.out", NativeDropoutBackwardOut);
 
 at::Tensor NativeDropoutBackward(const at::Tensor& grad_output, const at::Tensor& mask,
                                  double scale) {
   at::Tensor out = at::empty_like(grad_output);
   return NativeDropoutBackwardOut(grad_output, mask, scale, out);
 }
+TERN_ATEN_IMPL("native_dropout_backward", NativeDropoutBackward);
 
 }  // namespace
-
-void RegisterElementwiseOps(torch::Library& m) {
-  m.impl("add.out", AddOut);
-  m.impl("sub.out", SubOut);
-  m.impl("mul.out", MulOut);
-  m.impl("div.out", DivOut);
-  m.impl("div.out_mode", DivModeOut);
-  m.impl("maximum.out", MaximumOut);
-  m.impl("minimum.out", MinimumOut);
-  m.impl("atan2.out", Atan2Out);
-  m.impl("copysign.out", CopysignOut);
-  m.impl("floor_divide.out", FloorDivideOut);
-  m.impl("logical_and.out", LogicalAndOut);
-  m.impl("logical_or.out", LogicalOrOut);
-  m.impl("logical_xor.out", LogicalXorOut);
-#define TERN_REGISTER_PAIR(name)                \
-  m.impl(#name ".Tensor_out", name##TensorOut); \
-  m.impl(#name ".Scalar_out", name##ScalarOut);
-  TERN_REGISTER_PAIR(eq)
-  TERN_REGISTER_PAIR(ne)
-  TERN_REGISTER_PAIR(lt)
-  TERN_REGISTER_PAIR(le)
-  TERN_REGISTER_PAIR(gt)
-  TERN_REGISTER_PAIR(ge)
-  TERN_REGISTER_PAIR(remainder)
-  TERN_REGISTER_PAIR(fmod)
-  TERN_REGISTER_PAIR(bitwise_and)
-  TERN_REGISTER_PAIR(bitwise_or)
-  TERN_REGISTER_PAIR(bitwise_xor)
-  m.impl("pow.Tensor_Tensor_out", PowTensorTensorOut);
-  m.impl("pow.Scalar_out", PowScalarOut);
-  m.impl("pow.Tensor_Scalar_out", PowTensorScalarOut);
-
-  m.impl("exp.out", ExpOut);
-  m.impl("log.out", LogOut);
-  m.impl("sqrt.out", SqrtOut);
-  m.impl("rsqrt.out", RsqrtOut);
-  m.impl("sin.out", SinOut);
-  m.impl("cos.out", CosOut);
-  m.impl("tan.out", TanOut);
-  m.impl("tanh.out", TanhOut);
-  m.impl("sigmoid.out", SigmoidOut);
-  m.impl("silu.out", SiluOut);
-  m.impl("erf.out", ErfOut);
-  m.impl("reciprocal.out", ReciprocalOut);
-  m.impl("expm1.out", Expm1Out);
-  m.impl("log1p.out", Log1pOut);
-  m.impl("log2.out", Log2Out);
-  m.impl("exp2.out", Exp2Out);
-  m.impl("asin.out", AsinOut);
-  m.impl("acos.out", AcosOut);
-  m.impl("atan.out", AtanOut);
-  m.impl("sinh.out", SinhOut);
-  m.impl("cosh.out", CoshOut);
-  m.impl("hardsigmoid.out", HardsigmoidOut);
-  m.impl("hardswish.out", HardswishOut);
-  m.impl("mish.out", MishOut);
-  m.impl("neg.out", NegOut);
-  m.impl("abs.out", AbsOut);
-  m.impl("floor.out", FloorOut);
-  m.impl("ceil.out", CeilOut);
-  m.impl("round.out", RoundOut);
-  m.impl("round.decimals_out", RoundDecimalsOut);
-  m.impl("trunc.out", TruncOut);
-  m.impl("sign.out", SignOut);
-  m.impl("sgn.out", SgnOut);
-  m.impl("bitwise_not.out", BitwiseNotOut);
-  m.impl("logical_not.out", LogicalNotOut);
-  m.impl("gelu.out", GeluOut);
-  m.impl("leaky_relu.out", LeakyReluOut);
-  m.impl("elu.out", EluOut);
-  m.impl("softplus.out", SoftplusOut);
-  m.impl("relu", Relu);
-  m.impl("hardswish", Hardswish);
-  m.impl("hardswish_", Hardswish_);
-  m.impl("floor_divide", FloorDivide);
-  m.impl("floor_divide_.Tensor", FloorDivide_);
-  m.impl("relu_", Relu_);
-  m.impl("clamp.out", ClampOut);
-  m.impl("clamp_min.out", ClampMinOut);
-  m.impl("clamp_max.out", ClampMaxOut);
-  m.impl("clamp.Tensor_out", ClampTensorOut);
-  m.impl("clamp_min.Tensor_out", ClampMinTensorOut);
-  m.impl("clamp_max.Tensor_out", ClampMaxTensorOut);
-  m.impl("isnan", IsNan);
-  m.impl("rsub.Tensor", Rsub);
-  m.impl("lerp.Tensor_out", LerpTensorOut);
-  m.impl("isneginf.out", IsneginfOut);
-  m.impl("isposinf.out", IsposinfOut);
-
-  m.impl("where.self_out", WhereSelfOut);
-  m.impl("where.self", WhereSelf);
-  m.impl("masked_fill_.Scalar", MaskedFillScalar);
-  m.impl("masked_fill_.Tensor", MaskedFillTensor);
-  m.impl("lerp.Scalar_out", LerpScalarOut);
-  m.impl("addcmul.out", AddcmulOut);
-  m.impl("addcdiv.out", AddcdivOut);
-
-  m.impl("silu_backward.grad_input", SiluBackwardOut);
-  m.impl("hardsigmoid_backward.grad_input", HardsigmoidBackwardOut);
-  m.impl("hardswish_backward.out", HardswishBackwardOut);
-  m.impl("mish_backward", MishBackward);
-  m.impl("gelu_backward.grad_input", GeluBackwardOut);
-  m.impl("leaky_relu_backward.grad_input", LeakyReluBackwardOut);
-  m.impl("softplus_backward.grad_input", SoftplusBackwardOut);
-  m.impl("elu_backward.grad_input", EluBackwardOut);
-  m.impl("threshold_backward.grad_input", ThresholdBackwardOut);
-  m.impl("sigmoid_backward.grad_input", SigmoidBackwardOut);
-  m.impl("tanh_backward.grad_input", TanhBackwardOut);
-
-  m.impl("mse_loss.out", MseLossOut);
-  m.impl("mse_loss_backward.grad_input", MseLossBackwardOut);
-  m.impl("mse_loss_backward", MseLossBackward);
-  m.impl("native_dropout_backward.out", NativeDropoutBackwardOut);
-  m.impl("native_dropout_backward", NativeDropoutBackward);
-}
 
 }  // namespace torch_tern::native

@@ -123,6 +123,7 @@ void ForeachAddList_(at::TensorList self, at::TensorList other, const at::Scalar
     at::native::foreach_tensor_add_list_kernel_slow_(self, other, alpha);
   }
 }
+TERN_ATEN_IMPL("_foreach_add_.List", ForeachAddList_);
 
 std::vector<at::Tensor> ForeachAddList(at::TensorList self, at::TensorList other,
                                        const at::Scalar& alpha) {
@@ -130,6 +131,7 @@ std::vector<at::Tensor> ForeachAddList(at::TensorList self, at::TensorList other
   if (AddList(self, other, alpha, &outs)) return outs;
   return at::native::foreach_tensor_add_list_kernel_slow(self, other, alpha);
 }
+TERN_ATEN_IMPL("_foreach_add.List", ForeachAddList);
 
 // self (op) scalar_i
 bool ScalarOp(const char* name, tern_binary_fn_t fn, at::TensorList self,
@@ -164,7 +166,9 @@ std::vector<double> Doubles(at::ArrayRef<at::Scalar> scalars, bool* ok) {
       return outs;                                                                          \
     }                                                                                       \
     return at::native::foreach_tensor_##op##_scalar_kernel_slow(self, s);                   \
-  }
+  }                                                                                         \
+  TERN_ATEN_IMPL("_foreach_" #op "_.Scalar", Foreach##Name##Scalar_);                       \
+  TERN_ATEN_IMPL("_foreach_" #op ".Scalar", Foreach##Name##Scalar);
 TERN_FOREACH_SCALAR(Add, add, TERN_BINARY_ADD)
 TERN_FOREACH_SCALAR(Mul, mul, TERN_BINARY_MUL)
 
@@ -176,6 +180,7 @@ void ForeachMulList_(at::TensorList self, at::TensorList other) {
     at::native::foreach_tensor_mul_list_kernel_slow_(self, other);
   }
 }
+TERN_ATEN_IMPL("_foreach_mul_.List", ForeachMulList_);
 
 void ForeachDivScalarList_(at::TensorList self, at::ArrayRef<at::Scalar> scalars) {
   bool ok = scalars.size() == self.size();
@@ -184,6 +189,7 @@ void ForeachDivScalarList_(at::TensorList self, at::ArrayRef<at::Scalar> scalars
     at::native::foreach_tensor_div_scalarlist_kernel_slow_(self, scalars);
   }
 }
+TERN_ATEN_IMPL("_foreach_div_.ScalarList", ForeachDivScalarList_);
 
 void ForeachDivScalar_(at::TensorList self, const at::Scalar& s) {
   if (s.isComplex() ||
@@ -191,6 +197,7 @@ void ForeachDivScalar_(at::TensorList self, const at::Scalar& s) {
     at::native::foreach_tensor_div_scalar_kernel_slow_(self, s);
   }
 }
+TERN_ATEN_IMPL("_foreach_div_.Scalar", ForeachDivScalar_);
 
 // ---- lerp, addcmul, addcdiv, sqrt, zero ------------------------------------------------
 
@@ -212,6 +219,7 @@ void ForeachLerpScalar_(at::TensorList self, at::TensorList end, const at::Scala
     at::native::foreach_tensor_lerp_list_kernel_slow_(self, end, weight);
   }
 }
+TERN_ATEN_IMPL("_foreach_lerp_.Scalar", ForeachLerpScalar_);
 
 // self + (value_i * t1) (op) t2
 bool Addc(const char* name, tern_binary_fn_t op, at::TensorList self, at::TensorList t1,
@@ -224,6 +232,15 @@ bool Addc(const char* name, tern_binary_fn_t op, at::TensorList self, at::Tensor
   });
 }
 
+// Addc with one value per tensor; false if their count differs or one is
+// complex (the caller then takes the slow kernel).
+bool AddcScalarList(const char* name, tern_binary_fn_t op, at::TensorList self, at::TensorList t1,
+                    at::TensorList t2, at::ArrayRef<at::Scalar> scalars) {
+  bool ok = scalars.size() == self.size();
+  const std::vector<double> v = Doubles(scalars, &ok);
+  return ok && Addc(name, op, self, t1, t2, v);
+}
+
 void ForeachAddcmulScalar_(at::TensorList self, at::TensorList t1, at::TensorList t2,
                            const at::Scalar& value) {
   if (value.isComplex() ||
@@ -231,6 +248,7 @@ void ForeachAddcmulScalar_(at::TensorList self, at::TensorList t1, at::TensorLis
     at::native::foreach_tensor_addcmul_scalar_slow_(self, t1, t2, value);
   }
 }
+TERN_ATEN_IMPL("_foreach_addcmul_.Scalar", ForeachAddcmulScalar_);
 
 void ForeachAddcdivScalar_(at::TensorList self, at::TensorList t1, at::TensorList t2,
                            const at::Scalar& value) {
@@ -239,24 +257,25 @@ void ForeachAddcdivScalar_(at::TensorList self, at::TensorList t1, at::TensorLis
     at::native::foreach_tensor_addcdiv_scalar_slow_(self, t1, t2, value);
   }
 }
+TERN_ATEN_IMPL("_foreach_addcdiv_.Scalar", ForeachAddcdivScalar_);
 
 void ForeachAddcdivScalarList_(at::TensorList self, at::TensorList t1, at::TensorList t2,
                                at::ArrayRef<at::Scalar> scalars) {
-  bool ok = scalars.size() == self.size();
-  const std::vector<double> v = Doubles(scalars, &ok);
-  if (!ok || !Addc("aten::_foreach_addcdiv_.ScalarList", TERN_BINARY_DIV, self, t1, t2, v)) {
+  if (!AddcScalarList("aten::_foreach_addcdiv_.ScalarList", TERN_BINARY_DIV, self, t1, t2,
+                      scalars)) {
     at::native::foreach_tensor_addcdiv_scalarlist_slow_(self, t1, t2, scalars);
   }
 }
+TERN_ATEN_IMPL("_foreach_addcdiv_.ScalarList", ForeachAddcdivScalarList_);
 
 void ForeachAddcmulScalarList_(at::TensorList self, at::TensorList t1, at::TensorList t2,
                                at::ArrayRef<at::Scalar> scalars) {
-  bool ok = scalars.size() == self.size();
-  const std::vector<double> v = Doubles(scalars, &ok);
-  if (!ok || !Addc("aten::_foreach_addcmul_.ScalarList", TERN_BINARY_MUL, self, t1, t2, v)) {
+  if (!AddcScalarList("aten::_foreach_addcmul_.ScalarList", TERN_BINARY_MUL, self, t1, t2,
+                      scalars)) {
     at::native::foreach_tensor_addcmul_scalarlist_slow_(self, t1, t2, scalars);
   }
 }
+TERN_ATEN_IMPL("_foreach_addcmul_.ScalarList", ForeachAddcmulScalarList_);
 
 bool Sqrt(at::TensorList self, std::vector<at::Tensor>* outs) {
   return Foreach("aten::_foreach_sqrt", {self}, outs == nullptr, 0, outs,
@@ -270,10 +289,12 @@ std::vector<at::Tensor> ForeachSqrt(at::TensorList self) {
   if (Sqrt(self, &outs)) return outs;
   return at::native::foreach_tensor_sqrt_slow(self);
 }
+TERN_ATEN_IMPL("_foreach_sqrt", ForeachSqrt);
 
 void ForeachSqrt_(at::TensorList self) {
   if (!Sqrt(self, nullptr)) at::native::foreach_tensor_sqrt_slow_(self);
 }
+TERN_ATEN_IMPL("_foreach_sqrt_", ForeachSqrt_);
 
 void ForeachZero_(at::TensorList self) {
   if (!Foreach("aten::_foreach_zero_", {self}, true, 0, nullptr,
@@ -281,6 +302,7 @@ void ForeachZero_(at::TensorList self) {
     at::native::foreach_tensor_zero_slow_(self);
   }
 }
+TERN_ATEN_IMPL("_foreach_zero_", ForeachZero_);
 
 // ---- _fused_adam_ / _fused_adamw_ ---------------------------------------------------------
 // The CPU's fused Adam, per element in f32, with the bias corrections of
@@ -391,32 +413,11 @@ bool FusedAdam(const char* name, bool adamw, at::TensorList params, at::TensorLi
     }                                                                                              \
     TERN_FALLBACK(aten_op, params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, lr, \
                   beta1, beta2, weight_decay, eps, amsgrad, maximize, grad_scale, found_inf);      \
-  }
+  }                                                                                                \
+  TERN_ATEN_IMPL(#aten_op, fname);
 TERN_FUSED_ADAM(FusedAdamw_, _fused_adamw_, true)
 TERN_FUSED_ADAM(FusedAdam_, _fused_adam_, false)
 
 }  // namespace
-
-void RegisterForeachOps(torch::Library& m) {
-  m.impl("_foreach_add_.List", ForeachAddList_);
-  m.impl("_foreach_add.List", ForeachAddList);
-  m.impl("_foreach_add_.Scalar", ForeachAddScalar_);
-  m.impl("_foreach_add.Scalar", ForeachAddScalar);
-  m.impl("_foreach_mul_.Scalar", ForeachMulScalar_);
-  m.impl("_foreach_mul.Scalar", ForeachMulScalar);
-  m.impl("_foreach_mul_.List", ForeachMulList_);
-  m.impl("_foreach_div_.ScalarList", ForeachDivScalarList_);
-  m.impl("_foreach_div_.Scalar", ForeachDivScalar_);
-  m.impl("_foreach_lerp_.Scalar", ForeachLerpScalar_);
-  m.impl("_foreach_addcmul_.Scalar", ForeachAddcmulScalar_);
-  m.impl("_foreach_addcmul_.ScalarList", ForeachAddcmulScalarList_);
-  m.impl("_foreach_addcdiv_.Scalar", ForeachAddcdivScalar_);
-  m.impl("_foreach_addcdiv_.ScalarList", ForeachAddcdivScalarList_);
-  m.impl("_foreach_sqrt", ForeachSqrt);
-  m.impl("_foreach_sqrt_", ForeachSqrt_);
-  m.impl("_foreach_zero_", ForeachZero_);
-  m.impl("_fused_adamw_", FusedAdamw_);
-  m.impl("_fused_adam_", FusedAdam_);
-}
 
 }  // namespace torch_tern::native

@@ -40,6 +40,7 @@ at::Tensor& IndexSelectOut(const at::Tensor& self, int64_t dim, const at::Tensor
   if (IndexSelect(self, dim, index, out)) return out;
   return TERN_FALLBACK(index_select_out, self, dim, index, out);
 }
+TERN_ATEN_IMPL("index_select.out", IndexSelectOut);
 
 at::Tensor IndexSelectFn(const at::Tensor& self, int64_t dim, const at::Tensor& index) {
   if (IsTern(self)) {
@@ -48,6 +49,7 @@ at::Tensor IndexSelectFn(const at::Tensor& self, int64_t dim, const at::Tensor& 
   }
   return TERN_FALLBACK(index_select, self, dim, index);
 }
+TERN_ATEN_IMPL("index_select", IndexSelectFn);
 
 // x[..., idx, ...] with one integer index tensor (the other indices None).
 at::Tensor& IndexTensorOut(const at::Tensor& self,
@@ -78,6 +80,7 @@ at::Tensor& IndexTensorOut(const at::Tensor& self,
   if (done) return out;
   return TERN_FALLBACK(index_Tensor_out, self, indices, out);
 }
+TERN_ATEN_IMPL("index.Tensor_out", IndexTensorOut);
 
 at::Tensor& GatherOut(const at::Tensor& self, int64_t dim, const at::Tensor& index,
                       bool sparse_grad, at::Tensor& out) {
@@ -99,6 +102,7 @@ at::Tensor& GatherOut(const at::Tensor& self, int64_t dim, const at::Tensor& ind
   if (done) return out;
   return TERN_FALLBACK(gather_out, self, dim, index, sparse_grad, out);
 }
+TERN_ATEN_IMPL("gather.out", GatherOut);
 
 // Copies self into out unless out is self (in place).
 void CopyUnlessSame(Program& p, const at::Tensor& self, const at::Tensor& out, Operand O) {
@@ -138,6 +142,7 @@ at::Tensor& ScatterAddOut(const at::Tensor& self, int64_t dim, const at::Tensor&
   if (done) return out;
   return TERN_FALLBACK(scatter_add_out, self, dim, index, src, out);
 }
+TERN_ATEN_IMPL("scatter_add.out", ScatterAddOut);
 
 at::Tensor& IndexAddOut(const at::Tensor& self, int64_t dim, const at::Tensor& index,
                         const at::Tensor& source, const at::Scalar& alpha, at::Tensor& out) {
@@ -174,6 +179,7 @@ at::Tensor& IndexAddOut(const at::Tensor& self, int64_t dim, const at::Tensor& i
   if (done) return out;
   return TERN_FALLBACK(index_add_out, self, dim, index, source, alpha, out);
 }
+TERN_ATEN_IMPL("index_add.out", IndexAddOut);
 
 // The gradient of an embedding lookup: zeros, then every row of grad added
 // at its index (in index order), the padding row left at zero.
@@ -198,6 +204,7 @@ at::Tensor EmbeddingDenseBackward(const at::Tensor& grad_output, const at::Tenso
   return TERN_FALLBACK(embedding_dense_backward, grad_output, indices, num_weights, padding_idx,
                        scale_grad_by_freq);
 }
+TERN_ATEN_IMPL("embedding_dense_backward", EmbeddingDenseBackward);
 
 // ---- cat, tril/triu, arange ------------------------------------------------------------
 
@@ -248,6 +255,7 @@ at::Tensor& CatOut(const at::ITensorListRef& tensors, int64_t dim, at::Tensor& o
   if (done) return out;
   return TERN_FALLBACK(cat_out, tensors, dim, out);
 }
+TERN_ATEN_IMPL("cat.out", CatOut);
 
 // Keeps elements whose column minus row is <= k (tril) or >= k (triu).
 bool Triangle(const char* name, bool lower, const at::Tensor& self, int64_t k,
@@ -276,11 +284,13 @@ at::Tensor& TrilOut(const at::Tensor& self, int64_t k, at::Tensor& out) {
   if (Triangle("aten::tril.out", true, self, k, out)) return out;
   return TERN_FALLBACK(tril_out, self, k, out);
 }
+TERN_ATEN_IMPL("tril.out", TrilOut);
 
 at::Tensor& TriuOut(const at::Tensor& self, int64_t k, at::Tensor& out) {
   if (Triangle("aten::triu.out", false, self, k, out)) return out;
   return TERN_FALLBACK(triu_out, self, k, out);
 }
+TERN_ATEN_IMPL("triu.out", TriuOut);
 
 // start + i * step (computed in f64, then rounded), as the CPU does.
 at::Tensor& ArangeStartOut(const at::Scalar& start, const at::Scalar& end, const at::Scalar& step,
@@ -316,6 +326,7 @@ at::Tensor& ArangeStartOut(const at::Scalar& start, const at::Scalar& end, const
   if (done) return out;
   return TERN_FALLBACK(arange_start_out, start, end, step, out);
 }
+TERN_ATEN_IMPL("arange.start_out", ArangeStartOut);
 
 // The CPU's linspace: start + i*step for the first half, end - (steps-1-i)*step
 // for the second (two IOTAs).
@@ -345,6 +356,7 @@ at::Tensor& LinspaceOut(const at::Scalar& start, const at::Scalar& end, int64_t 
   if (done) return out;
   return TERN_FALLBACK(linspace_out, start, end, steps, out);
 }
+TERN_ATEN_IMPL("linspace.out", LinspaceOut);
 
 // ---- nll_loss ----------------------------------------------------------------------------
 
@@ -438,6 +450,7 @@ std::tuple<at::Tensor&, at::Tensor&> NllLossForwardOut(
   return TERN_FALLBACK(nll_loss_forward_output, self, target, weight, reduction, ignore_index,
                        output, total_weight);
 }
+TERN_ATEN_IMPL("nll_loss_forward.output", NllLossForwardOut);
 
 at::Tensor& NllLossBackwardOut(const at::Tensor& grad_output, const at::Tensor& self,
                                const at::Tensor& target, const std::optional<at::Tensor>& weight,
@@ -481,24 +494,8 @@ at::Tensor& NllLossBackwardOut(const at::Tensor& grad_output, const at::Tensor& 
   return TERN_FALLBACK(nll_loss_backward_grad_input, grad_output, self, target, weight, reduction,
                        ignore_index, total_weight, grad_input);
 }
+TERN_ATEN_IMPL("nll_loss_backward.grad_input", NllLossBackwardOut);
 
 }  // namespace
-
-void RegisterIndexOps(torch::Library& m) {
-  m.impl("index_select.out", IndexSelectOut);
-  m.impl("index_select", IndexSelectFn);
-  m.impl("index.Tensor_out", IndexTensorOut);
-  m.impl("gather.out", GatherOut);
-  m.impl("scatter_add.out", ScatterAddOut);
-  m.impl("index_add.out", IndexAddOut);
-  m.impl("embedding_dense_backward", EmbeddingDenseBackward);
-  m.impl("cat.out", CatOut);
-  m.impl("tril.out", TrilOut);
-  m.impl("triu.out", TriuOut);
-  m.impl("arange.start_out", ArangeStartOut);
-  m.impl("linspace.out", LinspaceOut);
-  m.impl("nll_loss_forward.output", NllLossForwardOut);
-  m.impl("nll_loss_backward.grad_input", NllLossBackwardOut);
-}
 
 }  // namespace torch_tern::native

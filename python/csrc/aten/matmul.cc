@@ -132,17 +132,20 @@ at::Tensor& MmOut(const at::Tensor& self, const at::Tensor& mat2, at::Tensor& ou
   if (self.dim() == 2 && Gemm("aten::mm.out", self, mat2, out, at::Tensor(), 0, 1)) return out;
   return TERN_FALLBACK(mm_out, self, mat2, out);
 }
+TERN_ATEN_IMPL("mm.out", MmOut);
 
 at::Tensor& BmmOut(const at::Tensor& self, const at::Tensor& mat2, at::Tensor& out) {
   if (self.dim() == 3 && Gemm("aten::bmm.out", self, mat2, out, at::Tensor(), 0, 1)) return out;
   return TERN_FALLBACK(bmm_out, self, mat2, out);
 }
+TERN_ATEN_IMPL("bmm.out", BmmOut);
 
 at::Tensor& AddmmOut(const at::Tensor& self, const at::Tensor& mat1, const at::Tensor& mat2,
                      const at::Scalar& beta, const at::Scalar& alpha, at::Tensor& out) {
   if (mat1.dim() == 2 && Gemm("aten::addmm.out", mat1, mat2, out, self, beta, alpha)) return out;
   return TERN_FALLBACK(addmm_out, self, mat1, mat2, beta, alpha, out);
 }
+TERN_ATEN_IMPL("addmm.out", AddmmOut);
 
 at::Tensor& BaddbmmOut(const at::Tensor& self, const at::Tensor& batch1, const at::Tensor& batch2,
                        const at::Scalar& beta, const at::Scalar& alpha, at::Tensor& out) {
@@ -151,6 +154,7 @@ at::Tensor& BaddbmmOut(const at::Tensor& self, const at::Tensor& batch1, const a
   }
   return TERN_FALLBACK(baddbmm_out, self, batch1, batch2, beta, alpha, out);
 }
+TERN_ATEN_IMPL("baddbmm.out", BaddbmmOut);
 
 // Matrix-vector and dot products as [M,K] @ [K,1].
 bool MatVec(const char* name, const at::Tensor& a, const at::Tensor& v, const at::Tensor& out) {
@@ -180,11 +184,13 @@ at::Tensor& AddmvOut(const at::Tensor& self, const at::Tensor& mat, const at::Te
   }
   return TERN_FALLBACK(addmv_out, self, mat, vec, beta, alpha, out);
 }
+TERN_ATEN_IMPL("addmv.out", AddmvOut);
 
 at::Tensor& MvOut(const at::Tensor& self, const at::Tensor& vec, at::Tensor& out) {
   if (self.dim() == 2 && MatVec("aten::mv.out", self, vec, out)) return out;
   return TERN_FALLBACK(mv_out, self, vec, out);
 }
+TERN_ATEN_IMPL("mv.out", MvOut);
 
 at::Tensor Dot(const at::Tensor& self, const at::Tensor& other) {
   if (IsTern(self) && self.dim() == 1 && other.dim() == 1) {
@@ -193,6 +199,7 @@ at::Tensor Dot(const at::Tensor& self, const at::Tensor& other) {
   }
   return TERN_FALLBACK(dot, self, other);
 }
+TERN_ATEN_IMPL("dot", Dot);
 
 // ---- Convolution ---------------------------------------------------------------------------
 
@@ -256,8 +263,11 @@ ConvGeometry Geometry(const at::Tensor& input, const at::Tensor& weight, at::Int
 // (groups = 1 each): the simulated device's oneDNN path fails to execute
 // grouped primitives (reported as a library bug), and a group count is small.
 struct GroupSlice {
-  int64_t c_start, c_count, o_start, o_count;
+  int64_t c_start, c_count, o_start, o_count;  // input channels, outputs
   std::vector<int64_t> ints;
+  // `o` narrowed along `dim` to this group's input channels or outputs.
+  Operand Channels(const Operand& o, int64_t dim) const { return o.Slice(dim, c_start, c_count); }
+  Operand Outputs(const Operand& o, int64_t dim) const { return o.Slice(dim, o_start, o_count); }
 };
 
 std::vector<GroupSlice> GroupSlices(const ConvGeometry& g, int64_t channels, int64_t outputs) {
@@ -270,6 +280,11 @@ std::vector<GroupSlice> GroupSlices(const ConvGeometry& g, int64_t channels, int
     slices.push_back(std::move(s));
   }
   return slices;
+}
+
+// A new tensor of `sizes` with `like`'s options, in the memory format it suggests.
+at::Tensor EmptyIn(at::IntArrayRef sizes, const at::Tensor& like) {
+  return at::empty(sizes, like.options().memory_format(like.suggest_memory_format()));
 }
 
 // A tensor as a 4-D NCHW operand (1-D convolutions: H = 1).
@@ -288,8 +303,7 @@ at::Tensor Convolution(const at::Tensor& input, const at::Tensor& weight,
       (!has_bias || (AllTern({*bias}, dtype) && bias->dim() == 1))) {
     const ConvGeometry g = Geometry(input, weight, stride, padding, dilation, transposed, groups);
     if (g.ok && (!has_bias || bias->size(0) == weight.size(0))) {
-      at::Tensor out =
-          at::empty(g.out_shape, input.options().memory_format(input.suggest_memory_format()));
+      at::Tensor out = EmptyIn(g.out_shape, input);
       Program p("aten::convolution");
       const Operand O = Nchw(p, out, true, g.one_d), X = Nchw(p, input, false, g.one_d),
                     W = Nchw(p, weight, false, g.one_d);
@@ -297,9 +311,8 @@ at::Tensor Convolution(const at::Tensor& input, const at::Tensor& weight,
       // One instruction per group (see GroupSlices).
       for (const GroupSlice& s : GroupSlices(g, input.size(1), weight.size(0))) {
         p.Emit(TERN_OP_CONV2D,
-               {O.Slice(1, s.o_start, s.o_count), X.Slice(1, s.c_start, s.c_count),
-                W.Slice(0, s.o_start, s.o_count),
-                has_bias ? B.Slice(0, s.o_start, s.o_count) : program::None()},
+               {s.Outputs(O, 1), s.Channels(X, 1), s.Outputs(W, 0),
+                has_bias ? s.Outputs(B, 0) : program::None()},
                s.ints);
       }
       if (p.ok() && p.Run()) return out;
@@ -308,6 +321,7 @@ at::Tensor Convolution(const at::Tensor& input, const at::Tensor& weight,
   return TERN_FALLBACK(convolution, input, weight, bias, stride, padding, dilation, transposed,
                        output_padding, groups);
 }
+TERN_ATEN_IMPL("convolution", Convolution);
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> ConvolutionBackward(
     const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight,
@@ -323,25 +337,19 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> ConvolutionBackward(
       const Operand go = Nchw(p, grad_output, false, g.one_d);
       const std::vector<GroupSlice> slices = GroupSlices(g, input.size(1), weight.size(0));
       if (output_mask[0]) {
-        grad_input =
-            at::empty(input.sizes(), input.options().memory_format(input.suggest_memory_format()));
+        grad_input = EmptyIn(input.sizes(), input);
         const Operand GI = Nchw(p, grad_input, true, g.one_d), W = Nchw(p, weight, false, g.one_d);
         for (const GroupSlice& s : slices) {
           p.Emit(TERN_OP_CONV2D_BACKWARD_INPUT,
-                 {GI.Slice(1, s.c_start, s.c_count), go.Slice(1, s.o_start, s.o_count),
-                  W.Slice(0, s.o_start, s.o_count)},
-                 s.ints);
+                 {s.Channels(GI, 1), s.Outputs(go, 1), s.Outputs(W, 0)}, s.ints);
         }
       }
       if (output_mask[1]) {
-        grad_weight = at::empty(weight.sizes(),
-                                weight.options().memory_format(weight.suggest_memory_format()));
+        grad_weight = EmptyIn(weight.sizes(), weight);
         const Operand GW = Nchw(p, grad_weight, true, g.one_d), X = Nchw(p, input, false, g.one_d);
         for (const GroupSlice& s : slices) {
           p.Emit(TERN_OP_CONV2D_BACKWARD_WEIGHT,
-                 {GW.Slice(0, s.o_start, s.o_count), go.Slice(1, s.o_start, s.o_count),
-                  X.Slice(1, s.c_start, s.c_count)},
-                 s.ints);
+                 {s.Outputs(GW, 0), s.Outputs(go, 1), s.Channels(X, 1)}, s.ints);
         }
       }
       if (output_mask[2]) {
@@ -356,19 +364,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> ConvolutionBackward(
   return TERN_FALLBACK(convolution_backward, grad_output, input, weight, bias_sizes, stride,
                        padding, dilation, transposed, output_padding, groups, output_mask);
 }
+TERN_ATEN_IMPL("convolution_backward", ConvolutionBackward);
 
 }  // namespace
-
-void RegisterMatmulOps(torch::Library& m) {
-  m.impl("mm.out", MmOut);
-  m.impl("bmm.out", BmmOut);
-  m.impl("addmm.out", AddmmOut);
-  m.impl("baddbmm.out", BaddbmmOut);
-  m.impl("mv.out", MvOut);
-  m.impl("addmv.out", AddmvOut);
-  m.impl("dot", Dot);
-  m.impl("convolution", Convolution);
-  m.impl("convolution_backward", ConvolutionBackward);
-}
 
 }  // namespace torch_tern::native

@@ -46,6 +46,7 @@ at::Tensor EmptyMemoryFormat(c10::IntArrayRef size, std::optional<c10::ScalarTyp
   return at::detail::empty_generic(size, &TernDeviceAllocator::Get(), kTernKeys,
                                    c10::dtype_or_default(dtype), memory_format);
 }
+TERN_ATEN_IMPL("empty.memory_format", EmptyMemoryFormat);
 
 at::Tensor EmptyStrided(c10::IntArrayRef size, c10::IntArrayRef stride,
                         std::optional<c10::ScalarType> dtype, std::optional<c10::Layout> layout,
@@ -55,26 +56,33 @@ at::Tensor EmptyStrided(c10::IntArrayRef size, c10::IntArrayRef stride,
   return at::detail::empty_strided_generic(size, stride, &TernDeviceAllocator::Get(), kTernKeys,
                                            c10::dtype_or_default(dtype));
 }
+TERN_ATEN_IMPL("empty_strided", EmptyStrided);
 
 at::Tensor AsStrided(const at::Tensor& self, c10::IntArrayRef size, c10::IntArrayRef stride,
                      std::optional<int64_t> storage_offset) {
   return at::native::as_strided_tensorimpl(self, size, stride, storage_offset);
 }
+TERN_ATEN_IMPL("as_strided", AsStrided);
 
 at::Tensor View(const at::Tensor& self, c10::IntArrayRef size) {
   return at::native::view(self, size);
 }
+TERN_ATEN_IMPL("view", View);
 
 at::Tensor ReshapeAlias(const at::Tensor& self, c10::IntArrayRef size, c10::IntArrayRef stride) {
   return at::native::_reshape_alias(self, size, stride);
 }
+TERN_ATEN_IMPL("_reshape_alias", ReshapeAlias);
 
 at::Tensor Unfold(const at::Tensor& self, int64_t dimension, int64_t size, int64_t step) {
   return at::native::unfold(self, dimension, size, step);
 }
+TERN_ATEN_IMPL("unfold", Unfold);
 
 at::Tensor ViewAsReal(const at::Tensor& self) { return at::native::view_as_real(self); }
+TERN_ATEN_IMPL("view_as_real", ViewAsReal);
 at::Tensor ViewAsComplex(const at::Tensor& self) { return at::native::view_as_complex(self); }
+TERN_ATEN_IMPL("view_as_complex", ViewAsComplex);
 
 const at::Tensor& Resize(const at::Tensor& self, c10::IntArrayRef size,
                          std::optional<c10::MemoryFormat> memory_format) {
@@ -92,17 +100,20 @@ const at::Tensor& Resize(const at::Tensor& self, c10::IntArrayRef size,
   }
   return self;
 }
+TERN_ATEN_IMPL("resize_", Resize);
 
 at::Tensor CopyFrom(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   Copy(self, dst, non_blocking);
   return dst;
 }
+TERN_ATEN_IMPL("_copy_from", CopyFrom);
 
 at::Tensor CopyFromAndResize(const at::Tensor& self, const at::Tensor& dst) {
   Resize(dst, self.sizes(), std::nullopt);
   Copy(self, dst, false);
   return dst;
 }
+TERN_ATEN_IMPL("_copy_from_and_resize", CopyFromAndResize);
 
 at::Scalar LocalScalarDense(const at::Tensor& self) {
   TORCH_CHECK(self.numel() == 1, "a Tensor with ", self.numel(),
@@ -111,6 +122,7 @@ at::Scalar LocalScalarDense(const at::Tensor& self) {
   Copy(self.reshape({}), host, false);
   return host.item();
 }
+TERN_ATEN_IMPL("_local_scalar_dense", LocalScalarDense);
 
 at::Tensor& SetStorageOffset(at::Tensor& self, at::Storage storage, int64_t storage_offset,
                              c10::IntArrayRef size, c10::IntArrayRef stride) {
@@ -129,17 +141,20 @@ at::Tensor& SetStorageOffset(at::Tensor& self, at::Storage storage, int64_t stor
   }
   return self;
 }
+TERN_ATEN_IMPL("set_.source_Storage_storage_offset", SetStorageOffset);
 
 at::Tensor& SetStorage(at::Tensor& self, at::Storage storage) {
   const int64_t elements = static_cast<int64_t>(storage.nbytes() / self.dtype().itemsize());
   return SetStorageOffset(self, std::move(storage), 0, {elements}, {1});
 }
+TERN_ATEN_IMPL("set_.source_Storage", SetStorage);
 
 at::Tensor& SetTensor(at::Tensor& self, const at::Tensor& source) {
   if (self.unsafeGetTensorImpl() == source.unsafeGetTensorImpl()) return self;
   return SetStorageOffset(self, source.storage(), source.storage_offset(), source.sizes(),
                           source.strides());
 }
+TERN_ATEN_IMPL("set_.source_Tensor", SetTensor);
 
 at::Tensor& SetEmpty(at::Tensor& self) {
   const c10::DeviceGuard guard(self.device());
@@ -147,49 +162,27 @@ at::Tensor& SetEmpty(at::Tensor& self) {
                        /*resizable=*/true);
   return SetStorageOffset(self, storage, 0, {0}, {});
 }
+TERN_ATEN_IMPL("set_", SetEmpty);
 
 at::Tensor& FillScalar(at::Tensor& self, const at::Scalar& value) { return Fill(self, value); }
+TERN_ATEN_IMPL("fill_.Scalar", FillScalar);
 
 at::Tensor& FillTensor(at::Tensor& self, const at::Tensor& value) {
   TORCH_CHECK(value.dim() == 0, "fill_ only supports 0-dimension value tensor but got tensor with ",
               value.dim(), " dimensions.");
   return Fill(self, value.item());
 }
+TERN_ATEN_IMPL("fill_.Tensor", FillTensor);
 
 at::Tensor& Zero(at::Tensor& self) { return Fill(self, 0); }
+TERN_ATEN_IMPL("zero_", Zero);
 
 // Tensor.record_stream(s): the block is not reused before work queued on `s`
 // so far has run (see runtime/allocator.h).
 void RecordStream(at::Tensor& self, c10::Stream stream) {
   TernDeviceAllocator::Get().recordStream(self.storage().data_ptr(), stream);
 }
+TERN_ATEN_IMPL("record_stream", RecordStream);
 
 }  // namespace
-
-namespace native {
-
-void RegisterMinimalOps(torch::Library& m) {
-  m.impl("empty.memory_format", EmptyMemoryFormat);
-  m.impl("empty_strided", EmptyStrided);
-  m.impl("as_strided", AsStrided);
-  m.impl("view", View);
-  m.impl("_reshape_alias", ReshapeAlias);
-  m.impl("unfold", Unfold);
-  m.impl("view_as_real", ViewAsReal);
-  m.impl("view_as_complex", ViewAsComplex);
-  m.impl("resize_", Resize);
-  m.impl("_copy_from", CopyFrom);
-  m.impl("_copy_from_and_resize", CopyFromAndResize);
-  m.impl("_local_scalar_dense", LocalScalarDense);
-  m.impl("set_.source_Storage", SetStorage);
-  m.impl("set_.source_Storage_storage_offset", SetStorageOffset);
-  m.impl("set_.source_Tensor", SetTensor);
-  m.impl("set_", SetEmpty);
-  m.impl("fill_.Scalar", FillScalar);
-  m.impl("fill_.Tensor", FillTensor);
-  m.impl("zero_", Zero);
-  m.impl("record_stream", RecordStream);
-}
-
-}  // namespace native
 }  // namespace torch_tern

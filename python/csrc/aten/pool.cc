@@ -135,6 +135,7 @@ std::tuple<at::Tensor&, at::Tensor&> MaxPool2dWithIndicesOut(
   return TERN_FALLBACK(max_pool2d_with_indices_out, self, kernel_size, stride, padding, dilation,
                        ceil_mode, out, indices);
 }
+TERN_ATEN_IMPL("max_pool2d_with_indices.out", MaxPool2dWithIndicesOut);
 
 at::Tensor& MaxPool2dWithIndicesBackwardOut(const at::Tensor& grad_output, const at::Tensor& self,
                                             at::IntArrayRef kernel_size, at::IntArrayRef stride,
@@ -166,12 +167,8 @@ at::Tensor& MaxPool2dWithIndicesBackwardOut(const at::Tensor& grad_output, const
   return TERN_FALLBACK(max_pool2d_with_indices_backward_grad_input, grad_output, self, kernel_size,
                        stride, padding, dilation, ceil_mode, indices, grad_input);
 }
+TERN_ATEN_IMPL("max_pool2d_with_indices_backward.grad_input", MaxPool2dWithIndicesBackwardOut);
 
 }  // namespace
-
-void RegisterPoolOps(torch::Library& m) {
-  m.impl("max_pool2d_with_indices.out", MaxPool2dWithIndicesOut);
-  m.impl("max_pool2d_with_indices_backward.grad_input", MaxPool2dWithIndicesBackwardOut);
-}
 
 }  // namespace torch_tern::native

@@ -396,22 +396,24 @@ Slot EncodedInt(int64_t value, tern_dtype_t dtype) {
 }
 
 // Appends one element of `dtype` to `blob` in its own 8-byte slot; returns
-// its offset in elements of `dtype`.
-int64_t AppendSlot(std::vector<uint8_t>& blob, const void* bytes, tern_dtype_t dtype) {
+// the operand for it, in the executable's segment `segment` number `index`.
+Operand AppendSlot(std::vector<uint8_t>& blob, tern_segment_t segment, uint32_t index,
+                   const void* bytes, tern_dtype_t dtype) {
   const size_t at = (blob.size() + 7) / 8 * 8;
   blob.resize(at + 8, 0);
   std::memcpy(blob.data() + at, bytes, DtypeSize(dtype));
-  return static_cast<int64_t>(at) / DtypeSize(dtype);
+  Operand o;
+  o.segment = segment;
+  o.index = index;
+  o.dtype = dtype;
+  o.offset = static_cast<int64_t>(at) / DtypeSize(dtype);
+  return o;
 }
 
 }  // namespace
 
 Operand Program::AddConstant(const void* bytes, tern_dtype_t dtype) {
-  Operand o;
-  o.segment = TERN_SEGMENT_CONSTANT;
-  o.dtype = dtype;
-  o.offset = AppendSlot(constants_, bytes, dtype);
-  return o;
+  return AppendSlot(constants_, TERN_SEGMENT_CONSTANT, 0, bytes, dtype);
 }
 
 Operand Program::Const(double value, tern_dtype_t dtype) {
@@ -427,12 +429,7 @@ Operand Program::AddArg(const void* bytes, tern_dtype_t dtype) {
     args_input_ = static_cast<int32_t>(inputs_++);
     bindings_.push_back({at::Tensor(), false, TERN_DTYPE_I8, 0});
   }
-  Operand o;
-  o.segment = TERN_SEGMENT_INPUT;
-  o.index = static_cast<uint32_t>(args_input_);
-  o.dtype = dtype;
-  o.offset = AppendSlot(args_, bytes, dtype);
-  return o;
+  return AppendSlot(args_, TERN_SEGMENT_INPUT, static_cast<uint32_t>(args_input_), bytes, dtype);
 }
 
 Operand Program::Arg(double value, tern_dtype_t dtype) {

@@ -216,6 +216,7 @@ at::Tensor& Uniform(at::Tensor& self, double from, double to, std::optional<at::
   return GenerateOnHost(self, gen,
                         [&](at::Tensor& t, at::Generator& g) { t.uniform_(from, to, g); });
 }
+TERN_ATEN_IMPL("uniform_", Uniform);
 
 at::Tensor& Normal(at::Tensor& self, double mean, double std, std::optional<at::Generator> gen) {
   TORCH_CHECK(std >= 0.0, "normal expects std >= 0.0, but found std ", std);
@@ -223,6 +224,7 @@ at::Tensor& Normal(at::Tensor& self, double mean, double std, std::optional<at::
   return GenerateOnHost(self, gen,
                         [&](at::Tensor& t, at::Generator& g) { t.normal_(mean, std, g); });
 }
+TERN_ATEN_IMPL("normal_", Normal);
 
 at::Tensor& Exponential(at::Tensor& self, double lambd, std::optional<at::Generator> gen) {
   TORCH_CHECK(lambd > 0.0, "exponential_ expects lambda > 0.0, but found lambda=", lambd);
@@ -243,6 +245,7 @@ at::Tensor& Exponential(at::Tensor& self, double lambd, std::optional<at::Genera
   return GenerateOnHost(self, gen,
                         [&](at::Tensor& t, at::Generator& g) { t.exponential_(lambd, g); });
 }
+TERN_ATEN_IMPL("exponential_", Exponential);
 
 // self = (u < p), p a scalar or a tensor broadcast to self.
 bool Bernoulli(at::Tensor& self, const std::optional<double>& p_scalar, const at::Tensor& p_tensor,
@@ -272,6 +275,7 @@ at::Tensor& BernoulliFloat(at::Tensor& self, double p, std::optional<at::Generat
   if (Bernoulli(self, p, at::Tensor(), gen)) return self;
   return GenerateOnHost(self, gen, [&](at::Tensor& t, at::Generator& g) { t.bernoulli_(p, g); });
 }
+TERN_ATEN_IMPL("bernoulli_.float", BernoulliFloat);
 
 at::Tensor& BernoulliTensor(at::Tensor& self, const at::Tensor& p,
                             std::optional<at::Generator> gen) {
@@ -280,6 +284,7 @@ at::Tensor& BernoulliTensor(at::Tensor& self, const at::Tensor& p,
   return GenerateOnHost(self, gen,
                         [&](at::Tensor& t, at::Generator& g) { t.bernoulli_(p_host, g); });
 }
+TERN_ATEN_IMPL("bernoulli_.Tensor", BernoulliTensor);
 
 // Integers uniform in [from, to): RANDOM's integer form, in one one-off
 // program (the range is an attribute); wider ranges go to the host path.
@@ -318,15 +323,18 @@ at::Tensor& RandomFrom(at::Tensor& self, int64_t from, std::optional<int64_t> to
   return GenerateOnHost(self, gen,
                         [&](at::Tensor& t, at::Generator& g) { t.random_(from, to, g); });
 }
+TERN_ATEN_IMPL("random_.from", RandomFrom);
 
 at::Tensor& RandomTo(at::Tensor& self, int64_t to, std::optional<at::Generator> gen) {
   if (RandomRange(self, 0, to, gen)) return self;
   return GenerateOnHost(self, gen, [&](at::Tensor& t, at::Generator& g) { t.random_(to, g); });
 }
+TERN_ATEN_IMPL("random_.to", RandomTo);
 
 at::Tensor& Random(at::Tensor& self, std::optional<at::Generator> gen) {
   return GenerateOnHost(self, gen, [&](at::Tensor& t, at::Generator& g) { t.random_(g); });
 }
+TERN_ATEN_IMPL("random_", Random);
 
 // Dropout: keep = (u < 1 - p), out = input * keep * (1 / (1 - p)), one program.
 std::tuple<at::Tensor, at::Tensor> NativeDropout(const at::Tensor& input, double p,
@@ -368,22 +376,7 @@ std::tuple<at::Tensor, at::Tensor> NativeDropout(const at::Tensor& input, double
   BernoulliFloat(mask, 1 - p, std::nullopt);
   return {input * mask * scale, mask};
 }
+TERN_ATEN_IMPL("native_dropout", NativeDropout);
 
 }  // namespace
-
-namespace native {
-
-void RegisterRandomOps(torch::Library& m) {
-  m.impl("uniform_", Uniform);
-  m.impl("normal_", Normal);
-  m.impl("bernoulli_.float", BernoulliFloat);
-  m.impl("bernoulli_.Tensor", BernoulliTensor);
-  m.impl("random_.from", RandomFrom);
-  m.impl("random_.to", RandomTo);
-  m.impl("random_", Random);
-  m.impl("exponential_", Exponential);
-  m.impl("native_dropout", NativeDropout);
-}
-
-}  // namespace native
 }  // namespace torch_tern

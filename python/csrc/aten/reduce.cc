@@ -54,6 +54,7 @@ at::Tensor& SumOut(const at::Tensor& self, at::OptionalIntArrayRef dim, bool kee
   }
   return TERN_FALLBACK(sum_IntList_out, self, dim, keepdim, dtype, out);
 }
+TERN_ATEN_IMPL("sum.IntList_out", SumOut);
 
 at::Tensor& MeanOut(const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
                     std::optional<at::ScalarType> dtype, at::Tensor& out) {
@@ -65,6 +66,7 @@ at::Tensor& MeanOut(const at::Tensor& self, at::OptionalIntArrayRef dim, bool ke
   }
   return TERN_FALLBACK(mean_out, self, dim, keepdim, dtype, out);
 }
+TERN_ATEN_IMPL("mean.out", MeanOut);
 
 at::Tensor& ProdIntOut(const at::Tensor& self, int64_t dim, bool keepdim,
                        std::optional<at::ScalarType> dtype, at::Tensor& out) {
@@ -77,6 +79,7 @@ at::Tensor& ProdIntOut(const at::Tensor& self, int64_t dim, bool keepdim,
   }
   return TERN_FALLBACK(prod_int_out, self, dim, keepdim, dtype, out);
 }
+TERN_ATEN_IMPL("prod.int_out", ProdIntOut);
 
 at::Tensor Prod(const at::Tensor& self, std::optional<at::ScalarType> dtype) {
   if (IsTern(self)) {
@@ -91,6 +94,7 @@ at::Tensor Prod(const at::Tensor& self, std::optional<at::ScalarType> dtype) {
   }
   return TERN_FALLBACK(prod, self, dtype);
 }
+TERN_ATEN_IMPL("prod", Prod);
 
 // max/min over `dim` (none: all) without indices, into `out` of self's dtype
 // (rejected on empty reductions: the CPU raises for those).
@@ -106,11 +110,13 @@ at::Tensor& AmaxOut(const at::Tensor& self, at::IntArrayRef dim, bool keepdim, a
   if (Extreme("aten::amax.out", TERN_REDUCE_MAX, self, dim, keepdim, out)) return out;
   return TERN_FALLBACK(amax_out, self, dim, keepdim, out);
 }
+TERN_ATEN_IMPL("amax.out", AmaxOut);
 
 at::Tensor& AminOut(const at::Tensor& self, at::IntArrayRef dim, bool keepdim, at::Tensor& out) {
   if (Extreme("aten::amin.out", TERN_REDUCE_MIN, self, dim, keepdim, out)) return out;
   return TERN_FALLBACK(amin_out, self, dim, keepdim, out);
 }
+TERN_ATEN_IMPL("amin.out", AminOut);
 
 // max()/min() of all elements as a new 0-dim tensor; undefined when declined.
 at::Tensor ExtremeAll(const char* name, tern_reduce_fn_t fn, const at::Tensor& self) {
@@ -123,11 +129,13 @@ at::Tensor MaxAll(const at::Tensor& self) {
   at::Tensor out = ExtremeAll("aten::max", TERN_REDUCE_MAX, self);
   return out.defined() ? out : TERN_FALLBACK(max, self);
 }
+TERN_ATEN_IMPL("max", MaxAll);
 
 at::Tensor MinAll(const at::Tensor& self) {
   at::Tensor out = ExtremeAll("aten::min", TERN_REDUCE_MIN, self);
   return out.defined() ? out : TERN_FALLBACK(min, self);
 }
+TERN_ATEN_IMPL("min", MinAll);
 
 bool ArgExtreme(const char* name, tern_reduce_fn_t fn, const at::Tensor& self,
                 std::optional<int64_t> dim, bool keepdim, const at::Tensor& out) {
@@ -146,12 +154,14 @@ at::Tensor& ArgmaxOut(const at::Tensor& self, std::optional<int64_t> dim, bool k
   if (ArgExtreme("aten::argmax.out", TERN_REDUCE_ARGMAX, self, dim, keepdim, out)) return out;
   return TERN_FALLBACK(argmax_out, self, dim, keepdim, out);
 }
+TERN_ATEN_IMPL("argmax.out", ArgmaxOut);
 
 at::Tensor& ArgminOut(const at::Tensor& self, std::optional<int64_t> dim, bool keepdim,
                       at::Tensor& out) {
   if (ArgExtreme("aten::argmin.out", TERN_REDUCE_ARGMIN, self, dim, keepdim, out)) return out;
   return TERN_FALLBACK(argmin_out, self, dim, keepdim, out);
 }
+TERN_ATEN_IMPL("argmin.out", ArgminOut);
 
 // values and indices along one dim: one program, two reductions.
 bool ExtremeDim(const char* name, tern_reduce_fn_t fn, tern_reduce_fn_t arg_fn,
@@ -186,6 +196,7 @@ std::tuple<at::Tensor&, at::Tensor&> MaxDimOut(const at::Tensor& self, int64_t d
   }
   return TERN_FALLBACK2(max, dim_max, self, dim, keepdim, values, indices);
 }
+TERN_ATEN_IMPL("max.dim_max", MaxDimOut);
 
 std::tuple<at::Tensor&, at::Tensor&> MinDimOut(const at::Tensor& self, int64_t dim, bool keepdim,
                                                at::Tensor& values, at::Tensor& indices) {
@@ -195,6 +206,7 @@ std::tuple<at::Tensor&, at::Tensor&> MinDimOut(const at::Tensor& self, int64_t d
   }
   return TERN_FALLBACK2(min, dim_min, self, dim, keepdim, values, indices);
 }
+TERN_ATEN_IMPL("min.dim_min", MinDimOut);
 
 bool AnyAll(const char* name, tern_reduce_fn_t fn, const at::Tensor& self,
             at::OptionalIntArrayRef dim, bool keepdim, const at::Tensor& out) {
@@ -208,12 +220,14 @@ at::Tensor& AnyDimsOut(const at::Tensor& self, at::OptionalIntArrayRef dim, bool
   if (AnyAll("aten::any.dims_out", TERN_REDUCE_ANY, self, dim, keepdim, out)) return out;
   return TERN_FALLBACK2(any, dims_out, self, dim, keepdim, out);
 }
+TERN_ATEN_IMPL("any.dims_out", AnyDimsOut);
 
 at::Tensor& AllDimsOut(const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
                        at::Tensor& out) {
   if (AnyAll("aten::all.dims_out", TERN_REDUCE_ALL, self, dim, keepdim, out)) return out;
   return TERN_FALLBACK2(all, dims_out, self, dim, keepdim, out);
 }
+TERN_ATEN_IMPL("all.dims_out", AllDimsOut);
 
 at::Tensor& AnyOut(const at::Tensor& self, int64_t dim, bool keepdim, at::Tensor& out) {
   if (AnyAll("aten::any.out", TERN_REDUCE_ANY, self, std::vector<int64_t>{dim}, keepdim, out)) {
@@ -221,6 +235,7 @@ at::Tensor& AnyOut(const at::Tensor& self, int64_t dim, bool keepdim, at::Tensor
   }
   return TERN_FALLBACK(any_out, self, dim, keepdim, out);
 }
+TERN_ATEN_IMPL("any.out", AnyOut);
 
 at::Tensor& AllOut(const at::Tensor& self, int64_t dim, bool keepdim, at::Tensor& out) {
   if (AnyAll("aten::all.out", TERN_REDUCE_ALL, self, std::vector<int64_t>{dim}, keepdim, out)) {
@@ -228,16 +243,19 @@ at::Tensor& AllOut(const at::Tensor& self, int64_t dim, bool keepdim, at::Tensor
   }
   return TERN_FALLBACK(all_out, self, dim, keepdim, out);
 }
+TERN_ATEN_IMPL("all.out", AllOut);
 
 at::Tensor& AnyAllOut(const at::Tensor& self, at::Tensor& out) {
   if (AnyAll("aten::any.all_out", TERN_REDUCE_ANY, self, std::nullopt, false, out)) return out;
   return TERN_FALLBACK(any_all_out, self, out);
 }
+TERN_ATEN_IMPL("any.all_out", AnyAllOut);
 
 at::Tensor& AllAllOut(const at::Tensor& self, at::Tensor& out) {
   if (AnyAll("aten::all.all_out", TERN_REDUCE_ALL, self, std::nullopt, false, out)) return out;
   return TERN_FALLBACK(all_all_out, self, out);
 }
+TERN_ATEN_IMPL("all.all_out", AllAllOut);
 
 // var/std: mean, squared deviations, their sum / (N - correction); a
 // two-pass formula in f64 accumulation (the CPU uses Welford, equal within
@@ -301,6 +319,7 @@ at::Tensor& VarCorrectionOut(const at::Tensor& self, at::OptionalIntArrayRef dim
   if (VarStd("aten::var.correction_out", false, self, dim, correction, keepdim, out)) return out;
   return TERN_FALLBACK(var_correction_out, self, dim, correction, keepdim, out);
 }
+TERN_ATEN_IMPL("var.correction_out", VarCorrectionOut);
 
 at::Tensor& StdCorrectionOut(const at::Tensor& self, at::OptionalIntArrayRef dim,
                              const std::optional<c10::Scalar>& correction, bool keepdim,
@@ -308,6 +327,7 @@ at::Tensor& StdCorrectionOut(const at::Tensor& self, at::OptionalIntArrayRef dim
   if (VarStd("aten::std.correction_out", true, self, dim, correction, keepdim, out)) return out;
   return TERN_FALLBACK(std_correction_out, self, dim, correction, keepdim, out);
 }
+TERN_ATEN_IMPL("std.correction_out", StdCorrectionOut);
 
 at::Tensor VarCorrection(const at::Tensor& self, at::OptionalIntArrayRef dim,
                          const std::optional<c10::Scalar>& correction, bool keepdim) {
@@ -315,6 +335,7 @@ at::Tensor VarCorrection(const at::Tensor& self, at::OptionalIntArrayRef dim,
   if (VarStd("aten::var.correction", false, self, dim, correction, keepdim, out)) return out;
   return TERN_FALLBACK(var_correction, self, dim, correction, keepdim);
 }
+TERN_ATEN_IMPL("var.correction", VarCorrection);
 
 at::Tensor StdCorrection(const at::Tensor& self, at::OptionalIntArrayRef dim,
                          const std::optional<c10::Scalar>& correction, bool keepdim) {
@@ -322,6 +343,7 @@ at::Tensor StdCorrection(const at::Tensor& self, at::OptionalIntArrayRef dim,
   if (VarStd("aten::std.correction", true, self, dim, correction, keepdim, out)) return out;
   return TERN_FALLBACK(std_correction, self, dim, correction, keepdim);
 }
+TERN_ATEN_IMPL("std.correction", StdCorrection);
 
 std::tuple<at::Tensor, at::Tensor> VarMeanCorrection(const at::Tensor& self,
                                                      at::OptionalIntArrayRef dim,
@@ -336,6 +358,7 @@ std::tuple<at::Tensor, at::Tensor> VarMeanCorrection(const at::Tensor& self,
   }
   return TERN_FALLBACK2(var_mean, correction, self, dim, correction, keepdim);
 }
+TERN_ATEN_IMPL("var_mean.correction", VarMeanCorrection);
 
 // ||x||_ord over dims: 2, 1, +-inf, 0 and other p, as (sum |x|^p)^(1/p).
 at::Tensor& LinalgVectorNormOut(const at::Tensor& self, const at::Scalar& ord,
@@ -395,6 +418,7 @@ at::Tensor& LinalgVectorNormOut(const at::Tensor& self, const at::Scalar& ord,
   if (done) return out;
   return TERN_FALLBACK(linalg_vector_norm_out, self, ord, dim, keepdim, dtype, out);
 }
+TERN_ATEN_IMPL("linalg_vector_norm.out", LinalgVectorNormOut);
 
 // ---- Softmax ----------------------------------------------------------------------------
 
@@ -417,12 +441,14 @@ at::Tensor& SoftmaxOut(const at::Tensor& self, int64_t dim, bool half_to_float, 
   if (Softmax("aten::_softmax.out", false, self, dim, half_to_float, out)) return out;
   return TERN_FALLBACK(_softmax_out, self, dim, half_to_float, out);
 }
+TERN_ATEN_IMPL("_softmax.out", SoftmaxOut);
 
 at::Tensor& LogSoftmaxOut(const at::Tensor& self, int64_t dim, bool half_to_float,
                           at::Tensor& out) {
   if (Softmax("aten::_log_softmax.out", true, self, dim, half_to_float, out)) return out;
   return TERN_FALLBACK(_log_softmax_out, self, dim, half_to_float, out);
 }
+TERN_ATEN_IMPL("_log_softmax.out", LogSoftmaxOut);
 
 bool SoftmaxBackward(const char* name, bool log, const at::Tensor& grad_output,
                      const at::Tensor& output, int64_t dim, at::ScalarType input_dtype,
@@ -451,6 +477,7 @@ at::Tensor& SoftmaxBackwardOut(const at::Tensor& grad_output, const at::Tensor& 
   return TERN_FALLBACK(_softmax_backward_data_out, grad_output, output, dim, input_dtype,
                        grad_input);
 }
+TERN_ATEN_IMPL("_softmax_backward_data.out", SoftmaxBackwardOut);
 
 at::Tensor& LogSoftmaxBackwardOut(const at::Tensor& grad_output, const at::Tensor& output,
                                   int64_t dim, at::ScalarType input_dtype, at::Tensor& grad_input) {
@@ -461,6 +488,7 @@ at::Tensor& LogSoftmaxBackwardOut(const at::Tensor& grad_output, const at::Tenso
   return TERN_FALLBACK(_log_softmax_backward_data_out, grad_output, output, dim, input_dtype,
                        grad_input);
 }
+TERN_ATEN_IMPL("_log_softmax_backward_data.out", LogSoftmaxBackwardOut);
 
 // ---- Layer norm ----------------------------------------------------------------------------
 
@@ -499,6 +527,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> NativeLayerNorm(
   }
   return TERN_FALLBACK(native_layer_norm, input, normalized_shape, weight, bias, eps);
 }
+TERN_ATEN_IMPL("native_layer_norm", NativeLayerNorm);
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> NativeLayerNormBackward(
     const at::Tensor& grad_out, const at::Tensor& input, at::IntArrayRef normalized_shape,
@@ -546,6 +575,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> NativeLayerNormBackward(
   return TERN_FALLBACK(native_layer_norm_backward, grad_out, input, normalized_shape, mean, rstd,
                        weight, bias, output_mask);
 }
+TERN_ATEN_IMPL("native_layer_norm_backward", NativeLayerNormBackward);
 
 // ---- Batch norm ------------------------------------------------------------------------
 // Statistics per channel (dim 1) over every other dim, float32 throughout.
@@ -652,6 +682,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> NativeBatchNorm(
   return TERN_FALLBACK(native_batch_norm, input, weight, bias, running_mean, running_var, training,
                        momentum, eps);
 }
+TERN_ATEN_IMPL("native_batch_norm", NativeBatchNorm);
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> NativeBatchNormBackward(
     const at::Tensor& grad_out, const at::Tensor& input, const std::optional<at::Tensor>& weight,
@@ -734,6 +765,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> NativeBatchNormBackward(
   return TERN_FALLBACK(native_batch_norm_backward, grad_out, input, weight, running_mean,
                        running_var, save_mean, save_invstd, train, eps, output_mask);
 }
+TERN_ATEN_IMPL("native_batch_norm_backward", NativeBatchNormBackward);
 
 // ---- RMS norm -------------------------------------------------------------------------------
 // aten::rms_norm is a composite in ATen; on tern it runs as one RMS_NORM
@@ -827,6 +859,7 @@ at::Tensor RmsNormAutograd(const at::Tensor& input, c10::SymIntArrayRef normaliz
   // The composite (pow, mean, rsqrt, mul): each piece native or logged.
   return at::compositeimplicitautograd::rms_norm_symint(input, normalized_shape_sym, weight, eps);
 }
+TERN_ATEN_IMPL_FOR(AutogradPrivateUse1, "rms_norm", RmsNormAutograd);
 
 // Without autograd (inference mode, or below the autograd key).
 at::Tensor RmsNorm(const at::Tensor& input, c10::SymIntArrayRef normalized_shape_sym,
@@ -839,45 +872,8 @@ at::Tensor RmsNorm(const at::Tensor& input, c10::SymIntArrayRef normalized_shape
   }
   return at::compositeimplicitautograd::rms_norm_symint(input, normalized_shape_sym, weight, eps);
 }
+TERN_ATEN_IMPL("rms_norm", RmsNorm);
 
 }  // namespace
-
-void RegisterReduceOps(torch::Library& m) {
-  m.impl("sum.IntList_out", SumOut);
-  m.impl("mean.out", MeanOut);
-  m.impl("prod.int_out", ProdIntOut);
-  m.impl("prod", Prod);
-  m.impl("amax.out", AmaxOut);
-  m.impl("amin.out", AminOut);
-  m.impl("max", MaxAll);
-  m.impl("min", MinAll);
-  m.impl("argmax.out", ArgmaxOut);
-  m.impl("argmin.out", ArgminOut);
-  m.impl("max.dim_max", MaxDimOut);
-  m.impl("min.dim_min", MinDimOut);
-  m.impl("any.dims_out", AnyDimsOut);
-  m.impl("all.dims_out", AllDimsOut);
-  m.impl("any.out", AnyOut);
-  m.impl("all.out", AllOut);
-  m.impl("any.all_out", AnyAllOut);
-  m.impl("all.all_out", AllAllOut);
-  m.impl("var.correction_out", VarCorrectionOut);
-  m.impl("std.correction_out", StdCorrectionOut);
-  m.impl("var.correction", VarCorrection);
-  m.impl("std.correction", StdCorrection);
-  m.impl("var_mean.correction", VarMeanCorrection);
-  m.impl("linalg_vector_norm.out", LinalgVectorNormOut);
-  m.impl("_softmax.out", SoftmaxOut);
-  m.impl("_log_softmax.out", LogSoftmaxOut);
-  m.impl("_softmax_backward_data.out", SoftmaxBackwardOut);
-  m.impl("_log_softmax_backward_data.out", LogSoftmaxBackwardOut);
-  m.impl("native_layer_norm", NativeLayerNorm);
-  m.impl("native_layer_norm_backward", NativeLayerNormBackward);
-  m.impl("rms_norm", RmsNorm);
-  m.impl("native_batch_norm", NativeBatchNorm);
-  m.impl("native_batch_norm_backward", NativeBatchNormBackward);
-}
-
-void RegisterReduceAutogradOps(torch::Library& m) { m.impl("rms_norm", RmsNormAutograd); }
 
 }  // namespace torch_tern::native

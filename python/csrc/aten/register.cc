@@ -1,35 +1,85 @@
-// Everything the plugin registers with the dispatcher, by dispatch key, in
-// one place. The native operators are listed per family (register.h), at the
-// end of each family's file; everything else is here.
+// Everything the plugin registers with the dispatcher in one place: the
+// native operators' list (TERN_ATEN_IMPL beside each kernel, register.h) and
+// the TORCH_LIBRARY_IMPL blocks of the other dispatch keys.
 #include "aten/register.h"
 
 #include <ATen/autocast_mode.h>
+#include <c10/util/Exception.h>
 #include <torch/library.h>
+
+#include <map>
+#include <string_view>
 
 #include "aten/fallback.h"
 
 namespace torch_tern {
+namespace native {
 namespace {
 
-// Native operators on tern.
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  native::RegisterMinimalOps(m);      // allocation, views, copies, resize_, set_, fills
-  native::RegisterElementwiseOps(m);  // arithmetic, activations, where, clamps, losses
-  native::RegisterReduceOps(m);       // reductions, var/std, softmax, norms
-  native::RegisterMatmulOps(m);       // matrix products, convolutions
-  native::RegisterIndexOps(m);        // index/gather/scatter, cat, tril/triu, arange
-  native::RegisterPoolOps(m);         // max pooling
-  native::RegisterRandomOps(m);       // random ops on the tern generator
-  native::RegisterForeachOps(m);      // the optimizers' _foreach_* and _fused_adam(w)_
+struct Entry {
+  c10::DispatchKey key;
+  const char* name;
+  torch::CppFunction kernel;  // moved into the dispatcher by RegisterNativeOps
+  const char* file;
+  int line;
+};
+
+// A function-local static: TERN_ATEN_IMPL runs during static initialisation,
+// in whatever order the translation units come, and may be the first to ask.
+std::vector<Entry>& Entries() {
+  static std::vector<Entry> entries;
+  return entries;
 }
+
+size_t RegisterEntries() {
+  std::vector<Entry>& entries = Entries();
+  std::map<std::pair<c10::DispatchKey, std::string_view>, const Entry*> seen;
+  for (const Entry& e : entries) {
+    const auto [it, added] = seen.emplace(std::make_pair(e.key, std::string_view(e.name)), &e);
+    TORCH_CHECK(added, "torch_tern: two ", c10::toString(e.key), " kernels for aten::", e.name,
+                ", at ", it->second->file, ":", it->second->line, " and ", e.file, ":", e.line);
+  }
+  // One library per dispatch key; destroying one would unregister its kernels.
+  static std::map<c10::DispatchKey, torch::Library> libraries;
+  for (Entry& e : entries) {
+    auto it = libraries.find(e.key);
+    if (it == libraries.end()) {
+      it = libraries
+               .emplace(e.key,
+                        torch::Library(torch::Library::IMPL, "aten", e.key, __FILE__, __LINE__))
+               .first;
+    }
+    it->second.impl(e.name, std::move(e.kernel));
+  }
+  return entries.size();
+}
+
+}  // namespace
+
+OpRegistrar::OpRegistrar(c10::DispatchKey key, const char* name, torch::CppFunction kernel,
+                         const char* file, int line) {
+  Entries().push_back(Entry{key, name, std::move(kernel), file, line});
+}
+
+size_t RegisterNativeOps() {
+  static const size_t count = RegisterEntries();
+  return count;
+}
+
+std::vector<std::pair<std::string, std::string>> NativeOps() {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const Entry& e : Entries()) out.emplace_back(c10::toString(e.key), e.name);
+  return out;
+}
+
+}  // namespace native
+
+namespace {
 
 // Every other operator: the logged CPU fallback (fallback.cc).
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&CpuFallback>());
 }
-
-// rms_norm as one native op in forward and backward (reduce.cc).
-TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) { native::RegisterReduceAutogradOps(m); }
 
 // _copy_from handles conjugate and negative bits itself (copy.cc). Without
 // these fallthroughs the Conjugate/Negative fallbacks would materialize the

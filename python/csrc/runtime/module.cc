@@ -1,7 +1,8 @@
 // torch_tern._C: the Python face of the plugin. Importing it registers
-// everything C++ registers statically (allocators, guard, hooks, operators,
-// fallback, autocast); these functions serve the Python device module
-// (torch.tern) and collect_env.
+// everything C++ registers statically (allocators, guard, hooks, fallback,
+// autocast) and, first thing in the module's init, the native operators
+// (aten/register.h); these functions serve the Python device module
+// (torch.tern), collect_env and the tests.
 #include <ATen/Context.h>
 #include <c10/core/CachingDeviceAllocator.h>
 #include <torch/csrc/Generator.h>
@@ -10,6 +11,7 @@
 
 #include "aten/fallback.h"
 #include "aten/program.h"
+#include "aten/register.h"
 #include "runtime/allocator.h"
 #include "runtime/generator.h"
 #include "runtime/host_allocator.h"
@@ -118,6 +120,10 @@ py::tuple StreamTuple(const c10::Stream& stream) {
 
 PYBIND11_MODULE(_C, m) {
   using namespace torch_tern;
+  // Every static initialiser of the extension has run by now (the loader ran
+  // them before calling this), so the list of native operators is complete.
+  // A failure here (a schema listed twice) makes the import fail.
+  native::RegisterNativeOps();
   m.doc() = "torch_tern native extension (PyTorch PrivateUse1 backend for tern)";
   m.attr("__version__") = TORCH_TERN_VERSION;
 
@@ -178,6 +184,8 @@ PYBIND11_MODULE(_C, m) {
     return out;
   });
   m.def("_clear_fallback_ops", &ClearFallbackOps);
+  m.def("_native_ops", &native::NativeOps,
+        "(dispatch key, aten schema name) of every native kernel, as registered at import.");
 
   m.def("_tern_version", &Version);
   m.def("_driver_name", [] {
