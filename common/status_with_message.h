@@ -48,6 +48,12 @@ Status MakeStatus(tern_status_t code, fmt::format_string<Args...> format, Args&&
   return Status(code, fmt::format(format, std::forward<Args>(args)...));
 }
 
+// "TERN_ERROR_INVALID_HANDLE": the name of a status code, "TERN_ERROR_UNKNOWN"
+// for a number this version does not know. The one table of names: the public
+// tern_status_string() returns it, and code below libtern (the executable
+// dumper, the fuzzer) prints it. Thread-safety: any thread.
+const char* StatusCodeName(tern_status_t status);
+
 // Formats errno into a Status with the failing call named.
 Status ErrnoStatus(tern_status_t code, int err, std::string_view what);
 

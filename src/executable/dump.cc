@@ -20,19 +20,6 @@ void Line(std::string* text, fmt::format_string<Args...> format, Args&&... args)
   text->push_back('\n');
 }
 
-const char* CodeName(tern_status_t code) {
-  switch (code) {
-    case TERN_ERROR_EXECUTABLE_INVALID:
-      return "TERN_ERROR_EXECUTABLE_INVALID";
-    case TERN_ERROR_EXECUTABLE_UNSUPPORTED:
-      return "TERN_ERROR_EXECUTABLE_UNSUPPORTED";
-    case TERN_ERROR_EXECUTABLE_CHECKSUM:
-      return "TERN_ERROR_EXECUTABLE_CHECKSUM";
-    default:
-      return "error";
-  }
-}
-
 template <typename T>
 std::string List(const flatbuffers::Vector<T>* values) {
   std::string text = "[";
@@ -207,7 +194,8 @@ Status DumpExecutable(std::span<const uint8_t> data, std::string* text,
   Container container;
   Status parsed = ParseContainer(data, container_options, &container);
   if (!parsed.ok()) {
-    Line(text, "cannot read the container: {}: {}", CodeName(parsed.code()), parsed.message());
+    Line(text, "cannot read the container: {}: {}", StatusCodeName(parsed.code()),
+         parsed.message());
     return parsed;
   }
   const FileHeader& header = container.header;
@@ -261,7 +249,8 @@ Status DumpExecutable(std::span<const uint8_t> data, std::string* text,
   if (verdict.ok()) {
     Line(text, "loader verdict: accepted");
   } else {
-    Line(text, "loader verdict: rejected: {}: {}", CodeName(verdict.code()), verdict.message());
+    Line(text, "loader verdict: rejected: {}: {}", StatusCodeName(verdict.code()),
+         verdict.message());
   }
   return verdict;
 }
