@@ -1,0 +1,324 @@
+#include "src/executable/hazards.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <utility>
+
+#include "common/isa_rules.h"
+
+namespace tern::exe {
+namespace {
+
+// Signals of one stream on one semaphore, in program order.
+struct SignalList {
+  std::vector<uint32_t> positions;  // in the stream
+  std::vector<uint32_t> steps;      // step index
+  std::vector<int64_t> before;      // sum of the increments of the earlier ones
+  int64_t total = 0;                // of all of them (saturating)
+};
+
+int64_t SaturatingAdd(int64_t a, int64_t b) { return b > INT64_MAX - a ? INT64_MAX : a + b; }
+
+// Per step: how many steps of each stream happen before it (itself included
+// for its own stream). A step x of stream A at position p happens before y
+// when clock(y)[A] > p.
+class Clocks {
+ public:
+  Clocks(const ScheduleInput& input, std::span<const ScheduledStep> order)
+      : streams_(input.streams.size()), clock_(input.steps.size() * streams_, 0) {
+    // Who signals what: (core, semaphore) -> stream -> its signals.
+    std::map<std::pair<uint32_t, int64_t>, std::map<uint32_t, SignalList>> signals;
+    for (uint32_t s = 0; s < streams_; ++s) {
+      const auto& stream = input.streams[s];
+      for (uint32_t i = stream.begin; i < stream.end; ++i) {
+        const SyncStep& step = input.steps[i];
+        if (step.kind != SyncStep::kSignal) continue;
+        SignalList& list = signals[{stream.core, step.semaphore}][s];
+        list.positions.push_back(i - stream.begin);
+        list.steps.push_back(i);
+        list.before.push_back(list.total);
+        list.total = SaturatingAdd(list.total, step.value);
+      }
+    }
+
+    std::vector<int64_t> last_step(streams_, -1);  // previous step of each stream
+    for (const ScheduledStep& scheduled : order) {
+      const auto& stream = input.streams[scheduled.stream];
+      const uint32_t index = stream.begin + scheduled.position;
+      uint32_t* clock = Of(index);
+      if (last_step[scheduled.stream] >= 0) {
+        std::copy_n(Of(static_cast<uint32_t>(last_step[scheduled.stream])), streams_, clock);
+      }
+      clock[scheduled.stream] = scheduled.position + 1;
+      last_step[scheduled.stream] = index;
+
+      const SyncStep& step = input.steps[index];
+      if (step.kind != SyncStep::kWait) continue;
+      auto found = signals.find({stream.core, step.semaphore});
+      if (found == signals.end()) continue;
+      const auto& by_stream = found->second;
+      // What the waiting stream itself signalled before the wait.
+      int64_t own_before = 0;
+      auto own = by_stream.find(scheduled.stream);
+      if (own != by_stream.end()) {
+        const SignalList& list = own->second;
+        const size_t n = static_cast<size_t>(
+            std::lower_bound(list.positions.begin(), list.positions.end(), scheduled.position) -
+            list.positions.begin());
+        own_before = n == list.positions.size() ? list.total : list.before[n];
+      }
+      for (const auto& [s, list] : by_stream) {
+        if (s == scheduled.stream) continue;
+        // Without its signal j and later ones, stream s contributes at most
+        // before[j]; the others at most all they have.
+        int64_t others = own_before;
+        for (const auto& [t, other] : by_stream) {
+          if (t != s && t != scheduled.stream) others = SaturatingAdd(others, other.total);
+        }
+        if (others >= step.value) continue;  // reachable without s at all
+        const int64_t need = step.value - others;
+        // The last j with before[j] < need: signals 0..j must all have run.
+        const size_t count = static_cast<size_t>(
+            std::lower_bound(list.before.begin(), list.before.end(), need) - list.before.begin());
+        if (count == 0) continue;
+        const uint32_t* signal_clock = Of(list.steps[count - 1]);
+        for (uint32_t k = 0; k < streams_; ++k) clock[k] = std::max(clock[k], signal_clock[k]);
+      }
+    }
+  }
+
+  // Whether step x (of stream `x_stream`, at `x_position`) happens before y.
+  bool Before(uint32_t x_stream, uint32_t x_position, uint32_t y) const {
+    return Of(y)[x_stream] > x_position;
+  }
+
+ private:
+  uint32_t* Of(uint32_t step) { return clock_.data() + static_cast<size_t>(step) * streams_; }
+  const uint32_t* Of(uint32_t step) const {
+    return clock_.data() + static_cast<size_t>(step) * streams_;
+  }
+
+  const uint32_t streams_;
+  std::vector<uint32_t> clock_;
+};
+
+// One operand's bytes in its segment.
+struct Touch {
+  tern_segment_t segment;
+  uint32_t segment_index;
+  uint64_t begin;
+  uint64_t end;
+  uint32_t step;
+  uint32_t slot;
+  bool writes;
+};
+
+// The contiguous byte runs of an operand, as [start, start + run) offsets of
+// its segment, or false when there are more than `limit` of them.
+bool Runs(const isa::OperandDesc& desc, uint64_t limit, uint64_t* run_bytes,
+          std::vector<uint64_t>* starts) {
+  const uint64_t size = isa::DTypeSize(desc.dtype);
+  // Dimensions that add addresses: size > 1 and stride != 0.
+  int64_t shape[TERN_MAX_RANK];
+  int64_t strides[TERN_MAX_RANK];
+  uint32_t rank = 0;
+  for (uint32_t d = 0; d < desc.rank; ++d) {
+    if (desc.shape[d] == 0) {
+      starts->clear();
+      *run_bytes = 0;
+      return true;  // no element at all
+    }
+    if (desc.shape[d] == 1 || desc.strides[d] == 0) continue;
+    shape[rank] = desc.shape[d];
+    strides[rank] = desc.strides[d];
+    ++rank;
+  }
+  // Fold the innermost dimensions that are contiguous into one run.
+  uint64_t run_elements = 1;
+  while (rank > 0 && strides[rank - 1] == static_cast<int64_t>(run_elements)) {
+    run_elements *= static_cast<uint64_t>(shape[rank - 1]);
+    --rank;
+  }
+  uint64_t count = 1;
+  for (uint32_t d = 0; d < rank; ++d) {
+    if (static_cast<uint64_t>(shape[d]) > limit / count) return false;
+    count *= static_cast<uint64_t>(shape[d]);
+  }
+  *run_bytes = run_elements * size;
+  starts->clear();
+  starts->reserve(count);
+  int64_t index[TERN_MAX_RANK] = {};
+  for (uint64_t r = 0; r < count; ++r) {
+    uint64_t offset = desc.offset;
+    for (uint32_t d = 0; d < rank; ++d)
+      offset += static_cast<uint64_t>(index[d] * strides[d]) * size;
+    starts->push_back(offset);
+    for (int64_t d = static_cast<int64_t>(rank) - 1; d >= 0; --d) {
+      if (++index[d] < shape[d]) break;
+      index[d] = 0;
+    }
+  }
+  std::sort(starts->begin(), starts->end());
+  return true;
+}
+
+// Whether two operands share a byte; *exact false when only their extents
+// could be compared.
+bool Overlap(const isa::OperandDesc& a, const isa::OperandDesc& b, bool* exact) {
+  uint64_t run_a = 0, run_b = 0;
+  std::vector<uint64_t> starts_a, starts_b;
+  if (!Runs(a, kExactRunLimit, &run_a, &starts_a) || !Runs(b, kExactRunLimit, &run_b, &starts_b)) {
+    *exact = false;
+    return true;
+  }
+  *exact = true;
+  // Two sorted lists of disjoint-or-touching intervals: walk them together.
+  size_t i = 0, j = 0;
+  while (i < starts_a.size() && j < starts_b.size()) {
+    const uint64_t a_begin = starts_a[i], a_end = a_begin + run_a;
+    const uint64_t b_begin = starts_b[j], b_end = b_begin + run_b;
+    if (a_begin < b_end && b_begin < a_end) return true;
+    if (a_end <= b_begin) {
+      ++i;
+    } else {
+      ++j;
+    }
+  }
+  return false;
+}
+
+// A racy program can have a race for almost every pair of its instructions:
+// the search stops after this many operand pairs (the count is then a floor).
+constexpr size_t kMaxRacesSearched = 1 << 16;
+
+const char* SegmentName(tern_segment_t segment) {
+  switch (segment) {
+    case TERN_SEGMENT_INPUT:
+      return "input";
+    case TERN_SEGMENT_OUTPUT:
+      return "output";
+    case TERN_SEGMENT_CONSTANT:
+      return "constants";
+    case TERN_SEGMENT_SCRATCH:
+      return "scratch";
+    default:
+      return "no";
+  }
+}
+
+}  // namespace
+
+size_t FindRaces(const ScheduleInput& input, std::span<const driver::Instruction> instructions,
+                 std::span<const ScheduledStep> order, size_t max_races, std::vector<Race>* races) {
+  races->clear();
+  if (input.streams.size() < 2) return 0;  // one stream is ordered by itself
+  std::vector<uint32_t> stream_of(input.steps.size(), 0);
+  std::vector<uint32_t> rank_in_order(input.steps.size(), 0);
+  for (uint32_t s = 0; s < input.streams.size(); ++s) {
+    for (uint32_t i = input.streams[s].begin; i < input.streams[s].end; ++i) stream_of[i] = s;
+  }
+  for (uint32_t k = 0; k < order.size(); ++k) {
+    rank_in_order[input.streams[order[k].stream].begin + order[k].position] = k;
+  }
+  const Clocks clocks(input, order);
+
+  std::vector<Touch> touches;
+  for (uint32_t i = 0; i < instructions.size(); ++i) {
+    const driver::Instruction& instruction = instructions[i];
+    if (isa::OpcodeEngine(instruction.opcode) == TERN_ENGINE_SYNC) continue;
+    for (uint32_t k = 0; k < instruction.operands.size(); ++k) {
+      const isa::OperandDesc& desc = instruction.operands[k];
+      // Constants are never written (the loader refuses it), so never race.
+      if (!desc.present() || desc.segment == TERN_SEGMENT_CONSTANT) continue;
+      uint64_t begin = 0, end = 0;
+      if (!isa::OperandExtent(desc, &begin, &end).ok() || begin == end) continue;
+      touches.push_back({desc.segment, desc.index, begin, end, i, k,
+                         isa::OperandIsWritten(instruction.opcode, k)});
+    }
+  }
+  std::sort(touches.begin(), touches.end(), [](const Touch& x, const Touch& y) {
+    return std::tie(x.segment, x.segment_index, x.begin) <
+           std::tie(y.segment, y.segment_index, y.begin);
+  });
+
+  std::vector<Race> found;
+  std::vector<size_t> active;  // touches of the current segment whose extent is still open
+  for (size_t t = 0; t < touches.size(); ++t) {
+    const Touch& y = touches[t];
+    if (t > 0 &&
+        (touches[t - 1].segment != y.segment || touches[t - 1].segment_index != y.segment_index)) {
+      active.clear();
+    }
+    size_t kept = 0;
+    for (size_t a : active) {
+      const Touch& x = touches[a];
+      if (x.end <= y.begin) continue;  // closed: drop it
+      active[kept++] = a;
+      if (!x.writes && !y.writes) continue;
+      const uint32_t sx = stream_of[x.step], sy = stream_of[y.step];
+      if (sx == sy) continue;
+      const uint32_t px = x.step - input.streams[sx].begin;
+      const uint32_t py = y.step - input.streams[sy].begin;
+      if (clocks.Before(sx, px, y.step) || clocks.Before(sy, py, x.step)) continue;
+      bool exact = true;
+      if (!Overlap(instructions[x.step].operands[x.slot], instructions[y.step].operands[y.slot],
+                   &exact)) {
+        continue;
+      }
+      if (found.size() >= kMaxRacesSearched) break;
+      const bool x_first = rank_in_order[x.step] < rank_in_order[y.step];
+      const Touch& first = x_first ? x : y;
+      const Touch& second = x_first ? y : x;
+      found.push_back({first.step, second.step, first.slot, second.slot, first.writes,
+                       second.writes, y.segment, y.segment_index, std::max(x.begin, y.begin),
+                       std::min(x.end, y.end), exact});
+    }
+    if (found.size() >= kMaxRacesSearched) break;
+    active.resize(kept);
+    active.push_back(t);
+  }
+  // One race per pair of instructions (the first slot pair found), the
+  // earliest in schedule order first.
+  std::sort(found.begin(), found.end(), [&](const Race& a, const Race& b) {
+    return std::make_pair(rank_in_order[a.first], rank_in_order[a.second]) <
+           std::make_pair(rank_in_order[b.first], rank_in_order[b.second]);
+  });
+  found.erase(std::unique(found.begin(), found.end(),
+                          [](const Race& a, const Race& b) {
+                            return a.first == b.first && a.second == b.second;
+                          }),
+              found.end());
+  const size_t total = found.size();
+  if (found.size() > max_races) found.resize(max_races);
+  *races = std::move(found);
+  return total;
+}
+
+std::string DescribeRace(const Race& race, const ScheduleInput& input,
+                         std::span<const driver::Instruction> instructions) {
+  auto place = [&](uint32_t step) {
+    const driver::Instruction& instruction = instructions[step];
+    std::string text = fmt::format("the {} engine of core {}, instruction {} ({}",
+                                   isa::EngineName(instruction.engine), instruction.core,
+                                   instruction.position, isa::OpcodeName(instruction.opcode));
+    if (!instruction.debug_op.empty()) text += fmt::format(", graph op '{}'", instruction.debug_op);
+    return text + ")";
+  };
+  (void)input;
+  const char* kind = race.first_writes && race.second_writes ? "write-after-write"
+                     : race.first_writes                     ? "read-after-write"
+                                                             : "write-after-read";
+  std::string segment = SegmentName(race.segment);
+  if (race.segment == TERN_SEGMENT_INPUT || race.segment == TERN_SEGMENT_OUTPUT) {
+    segment += fmt::format(" {}", race.segment_index);
+  }
+  return fmt::format(
+      "{} {} {} bytes [{}, {}) and {} {} them, and no semaphore orders the two ({} race{})",
+      place(race.first), race.first_writes ? "writes" : "reads", segment, race.begin, race.end,
+      place(race.second), race.second_writes ? "writes" : "reads", kind,
+      race.exact ? "" : "; judged from the operands' extents, their strides may avoid it");
+}
+
+}  // namespace tern::exe
