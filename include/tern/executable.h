@@ -23,9 +23,16 @@ extern "C" {
 
 typedef struct tern_executable_s* tern_executable_t;
 
+/* Load even when the static race check finds instructions of different
+ * engine streams that may run at the same time and touch the same bytes (at
+ * least one writing) with no semaphore ordering them: each race is logged as
+ * a warning instead. On hardware such a program computes a result that
+ * depends on timing; the flag is for experiments, never for production. */
+#define TERN_EXECUTABLE_LOAD_ALLOW_RACES 0x1u
+
 typedef struct tern_executable_load_params_t {
   uint32_t struct_size; /* IN: sizeof(tern_executable_load_params_t) */
-  uint32_t flags;       /* IN: reserved, must be 0 */
+  uint32_t flags;       /* IN: 0 or TERN_EXECUTABLE_LOAD_ALLOW_RACES */
 } tern_executable_load_params_t;
 
 /* Validates the executable in `data` (`size` bytes) and loads it on

@@ -24,40 +24,80 @@ int64_t SaturatingAdd(int64_t a, int64_t b) { return b > INT64_MAX - a ? INT64_M
 // Per step: how many steps of each stream happen before it (itself included
 // for its own stream). A step x of stream A at position p happens before y
 // when clock(y)[A] > p.
+//
+// A wait is ordered after a signal X of stream A when the waited-for value
+// cannot be reached without X: A's signals before X, plus what the other
+// streams can signal before the wait, stay below it. "What the others can
+// signal before the wait" excludes their signals already known to come after
+// the wait (a stream that signals again only after waiting on this one's
+// progress, as a single shared semaphore handed from engine to engine does).
+// Knowing more of the order excludes more, which orders more: the clocks are
+// recomputed until nothing changes. Every round is sound on its own.
 class Clocks {
  public:
   Clocks(const ScheduleInput& input, std::span<const ScheduledStep> order)
-      : streams_(input.streams.size()), clock_(input.steps.size() * streams_, 0) {
-    // Who signals what: (core, semaphore) -> stream -> its signals.
-    std::map<std::pair<uint32_t, int64_t>, std::map<uint32_t, SignalList>> signals;
+      : input_(input), order_(order), streams_(input.streams.size()) {
     for (uint32_t s = 0; s < streams_; ++s) {
       const auto& stream = input.streams[s];
       for (uint32_t i = stream.begin; i < stream.end; ++i) {
         const SyncStep& step = input.steps[i];
         if (step.kind != SyncStep::kSignal) continue;
-        SignalList& list = signals[{stream.core, step.semaphore}][s];
+        SignalList& list = signals_[{stream.core, step.semaphore}][s];
         list.positions.push_back(i - stream.begin);
         list.steps.push_back(i);
         list.before.push_back(list.total);
         list.total = SaturatingAdd(list.total, step.value);
       }
     }
+    constexpr int kMaxRounds = 16;  // each round only adds order; stop early when stable
+    std::vector<uint32_t> previous;
+    for (int round = 0; round < kMaxRounds; ++round) {
+      std::vector<uint32_t> next = Compute(previous);
+      const bool stable = next == previous;
+      previous = std::move(next);
+      if (stable) break;
+    }
+    clock_ = std::move(previous);
+  }
+
+  // Whether step x (of stream `x_stream`, at `x_position`) happens before y.
+  bool Before(uint32_t x_stream, uint32_t x_position, uint32_t y) const {
+    return clock_[static_cast<size_t>(y) * streams_ + x_stream] > x_position;
+  }
+
+ private:
+  // One round; `known` is the previous round's clocks (empty: none yet).
+  std::vector<uint32_t> Compute(const std::vector<uint32_t>& known) const {
+    std::vector<uint32_t> clock(input_.steps.size() * streams_, 0);
+    auto of = [&](uint32_t step) { return clock.data() + static_cast<size_t>(step) * streams_; };
+    // What stream `list` can signal without anything known to come after the
+    // wait at `position` of stream `waiter`.
+    auto possible_before = [&](const SignalList& list, uint32_t waiter, uint32_t position) {
+      if (known.empty()) return list.total;
+      // Its signals after the wait form a suffix (order grows along a stream).
+      const auto after =
+          std::partition_point(list.steps.begin(), list.steps.end(), [&](uint32_t step) {
+            return known[static_cast<size_t>(step) * streams_ + waiter] <= position;
+          });
+      const size_t n = static_cast<size_t>(after - list.steps.begin());
+      return n == list.steps.size() ? list.total : list.before[n];
+    };
 
     std::vector<int64_t> last_step(streams_, -1);  // previous step of each stream
-    for (const ScheduledStep& scheduled : order) {
-      const auto& stream = input.streams[scheduled.stream];
+    for (const ScheduledStep& scheduled : order_) {
+      const auto& stream = input_.streams[scheduled.stream];
       const uint32_t index = stream.begin + scheduled.position;
-      uint32_t* clock = Of(index);
+      uint32_t* here = of(index);
       if (last_step[scheduled.stream] >= 0) {
-        std::copy_n(Of(static_cast<uint32_t>(last_step[scheduled.stream])), streams_, clock);
+        std::copy_n(of(static_cast<uint32_t>(last_step[scheduled.stream])), streams_, here);
       }
-      clock[scheduled.stream] = scheduled.position + 1;
+      here[scheduled.stream] = scheduled.position + 1;
       last_step[scheduled.stream] = index;
 
-      const SyncStep& step = input.steps[index];
+      const SyncStep& step = input_.steps[index];
       if (step.kind != SyncStep::kWait) continue;
-      auto found = signals.find({stream.core, step.semaphore});
-      if (found == signals.end()) continue;
+      auto found = signals_.find({stream.core, step.semaphore});
+      if (found == signals_.end()) continue;
       const auto& by_stream = found->second;
       // What the waiting stream itself signalled before the wait.
       int64_t own_before = 0;
@@ -72,10 +112,13 @@ class Clocks {
       for (const auto& [s, list] : by_stream) {
         if (s == scheduled.stream) continue;
         // Without its signal j and later ones, stream s contributes at most
-        // before[j]; the others at most all they have.
+        // before[j]; the others at most what they can signal first.
         int64_t others = own_before;
         for (const auto& [t, other] : by_stream) {
-          if (t != s && t != scheduled.stream) others = SaturatingAdd(others, other.total);
+          if (t != s && t != scheduled.stream) {
+            others =
+                SaturatingAdd(others, possible_before(other, scheduled.stream, scheduled.position));
+          }
         }
         if (others >= step.value) continue;  // reachable without s at all
         const int64_t need = step.value - others;
@@ -83,24 +126,18 @@ class Clocks {
         const size_t count = static_cast<size_t>(
             std::lower_bound(list.before.begin(), list.before.end(), need) - list.before.begin());
         if (count == 0) continue;
-        const uint32_t* signal_clock = Of(list.steps[count - 1]);
-        for (uint32_t k = 0; k < streams_; ++k) clock[k] = std::max(clock[k], signal_clock[k]);
+        const uint32_t* signal_clock = of(list.steps[count - 1]);
+        for (uint32_t k = 0; k < streams_; ++k) here[k] = std::max(here[k], signal_clock[k]);
       }
     }
+    return clock;
   }
 
-  // Whether step x (of stream `x_stream`, at `x_position`) happens before y.
-  bool Before(uint32_t x_stream, uint32_t x_position, uint32_t y) const {
-    return Of(y)[x_stream] > x_position;
-  }
-
- private:
-  uint32_t* Of(uint32_t step) { return clock_.data() + static_cast<size_t>(step) * streams_; }
-  const uint32_t* Of(uint32_t step) const {
-    return clock_.data() + static_cast<size_t>(step) * streams_;
-  }
-
+  const ScheduleInput& input_;
+  const std::span<const ScheduledStep> order_;
   const uint32_t streams_;
+  // Who signals what: (core, semaphore) -> stream -> its signals.
+  std::map<std::pair<uint32_t, int64_t>, std::map<uint32_t, SignalList>> signals_;
   std::vector<uint32_t> clock_;
 };
 

@@ -9,9 +9,11 @@
 #include <unordered_set>
 #include <vector>
 
+#include "common/logging.h"
 #include "src/executable/checks.h"
 #include "src/executable/fb_util.h"
 #include "src/executable/format.h"
+#include "src/executable/hazards.h"
 #include "src/executable/schedule.h"
 #include "src/executable/tern_executable_generated.h"
 
@@ -212,13 +214,14 @@ class FunctionConverter {
   FunctionConverter(
       const format::Function* function, uint32_t function_index, uint64_t constants_bytes,
       const flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>* debug_names,
-      bool has_debug, WorkBudget* budget, driver::Function* out)
+      bool has_debug, WorkBudget* budget, const LoadOptions& options, driver::Function* out)
       : function_(function),
         function_index_(function_index),
         constants_bytes_(constants_bytes),
         debug_names_(debug_names),
         has_debug_(has_debug),
         budget_(budget),
+        options_(options),
         out_(out) {}
 
   Status Convert() {
@@ -434,12 +437,45 @@ class FunctionConverter {
     return OkStatus();
   }
 
+  // On hardware the engines run their streams concurrently: a pair of
+  // instructions that nothing orders must not touch the same bytes with a
+  // write (hazards.h). Refused, or logged with LoadOptions::allow_races.
+  Status CheckRaces(const std::vector<ScheduledStep>& order) const {
+    constexpr size_t kNamed = 4;
+    std::vector<Race> races;
+    const size_t count = FindRaces(schedule_, instructions_, order, kNamed, &races);
+    if (count == 0) return OkStatus();
+    if (options_.allow_races) {
+      for (const Race& race : races) {
+        TERN_LOG_WARN("{}: loaded with TERN_EXECUTABLE_LOAD_ALLOW_RACES although {}", where_,
+                      DescribeRace(race, schedule_, instructions_));
+      }
+      if (count > races.size()) {
+        TERN_LOG_WARN("{}: and {} more races", where_, count - races.size());
+      }
+      return OkStatus();
+    }
+    std::string named;
+    for (const Race& race : races) {
+      if (!named.empty()) named += "; ";
+      named += DescribeRace(race, schedule_, instructions_);
+    }
+    if (count > races.size()) named += fmt::format("; and {} more", count - races.size());
+    return MakeStatus(kInvalid,
+                      "{}: its engine streams race: {}. The engines of a core run their streams "
+                      "concurrently, so the result would depend on timing; order each pair with a "
+                      "sem_signal after the first and a sem_wait before the second (or pass "
+                      "TERN_EXECUTABLE_LOAD_ALLOW_RACES to load it anyway, for an experiment)",
+                      where_, named);
+  }
+
   // The streams interleaved in an order that honours every semaphore; the
   // sync instructions, which only order the others, are left out.
   Status Schedule() {
     std::vector<ScheduledStep> order;
     Status scheduled = ScheduleStreams(schedule_, &order);
     if (!scheduled.ok()) return scheduled.WithContext(where_);
+    TERN_RETURN_IF_ERROR(CheckRaces(order));
     out_->schedule.reserve(instructions_.size());
     for (const ScheduledStep& step : order) {
       driver::Instruction& instruction =
@@ -456,6 +492,7 @@ class FunctionConverter {
   const flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>* debug_names_;
   const bool has_debug_;
   WorkBudget* budget_;
+  const LoadOptions& options_;
   driver::Function* out_;
 
   std::string where_;  // "function 'main' (0)"
@@ -468,7 +505,8 @@ class FunctionConverter {
 
 }  // namespace
 
-Status ValidateExecutable(std::span<const uint8_t> data, ValidatedExecutable* out) {
+Status ValidateExecutable(std::span<const uint8_t> data, ValidatedExecutable* out,
+                          const LoadOptions& options) {
   Container container;
   TERN_RETURN_IF_ERROR(ParseContainer(data, ContainerOptions{}, &container));
 
@@ -517,7 +555,7 @@ Status ValidateExecutable(std::span<const uint8_t> data, ValidatedExecutable* ou
     }
     FunctionConverter converter(function, f, program->constants_bytes,
                                 debug ? debug->op_names() : nullptr, container.has_debug, &budget,
-                                &program->functions[f]);
+                                options, &program->functions[f]);
     TERN_RETURN_IF_ERROR(converter.Convert());
   }
   out->program = std::move(program);

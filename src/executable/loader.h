@@ -20,11 +20,18 @@ struct ValidatedExecutable {
   uint64_t constants_offset = 0;
 };
 
-// Validates `data` (every rule of the spec) and builds the program: names,
-// signatures and the schedule are copied out of `data`. Fails with
+struct LoadOptions {
+  // Races between engine streams (hazards.h) are logged, not refused.
+  bool allow_races = false;
+};
+
+// Validates `data` (every rule of the spec, and the static race check of each
+// function's engine streams) and builds the program: names, signatures and
+// the schedule are copied out of `data`. Fails with
 // TERN_ERROR_EXECUTABLE_INVALID, _UNSUPPORTED or _CHECKSUM.
 // Thread-safety: any thread.
-Status ValidateExecutable(std::span<const uint8_t> data, ValidatedExecutable* out);
+Status ValidateExecutable(std::span<const uint8_t> data, ValidatedExecutable* out,
+                          const LoadOptions& options = {});
 
 }  // namespace tern::exe
 

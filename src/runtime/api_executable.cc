@@ -72,11 +72,21 @@ Status LookupExecutable(Runtime* rt, tern_executable_t handle,
   return OkStatus();
 }
 
-Status CheckLoadParams(const tern_executable_load_params_t* params) {
+// Checks the params and turns them into the loader's options.
+Status CheckLoadParams(const tern_executable_load_params_t* params, exe::LoadOptions* options) {
+  *options = exe::LoadOptions{};
   if (params == nullptr) return OkStatus();
   TERN_RETURN_IF_ERROR(CheckStructSize(params->struct_size, sizeof(tern_executable_load_params_t),
                                        "tern_executable_load_params_t"));
-  return CheckNoFlags(params->flags, "tern_executable_load_params_t");
+  constexpr uint32_t kKnown = TERN_EXECUTABLE_LOAD_ALLOW_RACES;
+  if ((params->flags & ~kKnown) != 0) {
+    return MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
+                      "tern_executable_load_params_t.flags is {:#x}: bits {:#x} are not defined; "
+                      "the only flag is TERN_EXECUTABLE_LOAD_ALLOW_RACES ({:#x})",
+                      params->flags, params->flags & ~kKnown, kKnown);
+  }
+  options->allow_races = (params->flags & TERN_EXECUTABLE_LOAD_ALLOW_RACES) != 0;
+  return OkStatus();
 }
 
 Status Insert(Runtime* rt, DeviceObject* dev, exe::ValidatedExecutable validated,
@@ -95,13 +105,14 @@ Status LoadFromMemory(Runtime* rt, tern_device_t device, const void* data, uint6
                       const tern_executable_load_params_t* params, tern_executable_t* out) {
   DeviceObject* dev;
   TERN_RETURN_IF_ERROR(LookupDevice(rt, device, "device", &dev));
-  TERN_RETURN_IF_ERROR(CheckLoadParams(params));
+  exe::LoadOptions options;
+  TERN_RETURN_IF_ERROR(CheckLoadParams(params, &options));
   if (data == nullptr && size > 0) {
     return MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "data is NULL but size is {}", size);
   }
   const std::span<const uint8_t> bytes(static_cast<const uint8_t*>(data), size);
   exe::ValidatedExecutable validated;
-  TERN_RETURN_IF_ERROR(exe::ValidateExecutable(bytes, &validated));
+  TERN_RETURN_IF_ERROR(exe::ValidateExecutable(bytes, &validated, options));
   auto constants = std::make_shared<ExecutableConstants>();
   constants->device = dev;
   const uint64_t constants_bytes = validated.program->constants_bytes;
@@ -127,7 +138,8 @@ Status LoadFromFile(Runtime* rt, tern_device_t device, const char* path,
                     const tern_executable_load_params_t* params, tern_executable_t* out) {
   DeviceObject* dev;
   TERN_RETURN_IF_ERROR(LookupDevice(rt, device, "device", &dev));
-  TERN_RETURN_IF_ERROR(CheckLoadParams(params));
+  exe::LoadOptions options;
+  TERN_RETURN_IF_ERROR(CheckLoadParams(params, &options));
   if (path == nullptr) return MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "path is NULL");
   const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
@@ -163,8 +175,8 @@ Status LoadFromFile(Runtime* rt, tern_device_t device, const char* path,
   // Validation reads the whole file once, in order.
   ::madvise(mapping, size, MADV_SEQUENTIAL);
   exe::ValidatedExecutable validated;
-  TERN_RETURN_IF_ERROR(
-      exe::ValidateExecutable(bytes, &validated).WithContext(fmt::format("loading '{}'", path)));
+  TERN_RETURN_IF_ERROR(exe::ValidateExecutable(bytes, &validated, options)
+                           .WithContext(fmt::format("loading '{}'", path)));
   ::madvise(mapping, size, MADV_NORMAL);
   const uint64_t constants_bytes = validated.program->constants_bytes;
   if (constants_bytes > 0) {

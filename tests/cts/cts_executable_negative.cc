@@ -645,7 +645,7 @@ TEST_P(NegativeExecutableTest, Load) {
         "struct_size");
   }
   params.struct_size = sizeof(params);
-  for (uint32_t flags : {1u, 0x80000000u}) {
+  for (uint32_t flags : {2u, 0x80000000u}) {  // 0x1 is TERN_EXECUTABLE_LOAD_ALLOW_RACES
     SCOPED_TRACE(flags);
     params.flags = flags;
     CTS_EXPECT_ERROR(

@@ -225,7 +225,7 @@ Bytes BuildAdd(bool y_from_constants) {
   return bytes;
 }
 
-Bytes BuildPipeline() {
+Bytes BuildPipeline(bool with_semaphore) {
   static const int64_t shape[1] = {16};
   tern_builder_t builder = nullptr;
   EXPECT_TERN_OK(tern_builder_create("trn2", &builder));
@@ -246,7 +246,7 @@ Bytes BuildPipeline() {
     EXPECT_TERN_OK(tern_builder_add_instruction(builder, &instruction));
   };
   // Vector first in program order: the schedule must still put the copy first.
-  add(TERN_OP_SEM_WAIT, {}, {0, 1, TERN_ENGINE_VECTOR}, nullptr);
+  if (with_semaphore) add(TERN_OP_SEM_WAIT, {}, {0, 1, TERN_ENGINE_VECTOR}, nullptr);
   add(TERN_OP_BINARY,
       {Tensor(TERN_SEGMENT_OUTPUT, 0, TERN_DTYPE_F32, 1, shape),
        Tensor(TERN_SEGMENT_SCRATCH, 0, TERN_DTYPE_F32, 1, shape),
@@ -256,7 +256,7 @@ Bytes BuildPipeline() {
       {Tensor(TERN_SEGMENT_SCRATCH, 0, TERN_DTYPE_F32, 1, shape),
        Tensor(TERN_SEGMENT_INPUT, 0, TERN_DTYPE_F32, 1, shape)},
       {}, "model.stage");
-  add(TERN_OP_SEM_SIGNAL, {}, {0, 1, TERN_ENGINE_DMA}, nullptr);
+  if (with_semaphore) add(TERN_OP_SEM_SIGNAL, {}, {0, 1, TERN_ENGINE_DMA}, nullptr);
   EXPECT_TERN_OK(tern_builder_end_function(builder));
   void* data = nullptr;
   uint64_t size = 0;

@@ -82,7 +82,8 @@ Bytes BuildAdd(bool y_from_constants = false);
 // One function "pipeline" with 2 streams ordered by a semaphore: the DMA
 // engine copies input 'x' to scratch and signals semaphore 0; the vector
 // engine waits for it and writes out 'y' = scratch + scratch (f32 [16]).
-Bytes BuildPipeline();
+// Without the semaphore the two engines race on the scratch.
+Bytes BuildPipeline(bool with_semaphore = true);
 
 // Writes `data` to a file under the test's temporary directory; returns path.
 std::string WriteTemp(const std::string& name, const Bytes& data);

@@ -161,6 +161,38 @@ TEST_F(ExecuteTest, ScratchIsAllocatedPerExecutionAndFreedOnCompletion) {
   EXPECT_EQ(tern_executable_unload(executable), TERN_OK);
 }
 
+TEST_F(ExecuteTest, RacyProgramIsRefusedAtLoadUnlessRacesAreAllowed) {
+  // The pipeline without its semaphore: the vector engine reads the scratch
+  // that the DMA engine writes, and nothing orders the two. The sequential
+  // schedule would compute the right answer; hardware would not, reliably.
+  const Bytes racy = exetest::BuildPipeline(/*with_semaphore=*/false);
+  tern_executable_t executable = nullptr;
+  EXPECT_EQ(tern_executable_load(device_, racy.data(), racy.size(), nullptr, &executable),
+            TERN_ERROR_EXECUTABLE_INVALID);
+  EXPECT_EQ(executable, nullptr);
+  const std::string message = LastError();
+  EXPECT_NE(message.find("function 'pipeline' (0): its engine streams race"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("the vector engine of core 0, instruction 0 (binary, graph op "
+                         "'model.double') reads scratch bytes [0, 64)"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("the dma engine of core 0, instruction 0 (copy, graph op "
+                         "'model.stage') writes them"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("write-after-read"), std::string::npos) << message;
+  EXPECT_NE(message.find("TERN_EXECUTABLE_LOAD_ALLOW_RACES"), std::string::npos) << message;
+
+  // For an experiment it loads with the flag (the races go to the log).
+  tern_executable_load_params_t params{};
+  params.struct_size = sizeof(params);
+  params.flags = TERN_EXECUTABLE_LOAD_ALLOW_RACES;
+  ASSERT_EQ(tern_executable_load(device_, racy.data(), racy.size(), &params, &executable), TERN_OK)
+      << LastError();
+  EXPECT_EQ(tern_executable_unload(executable), TERN_OK);
+}
+
 TEST_F(ExecuteTest, UnloadWhileExecutionsAreInFlight) {
   tern_executable_t executable = LoadFile("inflight.bin", exetest::BuildAdd(true));
   tern_buffer_t x = Floats(Iota(32, 0.0f));

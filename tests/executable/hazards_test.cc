@@ -8,6 +8,8 @@
 
 #include <chrono>
 #include <cstdio>
+#include <iterator>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -228,6 +230,42 @@ TEST(Hazards, AWaitThatEitherOfTwoSignalsSatisfiesOrdersNeither) {
       .Stream(TERN_ENGINE_DMA, {Signal(0)})
       .Stream(TERN_ENGINE_SCALAR, {Wait(0, 2), kReluInPlace});
   EXPECT_TRUE(both.Races().empty());
+}
+
+TEST(Hazards, OneSemaphoreHandedFromEngineToEngineOrdersTheChain) {
+  // The plugin's scheme: one semaphore; at each change of engine the engine
+  // that ran signals it and the next waits for the running count. Here
+  // vector -> scalar -> dma -> vector -> scalar, each step reading and writing
+  // the same scratch. The vector engine's second signal could satisfy the
+  // dma engine's wait by count, but it only comes after that wait: the order
+  // is a chain, and no race may be reported.
+  const tern_engine_t chain[] = {TERN_ENGINE_VECTOR, TERN_ENGINE_SCALAR, TERN_ENGINE_DMA,
+                                 TERN_ENGINE_VECTOR, TERN_ENGINE_SCALAR};
+  const auto touch = [](tern_engine_t engine) {
+    return engine == TERN_ENGINE_DMA ? Op(TERN_OP_COPY, {Scratch(0, {16}), Scratch(0, {16})})
+                                     : Op(TERN_OP_UNARY, {Scratch(0, {16}), Scratch(0, {16})});
+  };
+  std::map<tern_engine_t, std::vector<driver::Instruction>> streams;
+  int64_t count = 0;
+  for (size_t i = 0; i < std::size(chain); ++i) {
+    if (i > 0) {
+      streams[chain[i - 1]].push_back(Signal(0));
+      streams[chain[i]].push_back(Wait(0, ++count));
+    }
+    streams[chain[i]].push_back(touch(chain[i]));
+  }
+  Program program;
+  for (auto& [engine, list] : streams) program.Stream(engine, list);
+  std::string text;
+  EXPECT_TRUE(program.Races(&text).empty()) << text;
+  // Without the last hand-over, the scalar engine's second step races with
+  // the vector engine's second.
+  std::map<tern_engine_t, std::vector<driver::Instruction>> cut = streams;
+  cut[TERN_ENGINE_VECTOR].erase(cut[TERN_ENGINE_VECTOR].end() - 1);  // its last signal
+  cut[TERN_ENGINE_SCALAR][cut[TERN_ENGINE_SCALAR].size() - 2] = Wait(0, 3);
+  Program broken;
+  for (auto& [engine, list] : cut) broken.Stream(engine, list);
+  EXPECT_EQ(1u, broken.Races(&text).size()) << text;
 }
 
 TEST(Hazards, SemaphoresBelongToTheirCore) {

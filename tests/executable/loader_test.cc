@@ -131,7 +131,7 @@ TEST_F(LoaderTest, RejectsBadArguments) {
             TERN_ERROR_INVALID_HANDLE);
   tern_executable_load_params_t params{};
   params.struct_size = sizeof(params);
-  params.flags = 1;
+  params.flags = 2;  // undefined (0x1 is TERN_EXECUTABLE_LOAD_ALLOW_RACES)
   EXPECT_EQ(tern_executable_load(device_, data.data(), data.size(), &params, &executable),
             TERN_ERROR_INVALID_ARGUMENT);
   EXPECT_CONTAINS(LastError(), "flags");

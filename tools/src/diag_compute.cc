@@ -55,6 +55,20 @@ tern_status_t BuildSelfTest(void** data, uint64_t* size, std::string* failure) {
       Instruction(TERN_OP_MATMUL, matmul_operands, no_transpose, "diag.selftest.matmul");
   const tern_instruction_t activation =
       Instruction(TERN_OP_UNARY, relu_operands, relu, "diag.selftest.relu");
+  // The relu (scalar engine) reads what the matmul (tensor engine) writes:
+  // the engines run concurrently, so semaphore 0 orders them.
+  const int64_t signal_ints[3] = {0, 1, TERN_ENGINE_TENSOR};
+  const int64_t wait_ints[3] = {0, 1, TERN_ENGINE_SCALAR};
+  const tern_instruction_t matmul_done = {.struct_size = sizeof(tern_instruction_t),
+                                          .opcode = TERN_OP_SEM_SIGNAL,
+                                          .int_count = 3,
+                                          .ints = signal_ints,
+                                          .debug_op = "diag.selftest.matmul"};
+  const tern_instruction_t wait_for_matmul = {.struct_size = sizeof(tern_instruction_t),
+                                              .opcode = TERN_OP_SEM_WAIT,
+                                              .int_count = 3,
+                                              .ints = wait_ints,
+                                              .debug_op = "diag.selftest.relu"};
   const char* step = "tern_builder_begin_function";
   s = tern_builder_begin_function(builder, "selftest", nullptr);
   if (s == TERN_OK) {
@@ -70,6 +84,8 @@ tern_status_t BuildSelfTest(void** data, uint64_t* size, std::string* failure) {
     step = "tern_builder_add_instruction";
     s = tern_builder_add_instruction(builder, &matmul);
   }
+  if (s == TERN_OK) s = tern_builder_add_instruction(builder, &matmul_done);
+  if (s == TERN_OK) s = tern_builder_add_instruction(builder, &wait_for_matmul);
   if (s == TERN_OK) s = tern_builder_add_instruction(builder, &activation);
   if (s == TERN_OK) {
     step = "tern_builder_end_function";
