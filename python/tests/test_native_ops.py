@@ -167,7 +167,12 @@ CASES = [
 @pytest.mark.parametrize("name,fn,args,tol", CASES, ids=[c[0] for c in CASES])
 def test_native_matches_cpu(name, fn, args, tol, fallback_log):
     expected = fn(*[a.clone() if isinstance(a, torch.Tensor) else a for a in args])
+    failures = torch_tern.kernel_cache_info()["failures"]
     actual = to(fn(*to(args, "tern")), "cpu")
+    # Every program the op built was accepted by tern_executable_load, whose
+    # checks include the static race check of the engine streams.
+    info = torch_tern.kernel_cache_info()
+    assert info["failures"] == failures, f"{name}: a program was refused: {info['last_error']}"
     assert fallback_log.get_fallback_ops() == {}, f"{name} fell back"
     close(actual, expected, tol)
 
