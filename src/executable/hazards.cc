@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <utility>
 
 #include "common/isa_rules.h"
@@ -152,10 +153,17 @@ struct Touch {
   bool writes;
 };
 
-// The contiguous byte runs of an operand, as [start, start + run) offsets of
-// its segment, or false when there are more than `limit` of them.
-bool Runs(const isa::OperandDesc& desc, uint64_t limit, uint64_t* run_bytes,
-          std::vector<uint64_t>* starts) {
+// The contiguous byte runs of an operand: [start, start + run_bytes) offsets
+// of its segment, sorted; `exact` false when there are more than
+// kExactRunLimit of them (then only the extent is known).
+struct RunSet {
+  bool exact = false;
+  uint64_t run_bytes = 0;
+  std::vector<uint64_t> starts;
+};
+
+RunSet Runs(const isa::OperandDesc& desc) {
+  RunSet runs;
   const uint64_t size = isa::DTypeSize(desc.dtype);
   // Dimensions that add addresses: size > 1 and stride != 0.
   int64_t shape[TERN_MAX_RANK];
@@ -163,9 +171,8 @@ bool Runs(const isa::OperandDesc& desc, uint64_t limit, uint64_t* run_bytes,
   uint32_t rank = 0;
   for (uint32_t d = 0; d < desc.rank; ++d) {
     if (desc.shape[d] == 0) {
-      starts->clear();
-      *run_bytes = 0;
-      return true;  // no element at all
+      runs.exact = true;  // no element at all
+      return runs;
     }
     if (desc.shape[d] == 1 || desc.strides[d] == 0) continue;
     shape[rank] = desc.shape[d];
@@ -180,42 +187,40 @@ bool Runs(const isa::OperandDesc& desc, uint64_t limit, uint64_t* run_bytes,
   }
   uint64_t count = 1;
   for (uint32_t d = 0; d < rank; ++d) {
-    if (static_cast<uint64_t>(shape[d]) > limit / count) return false;
+    if (static_cast<uint64_t>(shape[d]) > kExactRunLimit / count) return runs;
     count *= static_cast<uint64_t>(shape[d]);
   }
-  *run_bytes = run_elements * size;
-  starts->clear();
-  starts->reserve(count);
+  runs.exact = true;
+  runs.run_bytes = run_elements * size;
+  runs.starts.reserve(count);
   int64_t index[TERN_MAX_RANK] = {};
   for (uint64_t r = 0; r < count; ++r) {
     uint64_t offset = desc.offset;
     for (uint32_t d = 0; d < rank; ++d)
       offset += static_cast<uint64_t>(index[d] * strides[d]) * size;
-    starts->push_back(offset);
+    runs.starts.push_back(offset);
     for (int64_t d = static_cast<int64_t>(rank) - 1; d >= 0; --d) {
       if (++index[d] < shape[d]) break;
       index[d] = 0;
     }
   }
-  std::sort(starts->begin(), starts->end());
-  return true;
+  std::sort(runs.starts.begin(), runs.starts.end());
+  return runs;
 }
 
-// Whether two operands share a byte; *exact false when only their extents
-// could be compared.
-bool Overlap(const isa::OperandDesc& a, const isa::OperandDesc& b, bool* exact) {
-  uint64_t run_a = 0, run_b = 0;
-  std::vector<uint64_t> starts_a, starts_b;
-  if (!Runs(a, kExactRunLimit, &run_a, &starts_a) || !Runs(b, kExactRunLimit, &run_b, &starts_b)) {
+// Whether two operands, whose extents overlap, share a byte; *exact false
+// when only their extents could be compared.
+bool Overlap(const RunSet& a, const RunSet& b, bool* exact) {
+  if (!a.exact || !b.exact) {
     *exact = false;
     return true;
   }
   *exact = true;
-  // Two sorted lists of disjoint-or-touching intervals: walk them together.
+  // Two sorted lists of runs of one length each: walk them together.
   size_t i = 0, j = 0;
-  while (i < starts_a.size() && j < starts_b.size()) {
-    const uint64_t a_begin = starts_a[i], a_end = a_begin + run_a;
-    const uint64_t b_begin = starts_b[j], b_end = b_begin + run_b;
+  while (i < a.starts.size() && j < b.starts.size()) {
+    const uint64_t a_begin = a.starts[i], a_end = a_begin + a.run_bytes;
+    const uint64_t b_begin = b.starts[j], b_end = b_begin + b.run_bytes;
     if (a_begin < b_end && b_begin < a_end) return true;
     if (a_end <= b_begin) {
       ++i;
@@ -280,6 +285,13 @@ size_t FindRaces(const ScheduleInput& input, std::span<const driver::Instruction
            std::tie(y.segment, y.segment_index, y.begin);
   });
 
+  // Each operand's runs, computed the first time a pair needs them.
+  std::vector<std::optional<RunSet>> runs(touches.size());
+  auto runs_of = [&](size_t t) -> const RunSet& {
+    if (!runs[t]) runs[t] = Runs(instructions[touches[t].step].operands[touches[t].slot]);
+    return *runs[t];
+  };
+
   std::vector<Race> found;
   std::vector<size_t> active;  // touches of the current segment whose extent is still open
   for (size_t t = 0; t < touches.size(); ++t) {
@@ -300,10 +312,7 @@ size_t FindRaces(const ScheduleInput& input, std::span<const driver::Instruction
       const uint32_t py = y.step - input.streams[sy].begin;
       if (clocks.Before(sx, px, y.step) || clocks.Before(sy, py, x.step)) continue;
       bool exact = true;
-      if (!Overlap(instructions[x.step].operands[x.slot], instructions[y.step].operands[y.slot],
-                   &exact)) {
-        continue;
-      }
+      if (!Overlap(runs_of(a), runs_of(t), &exact)) continue;
       if (found.size() >= kMaxRacesSearched) break;
       const bool x_first = rank_in_order[x.step] < rank_in_order[y.step];
       const Touch& first = x_first ? x : y;
@@ -333,8 +342,7 @@ size_t FindRaces(const ScheduleInput& input, std::span<const driver::Instruction
   return total;
 }
 
-std::string DescribeRace(const Race& race, const ScheduleInput& input,
-                         std::span<const driver::Instruction> instructions) {
+std::string DescribeRace(const Race& race, std::span<const driver::Instruction> instructions) {
   auto place = [&](uint32_t step) {
     const driver::Instruction& instruction = instructions[step];
     std::string text = fmt::format("the {} engine of core {}, instruction {} ({}",
@@ -343,7 +351,6 @@ std::string DescribeRace(const Race& race, const ScheduleInput& input,
     if (!instruction.debug_op.empty()) text += fmt::format(", graph op '{}'", instruction.debug_op);
     return text + ")";
   };
-  (void)input;
   const char* kind = race.first_writes && race.second_writes ? "write-after-write"
                      : race.first_writes                     ? "read-after-write"
                                                              : "write-after-read";

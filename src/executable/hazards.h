@@ -69,8 +69,7 @@ size_t FindRaces(const ScheduleInput& input, std::span<const driver::Instruction
 // writes scratch bytes [0, 32768) and the scalar engine of core 0,
 // instruction 0 (unary, graph op 'mlp.relu') reads them, and no semaphore
 // orders the two (read-after-write race)": one race, for messages.
-std::string DescribeRace(const Race& race, const ScheduleInput& input,
-                         std::span<const driver::Instruction> instructions);
+std::string DescribeRace(const Race& race, std::span<const driver::Instruction> instructions);
 
 }  // namespace tern::exe
 

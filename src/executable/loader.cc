@@ -448,7 +448,7 @@ class FunctionConverter {
     if (options_.allow_races) {
       for (const Race& race : races) {
         TERN_LOG_WARN("{}: loaded with TERN_EXECUTABLE_LOAD_ALLOW_RACES although {}", where_,
-                      DescribeRace(race, schedule_, instructions_));
+                      DescribeRace(race, instructions_));
       }
       if (count > races.size()) {
         TERN_LOG_WARN("{}: and {} more races", where_, count - races.size());
@@ -458,7 +458,7 @@ class FunctionConverter {
     std::string named;
     for (const Race& race : races) {
       if (!named.empty()) named += "; ";
-      named += DescribeRace(race, schedule_, instructions_);
+      named += DescribeRace(race, instructions_);
     }
     if (count > races.size()) named += fmt::format("; and {} more", count - races.size());
     return MakeStatus(kInvalid,

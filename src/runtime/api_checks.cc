@@ -20,12 +20,16 @@ Status NotALiveHandleToDestroy(const char* arg, const char* what, const char* go
                     gone, never);
 }
 
-Status CheckNoFlags(uint32_t flags, const char* type) {
-  if (flags != 0) {
+Status CheckFlags(uint32_t flags, uint32_t defined, const char* type, const char* defined_names) {
+  const uint32_t unknown = flags & ~defined;
+  if (unknown == 0) return OkStatus();
+  if (defined == 0) {
     return MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
                       "{}.flags is {:#x}; no flags are defined yet: pass 0", type, flags);
   }
-  return OkStatus();
+  return MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
+                    "{}.flags is {:#x}: bits {:#x} are not defined; the defined flags are {}", type,
+                    flags, unknown, defined_names);
 }
 
 Status CheckStructSize(uint32_t struct_size, size_t minimum, const char* type) {

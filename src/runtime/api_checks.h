@@ -39,9 +39,17 @@ Status NotALiveHandle(const char* arg, const char* what, const char* gone, const
 Status NotALiveHandleToDestroy(const char* arg, const char* what, const char* gone,
                                const char* never);
 
-// Fails with "tern_queue_params_t.flags is 0x4; no flags are defined yet:
-// pass 0" unless `flags`, the reserved flags field of the struct `type`, is 0.
-Status CheckNoFlags(uint32_t flags, const char* type);
+// Fails unless `flags`, the flags field of the struct `type`, sets only bits
+// of `defined`, which `defined_names` lists for the message
+// ("tern_executable_load_params_t.flags is 0x6: bits 0x6 are not defined; the
+// defined flags are TERN_EXECUTABLE_LOAD_ALLOW_RACES (0x1)").
+Status CheckFlags(uint32_t flags, uint32_t defined, const char* type, const char* defined_names);
+
+// A reserved flags field: fails with "tern_queue_params_t.flags is 0x4; no
+// flags are defined yet: pass 0" unless `flags` is 0.
+inline Status CheckNoFlags(uint32_t flags, const char* type) {
+  return CheckFlags(flags, 0, type, "");
+}
 
 // Checks an out struct that starts with struct_size (at least `minimum`
 // bytes) and zeroes it all but struct_size, so that it holds nothing stale

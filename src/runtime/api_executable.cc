@@ -78,13 +78,9 @@ Status CheckLoadParams(const tern_executable_load_params_t* params, exe::LoadOpt
   if (params == nullptr) return OkStatus();
   TERN_RETURN_IF_ERROR(CheckStructSize(params->struct_size, sizeof(tern_executable_load_params_t),
                                        "tern_executable_load_params_t"));
-  constexpr uint32_t kKnown = TERN_EXECUTABLE_LOAD_ALLOW_RACES;
-  if ((params->flags & ~kKnown) != 0) {
-    return MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
-                      "tern_executable_load_params_t.flags is {:#x}: bits {:#x} are not defined; "
-                      "the only flag is TERN_EXECUTABLE_LOAD_ALLOW_RACES ({:#x})",
-                      params->flags, params->flags & ~kKnown, kKnown);
-  }
+  TERN_RETURN_IF_ERROR(CheckFlags(params->flags, TERN_EXECUTABLE_LOAD_ALLOW_RACES,
+                                  "tern_executable_load_params_t",
+                                  "TERN_EXECUTABLE_LOAD_ALLOW_RACES (0x1)"));
   options->allow_races = (params->flags & TERN_EXECUTABLE_LOAD_ALLOW_RACES) != 0;
   return OkStatus();
 }

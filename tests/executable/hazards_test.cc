@@ -99,7 +99,7 @@ class Program {
     EXPECT_EQ(count, races.size());
     if (text != nullptr) {
       text->clear();
-      for (const Race& race : races) *text += DescribeRace(race, input_, instructions_) + "\n";
+      for (const Race& race : races) *text += DescribeRace(race, instructions_) + "\n";
     }
     return races;
   }
