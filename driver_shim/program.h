@@ -1,7 +1,7 @@
-// A loaded program as the driver runs it: functions whose instructions are
-// already validated and put in one schedule (an order of the per-engine
-// streams that honours every semaphore wait). Produced by libtern's loader
-// (src/executable/), executed by a backend's engines.
+// A loaded program as the driver runs it: functions whose engine streams are
+// already validated (every rule of docs/executable-format.md, no deadlock, no
+// race between streams). Produced by libtern's loader (src/executable/),
+// executed by a backend's engines, each engine running its own stream.
 #ifndef TERN_DRIVER_SHIM_PROGRAM_H_
 #define TERN_DRIVER_SHIM_PROGRAM_H_
 
@@ -32,13 +32,21 @@ struct TensorSignature {
   uint64_t size_bytes = 0;
 };
 
+// The instructions one engine of one core runs in order, sync instructions
+// (TERN_OP_SEM_SIGNAL / _WAIT, ints [semaphore, value]) included.
+struct Stream {
+  uint32_t core = 0;
+  tern_engine_t engine = TERN_ENGINE_DMA;
+  std::vector<Instruction> instructions;
+};
+
 struct Function {
   std::string name;
   std::vector<TensorSignature> inputs;
   std::vector<TensorSignature> outputs;
   uint64_t scratch_bytes = 0;
-  std::vector<Instruction> schedule;  // sync instructions removed: the order honours them
-  uint32_t instruction_count = 0;     // in the file, sync included
+  std::vector<Stream> streams;     // at most one per (core, engine)
+  uint32_t instruction_count = 0;  // in all streams, sync included
 };
 
 struct Program {

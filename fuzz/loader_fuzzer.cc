@@ -50,15 +50,21 @@ void ValidateAndCheck(std::span<const uint8_t> data) {
             program.constants_bytes == 0,
         "constants lie in the data");
   for (const auto& function : program.functions) {
-    Check(function.schedule.size() <= function.instruction_count, "schedule within instructions");
-    for (const auto& instruction : function.schedule) {
-      Check(instruction.engine != TERN_ENGINE_SYNC, "sync instructions are not scheduled");
-      for (const auto& operand : instruction.operands) {
-        if (!operand.present()) continue;
-        uint64_t begin = 0, end = 0;
-        Check(tern::isa::OperandExtent(operand, &begin, &end).ok(), "operand extents computable");
+    size_t instructions = 0;
+    for (const auto& stream : function.streams) {
+      Check(stream.engine != TERN_ENGINE_SYNC, "no stream of the sync engine");
+      instructions += stream.instructions.size();
+      for (const auto& instruction : stream.instructions) {
+        Check(instruction.engine == stream.engine && instruction.core == stream.core,
+              "an instruction runs on its stream's engine");
+        for (const auto& operand : instruction.operands) {
+          if (!operand.present()) continue;
+          uint64_t begin = 0, end = 0;
+          Check(tern::isa::OperandExtent(operand, &begin, &end).ok(), "operand extents computable");
+        }
       }
     }
+    Check(instructions == function.instruction_count, "every instruction in a stream");
   }
 }
 

@@ -1,13 +1,13 @@
-// Running a loaded program on the simulated engines: the process's compute
-// thread (compute_worker.h) walks the function's schedule (an order of the
-// engine streams that honours their semaphores, fixed at load) and runs each
-// instruction's kernel on the engine view of device memory, while the queue's
-// thread waits for it.
+// Running a loaded program on the simulated engines: on the process's compute
+// thread (compute_worker.h), the engines run the function's streams
+// (engine_streams.h), each instruction's kernel on the engine view of device
+// memory, while the queue's thread waits for it.
 #include <fmt/format.h>
 
 #include "common/timeline.h"
 #include "common/trace.h"
 #include "driver_shim/sim/compute_worker.h"
+#include "driver_shim/sim/engine_streams.h"
 #include "driver_shim/sim/engines/run_instruction.h"
 #include "driver_shim/sim/sim_driver.h"
 
@@ -31,43 +31,46 @@ Status SimDevice::ExecuteProgramHere(uint32_t core, const Command& command,
   const driver::CommandDetails& run = *command.details;
   const driver::Function& function = run.program->functions[run.function];
   const uint64_t deadline = MonotonicNs() + exec_timeout_ns();
+
+  // Each segment's engine address, once per execution. Extents were checked
+  // at load and bindings at submission: size 0 here.
   Status status;
+  std::vector<uint8_t*> inputs(run.inputs.size()), outputs(run.outputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) inputs[i] = EnginePointer(run.inputs[i], 0, &status);
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    outputs[i] = EnginePointer(run.outputs[i], 0, &status);
+  }
+  uint8_t* constants = EnginePointer(run.constants, 0, &status);
+  uint8_t* scratch = EnginePointer(run.scratch, 0, &status);
+  if (!status.ok()) {
+    *out_class = TERN_ERROR_CLASS_INVALID_COMMAND;
+    return status;
+  }
   auto segment_base = [&](const isa::OperandDesc& desc) -> uint8_t* {
-    const driver::MemoryRef* ref = nullptr;
     switch (desc.segment) {
       case TERN_SEGMENT_INPUT:
-        ref = desc.index < run.inputs.size() ? &run.inputs[desc.index] : nullptr;
-        break;
+        return desc.index < inputs.size() ? inputs[desc.index] : nullptr;
       case TERN_SEGMENT_OUTPUT:
-        ref = desc.index < run.outputs.size() ? &run.outputs[desc.index] : nullptr;
-        break;
+        return desc.index < outputs.size() ? outputs[desc.index] : nullptr;
       case TERN_SEGMENT_CONSTANT:
-        ref = &run.constants;
-        break;
+        return constants;
       case TERN_SEGMENT_SCRATCH:
-        ref = &run.scratch;
-        break;
+        return scratch;
       default:
         return nullptr;
     }
-    if (ref == nullptr) return nullptr;
-    // Extents were checked at load and bindings at submission: size 0 here.
-    return EnginePointer(*ref, 0, &status);
   };
 
-  std::vector<TensorView> views;
-  for (size_t i = 0; i < function.schedule.size(); ++i) {
-    const driver::Instruction& instruction = function.schedule[i];
-    views.assign(instruction.operands.size(), TensorView{});
+  // Called on this thread and, for DMA instructions, on the DMA thread.
+  const RunOneInstruction run_one = [&](const driver::Instruction& instruction) -> Status {
+    std::vector<TensorView> views(instruction.operands.size());
     for (size_t j = 0; j < instruction.operands.size(); ++j) {
       const isa::OperandDesc& desc = instruction.operands[j];
       views[j].desc = &desc;
       if (!desc.present()) continue;
       uint8_t* base = segment_base(desc);
       if (base == nullptr) {
-        *out_class = TERN_ERROR_CLASS_INVALID_COMMAND;
-        return MakeStatus(TERN_ERROR_INTERNAL, "operand {} of instruction {} has no memory bound",
-                          j, i);
+        return MakeStatus(TERN_ERROR_INTERNAL, "operand {} has no memory bound", j);
       }
       views[j].data = base + desc.offset;
     }
@@ -78,37 +81,13 @@ Status SimDevice::ExecuteProgramHere(uint32_t core, const Command& command,
           trace_track,
           instruction.debug_op.empty() ? isa::OpcodeName(instruction.opcode) : instruction.debug_op,
           isa::EngineName(instruction.engine), started, MonotonicNs(),
-          fmt::format("\"instruction\": {}, \"opcode\": \"{}\"", i,
-                      isa::OpcodeName(instruction.opcode)));
+          fmt::format("\"core\": {}, \"position\": {}, \"opcode\": \"{}\"", instruction.core,
+                      instruction.position, isa::OpcodeName(instruction.opcode)));
     }
-    if (!result.ok()) {
-      *out_class = result.code() == TERN_ERROR_EXECUTION_FAILED ? TERN_ERROR_CLASS_EXECUTION_FAILED
-                                                                : TERN_ERROR_CLASS_OTHER;
-      return Status(
-          result.code(),
-          fmt::format("function '{}', instruction {} ({} on the {} engine of core {}, "
-                      "position {}){}: {}",
-                      function.name, i, isa::OpcodeName(instruction.opcode),
-                      isa::EngineName(instruction.engine), instruction.core, instruction.position,
-                      instruction.debug_op.empty()
-                          ? std::string()
-                          : fmt::format(" from graph op '{}'", instruction.debug_op),
-                      result.message()));
-    }
-    if (MonotonicNs() > deadline) {
-      *out_class = TERN_ERROR_CLASS_EXEC_TIMEOUT;
-      return MakeStatus(
-          TERN_ERROR_EXEC_TIMEOUT,
-          "function '{}' ran longer than TERN_EXEC_TIMEOUT ({:.3f} s); it was "
-          "stopped after instruction {} of {}{}; raise TERN_EXEC_TIMEOUT if the "
-          "work is legitimately this long",
-          function.name, static_cast<double>(exec_timeout_ns()) / 1e9, i, function.schedule.size(),
-          instruction.debug_op.empty() ? std::string()
-                                       : fmt::format(" (graph op '{}')", instruction.debug_op));
-    }
-  }
+    return result;
+  };
   (void)core;
-  return OkStatus();
+  return RunEngineStreams(function, driver_->config().schedule, deadline, run_one, out_class);
 }
 
 }  // namespace tern::sim

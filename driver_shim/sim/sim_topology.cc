@@ -4,7 +4,9 @@
 #include <absl/strings/str_split.h>
 #include <hwloc.h>
 
+#include <charconv>
 #include <cstdlib>
+#include <string_view>
 
 #include "common/byte_size.h"
 
@@ -34,6 +36,29 @@ Status ParseTopology(const std::string& text, SimConfig* config) {
   return OkStatus();
 }
 
+Status ParseScheduleMode(const std::string& text, ScheduleMode* mode) {
+  constexpr std::string_view kRandom = "random:";
+  if (text == "concurrent") {
+    *mode = ScheduleMode{};
+    return OkStatus();
+  }
+  if (text.starts_with(kRandom)) {
+    const std::string digits = text.substr(kRandom.size());
+    uint64_t seed = 0;
+    auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), seed);
+    if (!digits.empty() && error == std::errc() && end == digits.data() + digits.size()) {
+      mode->kind = ScheduleMode::kRandom;
+      mode->seed = seed;
+      return OkStatus();
+    }
+  }
+  return MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
+                    "TERN_SIM_SCHEDULE='{}' is neither 'concurrent' (the default: the engines "
+                    "run their streams at once) nor 'random:SEED' with SEED a decimal number "
+                    "(a seeded random interleaving, e.g. random:42); unset it or write one of them",
+                    text);
+}
+
 Status ConfigFromEnvironment(SimConfig* config) {
   if (const char* topology = std::getenv("TERN_SIM_TOPOLOGY"); topology && *topology) {
     TERN_RETURN_IF_ERROR(ParseTopology(topology, config));
@@ -41,6 +66,9 @@ Status ConfigFromEnvironment(SimConfig* config) {
   }
   if (const char* node = std::getenv("TERN_SIM_NODE"); node && *node) {
     config->node_name = node;
+  }
+  if (const char* schedule = std::getenv("TERN_SIM_SCHEDULE"); schedule && *schedule) {
+    TERN_RETURN_IF_ERROR(ParseScheduleMode(schedule, &config->schedule));
   }
   if (const char* protect = std::getenv("TERN_SIM_PROTECT"); protect && *protect) {
     std::string_view value(protect);

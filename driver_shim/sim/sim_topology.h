@@ -15,6 +15,21 @@ namespace tern::sim {
 inline constexpr uint32_t kMaxDevices = 16;
 inline constexpr uint32_t kMaxCoresPerDevice = 16;
 
+// How the engines of a core interleave their streams (TERN_SIM_SCHEDULE,
+// docs/sim.md). kConcurrent: every engine runs its stream as soon as its
+// semaphores let it, the DMA engines on a thread of their own beside the
+// compute engines. kRandom: one instruction at a time, the engine picked by a
+// generator seeded with `seed` among those that can go on, to expose
+// programs that depend on an order nothing in them guarantees.
+struct ScheduleMode {
+  enum Kind : uint8_t { kConcurrent = 0, kRandom = 1 };
+  Kind kind = kConcurrent;
+  uint64_t seed = 0;
+};
+
+// Parses "concurrent" or "random:SEED" (SEED a decimal number below 2^64).
+Status ParseScheduleMode(const std::string& text, ScheduleMode* mode);
+
 struct SimConfig {
   uint32_t device_count = 2;
   uint32_t cores_per_device = 2;
@@ -26,13 +41,15 @@ struct SimConfig {
   // finds the node already set up adopts its topology (an administrator's
   // `tern ls` sees the node as the workload configured it).
   bool topology_explicit = false;
+  ScheduleMode schedule;
 };
 
 // Parses "DxCxSIZE" (SIZE as common/byte_size.h reads it: bytes with an
 // optional K, M, G or T (or KiB..TiB) suffix, powers of 1024), e.g. "2x2x8G".
 Status ParseTopology(const std::string& text, SimConfig* config);
 
-// Reads TERN_SIM_TOPOLOGY, TERN_SIM_NODE and TERN_SIM_PROTECT.
+// Reads TERN_SIM_TOPOLOGY, TERN_SIM_NODE, TERN_SIM_PROTECT and
+// TERN_SIM_SCHEDULE.
 Status ConfigFromEnvironment(SimConfig* config);
 
 struct DevicePlacement {

@@ -56,6 +56,18 @@ typedef struct tern_instruction_t {
  * Thread-safety: any thread; a builder itself is used by one thread at a time. */
 TERN_API tern_status_t tern_builder_create(const char* target, tern_builder_t* out_builder);
 
+/* Flags of tern_builder_set_flags(). */
+/* tern_builder_end_function() accepts a function whose engine streams race
+ * (two instructions on different engines that no semaphore orders touch the
+ * same bytes, at least one writing); without it such a function is refused
+ * with both instructions named, as the loader would refuse it. For
+ * experiments and for tests of the loader's check, never for production. */
+#define TERN_BUILDER_ALLOW_RACES 0x1u
+
+/* Sets the builder's flags (0 or TERN_BUILDER_ALLOW_RACES) for the functions
+ * ended from now on. Thread-safety: not concurrently on one builder. */
+TERN_API tern_status_t tern_builder_set_flags(tern_builder_t builder, uint32_t flags);
+
 /* Destroys a builder. Thread-safety: not with other calls on this builder. */
 TERN_API tern_status_t tern_builder_destroy(tern_builder_t builder);
 
@@ -96,7 +108,11 @@ TERN_API tern_status_t tern_builder_set_scratch(tern_builder_t builder, uint64_t
 TERN_API tern_status_t tern_builder_add_instruction(tern_builder_t builder,
                                                     const tern_instruction_t* instruction);
 
-/* Ends the current function. Thread-safety: not concurrently on one builder. */
+/* Ends the current function, after checking that its engine streams cannot
+ * deadlock on their semaphores and do not race (docs/executable-format.md,
+ * "Synchronisation between engines"): either fails with
+ * TERN_ERROR_INVALID_ARGUMENT naming the stuck waits or the racing pairs, and
+ * the function stays open. Thread-safety: not concurrently on one builder. */
 TERN_API tern_status_t tern_builder_end_function(tern_builder_t builder);
 
 /* Produces the executable; `*out_data` (free it with tern_builder_free_data)

@@ -13,6 +13,7 @@
 
 #include "src/executable/checks.h"
 #include "src/executable/format.h"
+#include "src/executable/hazards.h"
 #include "src/executable/schedule.h"
 #include "src/executable/tern_executable_generated.h"
 
@@ -279,6 +280,37 @@ Status Builder::AddInstruction(const InstructionSpec& spec) {
   return OkStatus();
 }
 
+// The loader's race check, early: the instructions as the loader would
+// convert them, in the steps' order.
+Status Builder::CheckRaces(const StoredFunction& function, const ScheduleInput& input,
+                           std::span<const ScheduledStep> order) const {
+  std::vector<driver::Instruction> converted;
+  converted.reserve(input.steps.size());
+  for (const StoredStream& stream : function.streams) {
+    for (size_t position = 0; position < stream.instructions.size(); ++position) {
+      const StoredInstruction& stored = instructions_[stream.instructions[position]];
+      driver::Instruction& instruction = converted.emplace_back();
+      instruction.opcode = stored.opcode;
+      instruction.engine = stream.engine;
+      instruction.core = stream.core;
+      instruction.position = static_cast<uint32_t>(position);
+      for (uint32_t k = 0; k < stored.operand_count; ++k) {
+        instruction.operands.push_back(operands_[stored.operand_begin + k].desc);
+      }
+      if (stored.debug_op >= 0) instruction.debug_op = debug_ops_[stored.debug_op];
+    }
+  }
+  constexpr size_t kNamed = 4;
+  std::vector<Race> races;
+  const size_t count = FindRaces(input, converted, order, kNamed, &races);
+  if (count == 0) return OkStatus();
+  return MakeStatus(kBad,
+                    "function '{}': its engine streams race: {}. {} (or call "
+                    "tern_builder_set_flags() with TERN_BUILDER_ALLOW_RACES to build it anyway, "
+                    "for an experiment or a test of the loader)",
+                    function.name, DescribeRaces(races, count, converted), kRaceAdvice);
+}
+
 Status Builder::EndFunction() {
   TERN_RETURN_IF_ERROR(RequireOpenFunction("tern_builder_end_function"));
   const StoredFunction& function = functions_.back();
@@ -313,6 +345,7 @@ Status Builder::EndFunction() {
   if (!scheduled.ok()) {
     return Status(kBad, fmt::format("function '{}': {}", function.name, scheduled.message()));
   }
+  if (!allow_races_) TERN_RETURN_IF_ERROR(CheckRaces(function, input, order));
   function_open_ = false;
   return OkStatus();
 }

@@ -17,6 +17,7 @@
 #include "common/isa_rules.h"
 #include "common/status_with_message.h"
 #include "driver_shim/program.h"
+#include "src/executable/schedule.h"
 
 namespace tern::exe {
 
@@ -51,7 +52,10 @@ class Builder {
                    uint32_t* out_index);
   Status SetScratch(uint64_t bytes);
   Status AddInstruction(const InstructionSpec& spec);
+  // Ends the function after the semaphore simulation (no deadlock) and the
+  // race check (hazards.h), unless set_allow_races(true).
   Status EndFunction();
+  void set_allow_races(bool allow) { allow_races_ = allow; }
 
   // Serializes the executable into `*out` (resized). The builder stays usable.
   Status Finish(std::vector<uint8_t>* out) const;
@@ -91,6 +95,8 @@ class Builder {
   Status AddTensor(bool input, std::string_view name, tern_dtype_t dtype,
                    std::span<const int64_t> shape, uint32_t* out_index);
   Status RequireOpenFunction(const char* call) const;
+  Status CheckRaces(const StoredFunction& function, const ScheduleInput& input,
+                    std::span<const ScheduledStep> order) const;
   Status Serialize(std::vector<uint8_t>* module, std::vector<uint8_t>* debug) const;
   struct Serialized;  // the sections and their layout (builder.cc)
   Status Plan(Serialized* out) const;
@@ -100,6 +106,7 @@ class Builder {
   std::vector<uint8_t> constants_;
   std::vector<StoredFunction> functions_;
   bool function_open_ = false;
+  bool allow_races_ = false;
   std::vector<StoredInstruction> instructions_;
   std::vector<Operand> operands_;  // strides filled in
   std::vector<int64_t> ints_;

@@ -365,4 +365,15 @@ std::string DescribeRace(const Race& race, std::span<const driver::Instruction> 
       race.exact ? "" : "; judged from the operands' extents, their strides may avoid it");
 }
 
+std::string DescribeRaces(std::span<const Race> races, size_t count,
+                          std::span<const driver::Instruction> instructions) {
+  std::string named;
+  for (const Race& race : races) {
+    if (!named.empty()) named += "; ";
+    named += DescribeRace(race, instructions);
+  }
+  if (count > races.size()) named += fmt::format("; and {} more", count - races.size());
+  return named;
+}
+
 }  // namespace tern::exe

@@ -71,6 +71,17 @@ size_t FindRaces(const ScheduleInput& input, std::span<const driver::Instruction
 // orders the two (read-after-write race)": one race, for messages.
 std::string DescribeRace(const Race& race, std::span<const driver::Instruction> instructions);
 
+// The races FindRaces stored, joined with "; ", and "; and N more" when
+// `count` (its return value) is larger: the body of the loader's and the
+// builder's error.
+std::string DescribeRaces(std::span<const Race> races, size_t count,
+                          std::span<const driver::Instruction> instructions);
+
+// What both errors advise.
+inline constexpr char kRaceAdvice[] =
+    "The engines of a core run their streams concurrently, so the result would depend on "
+    "timing; order each pair with a sem_signal after the first and a sem_wait before the second";
+
 }  // namespace tern::exe
 
 #endif  // TERN_SRC_EXECUTABLE_HAZARDS_H_

@@ -455,33 +455,28 @@ class FunctionConverter {
       }
       return OkStatus();
     }
-    std::string named;
-    for (const Race& race : races) {
-      if (!named.empty()) named += "; ";
-      named += DescribeRace(race, instructions_);
-    }
-    if (count > races.size()) named += fmt::format("; and {} more", count - races.size());
     return MakeStatus(kInvalid,
-                      "{}: its engine streams race: {}. The engines of a core run their streams "
-                      "concurrently, so the result would depend on timing; order each pair with a "
-                      "sem_signal after the first and a sem_wait before the second (or pass "
+                      "{}: its engine streams race: {}. {} (or pass "
                       "TERN_EXECUTABLE_LOAD_ALLOW_RACES to load it anyway, for an experiment)",
-                      where_, named);
+                      where_, DescribeRaces(races, count, instructions_), kRaceAdvice);
   }
 
-  // The streams interleaved in an order that honours every semaphore; the
-  // sync instructions, which only order the others, are left out.
+  // Proves that the streams finish (the semaphore simulation) and do not
+  // race, then hands them over with their sync instructions: the engines
+  // run them concurrently.
   Status Schedule() {
     std::vector<ScheduledStep> order;
     Status scheduled = ScheduleStreams(schedule_, &order);
     if (!scheduled.ok()) return scheduled.WithContext(where_);
     TERN_RETURN_IF_ERROR(CheckRaces(order));
-    out_->schedule.reserve(instructions_.size());
-    for (const ScheduledStep& step : order) {
-      driver::Instruction& instruction =
-          instructions_[schedule_.streams[step.stream].begin + step.position];
-      if (isa::OpcodeEngine(instruction.opcode) == TERN_ENGINE_SYNC) continue;
-      out_->schedule.push_back(std::move(instruction));
+    out_->streams.resize(schedule_.streams.size());
+    for (size_t s = 0; s < schedule_.streams.size(); ++s) {
+      const ScheduleInput::Stream& from = schedule_.streams[s];
+      driver::Stream& to = out_->streams[s];
+      to.core = from.core;
+      to.engine = from.engine;
+      to.instructions.assign(std::make_move_iterator(instructions_.begin() + from.begin),
+                             std::make_move_iterator(instructions_.begin() + from.end));
     }
     return OkStatus();
   }

@@ -221,6 +221,15 @@ TERN_API tern_status_t tern_builder_add_instruction(tern_builder_t builder,
   return Report(AddInstruction(builder, instruction));
 }
 
+TERN_API tern_status_t tern_builder_set_flags(tern_builder_t builder, uint32_t flags) {
+  exe::Builder* object;
+  TERN_API_TRY(GetBuilder(builder, &object));
+  TERN_API_TRY(CheckFlags(flags, TERN_BUILDER_ALLOW_RACES, "tern_builder_set_flags",
+                          "TERN_BUILDER_ALLOW_RACES (0x1)"));
+  object->set_allow_races((flags & TERN_BUILDER_ALLOW_RACES) != 0);
+  return Report(OkStatus());
+}
+
 TERN_API tern_status_t tern_builder_end_function(tern_builder_t builder) {
   exe::Builder* object;
   TERN_API_TRY(GetBuilder(builder, &object));

@@ -276,6 +276,41 @@ TEST_F(BuilderTest, ChecksScratchAndDeadlocksAtEndOfFunction) {
   EXPECT_EQ(tern_builder_end_function(builder_), TERN_OK) << LastError();
 }
 
+TEST_F(BuilderTest, RefusesRacingStreamsAtEndOfFunctionUnlessAllowed) {
+  // The program: a result written on one engine and rewritten in
+  // place on another, with no semaphore between them.
+  BeginUnary();
+  ASSERT_EQ(tern_builder_set_scratch(builder_, 128), TERN_OK);
+  const tern_operand_t in = Tensor(TERN_SEGMENT_INPUT, 0, TERN_DTYPE_F32, 2, kShape);
+  const tern_operand_t out = Tensor(TERN_SEGMENT_OUTPUT, 0, TERN_DTYPE_F32, 2, kShape);
+  ASSERT_EQ(Add(TERN_OP_COPY, {out, in}, {}), TERN_OK);
+  ASSERT_EQ(AddRelu(out, out), TERN_OK);
+  EXPECT_EQ(tern_builder_end_function(builder_), TERN_ERROR_INVALID_ARGUMENT);
+  const std::string message = LastError();
+  EXPECT_CONTAINS(message, "function 'f': its engine streams race");
+  EXPECT_CONTAINS(message, "the dma engine of core 0, instruction 0 (copy) writes output 0");
+  EXPECT_CONTAINS(message, "the scalar engine of core 0, instruction 0 (unary)");
+  EXPECT_CONTAINS(message, "TERN_BUILDER_ALLOW_RACES");
+
+  // The function stays open; with the flag it ends.
+  EXPECT_EQ(tern_builder_set_flags(builder_, 0x6), TERN_ERROR_INVALID_ARGUMENT);
+  EXPECT_CONTAINS(LastError(), "bits 0x6 are not defined");
+  ASSERT_EQ(tern_builder_set_flags(builder_, TERN_BUILDER_ALLOW_RACES), TERN_OK);
+  EXPECT_EQ(tern_builder_end_function(builder_), TERN_OK) << LastError();
+  EXPECT_EQ(tern_builder_set_flags(nullptr, 0), TERN_ERROR_INVALID_HANDLE);
+}
+
+TEST_F(BuilderTest, OrderedStreamsEndWithoutFlags) {
+  BeginUnary();
+  const tern_operand_t in = Tensor(TERN_SEGMENT_INPUT, 0, TERN_DTYPE_F32, 2, kShape);
+  const tern_operand_t out = Tensor(TERN_SEGMENT_OUTPUT, 0, TERN_DTYPE_F32, 2, kShape);
+  ASSERT_EQ(Add(TERN_OP_COPY, {out, in}, {}), TERN_OK);
+  ASSERT_EQ(Add(TERN_OP_SEM_SIGNAL, {}, {3, 1, TERN_ENGINE_DMA}), TERN_OK);
+  ASSERT_EQ(Add(TERN_OP_SEM_WAIT, {}, {3, 1, TERN_ENGINE_SCALAR}), TERN_OK);
+  ASSERT_EQ(AddRelu(out, out), TERN_OK);
+  EXPECT_EQ(tern_builder_end_function(builder_), TERN_OK) << LastError();
+}
+
 TEST_F(BuilderTest, ChecksSignaturesAndLifecycle) {
   EXPECT_EQ(tern_builder_add_input(builder_, "x", TERN_DTYPE_F32, 2, kShape, nullptr),
             TERN_ERROR_FAILED_PRECONDITION);

@@ -93,6 +93,9 @@ void WriteValid(const std::string& dir) {
   Write(dir, "add_constants.bin", exetest::BuildAdd(true));
   Write(dir, "pipeline.bin", exetest::BuildPipeline());
   Write(dir, "gelu_of_sum.bin", BuildUnaryChain());
+  for (const auto& program : exetest::HazardCorpus()) {
+    if (program.race == nullptr) Write(dir, std::string(program.name) + ".bin", program.bytes);
+  }
 }
 
 template <typename Edit>
@@ -109,6 +112,9 @@ void WriteMalformed(const std::string& dir) {
   const Bytes add = exetest::BuildAdd();
   const Bytes constants = exetest::BuildAdd(true);
   const Bytes pipeline = exetest::BuildPipeline();
+  for (const auto& program : exetest::HazardCorpus()) {
+    if (program.race != nullptr) Write(dir, program.name + invalid, program.bytes);
+  }
 
   // Container.
   Write(dir, "empty" + invalid, {});

@@ -245,6 +245,9 @@ Bytes BuildPipeline(bool with_semaphore) {
     instruction.debug_op = debug_op;
     EXPECT_TERN_OK(tern_builder_add_instruction(builder, &instruction));
   };
+  if (!with_semaphore) {
+    EXPECT_TERN_OK(tern_builder_set_flags(builder, TERN_BUILDER_ALLOW_RACES));
+  }
   // Vector first in program order: the schedule must still put the copy first.
   if (with_semaphore) add(TERN_OP_SEM_WAIT, {}, {0, 1, TERN_ENGINE_VECTOR}, nullptr);
   add(TERN_OP_BINARY,
@@ -265,6 +268,143 @@ Bytes BuildPipeline(bool with_semaphore) {
   tern_builder_free_data(data);
   EXPECT_TERN_OK(tern_builder_destroy(builder));
   return bytes;
+}
+
+namespace {
+
+// A program on 'x' (input, f32 [16]), 'y' (output, f32 [16]) and 64 bytes of
+// scratch, made of the instructions `body` adds.
+struct ProgramWriter {
+  tern_builder_t builder = nullptr;
+
+  void Add(tern_opcode_t opcode, std::vector<tern_operand_t> operands, std::vector<int64_t> ints,
+           const char* debug_op = nullptr) {
+    tern_instruction_t instruction{};
+    instruction.struct_size = sizeof(instruction);
+    instruction.opcode = opcode;
+    instruction.operand_count = static_cast<uint32_t>(operands.size());
+    instruction.operands = operands.data();
+    instruction.int_count = static_cast<uint32_t>(ints.size());
+    instruction.ints = ints.data();
+    instruction.debug_op = debug_op;
+    EXPECT_TERN_OK(tern_builder_add_instruction(builder, &instruction));
+  }
+  void Signal(tern_engine_t engine, int64_t semaphore) {
+    Add(TERN_OP_SEM_SIGNAL, {}, {semaphore, 1, engine});
+  }
+  void Wait(tern_engine_t engine, int64_t semaphore) {
+    Add(TERN_OP_SEM_WAIT, {}, {semaphore, 1, engine});
+  }
+};
+
+template <typename Body>
+Bytes WriteProgram(const char* name, bool allow_races, Body body) {
+  static const int64_t shape[1] = {16};
+  ProgramWriter writer;
+  EXPECT_TERN_OK(tern_builder_create("trn2", &writer.builder));
+  if (allow_races) {
+    EXPECT_TERN_OK(tern_builder_set_flags(writer.builder, TERN_BUILDER_ALLOW_RACES));
+  }
+  EXPECT_TERN_OK(tern_builder_begin_function(writer.builder, name, nullptr));
+  EXPECT_TERN_OK(tern_builder_add_input(writer.builder, "x", TERN_DTYPE_F32, 1, shape, nullptr));
+  EXPECT_TERN_OK(tern_builder_add_output(writer.builder, "y", TERN_DTYPE_F32, 1, shape, nullptr));
+  EXPECT_TERN_OK(tern_builder_set_scratch(writer.builder, 64));
+  body(writer);
+  EXPECT_TERN_OK(tern_builder_end_function(writer.builder));
+  void* data = nullptr;
+  uint64_t size = 0;
+  EXPECT_TERN_OK(tern_builder_finish(writer.builder, &data, &size));
+  Bytes bytes(static_cast<uint8_t*>(data), static_cast<uint8_t*>(data) + size);
+  tern_builder_free_data(data);
+  EXPECT_TERN_OK(tern_builder_destroy(writer.builder));
+  return bytes;
+}
+
+// A strided f32 view of `count` elements, `stride` apart, from element
+// `first` of a segment.
+tern_operand_t View(tern_segment_t segment, const int64_t* count, const int64_t* stride,
+                    int64_t first) {
+  tern_operand_t operand =
+      Tensor(segment, 0, TERN_DTYPE_F32, 1, count, static_cast<uint64_t>(first) * 4);
+  operand.strides = stride;
+  return operand;
+}
+
+}  // namespace
+
+std::vector<HazardProgram> HazardCorpus() {
+  static const int64_t n16[1] = {16}, n8[1] = {8}, n5[1] = {5};
+  static const int64_t s1[1] = {1}, s2[1] = {2}, s3[1] = {3};
+  const auto x = Tensor(TERN_SEGMENT_INPUT, 0, TERN_DTYPE_F32, 1, n16);
+  const auto y = Tensor(TERN_SEGMENT_OUTPUT, 0, TERN_DTYPE_F32, 1, n16);
+  const auto scratch = Tensor(TERN_SEGMENT_SCRATCH, 0, TERN_DTYPE_F32, 1, n16);
+  const int64_t add = TERN_BINARY_ADD;
+  std::vector<HazardProgram> corpus;
+  corpus.push_back({"race_read_after_write", "read-after-write",
+                    WriteProgram("raw", true, [&](ProgramWriter& w) {
+                      w.Add(TERN_OP_COPY, {scratch, x}, {}, "stage");
+                      w.Add(TERN_OP_BINARY, {y, scratch, scratch}, {add}, "double");
+                    })});
+  corpus.push_back({"race_write_after_read", "write-after-read",
+                    WriteProgram("war", true, [&](ProgramWriter& w) {
+                      w.Add(TERN_OP_BINARY, {y, scratch, scratch}, {add}, "double");
+                      w.Add(TERN_OP_COPY, {scratch, x}, {}, "stage");
+                    })});
+  corpus.push_back({"race_write_after_write", "write-after-write",
+                    WriteProgram("waw", true, [&](ProgramWriter& w) {
+                      w.Add(TERN_OP_COPY, {y, x}, {}, "copy");
+                      w.Add(TERN_OP_BINARY, {y, x, x}, {add}, "double");
+                    })});
+  // Even elements written, every third read: elements 0, 6 and 12 are both.
+  corpus.push_back(
+      {"race_strided_partial", "read-after-write",
+       WriteProgram("strided_partial", true, [&](ProgramWriter& w) {
+         w.Add(TERN_OP_COPY,
+               {View(TERN_SEGMENT_SCRATCH, n8, s2, 0), View(TERN_SEGMENT_INPUT, n8, s1, 0)}, {},
+               "evens");
+         w.Add(TERN_OP_BINARY,
+               {View(TERN_SEGMENT_OUTPUT, n5, s1, 0), View(TERN_SEGMENT_SCRATCH, n5, s3, 0),
+                View(TERN_SEGMENT_SCRATCH, n5, s3, 0)},
+               {add}, "thirds");
+       })});
+  // Even elements written, odd ones read: the extents overlap, the bytes do not.
+  corpus.push_back(
+      {"ordered_strided_interleaved", nullptr,
+       WriteProgram("strided_interleaved", false, [&](ProgramWriter& w) {
+         w.Add(TERN_OP_COPY,
+               {View(TERN_SEGMENT_SCRATCH, n8, s2, 0), View(TERN_SEGMENT_INPUT, n8, s1, 0)}, {},
+               "evens");
+         w.Add(TERN_OP_BINARY,
+               {View(TERN_SEGMENT_OUTPUT, n8, s1, 0), View(TERN_SEGMENT_SCRATCH, n8, s2, 1),
+                View(TERN_SEGMENT_SCRATCH, n8, s2, 1)},
+               {add}, "odds");
+       })});
+  // DMA -> scalar -> vector: the vector engine is ordered after the copy only
+  // through the scalar engine.
+  auto chain = [&](bool broken) {
+    return [&, broken](ProgramWriter& w) {
+      w.Add(TERN_OP_COPY,
+            {View(TERN_SEGMENT_SCRATCH, n8, s1, 0), View(TERN_SEGMENT_INPUT, n8, s1, 0)}, {},
+            "stage");
+      w.Signal(TERN_ENGINE_DMA, 0);
+      if (broken) w.Signal(TERN_ENGINE_SCALAR, 1);
+      w.Wait(TERN_ENGINE_SCALAR, 0);
+      w.Add(TERN_OP_UNARY,
+            {View(TERN_SEGMENT_OUTPUT, n8, s1, 8), View(TERN_SEGMENT_INPUT, n8, s1, 8)},
+            {TERN_UNARY_RELU}, "relu");
+      if (!broken) w.Signal(TERN_ENGINE_SCALAR, 1);
+      w.Wait(TERN_ENGINE_VECTOR, 1);
+      w.Add(TERN_OP_BINARY,
+            {View(TERN_SEGMENT_OUTPUT, n8, s1, 0), View(TERN_SEGMENT_SCRATCH, n8, s1, 0),
+             View(TERN_SEGMENT_SCRATCH, n8, s1, 0)},
+            {add}, "double");
+    };
+  };
+  corpus.push_back(
+      {"ordered_chain_through_third_engine", nullptr, WriteProgram("chain", false, chain(false))});
+  corpus.push_back({"race_chain_signalled_too_early", "read-after-write",
+                    WriteProgram("chain_broken", true, chain(true))});
+  return corpus;
 }
 
 std::string WriteTemp(const std::string& name, const Bytes& data) {

@@ -85,6 +85,18 @@ Bytes BuildAdd(bool y_from_constants = false);
 // Without the semaphore the two engines race on the scratch.
 Bytes BuildPipeline(bool with_semaphore = true);
 
+// The race corpus: small programs on 'x' (input, f32 [16]), 'y' (output,
+// f32 [16]) and 64 bytes of scratch whose DMA, vector and scalar streams
+// race (`race` names the kind the loader must report) or are ordered,
+// through semaphores or because their strided views interleave (`race` is
+// nullptr). Racy ones are built with TERN_BUILDER_ALLOW_RACES.
+struct HazardProgram {
+  const char* name;  // "race_write_after_read", "ordered_chain_through_third_engine"
+  const char* race;  // "write-after-read", or nullptr
+  Bytes bytes;
+};
+std::vector<HazardProgram> HazardCorpus();
+
 // Writes `data` to a file under the test's temporary directory; returns path.
 std::string WriteTemp(const std::string& name, const Bytes& data);
 

@@ -523,6 +523,37 @@ TEST_F(LoaderTest, RejectsDebugIndexOutOfRange) {
 
 // --- The checked-in regression corpus -------------------------------------------
 
+// The race corpus (exe_test_util.h): each racy program is refused with the
+// kind of its race named, each ordered one loads; also with the flag that
+// loads racy ones.
+TEST_F(LoaderTest, RefusesEachRaceOfTheCorpusAndLoadsItsOrderedPrograms) {
+  const auto corpus = exetest::HazardCorpus();
+  ASSERT_GE(corpus.size(), 7u);
+  tern_executable_load_params_t allow{};
+  allow.struct_size = sizeof(allow);
+  allow.flags = TERN_EXECUTABLE_LOAD_ALLOW_RACES;
+  for (const auto& program : corpus) {
+    tern_executable_t executable = nullptr;
+    const tern_status_t status = tern_executable_load(device_, program.bytes.data(),
+                                                      program.bytes.size(), nullptr, &executable);
+    if (program.race == nullptr) {
+      EXPECT_EQ(status, TERN_OK) << program.name << ": " << LastError();
+    } else {
+      EXPECT_EQ(status, TERN_ERROR_EXECUTABLE_INVALID) << program.name;
+      EXPECT_CONTAINS(LastError(), "its engine streams race");
+      EXPECT_CONTAINS(LastError(), std::string(program.race) + " race");
+    }
+    if (status == TERN_OK) {
+      EXPECT_EQ(tern_executable_unload(executable), TERN_OK);
+    }
+    ASSERT_EQ(tern_executable_load(device_, program.bytes.data(), program.bytes.size(), &allow,
+                                   &executable),
+              TERN_OK)
+        << program.name << ": " << LastError();
+    EXPECT_EQ(tern_executable_unload(executable), TERN_OK);
+  }
+}
+
 TEST_F(LoaderTest, RejectsEveryFileOfTheRegressionCorpus) {
   const std::string dir = TERN_EXE_CORPUS_DIR;
   DIR* handle = opendir(dir.c_str());

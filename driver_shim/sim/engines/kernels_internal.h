@@ -43,6 +43,14 @@ inline constexpr bool kUseThreads = false;
 inline constexpr bool kUseThreads = true;
 #endif
 
+// Set by KeepKernelsOnThisThread() (run_instruction.h).
+extern thread_local bool t_kernels_on_this_thread;
+
+// How many CPU threads a kernel may split its work across.
+inline int KernelThreads() {
+  return kUseThreads && !t_kernels_on_this_thread ? omp_get_max_threads() : 1;
+}
+
 // Splits [0, n) into contiguous ranges of at least `grain` items and calls
 // fn(begin, end) on each, on the CPU threads (on the calling thread when the
 // work is small). Ranges are handed out dynamically, a few per thread, so a
@@ -54,8 +62,8 @@ void ParallelFor(int64_t n, int64_t grain, Fn&& fn) {
   if (n <= 0) return;
   grain = std::max<int64_t>(grain, 1);
   int threads = 1;
-  if (kUseThreads && n >= 2 * grain && !omp_in_parallel()) {
-    threads = static_cast<int>(std::min<int64_t>(omp_get_max_threads(), n / grain));
+  if (n >= 2 * grain && !omp_in_parallel()) {
+    threads = static_cast<int>(std::min<int64_t>(KernelThreads(), n / grain));
   }
   if (threads <= 1) {
     fn(int64_t{0}, n);

@@ -207,7 +207,7 @@ void ReduceImpl(const ReduceGeometry& g, const TensorView& in, const TensorView&
     });
   };
 
-  const int threads = kUseThreads ? omp_get_max_threads() : 1;
+  const int threads = KernelThreads();
   constexpr int64_t kBlock = 64 * 1024;
 
   // Column path: the innermost kept dimension is contiguous in `in` and the

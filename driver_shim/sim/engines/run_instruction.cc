@@ -13,6 +13,8 @@
 namespace tern::sim {
 namespace kernels {
 
+thread_local bool t_kernels_on_this_thread = false;
+
 Layout MakeLayout(uint32_t rank, const int64_t* shape, std::span<const int64_t* const> strides) {
   Layout layout;
   layout.operands = static_cast<int>(strides.size());
@@ -352,5 +354,7 @@ Status RunInstruction(const driver::Instruction& instruction,
                         instruction.opcode);
   }
 }
+
+void KeepKernelsOnThisThread() { kernels::t_kernels_on_this_thread = true; }
 
 }  // namespace tern::sim

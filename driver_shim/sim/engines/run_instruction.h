@@ -30,6 +30,13 @@ struct TensorView {
 // CPU thread pool).
 Status RunInstruction(const driver::Instruction& instruction, std::span<const TensorView> operands);
 
+// Makes the kernels that the calling thread runs from now on stay on it (no
+// CPU threads of their own): for a thread that runs beside the compute
+// thread, such as the DMA engine's (dma_worker.h), so that two OpenMP teams
+// never compete for the host's CPUs.
+// Thread-safety: affects the calling thread only.
+void KeepKernelsOnThisThread();
+
 }  // namespace tern::sim
 
 #endif  // TERN_DRIVER_SHIM_SIM_ENGINES_RUN_INSTRUCTION_H_

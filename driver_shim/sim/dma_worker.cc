@@ -1,0 +1,34 @@
+#include "driver_shim/sim/dma_worker.h"
+
+#include <thread>
+
+#include "driver_shim/sim/engines/run_instruction.h"
+
+namespace tern::sim {
+
+DmaWorker& DmaWorker::Get() {
+  // Never destroyed: the thread lives as long as the process, like the
+  // compute thread whose jobs it serves.
+  static DmaWorker* worker = new DmaWorker();
+  return *worker;
+}
+
+DmaWorker::DmaWorker() {
+  std::thread([this] { Loop(); }).detach();
+}
+
+void DmaWorker::Start(std::function<Status()> job) {
+  job_ = std::move(job);
+  doorbell_.Signal(++started_);
+}
+
+void DmaWorker::Loop() {
+  KeepKernelsOnThisThread();
+  for (uint64_t next = 1;; ++next) {
+    doorbell_.Wait(next, UINT64_MAX);
+    result_ = job_();
+    done_.Signal(next);
+  }
+}
+
+}  // namespace tern::sim
