@@ -11,10 +11,15 @@
 //     one core in CPU time.
 //   --unary: every f32 unary function on one core (CPU time) beside memcpy,
 //     to find the transcendental functions that are still slow.
-// Usage: tern_bench_kernels [--quick] [--matmul | --size N | --elementwise | --unary]
+//   overlap: one execution that copies on the DMA engine while the tensor
+//     engine multiplies (independent streams), beside the copy alone and the
+//     matmul alone: its time against their sum (no overlap) and their maximum
+//     (full overlap).
+// Usage: tern_bench_kernels [--quick] [--matmul | --size N | --elementwise | --unary |
+//                            --overlap]
 //   --quick: small sizes, for a smoke run; --matmul / --elementwise /
-//   --unary: one part (--unary only runs when asked for); --size N: matmul
-//   of that size only.
+//   --unary / --overlap: one part (--unary only runs when asked for);
+//   --size N: matmul of that size only.
 #include <omp.h>
 #include <tern/builder.h>
 #include <tern/tern.h>
@@ -258,6 +263,10 @@ class PublicMatmul {
   static inline tern_queue_t queue_ = nullptr;
   tern_executable_t executable_ = nullptr;
   tern_buffer_t buffers_[3] = {};
+
+ public:
+  static tern_device_t device() { return device_; }
+  static tern_queue_t queue() { return queue_; }
 };
 
 void BenchMatmul(tern_dtype_t dtype, int64_t n) {
@@ -308,6 +317,138 @@ void BenchMatmul(tern_dtype_t dtype, int64_t n) {
   std::snprintf(what, sizeof(what), "matmul %s %lld execute", tern::isa::DTypeName(dtype),
                 static_cast<long long>(n));
   Report(what, flop, "GFLOP/s", t.times[1], t.times[2], 0.9);
+}
+
+// An executable of the public API whose one function has f32 inputs and
+// outputs of the given shapes and the instructions `add` appends, run on
+// PublicMatmul's queue. Buffers are filled with `fill`.
+class PublicProgram {
+ public:
+  using Shapes = std::vector<std::vector<int64_t>>;
+  PublicProgram(const Shapes& inputs, const Shapes& outputs,
+                const std::function<void(tern_builder_t)>& add, float fill)
+      : inputs_(inputs.size()), outputs_(outputs.size()) {
+    tern_builder_t builder = nullptr;
+    Check(tern_builder_create(nullptr, &builder), "tern_builder_create");
+    Check(tern_builder_begin_function(builder, "f", nullptr), "begin_function");
+    auto declare = [&](const Shapes& shapes, bool input, std::vector<tern_buffer_t>* buffers) {
+      for (size_t i = 0; i < shapes.size(); ++i) {
+        const std::string name = (input ? "in" : "out") + std::to_string(i);
+        const uint32_t rank = static_cast<uint32_t>(shapes[i].size());
+        Check(input ? tern_builder_add_input(builder, name.c_str(), TERN_DTYPE_F32, rank,
+                                             shapes[i].data(), nullptr)
+                    : tern_builder_add_output(builder, name.c_str(), TERN_DTYPE_F32, rank,
+                                              shapes[i].data(), nullptr),
+              "declare");
+        int64_t count = 1;
+        for (int64_t d : shapes[i]) count *= d;
+        tern_buffer_params_t params{};
+        params.struct_size = sizeof(params);
+        params.size = static_cast<uint64_t>(count) * 4;
+        params.category = TERN_MEMORY_TENSORS;
+        Check(tern_buffer_alloc(PublicMatmul::device(), &params, &(*buffers)[i]), "alloc");
+        std::vector<float> values(static_cast<size_t>(count), fill);
+        Check(tern_buffer_write((*buffers)[i], 0, values.data(), params.size), "write");
+      }
+    };
+    declare(inputs, true, &inputs_);
+    declare(outputs, false, &outputs_);
+    add(builder);
+    Check(tern_builder_end_function(builder), "end_function");
+    void* data = nullptr;
+    uint64_t size = 0;
+    Check(tern_builder_finish(builder, &data, &size), "tern_builder_finish");
+    tern_builder_destroy(builder);
+    Check(tern_executable_load(PublicMatmul::device(), data, size, nullptr, &executable_),
+          "executable_load");
+    tern_builder_free_data(data);
+  }
+  ~PublicProgram() {
+    for (tern_buffer_t buffer : inputs_) tern_buffer_free(buffer);
+    for (tern_buffer_t buffer : outputs_) tern_buffer_free(buffer);
+    tern_executable_unload(executable_);
+  }
+  void Run() {
+    std::vector<tern_binding_t> in, out;
+    for (tern_buffer_t buffer : inputs_) in.push_back({buffer, 0});
+    for (tern_buffer_t buffer : outputs_) out.push_back({buffer, 0});
+    Check(tern_queue_execute(PublicMatmul::queue(), executable_, 0, in.data(),
+                             static_cast<uint32_t>(in.size()), out.data(),
+                             static_cast<uint32_t>(out.size()), nullptr),
+          "tern_queue_execute");
+    Check(tern_queue_synchronize(PublicMatmul::queue(), TERN_TIMEOUT_INFINITE),
+          "tern_queue_synchronize");
+  }
+
+ private:
+  std::vector<tern_buffer_t> inputs_, outputs_;
+  tern_executable_t executable_ = nullptr;
+};
+
+// Appends one instruction on f32 operands (segment, index, shape) each.
+void AddF32(tern_builder_t builder, tern_opcode_t opcode,
+            const std::vector<std::pair<tern_segment_t, uint32_t>>& places,
+            const std::vector<int64_t>& shape) {
+  std::vector<tern_operand_t> operands(places.size());
+  for (size_t i = 0; i < places.size(); ++i) {
+    operands[i].segment = places[i].first;
+    operands[i].index = places[i].second;
+    operands[i].dtype = TERN_DTYPE_F32;
+    operands[i].rank = static_cast<uint32_t>(shape.size());
+    operands[i].shape = shape.data();
+  }
+  tern_instruction_t ins{};
+  ins.struct_size = sizeof(ins);
+  ins.opcode = opcode;
+  ins.operand_count = static_cast<uint32_t>(operands.size());
+  ins.operands = operands.data();
+  Check(tern_builder_add_instruction(builder, &ins), "add_instruction");
+}
+
+// A copy of `copy_bytes` on the DMA engine and an n x n f32 matmul on the
+// tensor engine, alone and in one execution whose two streams nothing
+// orders (they touch different tensors).
+void BenchOverlap(int64_t n, int64_t copy_bytes) {
+  const std::vector<int64_t> square = {n, n}, line = {copy_bytes / 4};
+  auto add_matmul = [&](tern_builder_t builder, uint32_t first_input) {
+    AddF32(builder, TERN_OP_MATMUL,
+           {{TERN_SEGMENT_OUTPUT, 0},
+            {TERN_SEGMENT_INPUT, first_input},
+            {TERN_SEGMENT_INPUT, first_input + 1}},
+           square);
+  };
+  auto add_copy = [&](tern_builder_t builder, uint32_t output) {
+    AddF32(builder, TERN_OP_COPY, {{TERN_SEGMENT_OUTPUT, output}, {TERN_SEGMENT_INPUT, 0}}, line);
+  };
+  PublicProgram copy(
+      {line}, {line}, [&](tern_builder_t b) { add_copy(b, 0); }, 1.0f);
+  PublicProgram matmul(
+      {square, square}, {square}, [&](tern_builder_t b) { add_matmul(b, 0); }, 0.5f);
+  PublicProgram both(
+      {line, square, square}, {square, line},
+      [&](tern_builder_t b) {
+        add_matmul(b, 1);
+        add_copy(b, 1);
+      },
+      0.5f);
+  const Timed t =
+      Rounds({[&] { copy.Run(); }, [&] { matmul.Run(); }, [&] { both.Run(); }}, 10, 3.0);
+  std::vector<double> sum_ratio, max_ratio;
+  for (size_t r = 0; r < t.times[2].size(); ++r) {
+    sum_ratio.push_back(t.times[2][r] / (t.times[0][r] + t.times[1][r]));
+    max_ratio.push_back(t.times[2][r] / std::max(t.times[0][r], t.times[1][r]));
+  }
+  std::printf(
+      "overlap: copy %lld MiB alone %.0f us, matmul f32 %lld alone %.0f us, both in one "
+      "execution %.0f us (medians, n=%zu)\n"
+      "  both / (copy + matmul), median round %.2f [p10 %.2f, p90 %.2f]  (1.00: no overlap)\n"
+      "  both / max(copy, matmul), median round %.2f [p10 %.2f, p90 %.2f]  (1.00: full "
+      "overlap)\n",
+      static_cast<long long>(copy_bytes >> 20), Quantile(t.times[0], 0.5) * 1e6,
+      static_cast<long long>(n), Quantile(t.times[1], 0.5) * 1e6, Quantile(t.times[2], 0.5) * 1e6,
+      t.times[2].size(), Quantile(sum_ratio, 0.5), Quantile(sum_ratio, 0.1),
+      Quantile(sum_ratio, 0.9), Quantile(max_ratio, 0.5), Quantile(max_ratio, 0.1),
+      Quantile(max_ratio, 0.9));
 }
 
 // memcpy of `bytes` on `threads` (all of them split the range).
@@ -415,24 +556,28 @@ void BenchUnary(int64_t n) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false, matmul = true, elementwise = true, unary = false;
+  bool quick = false, matmul = true, elementwise = true, unary = false, overlap = true;
   int64_t only_size = 0;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) {
       quick = true;
     } else if (std::strcmp(argv[i], "--size") == 0 && i + 1 < argc) {
       only_size = std::atoll(argv[++i]);
-      elementwise = false;
+      elementwise = overlap = false;
     } else if (std::strcmp(argv[i], "--matmul") == 0) {
-      elementwise = false;
+      elementwise = overlap = false;
     } else if (std::strcmp(argv[i], "--elementwise") == 0) {
-      matmul = false;
+      matmul = overlap = false;
     } else if (std::strcmp(argv[i], "--unary") == 0) {
-      matmul = elementwise = false;
+      matmul = elementwise = overlap = false;
       unary = true;
+    } else if (std::strcmp(argv[i], "--overlap") == 0) {
+      matmul = elementwise = false;
     } else {
-      std::fprintf(stderr, "usage: %s [--quick] [--matmul | --size N | --elementwise | --unary]\n",
-                   argv[0]);
+      std::fprintf(
+          stderr,
+          "usage: %s [--quick] [--matmul | --size N | --elementwise | --unary | --overlap]\n",
+          argv[0]);
       return 2;
     }
   }
@@ -440,13 +585,14 @@ int main(int argc, char** argv) {
   const std::vector<int64_t> sizes = only_size > 0 ? std::vector<int64_t>{only_size}
                                      : quick       ? std::vector<int64_t>{256}
                                                    : std::vector<int64_t>{512, 1024, 2048, 4096};
+  if (matmul || overlap) PublicMatmul::Init();
   if (matmul) {
-    PublicMatmul::Init();
     for (tern_dtype_t dtype : {TERN_DTYPE_F32, TERN_DTYPE_BF16}) {
       for (int64_t n : sizes) BenchMatmul(dtype, n);
     }
-    PublicMatmul::Shutdown();
   }
+  if (overlap) BenchOverlap(quick ? 256 : 1024, quick ? (int64_t{4} << 20) : (int64_t{64} << 20));
+  if (matmul || overlap) PublicMatmul::Shutdown();
   if (elementwise) BenchElementwise(quick ? (int64_t{1} << 20) : (int64_t{16} << 20));
   if (unary) BenchUnary(quick ? (int64_t{1} << 20) : (int64_t{4} << 20));
   if (missed.empty()) std::printf("all targets met\n");
