@@ -21,6 +21,7 @@
 //   --unary / --overlap: one part (--unary only runs when asked for);
 //   --size N: matmul of that size only.
 #include <omp.h>
+#include <sched.h>
 #include <tern/builder.h>
 #include <tern/tern.h>
 #include <unistd.h>
@@ -433,6 +434,15 @@ void BenchOverlap(int64_t n, int64_t copy_bytes) {
       0.5f);
   const Timed t =
       Rounds({[&] { copy.Run(); }, [&] { matmul.Run(); }, [&] { both.Run(); }}, 10, 3.0);
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  sched_getaffinity(0, sizeof(cpus), &cpus);
+  const int threads = omp_get_max_threads(), host_cpus = CPU_COUNT(&cpus);
+  std::printf(
+      "overlap: the compute kernels use %d OpenMP threads on %d CPUs: %s\n", threads, host_cpus,
+      threads < host_cpus ? "a CPU is free, the DMA engine runs beside them"
+                          : "no CPU is free, the DMA engine takes turns with them (docs/sim.md); "
+                            "run with OMP_NUM_THREADS set below the CPU count to see the overlap");
   std::vector<double> sum_ratio, max_ratio;
   for (size_t r = 0; r < t.times[2].size(); ++r) {
     sum_ratio.push_back(t.times[2][r] / (t.times[0][r] + t.times[1][r]));

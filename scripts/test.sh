@@ -54,7 +54,8 @@ if [ "$fast" -eq 0 ]; then
   # the first of several labels, so tests are selected by their first label.
   TERN_STRESS_COMMANDS=${TERN_STRESS_COMMANDS_TSAN:-20000} build_and_test build-tsan thread \
     'concurrency|stress|unit|cts|negative' tern_stress_test tern_cts node_registry_test \
-    tern_comm_inprocess_test tern_comm_kernels_test
+    tern_comm_inprocess_test tern_comm_kernels_test tern_engine_streams_test \
+    tern_executable_schedule_test
   scripts/fuzz.sh 60
   python/build_and_test.sh
 fi

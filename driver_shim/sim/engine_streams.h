@@ -3,12 +3,14 @@
 // through their semaphores (docs/isa.md, "Sync"), as on hardware.
 //
 // The compute engines (tensor, vector, scalar, gpsimd) take turns on the
-// calling thread, one instruction at a time, round robin: their kernels
+// calling thread, one instruction at a time, round robin, each round after
+// the DMA engines have taken their step: their kernels
 // share one OpenMP team sized to the host (compute_worker.h explains why a
 // team per engine starves a small host). A DMA instruction runs on the DMA
-// thread (dma_worker.h) whenever another engine has work it could overlap,
-// so copies and compute really run at once; otherwise it runs here, which
-// saves the hand-off.
+// thread (dma_worker.h) whenever another engine has work it could overlap
+// and the compute kernels leave a host CPU free for it, so copies and
+// compute really run at once; otherwise it runs here, which saves the
+// hand-off and never slows the compute kernels down.
 //
 // With ScheduleMode::kRandom every engine (DMA included) takes one
 // instruction at a time on the calling thread, picked by a generator seeded

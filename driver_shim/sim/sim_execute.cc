@@ -4,6 +4,9 @@
 // memory, while the queue's thread waits for it.
 #include <fmt/format.h>
 
+#include <span>
+#include <vector>
+
 #include "common/timeline.h"
 #include "common/trace.h"
 #include "driver_shim/sim/compute_worker.h"
@@ -63,7 +66,15 @@ Status SimDevice::ExecuteProgramHere(uint32_t core, const Command& command,
 
   // Called on this thread and, for DMA instructions, on the DMA thread.
   const RunOneInstruction run_one = [&](const driver::Instruction& instruction) -> Status {
-    std::vector<TensorView> views(instruction.operands.size());
+    // Most instructions have a few operands: no allocation for them.
+    constexpr size_t kInlineViews = 8;
+    TensorView inline_views[kInlineViews];
+    std::vector<TensorView> more_views;
+    const size_t count = instruction.operands.size();
+    if (count > kInlineViews) more_views.resize(count);
+    const std::span<TensorView> views = count > kInlineViews
+                                            ? std::span<TensorView>(more_views)
+                                            : std::span<TensorView>(inline_views, count);
     for (size_t j = 0; j < instruction.operands.size(); ++j) {
       const isa::OperandDesc& desc = instruction.operands[j];
       views[j].desc = &desc;

@@ -6,6 +6,7 @@
 #include "driver_shim/sim/engine_streams.h"
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <atomic>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "common/timeline.h"
+#include "driver_shim/sim/engines/run_instruction.h"
 
 namespace tern::sim {
 namespace {
@@ -161,35 +163,52 @@ TEST(EngineStreams, RandomSchedulesInterleaveIndependentStreamsInManyOrders) {
   EXPECT_GE(orders.size(), 4u);
 }
 
-TEST(EngineStreams, DmaEngineRunsBesideTheComputeEnginesWhenBothHaveWork) {
+// A copy and a matmul on independent streams. The DMA engine runs beside the
+// compute engines exactly when their kernels leave a CPU free: with one
+// OpenMP thread on a host of two CPUs or more, and never when the kernels
+// use every CPU (a DMA thread would stall their team).
+TEST(EngineStreams, DmaEngineRunsBesideTheComputeEnginesWhenACpuIsFree) {
+  if (std::thread::hardware_concurrency() < 2) GTEST_SKIP() << "one CPU: nothing can overlap";
   driver::Function function;
   function.name = "overlap";
   AddStream(&function, TERN_ENGINE_DMA, {Work(TERN_ENGINE_DMA, "copy")});
   AddStream(&function, TERN_ENGINE_TENSOR, {Work(TERN_ENGINE_TENSOR, "matmul")});
-  // The copy waits until the matmul has started: it can only see that if the
-  // two really run at once.
-  std::atomic<bool> matmul_started{false};
-  std::atomic<bool> copy_saw_matmul{false};
-  std::atomic<bool> copy_on_other_thread{false};
-  const std::thread::id caller = std::this_thread::get_id();
-  const RunOneInstruction run = [&](const driver::Instruction& instruction) {
-    if (instruction.engine == TERN_ENGINE_DMA) {
-      copy_on_other_thread = std::this_thread::get_id() != caller;
-      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-      while (!matmul_started && std::chrono::steady_clock::now() < until) {
-        std::this_thread::sleep_for(std::chrono::microseconds(100));
-      }
-      copy_saw_matmul = matmul_started.load();
-    } else {
-      matmul_started = true;
+  const int threads_before = omp_get_max_threads();
+  for (const int threads : {1, static_cast<int>(std::thread::hardware_concurrency())}) {
+    omp_set_num_threads(threads);
+    const bool overlaps = KernelsLeaveACpuFree();
+    if (threads == 1) {
+      EXPECT_TRUE(overlaps);
     }
-    return OkStatus();
-  };
-  tern_error_class_t error_class;
-  ASSERT_TRUE(
-      RunEngineStreams(function, ScheduleMode{}, MonotonicNs() + kMinute, run, &error_class).ok());
-  EXPECT_TRUE(copy_on_other_thread);
-  EXPECT_TRUE(copy_saw_matmul);
+    // The copy waits until the matmul has started: it can only see that if
+    // the two really run at once.
+    std::atomic<bool> matmul_started{false};
+    std::atomic<bool> copy_saw_matmul{false};
+    std::atomic<bool> copy_on_other_thread{false};
+    const std::thread::id caller = std::this_thread::get_id();
+    const RunOneInstruction run = [&](const driver::Instruction& instruction) {
+      if (instruction.engine == TERN_ENGINE_DMA) {
+        copy_on_other_thread = std::this_thread::get_id() != caller;
+        const auto until =
+            std::chrono::steady_clock::now() +
+            (copy_on_other_thread ? std::chrono::seconds(10) : std::chrono::seconds(0));
+        while (!matmul_started && std::chrono::steady_clock::now() < until) {
+          std::this_thread::sleep_for(std::chrono::microseconds(100));
+        }
+        copy_saw_matmul = matmul_started.load();
+      } else {
+        matmul_started = true;
+      }
+      return OkStatus();
+    };
+    tern_error_class_t error_class;
+    ASSERT_TRUE(
+        RunEngineStreams(function, ScheduleMode{}, MonotonicNs() + kMinute, run, &error_class)
+            .ok());
+    EXPECT_EQ(copy_on_other_thread, overlaps) << threads << " threads";
+    EXPECT_EQ(copy_saw_matmul, overlaps) << threads << " threads";
+  }
+  omp_set_num_threads(threads_before);
 }
 
 TEST(EngineStreams, DmaEngineRunsOnTheCallingThreadWhenNothingCouldOverlap) {

@@ -3,6 +3,7 @@
 #include "driver_shim/sim/engines/run_instruction.h"
 
 #include <fmt/format.h>
+#include <sched.h>
 
 #include <cstring>
 #include <limits>
@@ -356,5 +357,14 @@ Status RunInstruction(const driver::Instruction& instruction,
 }
 
 void KeepKernelsOnThisThread() { kernels::t_kernels_on_this_thread = true; }
+
+bool KernelsLeaveACpuFree() {
+  static const int host_cpus = [] {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    return sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+  }();
+  return kernels::KernelThreads() < host_cpus;
+}
 
 }  // namespace tern::sim

@@ -37,6 +37,12 @@ Status RunInstruction(const driver::Instruction& instruction, std::span<const Te
 // Thread-safety: affects the calling thread only.
 void KeepKernelsOnThisThread();
 
+// Whether the kernels that the calling thread runs leave a host CPU free
+// (they use fewer CPU threads than the process may run on), so that another
+// engine's thread can run beside them without stalling their OpenMP team.
+// Thread-safety: any thread; answers for the calling thread.
+bool KernelsLeaveACpuFree();
+
 }  // namespace tern::sim
 
 #endif  // TERN_DRIVER_SHIM_SIM_ENGINES_RUN_INSTRUCTION_H_
