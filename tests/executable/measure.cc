@@ -2,7 +2,12 @@
 //   - single-op build+load latency: median (and p90) over 10,000 runs of
 //     building an `add` executable with the builder and loading it;
 //   - the time to load an executable with 256 MiB of constants from a file,
-//     as GB/s of constants (the file is in the page cache, as after a build).
+//     as GB/s of constants (the file is in the page cache, as after a build);
+//   - the time to build and to load a program of 10,000 instructions whose
+//     two engines hand one scratch buffer back and forth (the race check's
+//     worst kind of program: every pair overlaps, each ordered by a
+//     semaphore handshake), beside the same count of instructions on
+//     disjoint buffers of one engine.
 // Usage: tern_exe_measure [constants MiB, default 256] [iterations, default 10000]
 #include <unistd.h>
 
@@ -60,6 +65,74 @@ int main(int argc, char** argv) {
       "over %d runs; target <= 50 us\n",
       build_load[build_load.size() / 2], build_load[build_load.size() * 9 / 10],
       load_only[load_only.size() / 2], iterations);
+
+  // 10,000 instructions.
+  for (const bool handshakes : {true, false}) {
+    constexpr int kTurns = 1250;  // x 8 instructions
+    static const int64_t shape[2] = {16, 16};
+    tern_builder_t builder = nullptr;
+    if (tern_builder_create(nullptr, &builder) != TERN_OK) return Fail("tern_builder_create");
+    tern_builder_begin_function(builder, "turns", nullptr);
+    tern_builder_add_input(builder, "x", TERN_DTYPE_F32, 2, shape, nullptr);
+    tern_builder_set_scratch(builder, handshakes ? 1024 : 1024ull * 4 * kTurns);
+    auto add = [&](tern_opcode_t opcode, std::vector<tern_operand_t> operands,
+                   std::vector<int64_t> ints) {
+      tern_instruction_t ins{};
+      ins.struct_size = sizeof(ins);
+      ins.opcode = opcode;
+      ins.operand_count = static_cast<uint32_t>(operands.size());
+      ins.operands = operands.data();
+      ins.int_count = static_cast<uint32_t>(ints.size());
+      ins.ints = ints.data();
+      return tern_builder_add_instruction(builder, &ins);
+    };
+    const auto build_start = Clock::now();
+    for (int i = 0; i < kTurns; ++i) {
+      // Handshakes: one buffer, the engines take turns. Otherwise: the scalar
+      // engine alone, each turn on a buffer of its own.
+      const uint64_t base = handshakes ? 0 : 4096ull * i;
+      const auto buffer = exetest::Tensor(TERN_SEGMENT_SCRATCH, 0, TERN_DTYPE_F32, 2, shape, base);
+      const auto input = exetest::Tensor(TERN_SEGMENT_INPUT, 0, TERN_DTYPE_F32, 2, shape);
+      bool ok = true;
+      if (handshakes) {
+        ok &= add(TERN_OP_SEM_WAIT, {}, {1, i, TERN_ENGINE_TENSOR}) == TERN_OK;
+        ok &= add(TERN_OP_MATMUL, {buffer, input, input}, {}) == TERN_OK;
+        ok &= add(TERN_OP_MATMUL, {buffer, input, input}, {}) == TERN_OK;
+        ok &= add(TERN_OP_SEM_SIGNAL, {}, {0, 1, TERN_ENGINE_TENSOR}) == TERN_OK;
+        ok &= add(TERN_OP_SEM_WAIT, {}, {0, i + 1, TERN_ENGINE_SCALAR}) == TERN_OK;
+        ok &= add(TERN_OP_UNARY, {buffer, buffer}, {TERN_UNARY_RELU}) == TERN_OK;
+        ok &= add(TERN_OP_UNARY, {buffer, buffer}, {TERN_UNARY_RELU}) == TERN_OK;
+        ok &= add(TERN_OP_SEM_SIGNAL, {}, {1, 1, TERN_ENGINE_SCALAR}) == TERN_OK;
+      } else {
+        for (int k = 0; k < 8; ++k) {
+          ok &= add(TERN_OP_UNARY, {buffer, buffer}, {TERN_UNARY_RELU}) == TERN_OK;
+        }
+      }
+      if (!ok) return Fail("add_instruction");
+    }
+    if (tern_builder_end_function(builder) != TERN_OK) return Fail("end_function");
+    const double build_ms = Micros(Clock::now() - build_start) / 1e3;
+    void* data = nullptr;
+    uint64_t size = 0;
+    if (tern_builder_finish(builder, &data, &size) != TERN_OK) return Fail("finish");
+    tern_builder_destroy(builder);
+    std::vector<double> load_ms;
+    for (int i = 0; i < 5; ++i) {
+      tern_executable_t executable = nullptr;
+      const auto start = Clock::now();
+      if (tern_executable_load(device, data, size, nullptr, &executable) != TERN_OK) {
+        return Fail("tern_executable_load");
+      }
+      load_ms.push_back(Micros(Clock::now() - start) / 1e3);
+      tern_executable_unload(executable);
+    }
+    tern_builder_free_data(data);
+    std::sort(load_ms.begin(), load_ms.end());
+    std::printf(
+        "10,000 instructions, %s: built in %.1f ms, loaded in %.1f ms (median of 5)\n",
+        handshakes ? "two engines taking turns on one buffer" : "one engine, disjoint buffers",
+        build_ms, load_ms[2]);
+  }
 
   // Large constants from a file.
   const uint64_t bytes = mib << 20;
