@@ -292,38 +292,89 @@ size_t FindRaces(const ScheduleInput& input, std::span<const driver::Instruction
     return *runs[t];
   };
 
+  // The sweep over each segment's touches in order of their first byte keeps
+  // the touches whose extent is still open, per stream and by position,
+  // writers apart from readers. A new touch y is compared only with the open
+  // touches of another stream that neither happen before y nor after it:
+  // along a stream, "happens before y" holds for a prefix of the positions
+  // and "y happens before it" for a suffix (program order), so those touches
+  // lie in one range of positions per stream, found by binary search. Reads
+  // are not compared with reads. A race-free program thus costs
+  // O(log n) per touch and stream, even when every instruction touches one
+  // buffer.
+  struct OpenTouches {
+    std::multimap<uint32_t, size_t> writers;  // position -> touch
+    std::multimap<uint32_t, size_t> readers;
+  };
+  std::vector<OpenTouches> open(input.streams.size());
   std::vector<Race> found;
-  std::vector<size_t> active;  // touches of the current segment whose extent is still open
-  for (size_t t = 0; t < touches.size(); ++t) {
+  // Compares y with the touches of `list` at positions [lo, hi); drops the
+  // ones whose extent closed before y begins (the sweep never reopens them).
+  auto compare = [&](std::multimap<uint32_t, size_t>& list, uint32_t lo, uint32_t hi, size_t t) {
+    const Touch& y = touches[t];
+    for (auto it = list.lower_bound(lo); it != list.end() && it->first < hi;) {
+      const Touch& x = touches[it->second];
+      if (x.end <= y.begin) {
+        it = list.erase(it);
+        continue;
+      }
+      bool exact = true;
+      if (Overlap(runs_of(it->second), runs_of(t), &exact)) {
+        if (found.size() >= kMaxRacesSearched) return;
+        const bool x_first = rank_in_order[x.step] < rank_in_order[y.step];
+        const Touch& first = x_first ? x : y;
+        const Touch& second = x_first ? y : x;
+        found.push_back({first.step, second.step, first.slot, second.slot, first.writes,
+                         second.writes, y.segment, y.segment_index, std::max(x.begin, y.begin),
+                         std::min(x.end, y.end), exact});
+      }
+      ++it;
+    }
+  };
+  for (size_t t = 0; t < touches.size() && found.size() < kMaxRacesSearched; ++t) {
     const Touch& y = touches[t];
     if (t > 0 &&
         (touches[t - 1].segment != y.segment || touches[t - 1].segment_index != y.segment_index)) {
-      active.clear();
+      for (OpenTouches& list : open) {
+        list.writers.clear();
+        list.readers.clear();
+      }
     }
-    size_t kept = 0;
-    for (size_t a : active) {
-      const Touch& x = touches[a];
-      if (x.end <= y.begin) continue;  // closed: drop it
-      active[kept++] = a;
-      if (!x.writes && !y.writes) continue;
-      const uint32_t sx = stream_of[x.step], sy = stream_of[y.step];
-      if (sx == sy) continue;
-      const uint32_t px = x.step - input.streams[sx].begin;
-      const uint32_t py = y.step - input.streams[sy].begin;
-      if (clocks.Before(sx, px, y.step) || clocks.Before(sy, py, x.step)) continue;
-      bool exact = true;
-      if (!Overlap(runs_of(a), runs_of(t), &exact)) continue;
-      if (found.size() >= kMaxRacesSearched) break;
-      const bool x_first = rank_in_order[x.step] < rank_in_order[y.step];
-      const Touch& first = x_first ? x : y;
-      const Touch& second = x_first ? y : x;
-      found.push_back({first.step, second.step, first.slot, second.slot, first.writes,
-                       second.writes, y.segment, y.segment_index, std::max(x.begin, y.begin),
-                       std::min(x.end, y.end), exact});
+    const uint32_t sy = stream_of[y.step];
+    const uint32_t py = y.step - input.streams[sy].begin;
+    for (uint32_t s = 0; s < input.streams.size(); ++s) {
+      if (s == sy || (open[s].writers.empty() && (!y.writes || open[s].readers.empty()))) {
+        continue;
+      }
+      const uint32_t begin = input.streams[s].begin;
+      const uint32_t length = input.streams[s].end - begin;
+      // [lo, hi): the positions of stream s that y is not ordered with.
+      uint32_t lo = 0, hi = length;
+      for (uint32_t count = length; count > 0;) {  // first p not before y
+        const uint32_t half = count / 2;
+        if (clocks.Before(s, lo + half, y.step)) {
+          lo += half + 1;
+          count -= half + 1;
+        } else {
+          count = half;
+        }
+      }
+      uint32_t first_after = lo;
+      for (uint32_t count = hi - lo; count > 0;) {  // first p that y is before
+        const uint32_t half = count / 2;
+        if (!clocks.Before(sy, py, begin + first_after + half)) {
+          first_after += half + 1;
+          count -= half + 1;
+        } else {
+          count = half;
+        }
+      }
+      hi = first_after;
+      if (lo >= hi) continue;
+      compare(open[s].writers, lo, hi, t);
+      if (y.writes) compare(open[s].readers, lo, hi, t);
     }
-    if (found.size() >= kMaxRacesSearched) break;
-    active.resize(kept);
-    active.push_back(t);
+    (y.writes ? open[sy].writers : open[sy].readers).emplace(py, t);
   }
   // One race per pair of instructions (the first slot pair found), the
   // earliest in schedule order first.

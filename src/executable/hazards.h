@@ -21,9 +21,11 @@
 // strides avoid; a race found that way says so.
 //
 // Cost: O(n * S) for the clocks (n instructions, S streams), O(m log m) to
-// sort the m operand extents, plus one O(1) ordering test per pair of
-// operands whose extents overlap in one segment; the exact test enumerates at
-// most kExactRunLimit runs per pair.
+// sort the m operand extents, and for each operand O(S log n) to find the
+// open operands of the other streams that nothing orders with it (a range of
+// positions per stream), plus one exact overlap test per such operand whose
+// extent overlaps; that test enumerates at most kExactRunLimit runs. A
+// race-free program costs O(m S log n) however its operands overlap.
 #ifndef TERN_SRC_EXECUTABLE_HAZARDS_H_
 #define TERN_SRC_EXECUTABLE_HAZARDS_H_
 
