@@ -1,0 +1,833 @@
+// The operator table: arity and inference of each core ATen op the compiler
+// knows. Shapes follow PyTorch's rules (broadcasting from the right, dims
+// normalised from negative, views keeping the element count); a rule the
+// inputs break is an error that names the node, the input and the shapes.
+#include "compiler/ir/ops.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <limits>
+#include <unordered_map>
+
+namespace tern::compiler {
+namespace {
+
+using Types = std::vector<TensorType>;
+
+bool IsFloat(tern_dtype_t dtype) {
+  return dtype == TERN_DTYPE_F32 || dtype == TERN_DTYPE_BF16 || dtype == TERN_DTYPE_F16;
+}
+
+// PyTorch's promotion for two tensors of the kinds tern has: a float beats
+// an integer or bool, the wider float wins (f16 with bf16 gives f32), the
+// wider integer wins, bool loses to everything.
+tern_dtype_t Promote(tern_dtype_t a, tern_dtype_t b) {
+  if (a == b) return a;
+  if (IsFloat(a) && IsFloat(b)) {
+    if (a == TERN_DTYPE_F32 || b == TERN_DTYPE_F32) return TERN_DTYPE_F32;
+    return TERN_DTYPE_F32;  // f16 with bf16
+  }
+  if (IsFloat(a)) return a;
+  if (IsFloat(b)) return b;
+  if (a == TERN_DTYPE_BOOL) return b;
+  if (b == TERN_DTYPE_BOOL) return a;
+  auto rank = [](tern_dtype_t t) {
+    return t == TERN_DTYPE_I64 ? 3 : t == TERN_DTYPE_I32 ? 2 : 1;  // i8
+  };
+  return rank(a) >= rank(b) ? a : b;
+}
+
+std::string Shp(const InferContext& c, const Shape& shape) {
+  return ShapeString(shape, c.graph.symbols);
+}
+
+// `dim` of a rank-`rank` tensor made non-negative (PyTorch allows [-rank,
+// rank); `extra` 1 for ops that insert a dim).
+absl::StatusOr<int64_t> NormalizeDim(const InferContext& c, int64_t dim, size_t rank,
+                                     size_t extra = 0) {
+  const int64_t r = static_cast<int64_t>(rank + extra);
+  const int64_t bound = std::max<int64_t>(r, 1);
+  if (dim < -bound || dim >= bound) {
+    return c.Error(fmt::format("dim {} is out of range for a tensor of rank {} (valid: [{}, {}])",
+                               dim, rank, -bound, bound - 1));
+  }
+  return dim < 0 ? dim + bound : dim;
+}
+
+// Two dims under broadcasting: equal, or one of them the constant 1.
+absl::StatusOr<Dim> BroadcastDim(const InferContext& c, const Dim& a, const Dim& b) {
+  if (a == b) return a;
+  if (a.constant() == 1) return b;
+  if (b.constant() == 1) return a;
+  return c.Error(
+      fmt::format("dims {} and {} cannot broadcast (they must be equal or one of "
+                  "them 1)",
+                  a.ToString(c.graph.symbols), b.ToString(c.graph.symbols)));
+}
+
+absl::StatusOr<Shape> Broadcast(const InferContext& c, const std::vector<const Shape*>& shapes) {
+  size_t rank = 0;
+  for (const Shape* s : shapes) rank = std::max(rank, s->size());
+  Shape out(rank, Dim::Constant(1));
+  for (const Shape* s : shapes) {
+    for (size_t i = 0; i < s->size(); ++i) {
+      Dim& slot = out[rank - s->size() + i];
+      auto merged = BroadcastDim(c, slot, (*s)[i]);
+      if (!merged.ok()) {
+        return c.Error(fmt::format(
+            "shapes {} cannot broadcast together: {}",
+            [&] {
+              std::string text;
+              for (const Shape* t : shapes) {
+                if (!text.empty()) text += " and ";
+                text += Shp(c, *t);
+              }
+              return text;
+            }(),
+            std::string(merged.status().message())));
+      }
+      slot = *merged;
+    }
+  }
+  return out;
+}
+
+// The element count as a dim: a product in which at most one factor is
+// symbolic.
+std::optional<Dim> Elements(const Shape& shape) {
+  Dim count = Dim::Constant(1);
+  for (const Dim& d : shape) {
+    auto product = count.Times(d);
+    if (!product) return std::nullopt;
+    count = *product;
+  }
+  return count;
+}
+
+absl::Status RequireInput(const InferContext& c, size_t i, const char* what) {
+  if (i >= c.inputs.size() || c.inputs[i] == nullptr) {
+    return c.Error(fmt::format("its {} (input {}) is missing", what, i));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RequireFloat(const InferContext& c, const TensorType& t, const char* what) {
+  if (!IsFloat(t.dtype)) {
+    return c.Error(fmt::format("its {} has dtype {}; this op takes f32, bf16 or f16", what,
+                               tern_dtype_name(t.dtype)));
+  }
+  return absl::OkStatus();
+}
+
+// --- the ops ---------------------------------------------------------------
+
+absl::Status SameAsInput(const InferContext& c, Types* out) {
+  if (auto s = RequireInput(c, 0, "input"); !s.ok()) return s;
+  out->push_back(*c.inputs[0]);
+  return absl::OkStatus();
+}
+
+absl::Status FloatUnary(const InferContext& c, Types* out) {
+  if (auto s = RequireInput(c, 0, "input"); !s.ok()) return s;
+  TensorType t = *c.inputs[0];
+  // Integer inputs compute in the default float dtype, as in PyTorch.
+  if (!IsFloat(t.dtype)) t.dtype = TERN_DTYPE_F32;
+  out->push_back(t);
+  return absl::OkStatus();
+}
+
+// self op other, where other may be a Python number (attribute "other").
+absl::Status Binary(const InferContext& c, Types* out, bool true_division) {
+  if (auto s = RequireInput(c, 0, "self"); !s.ok()) return s;
+  const TensorType& self = *c.inputs[0];
+  const TensorType* other = c.inputs.size() > 1 ? c.inputs[1] : nullptr;
+  TensorType result;
+  if (other != nullptr) {
+    auto shape = Broadcast(c, {&self.shape, &other->shape});
+    if (!shape.ok()) return shape.status();
+    result.shape = *shape;
+    result.dtype = Promote(self.dtype, other->dtype);
+  } else {
+    const Attribute* scalar = FindAttr(c.node, "other");
+    if (scalar == nullptr) {
+      return c.Error("it has neither a tensor 'other' (input 1) nor a number attribute 'other'");
+    }
+    result.shape = self.shape;
+    result.dtype = self.dtype;
+    if (std::holds_alternative<double>(scalar->value) && !IsFloat(self.dtype)) {
+      result.dtype = TERN_DTYPE_F32;
+    } else if (!std::holds_alternative<double>(scalar->value) &&
+               !std::holds_alternative<int64_t>(scalar->value) &&
+               !std::holds_alternative<bool>(scalar->value)) {
+      return c.Error("its attribute 'other' must be a number");
+    }
+  }
+  if (true_division && !IsFloat(result.dtype)) result.dtype = TERN_DTYPE_F32;
+  out->push_back(std::move(result));
+  return absl::OkStatus();
+}
+
+absl::Status Arithmetic(const InferContext& c, Types* out) { return Binary(c, out, false); }
+absl::Status Division(const InferContext& c, Types* out) { return Binary(c, out, true); }
+
+absl::Status Comparison(const InferContext& c, Types* out) {
+  if (auto s = Binary(c, out, false); !s.ok()) return s;
+  out->back().dtype = TERN_DTYPE_BOOL;
+  return absl::OkStatus();
+}
+
+absl::Status PowScalar(const InferContext& c, Types* out) {
+  auto exponent = c.Float("exponent", 1.0);
+  if (!exponent.ok()) return exponent.status();
+  return FloatUnary(c, out);
+}
+
+absl::Status Where(const InferContext& c, Types* out) {
+  for (size_t i = 0; i < 3; ++i) {
+    if (auto s = RequireInput(c, i, i == 0 ? "condition" : i == 1 ? "self" : "other"); !s.ok()) {
+      return s;
+    }
+  }
+  if (c.inputs[0]->dtype != TERN_DTYPE_BOOL) {
+    return c.Error(fmt::format("its condition has dtype {}; it must be bool",
+                               tern_dtype_name(c.inputs[0]->dtype)));
+  }
+  auto shape = Broadcast(c, {&c.inputs[0]->shape, &c.inputs[1]->shape, &c.inputs[2]->shape});
+  if (!shape.ok()) return shape.status();
+  out->push_back({Promote(c.inputs[1]->dtype, c.inputs[2]->dtype), *shape});
+  return absl::OkStatus();
+}
+
+absl::Status MatmulOperands(const InferContext& c, const TensorType& a, const TensorType& b,
+                            size_t rank) {
+  if (a.shape.size() != rank || b.shape.size() != rank) {
+    return c.Error(fmt::format("its operands have shapes {} and {}; both must have rank {}",
+                               Shp(c, a.shape), Shp(c, b.shape), rank));
+  }
+  if (a.dtype != b.dtype) {
+    return c.Error(fmt::format("its operands have dtypes {} and {}; they must match",
+                               tern_dtype_name(a.dtype), tern_dtype_name(b.dtype)));
+  }
+  if (a.shape[rank - 1] != b.shape[rank - 2]) {
+    return c.Error(fmt::format("shapes {} and {} cannot be multiplied (inner dims {} and {})",
+                               Shp(c, a.shape), Shp(c, b.shape),
+                               a.shape[rank - 1].ToString(c.graph.symbols),
+                               b.shape[rank - 2].ToString(c.graph.symbols)));
+  }
+  if (rank == 3 && a.shape[0] != b.shape[0]) {
+    return c.Error(fmt::format("batch dims of {} and {} differ", Shp(c, a.shape), Shp(c, b.shape)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Mm(const InferContext& c, Types* out) {
+  if (auto s = RequireInput(c, 0, "self"); !s.ok()) return s;
+  if (auto s = RequireInput(c, 1, "mat2"); !s.ok()) return s;
+  const TensorType &a = *c.inputs[0], &b = *c.inputs[1];
+  if (auto s = MatmulOperands(c, a, b, 2); !s.ok()) return s;
+  out->push_back({a.dtype, {a.shape[0], b.shape[1]}});
+  return absl::OkStatus();
+}
+
+absl::Status Bmm(const InferContext& c, Types* out) {
+  if (auto s = RequireInput(c, 0, "self"); !s.ok()) return s;
+  if (auto s = RequireInput(c, 1, "mat2"); !s.ok()) return s;
+  const TensorType &a = *c.inputs[0], &b = *c.inputs[1];
+  if (auto s = MatmulOperands(c, a, b, 3); !s.ok()) return s;
+  out->push_back({a.dtype, {a.shape[0], a.shape[1], b.shape[2]}});
+  return absl::OkStatus();
+}
+
+absl::Status Addmm(const InferContext& c, Types* out) {
+  for (size_t i = 0; i < 3; ++i) {
+    if (auto s = RequireInput(c, i,
+                              i == 0   ? "self (the bias)"
+                              : i == 1 ? "mat1"
+                                       : "mat2");
+        !s.ok()) {
+      return s;
+    }
+  }
+  const TensorType &bias = *c.inputs[0], &a = *c.inputs[1], &b = *c.inputs[2];
+  if (auto s = MatmulOperands(c, a, b, 2); !s.ok()) return s;
+  const Shape product = {a.shape[0], b.shape[1]};
+  auto shape = Broadcast(c, {&bias.shape, &product});
+  if (!shape.ok()) return shape.status();
+  if (*shape != product) {
+    return c.Error(fmt::format("its bias of shape {} does not broadcast to the product's {}",
+                               Shp(c, bias.shape), Shp(c, product)));
+  }
+  for (const char* name : {"alpha", "beta"}) {
+    if (auto v = c.Float(name, 1.0); !v.ok()) return v.status();
+  }
+  out->push_back({a.dtype, product});
+  return absl::OkStatus();
+}
+
+absl::Status View(const InferContext& c, Types* out) {
+  if (auto s = RequireInput(c, 0, "self"); !s.ok()) return s;
+  const TensorType& self = *c.inputs[0];
+  auto size = c.ShapeAttr("size");
+  if (!size.ok()) return size.status();
+  Shape shape = *size;
+  const auto total = Elements(self.shape);
+  if (!total) {
+    return c.Error(
+        fmt::format("its input {} has more than one symbolic dim; a view of it "
+                    "cannot be checked",
+                    Shp(c, self.shape)));
+  }
+  // One dim may be -1: what the others leave.
+  int inferred = -1;
+  Shape known;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i].constant() == -1) {
+      if (inferred >= 0) return c.Error("its size has more than one -1");
+      inferred = static_cast<int>(i);
+      continue;
+    }
+    if (shape[i].Min(c.graph.symbols) < 0) {
+      return c.Error(fmt::format("its size {} has a negative dim", Shp(c, shape)));
+    }
+    known.push_back(shape[i]);
+  }
+  const auto known_total = Elements(known);
+  if (!known_total) return c.Error("its size has more than one symbolic dim");
+  if (inferred >= 0) {
+    std::optional<Dim> rest;
+    if (known_total->is_constant() && *known_total->constant() != 0) {
+      rest = total->DividedBy(*known_total->constant());
+    } else if (!known_total->is_constant() && !total->is_constant() &&
+               known_total->symbol() == total->symbol() &&
+               total->factor() % known_total->factor() == 0) {
+      // (k*c)*s + k*d over c*s + d: the constant k.
+      const int64_t k = total->factor() / known_total->factor();
+      if (k * known_total->offset() == total->offset()) rest = Dim::Constant(k);
+    }
+    if (!rest) {
+      return c.Error(fmt::format(
+          "its size {} cannot be completed: {} elements do not divide "
+          "into {}",
+          Shp(c, shape), total->ToString(c.graph.symbols), known_total->ToString(c.graph.symbols)));
+    }
+    shape[static_cast<size_t>(inferred)] = *rest;
+  } else if (*known_total != *total) {
+    return c.Error(
+        fmt::format("it views {} ({} elements) as {} ({} elements); the counts must "
+                    "match",
+                    Shp(c, self.shape), total->ToString(c.graph.symbols), Shp(c, shape),
+                    known_total->ToString(c.graph.symbols)));
+  }
+  out->push_back({self.dtype, shape});
+  return absl::OkStatus();
+}
+
+absl::Status Permute(const InferContext& c, Types* out) {
+  if (auto s = RequireInput(c, 0, "self"); !s.ok()) return s;
+  const TensorType& self = *c.inputs[0];
+  auto dims = c.Ints("dims", {});
+  if (!dims.ok()) return dims.status();
+  if (dims->size() != self.shape.size()) {
+    return c.Error(
+        fmt::format("it has {} dims for a tensor of rank {}", dims->size(), self.shape.size()));
+  }
+  std::vector<bool> seen(self.shape.size(), false);
+  Shape shape;
+  for (int64_t d : *dims) {
+    auto n = NormalizeDim(c, d, self.shape.size());
+    if (!n.ok()) return n.status();
+    if (seen[static_cast<size_t>(*n)]) return c.Error(fmt::format("dim {} appears twice", d));
+    seen[static_cast<size_t>(*n)] = true;
+    shape.push_back(self.shape[static_cast<size_t>(*n)]);
+  }
+  out->push_back({self.dtype, shape});
+  return absl::OkStatus();
+}
+
+absl::Status Expand(const InferContext& c, Types* out) {
+  if (auto s = RequireInput(c, 0, "self"); !s.ok()) return s;
+  const TensorType& self = *c.inputs[0];
+  auto size = c.ShapeAttr("size");
+  if (!size.ok()) return size.status();
+  if (size->size() < self.shape.size()) {
+    return c.Error(fmt::format("it expands {} to {}, which has fewer dims", Shp(c, self.shape),
+                               Shp(c, *size)));
+  }
+  Shape shape = *size;
+  const size_t lead = shape.size() - self.shape.size();
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i < lead) {
+      if (shape[i].constant() == -1) return c.Error("a new leading dim cannot be -1");
+      continue;
+    }
+    const Dim& from = self.shape[i - lead];
+    if (shape[i].constant() == -1) {
+      shape[i] = from;
+    } else if (from != shape[i] && from.constant() != 1) {
+      return c.Error(fmt::format("it expands {} to {}: dim {} is {}, not 1", Shp(c, self.shape),
+                                 Shp(c, *size), i - lead, from.ToString(c.graph.symbols)));
+    }
+  }
+  out->push_back({self.dtype, shape});
+  return absl::OkStatus();
+}
+
+absl::Status Unsqueeze(const InferContext& c, Types* out) {
+  if (auto s = RequireInput(c, 0, "self"); !s.ok()) return s;
+  TensorType t = *c.inputs[0];
+  auto dim = c.Int("dim", 0);
+  if (!dim.ok()) return dim.status();
+  auto n = NormalizeDim(c, *dim, t.shape.size(), 1);
+  if (!n.ok()) return n.status();
+  t.shape.insert(t.shape.begin() + *n, Dim::Constant(1));
+  out->push_back(std::move(t));
+  return absl::OkStatus();
+}
+
+absl::Status SqueezeDims(const InferContext& c, Types* out) {
+  if (auto s = RequireInput(c, 0, "self"); !s.ok()) return s;
+  const TensorType& self = *c.inputs[0];
+  auto dims = c.Ints("dim", {});
+  if (!dims.ok()) return dims.status();
+  std::vector<bool> drop(self.shape.size(), false);
+  for (int64_t d : *dims) {
+    auto n = NormalizeDim(c, d, self.shape.size());
+    if (!n.ok()) return n.status();
+    // Like PyTorch: a listed dim that is not 1 stays.
+    if (self.shape[static_cast<size_t>(*n)].constant() == 1) drop[static_cast<size_t>(*n)] = true;
+  }
+  TensorType t{self.dtype, {}};
+  for (size_t i = 0; i < self.shape.size(); ++i) {
+    if (!drop[i]) t.shape.push_back(self.shape[i]);
+  }
+  out->push_back(std::move(t));
+  return absl::OkStatus();
+}
+
+absl::Status Slice(const InferContext& c, Types* out) {
+  if (auto s = RequireInput(c, 0, "self"); !s.ok()) return s;
+  TensorType t = *c.inputs[0];
+  if (t.shape.empty()) return c.Error("it slices a tensor of rank 0");
+  auto dim = c.Int("dim", 0);
+  auto start = c.Int("start", 0);
+  auto end = c.Int("end", std::numeric_limits<int64_t>::max());
+  auto step = c.Int("step", 1);
+  for (const auto* v : {&dim, &start, &end, &step}) {
+    if (!v->ok()) return v->status();
+  }
+  if (*step < 1) return c.Error(fmt::format("its step {} must be at least 1", *step));
+  auto n = NormalizeDim(c, *dim, t.shape.size());
+  if (!n.ok()) return n.status();
+  Dim& size = t.shape[static_cast<size_t>(*n)];
+  if (auto length = size.constant()) {
+    auto clamp = [&](int64_t v) {
+      if (v < 0) v += *length;
+      return std::clamp<int64_t>(v, 0, *length);
+    };
+    const int64_t b = clamp(*start), e = clamp(*end);
+    size = Dim::Constant(e > b ? (e - b + *step - 1) / *step : 0);
+  } else if (*start >= 0 && *step == 1 && *end >= size.Max(c.graph.symbols) &&
+             *start <= size.Min(c.graph.symbols)) {
+    size = *size.Plus(-*start);  // [start, end of a symbolic dim)
+  } else if (*start >= 0 && *end >= 0 && *step == 1 && *end <= size.Min(c.graph.symbols) &&
+             *start <= *end) {
+    size = Dim::Constant(*end - *start);  // inside the smallest size
+  } else {
+    return c.Error(
+        fmt::format("it slices the symbolic dim {} with start {}, end {}, step {}, "
+                    "which the compiler cannot express",
+                    size.ToString(c.graph.symbols), *start, *end, *step));
+  }
+  out->push_back(std::move(t));
+  return absl::OkStatus();
+}
+
+absl::Status Select(const InferContext& c, Types* out) {
+  if (auto s = RequireInput(c, 0, "self"); !s.ok()) return s;
+  TensorType t = *c.inputs[0];
+  if (t.shape.empty()) return c.Error("it selects from a tensor of rank 0");
+  auto dim = c.Int("dim", 0);
+  auto index = c.Int("index", 0);
+  if (!dim.ok()) return dim.status();
+  if (!index.ok()) return index.status();
+  auto n = NormalizeDim(c, *dim, t.shape.size());
+  if (!n.ok()) return n.status();
+  const Dim& size = t.shape[static_cast<size_t>(*n)];
+  const int64_t low = size.Min(c.graph.symbols);
+  if (*index >= low || *index < -low) {
+    return c.Error(fmt::format("index {} is out of range for dim {} of size {}", *index, *n,
+                               size.ToString(c.graph.symbols)));
+  }
+  t.shape.erase(t.shape.begin() + *n);
+  out->push_back(std::move(t));
+  return absl::OkStatus();
+}
+
+absl::Status ToCopy(const InferContext& c, Types* out) {
+  if (auto s = RequireInput(c, 0, "self"); !s.ok()) return s;
+  TensorType t = *c.inputs[0];
+  auto dtype = c.DType("dtype");
+  if (!dtype.ok()) return dtype.status();
+  if (*dtype) t.dtype = **dtype;
+  out->push_back(std::move(t));
+  return absl::OkStatus();
+}
+
+// sum.dim_IntList, mean.dim, amax: `dim` (empty: every dim) and `keepdim`.
+absl::Status Reduce(const InferContext& c, Types* out, bool float_only) {
+  if (auto s = RequireInput(c, 0, "self"); !s.ok()) return s;
+  const TensorType& self = *c.inputs[0];
+  if (float_only) {
+    if (auto s = RequireFloat(c, self, "input"); !s.ok()) return s;
+  }
+  auto dims = c.Ints("dim", {});
+  auto keepdim = c.Bool("keepdim", false);
+  if (!dims.ok()) return dims.status();
+  if (!keepdim.ok()) return keepdim.status();
+  std::vector<bool> reduced(self.shape.size(), dims->empty());
+  for (int64_t d : *dims) {
+    auto n = NormalizeDim(c, d, self.shape.size());
+    if (!n.ok()) return n.status();
+    if (reduced[static_cast<size_t>(*n)]) return c.Error(fmt::format("dim {} appears twice", d));
+    reduced[static_cast<size_t>(*n)] = true;
+  }
+  TensorType t{self.dtype, {}};
+  auto dtype = c.DType("dtype");
+  if (!dtype.ok()) return dtype.status();
+  if (*dtype) t.dtype = **dtype;
+  for (size_t i = 0; i < self.shape.size(); ++i) {
+    if (!reduced[i]) {
+      t.shape.push_back(self.shape[i]);
+    } else if (*keepdim) {
+      t.shape.push_back(Dim::Constant(1));
+    }
+  }
+  out->push_back(std::move(t));
+  return absl::OkStatus();
+}
+
+absl::Status Sum(const InferContext& c, Types* out) { return Reduce(c, out, false); }
+absl::Status Mean(const InferContext& c, Types* out) { return Reduce(c, out, true); }
+
+absl::Status Softmax(const InferContext& c, Types* out) {
+  if (auto s = RequireInput(c, 0, "self"); !s.ok()) return s;
+  const TensorType& self = *c.inputs[0];
+  if (auto s = RequireFloat(c, self, "input"); !s.ok()) return s;
+  auto dim = c.Int("dim", 0);
+  auto half = c.Bool("half_to_float", false);
+  if (!dim.ok()) return dim.status();
+  if (!half.ok()) return half.status();
+  if (auto n = NormalizeDim(c, *dim, self.shape.size()); !n.ok()) return n.status();
+  TensorType t = self;
+  if (*half) t.dtype = TERN_DTYPE_F32;
+  out->push_back(std::move(t));
+  return absl::OkStatus();
+}
+
+absl::Status LayerNorm(const InferContext& c, Types* out) {
+  if (auto s = RequireInput(c, 0, "input"); !s.ok()) return s;
+  const TensorType& input = *c.inputs[0];
+  if (auto s = RequireFloat(c, input, "input"); !s.ok()) return s;
+  auto normalized = c.Ints("normalized_shape", {});
+  auto eps = c.Float("eps", 1e-5);
+  if (!normalized.ok()) return normalized.status();
+  if (!eps.ok()) return eps.status();
+  const size_t k = normalized->size();
+  if (k == 0 || k > input.shape.size()) {
+    return c.Error(fmt::format("its normalized_shape has {} dims for an input of rank {}", k,
+                               input.shape.size()));
+  }
+  Shape last(input.shape.end() - static_cast<ptrdiff_t>(k), input.shape.end());
+  for (size_t i = 0; i < k; ++i) {
+    if (last[i] != Dim::Constant((*normalized)[i])) {
+      return c.Error(fmt::format("its normalized_shape does not match the input's last dims {}",
+                                 Shp(c, last)));
+    }
+  }
+  for (size_t i = 1; i < 3 && i < c.inputs.size(); ++i) {
+    if (c.inputs[i] != nullptr && c.inputs[i]->shape != last) {
+      return c.Error(fmt::format("its {} has shape {}; it must be {}", i == 1 ? "weight" : "bias",
+                                 Shp(c, c.inputs[i]->shape), Shp(c, last)));
+    }
+  }
+  Shape stats(input.shape.begin(), input.shape.end() - static_cast<ptrdiff_t>(k));
+  stats.insert(stats.end(), k, Dim::Constant(1));
+  out->push_back(input);
+  out->push_back({TERN_DTYPE_F32, stats});
+  out->push_back({TERN_DTYPE_F32, stats});
+  return absl::OkStatus();
+}
+
+absl::Status Embedding(const InferContext& c, Types* out) {
+  if (auto s = RequireInput(c, 0, "weight"); !s.ok()) return s;
+  if (auto s = RequireInput(c, 1, "indices"); !s.ok()) return s;
+  const TensorType &weight = *c.inputs[0], &indices = *c.inputs[1];
+  if (weight.shape.size() != 2) {
+    return c.Error(fmt::format("its weight has shape {}; it must be 2-D", Shp(c, weight.shape)));
+  }
+  if (indices.dtype != TERN_DTYPE_I64 && indices.dtype != TERN_DTYPE_I32) {
+    return c.Error(fmt::format("its indices have dtype {}; they must be i64 or i32",
+                               tern_dtype_name(indices.dtype)));
+  }
+  TensorType t{weight.dtype, indices.shape};
+  t.shape.push_back(weight.shape[1]);
+  out->push_back(std::move(t));
+  return absl::OkStatus();
+}
+
+absl::Status Cat(const InferContext& c, Types* out) {
+  if (c.inputs.empty()) return c.Error("it concatenates no tensors");
+  for (size_t i = 0; i < c.inputs.size(); ++i) {
+    if (auto s = RequireInput(c, i, "tensor"); !s.ok()) return s;
+  }
+  const TensorType& first = *c.inputs[0];
+  auto dim = c.Int("dim", 0);
+  if (!dim.ok()) return dim.status();
+  auto n = NormalizeDim(c, *dim, first.shape.size());
+  if (!n.ok()) return n.status();
+  const size_t axis = static_cast<size_t>(*n);
+  TensorType t = first;
+  for (size_t i = 1; i < c.inputs.size(); ++i) {
+    const TensorType& next = *c.inputs[i];
+    if (next.shape.size() != first.shape.size()) {
+      return c.Error(fmt::format("input {} has shape {}, input 0 {}: ranks differ", i,
+                                 Shp(c, next.shape), Shp(c, first.shape)));
+    }
+    t.dtype = Promote(t.dtype, next.dtype);
+    for (size_t d = 0; d < first.shape.size(); ++d) {
+      if (d != axis && next.shape[d] != first.shape[d]) {
+        return c.Error(
+            fmt::format("input {} has shape {}, input 0 {}: they differ outside dim "
+                        "{}",
+                        i, Shp(c, next.shape), Shp(c, first.shape), axis));
+      }
+    }
+    Dim& total = t.shape[axis];
+    const Dim& more = next.shape[axis];
+    if (more.is_constant()) {
+      total = *total.Plus(*more.constant());
+    } else if (total.is_constant()) {
+      total = *more.Plus(*total.constant());
+    } else if (total.symbol() == more.symbol()) {
+      total = Dim::Affine(total.symbol(), total.factor() + more.factor(),
+                          total.offset() + more.offset());
+    } else {
+      return c.Error("it concatenates along two different symbolic sizes");
+    }
+  }
+  out->push_back(std::move(t));
+  return absl::OkStatus();
+}
+
+constexpr uint32_t kVariadic = UINT32_MAX;
+
+// The table, sorted by name (KnownOps returns it in this order).
+const std::vector<OpDef>& Table() {
+  static const std::vector<OpDef>* table = [] {
+    auto* ops = new std::vector<OpDef>{
+        {"aten._log_softmax.default", 1, 1, 1, -1, Softmax},
+        {"aten._softmax.default", 1, 1, 1, -1, Softmax},
+        {"aten._to_copy.default", 1, 1, 1, -1, ToCopy},
+        {"aten._unsafe_view.default", 1, 1, 1, -1, View},
+        {"aten.abs.default", 1, 1, 1, -1, SameAsInput},
+        {"aten.add.Tensor", 1, 2, 1, -1, Arithmetic},
+        {"aten.addmm.default", 3, 3, 1, -1, Addmm},
+        {"aten.amax.default", 1, 1, 1, -1, Sum},
+        {"aten.bmm.default", 2, 2, 1, -1, Bmm},
+        {"aten.cat.default", 1, kVariadic, 1, -1, Cat},
+        {"aten.clone.default", 1, 1, 1, -1, SameAsInput},
+        {"aten.cos.default", 1, 1, 1, -1, FloatUnary},
+        {"aten.div.Tensor", 1, 2, 1, -1, Division},
+        {"aten.embedding.default", 2, 2, 1, -1, Embedding},
+        {"aten.eq.Tensor", 1, 2, 1, -1, Comparison},
+        {"aten.erf.default", 1, 1, 1, -1, FloatUnary},
+        {"aten.exp.default", 1, 1, 1, -1, FloatUnary},
+        {"aten.expand.default", 1, 1, 1, 0, Expand},
+        {"aten.gelu.default", 1, 1, 1, -1, FloatUnary},
+        {"aten.gt.Tensor", 1, 2, 1, -1, Comparison},
+        {"aten.log.default", 1, 1, 1, -1, FloatUnary},
+        {"aten.lt.Tensor", 1, 2, 1, -1, Comparison},
+        {"aten.maximum.default", 2, 2, 1, -1, Arithmetic},
+        {"aten.mean.dim", 1, 1, 1, -1, Mean},
+        {"aten.minimum.default", 2, 2, 1, -1, Arithmetic},
+        {"aten.mm.default", 2, 2, 1, -1, Mm},
+        {"aten.mul.Tensor", 1, 2, 1, -1, Arithmetic},
+        {"aten.native_layer_norm.default", 1, 3, 3, -1, LayerNorm},
+        {"aten.neg.default", 1, 1, 1, -1, SameAsInput},
+        {"aten.permute.default", 1, 1, 1, 0, Permute},
+        {"aten.pow.Tensor_Scalar", 1, 1, 1, -1, PowScalar},
+        {"aten.relu.default", 1, 1, 1, -1, SameAsInput},
+        {"aten.rsqrt.default", 1, 1, 1, -1, FloatUnary},
+        {"aten.select.int", 1, 1, 1, 0, Select},
+        {"aten.sigmoid.default", 1, 1, 1, -1, FloatUnary},
+        {"aten.silu.default", 1, 1, 1, -1, FloatUnary},
+        {"aten.sin.default", 1, 1, 1, -1, FloatUnary},
+        {"aten.slice.Tensor", 1, 1, 1, 0, Slice},
+        {"aten.sqrt.default", 1, 1, 1, -1, FloatUnary},
+        {"aten.squeeze.dims", 1, 1, 1, 0, SqueezeDims},
+        {"aten.sub.Tensor", 1, 2, 1, -1, Arithmetic},
+        {"aten.sum.dim_IntList", 1, 1, 1, -1, Sum},
+        {"aten.tanh.default", 1, 1, 1, -1, FloatUnary},
+        {"aten.unsqueeze.default", 1, 1, 1, 0, Unsqueeze},
+        {"aten.view.default", 1, 1, 1, 0, View},
+        {"aten.where.self", 3, 3, 1, -1, Where},
+    };
+    std::sort(ops->begin(), ops->end(),
+              [](const OpDef& a, const OpDef& b) { return a.name < b.name; });
+    return ops;
+  }();
+  return *table;
+}
+
+}  // namespace
+
+// --- InferContext -----------------------------------------------------------
+
+absl::Status InferContext::Error(std::string_view message) const {
+  return absl::InvalidArgumentError(DescribeNode(node) + ": " + std::string(message));
+}
+
+namespace {
+
+template <typename T>
+absl::StatusOr<T> Get(const InferContext& c, const std::string& name, T fallback,
+                      const char* kind) {
+  const Attribute* attr = FindAttr(c.node, name);
+  if (attr == nullptr) return fallback;
+  if (const T* value = std::get_if<T>(&attr->value)) return *value;
+  return c.Error(fmt::format("its attribute '{}' must be {}", name, kind));
+}
+
+}  // namespace
+
+absl::StatusOr<int64_t> InferContext::Int(const std::string& name, int64_t fallback) const {
+  return Get<int64_t>(*this, name, fallback, "an int");
+}
+
+absl::StatusOr<double> InferContext::Float(const std::string& name, double fallback) const {
+  // An int where a float is expected is fine (eps=0 written as an int).
+  const Attribute* attr = FindAttr(node, name);
+  if (attr != nullptr) {
+    if (const int64_t* value = std::get_if<int64_t>(&attr->value)) {
+      return static_cast<double>(*value);
+    }
+  }
+  return Get<double>(*this, name, fallback, "a number");
+}
+
+absl::StatusOr<bool> InferContext::Bool(const std::string& name, bool fallback) const {
+  return Get<bool>(*this, name, fallback, "a bool");
+}
+
+absl::StatusOr<std::vector<int64_t>> InferContext::Ints(const std::string& name,
+                                                        std::vector<int64_t> fallback) const {
+  const Attribute* attr = FindAttr(node, name);
+  if (attr != nullptr) {
+    if (const int64_t* value = std::get_if<int64_t>(&attr->value)) {
+      return std::vector<int64_t>{*value};  // dim=1 for dim=[1]
+    }
+  }
+  return Get<std::vector<int64_t>>(*this, name, std::move(fallback), "a list of ints");
+}
+
+absl::StatusOr<Shape> InferContext::ShapeAttr(const std::string& name) const {
+  const Attribute* attr = FindAttr(node, name);
+  if (attr == nullptr) return Error(fmt::format("its attribute '{}' is missing", name));
+  if (const Shape* shape = std::get_if<Shape>(&attr->value)) return *shape;
+  if (const auto* ints = std::get_if<std::vector<int64_t>>(&attr->value)) {
+    Shape shape;
+    for (int64_t v : *ints) shape.push_back(Dim::Constant(v));
+    return shape;
+  }
+  return Error(fmt::format("its attribute '{}' must be a shape", name));
+}
+
+absl::StatusOr<std::string> InferContext::String(const std::string& name,
+                                                 std::string fallback) const {
+  return Get<std::string>(*this, name, std::move(fallback), "a string");
+}
+
+absl::StatusOr<std::optional<tern_dtype_t>> InferContext::DType(const std::string& name) const {
+  const Attribute* attr = FindAttr(node, name);
+  if (attr == nullptr) return std::optional<tern_dtype_t>();
+  if (const DTypeAttr* value = std::get_if<DTypeAttr>(&attr->value)) {
+    if (value->dtype >= TERN_DTYPE_COUNT) {
+      return Error(fmt::format("its attribute '{}' is dtype {}, which tern does not have", name,
+                               static_cast<int>(value->dtype)));
+    }
+    return std::optional<tern_dtype_t>(value->dtype);
+  }
+  return Error(fmt::format("its attribute '{}' must be a dtype", name));
+}
+
+// --- the registry -----------------------------------------------------------
+
+const OpDef* FindOp(std::string_view name) {
+  const auto& table = Table();
+  auto it = std::lower_bound(table.begin(), table.end(), name,
+                             [](const OpDef& op, std::string_view n) { return op.name < n; });
+  return it != table.end() && it->name == name ? &*it : nullptr;
+}
+
+std::vector<std::string_view> KnownOps() {
+  std::vector<std::string_view> names;
+  for (const OpDef& op : Table()) names.push_back(op.name);
+  return names;
+}
+
+absl::Status InferNode(const Graph& graph, const Node& node, std::vector<TensorType>* outputs) {
+  outputs->clear();
+  const OpDef* op = FindOp(node.op);
+  if (op == nullptr) {
+    return absl::UnimplementedError(DescribeNode(node) +
+                                    ": the compiler does not know this operator; the supported "
+                                    "ones are listed by `ternc ops`");
+  }
+  const uint32_t count = static_cast<uint32_t>(node.inputs.size());
+  if (count < op->min_inputs || count > op->max_inputs) {
+    return absl::InvalidArgumentError(
+        fmt::format("{}: it has {} tensor inputs; {} takes {}", DescribeNode(node), count, op->name,
+                    op->max_inputs == kVariadic ? fmt::format("at least {}", op->min_inputs)
+                    : op->min_inputs == op->max_inputs
+                        ? std::to_string(op->min_inputs)
+                        : fmt::format("{} to {}", op->min_inputs, op->max_inputs)));
+  }
+  InferContext context{graph, node, {}};
+  for (uint32_t id : node.inputs) {
+    if (id == kNoValue) {
+      context.inputs.push_back(nullptr);
+    } else if (id >= graph.values.size()) {
+      return absl::InvalidArgumentError(
+          fmt::format("{}: input value {} does not exist", DescribeNode(node), id));
+    } else {
+      context.inputs.push_back(&graph.values[id].type);
+    }
+  }
+  absl::Status status = op->infer(context, outputs);
+  if (status.ok() && outputs->size() != op->outputs) {
+    return absl::InternalError(fmt::format("{}: inference gave {} outputs, the op has {}",
+                                           DescribeNode(node), outputs->size(), op->outputs));
+  }
+  return status;
+}
+
+absl::StatusOr<uint32_t> AddNode(Graph* graph, std::string op, std::vector<uint32_t> inputs,
+                                 std::vector<Attribute> attrs, std::string name,
+                                 std::string source) {
+  // Infer on a node that is not in the graph yet, then append it.
+  Node node;
+  node.op = op;
+  node.inputs = inputs;
+  node.attrs = attrs;
+  std::sort(node.attrs.begin(), node.attrs.end(),
+            [](const Attribute& a, const Attribute& b) { return a.name < b.name; });
+  node.name = name.empty() ? fmt::format("node{}", graph->nodes.size()) : name;
+  node.source = source;
+  std::vector<TensorType> types;
+  if (absl::Status status = InferNode(*graph, node, &types); !status.ok()) return status;
+  return graph->AddNodeWithTypes(std::move(op), std::move(inputs), std::move(attrs), types,
+                                 std::move(name), std::move(source));
+}
+
+}  // namespace tern::compiler
