@@ -9,6 +9,8 @@ tern's folders are layers (README, "A tour of the layers"), bottom up:
     src/           libtern: memory, executables, the runtime
     collectives/   communicators over libfabric (part of libtern, above src/)
     tools/ examples/ python/ compiler/   consumers: the public API only
+                   (python/ may also use compiler/, the library its
+                   export and torch.compile front ends call)
 
 A file may include the public headers, headers of its own folder, and
 headers of the layers below it; consumers may include only the public
@@ -39,6 +41,9 @@ LAYERS = {
 }
 # Consumers sit above every layer but see only the public API and themselves.
 CONSUMERS = {"tools", "examples", "python", "compiler"}
+# ... and the consumers below them in this table: the PyTorch plugin's
+# export and torch.compile front ends hand graphs to the compiler library.
+CONSUMER_USES = {"python": {"compiler"}}
 # White-box code: tests may reach into any layer.
 WHITE_BOX = {"tests", "bench", "fuzz"}
 
@@ -93,7 +98,7 @@ def allowed(src_top, dst_top):
     if dst_top == "include" or dst_top == src_top or src_top in WHITE_BOX:
         return True
     if src_top in CONSUMERS:
-        return False
+        return dst_top in CONSUMER_USES.get(src_top, set())
     if src_top in LAYERS and dst_top in LAYERS:
         return LAYERS[dst_top] <= LAYERS[src_top]
     return False

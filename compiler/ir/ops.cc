@@ -620,6 +620,35 @@ absl::Status Cat(const InferContext& c, Types* out) {
   return absl::OkStatus();
 }
 
+// split_with_sizes: consecutive pieces of `split_sizes` along `dim`, each a
+// view of the input.
+absl::Status SplitWithSizes(const InferContext& c, Types* out) {
+  if (auto s = RequireInput(c, 0, "self"); !s.ok()) return s;
+  const TensorType& self = *c.inputs[0];
+  auto sizes = c.Ints("split_sizes", {});
+  auto dim = c.Int("dim", 0);
+  if (!sizes.ok()) return sizes.status();
+  if (!dim.ok()) return dim.status();
+  auto n = NormalizeDim(c, *dim, self.shape.size());
+  if (!n.ok()) return n.status();
+  const Dim& whole = self.shape[static_cast<size_t>(*n)];
+  int64_t total = 0;
+  for (int64_t size : *sizes) {
+    if (size < 0) return c.Error(fmt::format("its split size {} is negative", size));
+    total += size;
+  }
+  if (sizes->empty() || whole != Dim::Constant(total)) {
+    return c.Error(fmt::format("its split sizes add up to {} but dim {} is {}", total, *n,
+                               whole.ToString(c.graph.symbols)));
+  }
+  for (int64_t size : *sizes) {
+    TensorType piece = self;
+    piece.shape[static_cast<size_t>(*n)] = Dim::Constant(size);
+    out->push_back(std::move(piece));
+  }
+  return absl::OkStatus();
+}
+
 constexpr uint32_t kVariadic = UINT32_MAX;
 
 // The table, sorted by name (KnownOps returns it in this order).
@@ -665,6 +694,7 @@ const std::vector<OpDef>& Table() {
         {"aten.sin.default", 1, 1, 1, -1, FloatUnary},
         {"aten.slice.Tensor", 1, 1, 1, 0, Slice},
         {"aten.sqrt.default", 1, 1, 1, -1, FloatUnary},
+        {"aten.split_with_sizes.default", 1, 1, kAnyOutputs, 0, SplitWithSizes},
         {"aten.squeeze.dims", 1, 1, 1, 0, SqueezeDims},
         {"aten.sub.Tensor", 1, 2, 1, -1, Arithmetic},
         {"aten.sum.dim_IntList", 1, 1, 1, -1, Sum},
@@ -805,7 +835,7 @@ absl::Status InferNode(const Graph& graph, const Node& node, std::vector<TensorT
     }
   }
   absl::Status status = op->infer(context, outputs);
-  if (status.ok() && outputs->size() != op->outputs) {
+  if (status.ok() && op->outputs != kAnyOutputs && outputs->size() != op->outputs) {
     return absl::InternalError(fmt::format("{}: inference gave {} outputs, the op has {}",
                                            DescribeNode(node), outputs->size(), op->outputs));
   }

@@ -56,12 +56,14 @@ struct InferContext {
 
 using InferFn = absl::Status (*)(const InferContext& context, std::vector<TensorType>* outputs);
 
+inline constexpr uint32_t kAnyOutputs = 0;  // as many as inference says (split)
+
 struct OpDef {
   std::string_view name;    // "aten.addmm.default"
   uint32_t min_inputs = 0;  // tensor inputs, optional ones included in max
   uint32_t max_inputs = 0;  // UINT32_MAX: variadic (aten.cat)
-  uint32_t outputs = 1;
-  int32_t view_of = -1;  // output 0 is a view of this input (aliasing), or -1
+  uint32_t outputs = 1;     // or kAnyOutputs
+  int32_t view_of = -1;     // every output is a view of this input (aliasing), or -1
   InferFn infer = nullptr;
 };
 

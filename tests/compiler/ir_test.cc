@@ -145,6 +145,15 @@ TEST(Ops, ReductionsNormsAndCat) {
   auto c = AddNode(&graph, "aten.cat.default", {x, x, x}, {A("dim", int64_t{1})});
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(graph.values[graph.nodes[*c].outputs[0]].type, F32(S({2, 9, 8})));
+  auto split = AddNode(&graph, "aten.split_with_sizes.default", {x},
+                       {A("split_sizes", std::vector<int64_t>{2, 6}), A("dim", int64_t{-1})});
+  ASSERT_TRUE(split.ok()) << split.status();
+  ASSERT_EQ(graph.nodes[*split].outputs.size(), 2u);
+  EXPECT_EQ(graph.values[graph.nodes[*split].outputs[1]].type, F32(S({2, 3, 6})));
+  auto bad_split = AddNode(&graph, "aten.split_with_sizes.default", {x},
+                           {A("split_sizes", std::vector<int64_t>{2, 5}), A("dim", int64_t{-1})});
+  ASSERT_FALSE(bad_split.ok());
+  EXPECT_CONTAINS(bad_split.status().message(), "add up to 7 but dim 2 is 8");
   auto unknown = AddNode(&graph, "aten.fft_fft.default", {x}, {}, "fft");
   ASSERT_FALSE(unknown.ok());
   EXPECT_EQ(unknown.status().code(), absl::StatusCode::kUnimplemented);
