@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
+
 namespace tern::compiler {
 namespace {
 
@@ -19,16 +21,30 @@ std::optional<int64_t> Add(int64_t a, int64_t b) {
 
 }  // namespace
 
+namespace {
+
+// factor * value + offset, saturated to the int64 range: hostile graphs may
+// declare dims that overflow, and the verifier must see them as out of range
+// rather than wrap.
+int64_t Saturated(int64_t factor, int64_t value, int64_t offset) {
+  const __int128 exact = static_cast<__int128>(factor) * value + offset;
+  if (exact > INT64_MAX) return INT64_MAX;
+  if (exact < INT64_MIN) return INT64_MIN;
+  return static_cast<int64_t>(exact);
+}
+
+}  // namespace
+
 int64_t Dim::Min(const std::vector<Symbol>& symbols) const {
   if (is_constant()) return offset_;
   const Symbol& s = symbols[static_cast<size_t>(symbol_)];
-  return factor_ * (factor_ > 0 ? s.min : s.max) + offset_;
+  return Saturated(factor_, factor_ > 0 ? s.min : s.max, offset_);
 }
 
 int64_t Dim::Max(const std::vector<Symbol>& symbols) const {
   if (is_constant()) return offset_;
   const Symbol& s = symbols[static_cast<size_t>(symbol_)];
-  return factor_ * (factor_ > 0 ? s.max : s.min) + offset_;
+  return Saturated(factor_, factor_ > 0 ? s.max : s.min, offset_);
 }
 
 std::optional<Dim> Dim::Times(int64_t k) const {

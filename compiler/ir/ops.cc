@@ -426,10 +426,10 @@ absl::Status Slice(const InferContext& c, Types* out) {
       return std::clamp<int64_t>(v, 0, *length);
     };
     const int64_t b = clamp(*start), e = clamp(*end);
-    size = Dim::Constant(e > b ? (e - b + *step - 1) / *step : 0);
+    size = Dim::Constant(e > b ? (e - b - 1) / *step + 1 : 0);
   } else if (*start >= 0 && *step == 1 && *end >= size.Max(c.graph.symbols) &&
              *start <= size.Min(c.graph.symbols)) {
-    size = *size.Plus(-*start);  // [start, end of a symbolic dim)
+    size = *size.Plus(-*start);  // [start, end of a symbolic dim); start <= Min: no overflow
   } else if (*start >= 0 && *end >= 0 && *step == 1 && *end <= size.Min(c.graph.symbols) &&
              *start <= *end) {
     size = Dim::Constant(*end - *start);  // inside the smallest size
@@ -605,16 +605,21 @@ absl::Status Cat(const InferContext& c, Types* out) {
     }
     Dim& total = t.shape[axis];
     const Dim& more = next.shape[axis];
+    std::optional<Dim> sum;
+    int64_t factor = 0, offset = 0;
     if (more.is_constant()) {
-      total = *total.Plus(*more.constant());
+      sum = total.Plus(*more.constant());
     } else if (total.is_constant()) {
-      total = *more.Plus(*total.constant());
-    } else if (total.symbol() == more.symbol()) {
-      total = Dim::Affine(total.symbol(), total.factor() + more.factor(),
-                          total.offset() + more.offset());
-    } else {
+      sum = more.Plus(*total.constant());
+    } else if (total.symbol() == more.symbol() &&
+               !__builtin_add_overflow(total.factor(), more.factor(), &factor) &&
+               !__builtin_add_overflow(total.offset(), more.offset(), &offset)) {
+      sum = Dim::Affine(total.symbol(), factor, offset);
+    } else if (total.symbol() != more.symbol()) {
       return c.Error("it concatenates along two different symbolic sizes");
     }
+    if (!sum) return c.Error("its concatenated size overflows");
+    total = *sum;
   }
   out->push_back(std::move(t));
   return absl::OkStatus();
@@ -634,8 +639,9 @@ absl::Status SplitWithSizes(const InferContext& c, Types* out) {
   const Dim& whole = self.shape[static_cast<size_t>(*n)];
   int64_t total = 0;
   for (int64_t size : *sizes) {
-    if (size < 0) return c.Error(fmt::format("its split size {} is negative", size));
-    total += size;
+    if (size < 0 || __builtin_add_overflow(total, size, &total)) {
+      return c.Error(fmt::format("its split size {} is negative or too large", size));
+    }
   }
   if (sizes->empty() || whole != Dim::Constant(total)) {
     return c.Error(fmt::format("its split sizes add up to {} but dim {} is {}", total, *n,

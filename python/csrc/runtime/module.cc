@@ -12,6 +12,7 @@
 #include "aten/fallback.h"
 #include "aten/program.h"
 #include "aten/register.h"
+#include "compile/compile_binding.h"
 #include "runtime/allocator.h"
 #include "runtime/generator.h"
 #include "runtime/host_allocator.h"
@@ -128,6 +129,7 @@ PYBIND11_MODULE(_C, m) {
   m.attr("__version__") = TORCH_TERN_VERSION;
 
   m.def("_init", &Init, "Initialize tern (tern_init) for torch; raises if not usable.");
+  RegisterCompilerBindings(m);
   m.def("_is_initialized", &IsInitialized);
   m.def("_is_in_bad_fork", [] { return torch::utils::is_device_in_bad_fork(at::kPrivateUse1); });
   m.def("_init_error", &InitError);

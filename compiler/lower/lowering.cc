@@ -1,0 +1,877 @@
+#include "compiler/lower/lowering.h"
+
+#include <absl/status/status.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+
+#include "compiler/ir/ops.h"
+
+namespace tern::compiler {
+namespace {
+
+// A Python number attribute ("other", "alpha"), kept exact for integers.
+struct Number {
+  bool is_int = true;
+  int64_t i = 0;
+  double d = 0.0;
+
+  double AsDouble() const { return is_int ? static_cast<double>(i) : d; }
+  bool IsOne() const { return is_int ? i == 1 : d == 1.0; }
+  bool IsZero() const { return is_int ? i == 0 : d == 0.0; }
+};
+
+bool IsFloat(tern_dtype_t dtype) {
+  return dtype == TERN_DTYPE_F32 || dtype == TERN_DTYPE_BF16 || dtype == TERN_DTYPE_F16;
+}
+bool IsHalf(tern_dtype_t dtype) { return dtype == TERN_DTYPE_BF16 || dtype == TERN_DTYPE_F16; }
+
+std::string ShapeText(const std::vector<int64_t>& shape) {
+  return fmt::format("[{}]", fmt::join(shape, ", "));
+}
+
+class Lowerer;
+using LowerFn = absl::Status (Lowerer::*)(const Node& node);
+
+class Lowerer {
+ public:
+  explicit Lowerer(const Graph& graph) : graph_(graph) {}
+
+  absl::StatusOr<LoweredProgram> Run() {
+    MarkNeeded();
+    FindLastUses();
+    if (absl::Status status = CheckShapes(); !status.ok()) return status;
+    refs_.resize(graph_.values.size());
+    outputs_of_value_.resize(graph_.values.size());
+    for (uint32_t j = 0; j < graph_.outputs.size(); ++j) {
+      outputs_of_value_[graph_.outputs[j].value].push_back(j);
+    }
+    ChooseOutputsComputedInPlace();
+    for (uint32_t id = 0; id < graph_.values.size(); ++id) {
+      const Value& value = graph_.values[id];
+      if (value.kind == Value::kInput) {
+        refs_[id] =
+            TensorRef::Contiguous({BufferRef::kInput, value.index}, value.type.dtype, ShapeOf(id));
+      } else if (value.kind == Value::kConstant && needed_[id]) {
+        const uint32_t entry = program_.constants.Add(graph_.constants[value.index]);
+        refs_[id] =
+            TensorRef::Contiguous({BufferRef::kConstant, entry}, value.type.dtype, ShapeOf(id));
+      }
+    }
+    // Outputs that are inputs or constants: copied before anything else.
+    for (uint32_t id = 0; id < graph_.values.size(); ++id) {
+      if (graph_.values[id].kind != Value::kNode) CopyToOutputs(id);
+    }
+    for (uint32_t index = 0; index < graph_.nodes.size(); ++index) {
+      if (!node_needed_[index]) continue;
+      const Node& node = graph_.nodes[index];
+      current_node_ = index;
+      const auto found = Table().find(node.op);
+      if (found == Table().end()) {
+        return absl::UnimplementedError(fmt::format(
+            "{}: the op {} is not supported by the compiler yet (docs/compiler.md lists what "
+            "is lowered); rewrite the model around it or extend compiler/lower",
+            DescribeNode(node), node.op));
+      }
+      if (absl::Status status = (this->*(found->second))(node); !status.ok()) return status;
+      for (uint32_t output : node.outputs) {
+        if (needed_[output] && !refs_[output].has_value()) {
+          return absl::InternalError(
+              fmt::format("{}: lowering left output '{}' without a buffer (a compiler bug)",
+                          DescribeNode(node), graph_.values[output].name));
+        }
+        CopyToOutputs(output);
+      }
+    }
+    return std::move(program_);
+  }
+
+ private:
+  static const std::map<std::string_view, LowerFn>& Table();
+
+  // ---- Analysis --------------------------------------------------------------------------
+
+  // Values the outputs depend on; nodes none of whose outputs are needed
+  // are dropped.
+  void MarkNeeded() {
+    needed_.assign(graph_.values.size(), false);
+    node_needed_.assign(graph_.nodes.size(), false);
+    for (const Graph::Output& output : graph_.outputs) needed_[output.value] = true;
+    for (size_t index = graph_.nodes.size(); index-- > 0;) {
+      const Node& node = graph_.nodes[index];
+      for (uint32_t output : node.outputs)
+        node_needed_[index] = node_needed_[index] || needed_[output];
+      if (!node_needed_[index]) continue;
+      for (uint32_t input : node.inputs) {
+        if (input != kNoValue) needed_[input] = true;
+      }
+    }
+  }
+
+  // A graph output that is a reshape of a computed value (y = h.view(...),
+  // a final squeeze or clone) needs no copy: the value is computed straight
+  // into the output buffer, whose bytes the reshape only relabels.
+  void ChooseOutputsComputedInPlace() {
+    static const std::set<std::string_view> kRelabels = {
+        "aten.view.default",    "aten._unsafe_view.default", "aten.clone.default",
+        "aten.alias.default",   "aten.squeeze.dims",         "aten.squeeze.dim",
+        "aten.squeeze.default", "aten.unsqueeze.default",
+    };
+    computed_into_.assign(graph_.values.size(), std::nullopt);
+    for (uint32_t j = 0; j < graph_.outputs.size(); ++j) {
+      uint32_t value = graph_.outputs[j].value;
+      if (outputs_of_value_[value][0] != j) continue;
+      while (graph_.values[value].kind == Value::kNode) {
+        const Node& node = graph_.nodes[graph_.values[value].node];
+        if (kRelabels.count(node.op) == 0) break;
+        value = node.inputs[0];
+        if (!outputs_of_value_[value].empty()) break;  // written into its own output
+      }
+      if (value == graph_.outputs[j].value || graph_.values[value].kind != Value::kNode ||
+          !outputs_of_value_[value].empty() || computed_into_[value].has_value()) {
+        continue;
+      }
+      computed_into_[value] = j;
+    }
+  }
+
+  // The value owning each value's buffer (a view's is its input's; a view
+  // that turns out to need a copy is counted with its input, which only
+  // makes its input live longer), and the last node that reads each owner's
+  // buffer, directly or through views.
+  void FindLastUses() {
+    static const std::set<std::string_view> kMaybeViews = {
+        "aten.view.default",      "aten._unsafe_view.default",
+        "aten.permute.default",   "aten.t.default",
+        "aten.transpose.int",     "aten.expand.default",
+        "aten.unsqueeze.default", "aten.squeeze.dims",
+        "aten.squeeze.dim",       "aten.squeeze.default",
+        "aten.slice.Tensor",      "aten.select.int",
+        "aten.clone.default",     "aten.alias.default",
+        "aten._to_copy.default",  "aten.split_with_sizes.default",
+    };
+    owner_.resize(graph_.values.size());
+    for (uint32_t id = 0; id < graph_.values.size(); ++id) owner_[id] = id;
+    last_use_.assign(graph_.values.size(), 0);
+    for (uint32_t index = 0; index < graph_.nodes.size(); ++index) {
+      const Node& node = graph_.nodes[index];
+      if (!node_needed_[index]) continue;
+      for (uint32_t input : node.inputs) {
+        if (input != kNoValue) last_use_[owner_[input]] = index;
+      }
+      if (kMaybeViews.count(node.op) > 0) {
+        for (uint32_t output : node.outputs) owner_[output] = owner_[node.inputs[0]];
+      }
+    }
+  }
+
+  absl::Status CheckShapes() const {
+    for (uint32_t id = 0; id < graph_.values.size(); ++id) {
+      const Value& value = graph_.values[id];
+      if (!needed_[id] && value.kind != Value::kInput) continue;
+      for (const Dim& dim : value.type.shape) {
+        if (dim.is_constant()) continue;
+        std::string where =
+            value.kind == Value::kNode
+                ? fmt::format(", output of {}", DescribeNode(graph_.nodes[value.node]))
+                : std::string();
+        return absl::UnimplementedError(fmt::format(
+            "value '{}'{} has the symbolic shape {}: symbolic shapes are not lowered yet; "
+            "export the model with static shapes",
+            value.name, where, ShapeString(value.type.shape, graph_.symbols)));
+      }
+      if (value.type.shape.size() > TERN_MAX_RANK) {
+        return absl::UnimplementedError(
+            fmt::format("value '{}' has rank {}: executables take at most rank {}", value.name,
+                        value.type.shape.size(), TERN_MAX_RANK));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  std::vector<int64_t> ShapeOf(uint32_t value) const {
+    std::vector<int64_t> shape;
+    for (const Dim& dim : graph_.values[value].type.shape) shape.push_back(dim.offset());
+    return shape;
+  }
+  tern_dtype_t DtypeOf(uint32_t value) const { return graph_.values[value].type.dtype; }
+
+  // ---- Attributes ------------------------------------------------------------------------
+
+  InferContext Context(const Node& node) const { return InferContext{graph_, node, {}}; }
+
+  absl::Status Error(const Node& node, std::string_view message) const {
+    return absl::InvalidArgumentError(fmt::format("{}: {}", DescribeNode(node), message));
+  }
+
+  std::optional<Number> NumberAttr(const Node& node, const std::string& name) const {
+    const Attribute* attr = FindAttr(node, name);
+    if (attr == nullptr) return std::nullopt;
+    if (const auto* i = std::get_if<int64_t>(&attr->value)) return Number{true, *i, 0.0};
+    if (const auto* d = std::get_if<double>(&attr->value)) return Number{false, 0, *d};
+    if (const auto* b = std::get_if<bool>(&attr->value)) return Number{true, *b ? 1 : 0, 0.0};
+    return std::nullopt;
+  }
+
+  absl::StatusOr<int64_t> NormalizeDim(const Node& node, int64_t dim, size_t rank) const {
+    const int64_t r = static_cast<int64_t>(rank);
+    const int64_t normalized = dim < 0 ? dim + r : dim;
+    if (normalized < 0 || normalized >= std::max<int64_t>(r, 1)) {
+      return Error(node, fmt::format("dim {} is out of range for rank {}", dim, rank));
+    }
+    return normalized;
+  }
+
+  absl::StatusOr<std::vector<int64_t>> NormalizeDims(const Node& node,
+                                                     const std::vector<int64_t>& dims,
+                                                     size_t rank) const {
+    std::vector<int64_t> out;
+    for (int64_t dim : dims) {
+      absl::StatusOr<int64_t> normalized = NormalizeDim(node, dim, rank);
+      if (!normalized.ok()) return normalized.status();
+      out.push_back(*normalized);
+    }
+    return out;
+  }
+
+  // ---- Buffers and instructions ----------------------------------------------------------
+
+  TensorRef NewScratch(tern_dtype_t dtype, std::vector<int64_t> shape) {
+    int64_t elements = 1;
+    for (int64_t d : shape) elements *= d;
+    program_.scratch_bytes.push_back(static_cast<uint64_t>(elements) * tern_dtype_size(dtype));
+    return TensorRef::Contiguous(
+        {BufferRef::kScratch, static_cast<uint32_t>(program_.scratch_bytes.size() - 1)}, dtype,
+        std::move(shape));
+  }
+
+  // Where a node's output is computed: straight into the first graph output
+  // that names it, else a fresh scratch buffer. Records it as the value's ref.
+  TensorRef Produce(uint32_t value) {
+    std::optional<uint32_t> output = computed_into_[value];
+    if (!outputs_of_value_[value].empty()) output = outputs_of_value_[value][0];
+    TensorRef ref = output.has_value() ? TensorRef::Contiguous({BufferRef::kOutput, *output},
+                                                               DtypeOf(value), ShapeOf(value))
+                                       : NewScratch(DtypeOf(value), ShapeOf(value));
+    refs_[value] = ref;
+    return ref;
+  }
+
+  // The output of an elementwise instruction: computed in place over an
+  // operand whose buffer dies here when the layouts are identical (what the
+  // ISA allows for aliasing), else as Produce does.
+  TensorRef ProduceElementwise(const Node& node, uint32_t value,
+                               const std::vector<TensorRef>& operands) {
+    if (!outputs_of_value_[value].empty() || computed_into_[value].has_value()) {
+      return Produce(value);
+    }
+    const TensorRef wanted = TensorRef::Contiguous({}, DtypeOf(value), ShapeOf(value));
+    for (uint32_t input : node.inputs) {
+      if (input == kNoValue || last_use_[owner_[input]] != current_node_) continue;
+      const TensorRef& candidate = *refs_[input];
+      if (candidate.buffer.kind != BufferRef::kScratch || candidate.offset != 0 ||
+          candidate.dtype != wanted.dtype || candidate.shape != wanted.shape ||
+          !candidate.IsContiguous() ||
+          program_.scratch_bytes[candidate.buffer.index] !=
+              static_cast<uint64_t>(wanted.Elements()) * tern_dtype_size(wanted.dtype)) {
+        continue;
+      }
+      // Every operand in that buffer must read it with this same layout.
+      bool same_layout = true;
+      for (const TensorRef& operand : operands) {
+        if (operand.buffer == candidate.buffer) {
+          same_layout = same_layout && operand.offset == 0 && operand.shape == candidate.shape &&
+                        operand.strides == candidate.strides && operand.dtype == candidate.dtype;
+        }
+      }
+      if (!same_layout) continue;
+      refs_[value] = candidate;
+      return candidate;
+    }
+    return Produce(value);
+  }
+
+  void Emit(tern_opcode_t opcode, std::vector<TensorRef> operands, std::vector<int64_t> ints = {},
+            std::vector<double> floats = {}, uint32_t written = 1) {
+    LoweredInstruction instruction;
+    instruction.opcode = opcode;
+    instruction.operands = std::move(operands);
+    instruction.written = written;
+    instruction.ints = std::move(ints);
+    instruction.floats = std::move(floats);
+    instruction.node = current_node_;
+    program_.instructions.push_back(std::move(instruction));
+  }
+
+  // dst = src, converting the dtype when they differ.
+  void CopyInto(const TensorRef& dst, const TensorRef& src) {
+    Emit(dst.dtype == src.dtype ? TERN_OP_COPY : TERN_OP_CAST, {dst, src});
+  }
+
+  TensorRef CastTo(const TensorRef& ref, tern_dtype_t dtype) {
+    if (ref.dtype == dtype) return ref;
+    TensorRef converted = NewScratch(dtype, ref.shape);
+    Emit(TERN_OP_CAST, {converted, ref});
+    return converted;
+  }
+
+  TensorRef Scalar(const Number& number, tern_dtype_t dtype, const std::vector<int64_t>& shape) {
+    const uint32_t entry = number.is_int && !IsFloat(dtype)
+                               ? program_.constants.AddInt(number.i, dtype)
+                               : program_.constants.AddScalar(number.AsDouble(), dtype);
+    TensorRef ref;
+    ref.buffer = {BufferRef::kConstant, entry};
+    ref.dtype = dtype;
+    ref.shape = shape;
+    ref.strides.assign(shape.size(), 0);
+    return ref;
+  }
+
+  // Tensor input `slot` of the node (or the Python number in attribute
+  // `attr` when the input is absent), in `dtype`, broadcast to `shape`.
+  absl::StatusOr<TensorRef> Operand(const Node& node, size_t slot, const std::string& attr,
+                                    tern_dtype_t dtype, const std::vector<int64_t>& shape) {
+    if (slot < node.inputs.size() && node.inputs[slot] != kNoValue) {
+      const uint32_t value = node.inputs[slot];
+      const TensorRef converted = CastTo(*refs_[value], dtype);
+      std::optional<TensorRef> broadcast = converted.BroadcastTo(shape);
+      if (!broadcast.has_value()) {
+        return Error(node, fmt::format("input '{}' of shape {} does not broadcast to {}",
+                                       graph_.values[value].name, ShapeText(converted.shape),
+                                       ShapeText(shape)));
+      }
+      return *broadcast;
+    }
+    std::optional<Number> number = NumberAttr(node, attr);
+    if (!number.has_value()) {
+      return Error(node, fmt::format("has neither a tensor input {} nor a number attribute '{}'",
+                                     slot, attr));
+    }
+    return Scalar(*number, dtype, shape);
+  }
+
+  const TensorRef& In(const Node& node, size_t slot) const { return *refs_[node.inputs[slot]]; }
+
+  // Graph outputs naming `value` that it was not computed into get a copy.
+  void CopyToOutputs(uint32_t value) {
+    for (uint32_t j : outputs_of_value_[value]) {
+      const TensorRef& ref = *refs_[value];
+      if (ref.buffer == BufferRef{BufferRef::kOutput, j} && ref.offset == 0 && ref.IsContiguous()) {
+        continue;  // computed in place
+      }
+      LoweredInstruction instruction;
+      instruction.opcode = TERN_OP_COPY;
+      instruction.operands = {
+          TensorRef::Contiguous({BufferRef::kOutput, j}, DtypeOf(value), ShapeOf(value)), ref};
+      instruction.node = graph_.values[value].kind == Value::kNode ? current_node_ : kNoNode;
+      instruction.output = j;
+      program_.instructions.push_back(std::move(instruction));
+    }
+  }
+
+  // ---- View ops: no instruction ----------------------------------------------------------
+
+  absl::Status SetView(const Node& node, TensorRef ref) {
+    const uint32_t out = node.outputs[0];
+    if (ref.shape != ShapeOf(out)) {
+      return absl::InternalError(
+          fmt::format("{}: the view's shape {} differs from the inferred {} (a compiler bug)",
+                      DescribeNode(node), ShapeText(ref.shape), ShapeText(ShapeOf(out))));
+    }
+    refs_[out] = std::move(ref);
+    return absl::OkStatus();
+  }
+
+  absl::Status LowerIdentity(const Node& node) { return SetView(node, In(node, 0)); }
+
+  absl::Status LowerReshape(const Node& node) {
+    const TensorRef& in = In(node, 0);
+    const std::vector<int64_t> shape = ShapeOf(node.outputs[0]);
+    if (std::optional<TensorRef> view = in.Reshape(shape)) return SetView(node, *view);
+    // The strides cannot express it: copy into a contiguous buffer, written
+    // through the input's shape.
+    TensorRef out = Produce(node.outputs[0]);
+    Emit(TERN_OP_COPY, {*out.Reshape(in.shape), in});
+    return absl::OkStatus();
+  }
+
+  absl::Status LowerPermute(const Node& node) {
+    absl::StatusOr<std::vector<int64_t>> dims = Context(node).Ints("dims", {});
+    if (!dims.ok()) return dims.status();
+    const TensorRef& in = In(node, 0);
+    absl::StatusOr<std::vector<int64_t>> normalized = NormalizeDims(node, *dims, in.shape.size());
+    if (!normalized.ok()) return normalized.status();
+    return SetView(node, in.Permute(*normalized));
+  }
+
+  absl::Status LowerTranspose(const Node& node) {
+    const TensorRef& in = In(node, 0);
+    const size_t rank = in.shape.size();
+    int64_t a = 0, b = 1;
+    if (node.op == "aten.t.default") {
+      if (rank < 2) return SetView(node, in);
+    } else {
+      absl::StatusOr<int64_t> dim0 = Context(node).Int("dim0", 0);
+      absl::StatusOr<int64_t> dim1 = Context(node).Int("dim1", 1);
+      if (!dim0.ok()) return dim0.status();
+      if (!dim1.ok()) return dim1.status();
+      absl::StatusOr<int64_t> na = NormalizeDim(node, *dim0, rank);
+      absl::StatusOr<int64_t> nb = NormalizeDim(node, *dim1, rank);
+      if (!na.ok()) return na.status();
+      if (!nb.ok()) return nb.status();
+      a = *na;
+      b = *nb;
+    }
+    std::vector<int64_t> dims(rank);
+    for (size_t i = 0; i < rank; ++i) dims[i] = static_cast<int64_t>(i);
+    if (rank > 0) std::swap(dims[static_cast<size_t>(a)], dims[static_cast<size_t>(b)]);
+    return SetView(node, in.Permute(dims));
+  }
+
+  absl::Status LowerExpand(const Node& node) {
+    std::optional<TensorRef> view = In(node, 0).BroadcastTo(ShapeOf(node.outputs[0]));
+    if (!view.has_value()) return Error(node, "the input does not broadcast to the size");
+    return SetView(node, *view);
+  }
+
+  absl::Status LowerUnsqueeze(const Node& node) {
+    absl::StatusOr<int64_t> dim = Context(node).Int("dim", 0);
+    if (!dim.ok()) return dim.status();
+    const TensorRef& in = In(node, 0);
+    absl::StatusOr<int64_t> normalized = NormalizeDim(node, *dim, in.shape.size() + 1);
+    if (!normalized.ok()) return normalized.status();
+    return SetView(node, in.Unsqueeze(*normalized));
+  }
+
+  absl::Status LowerSqueeze(const Node& node) {
+    const TensorRef& in = In(node, 0);
+    std::vector<int64_t> dims;
+    if (node.op == "aten.squeeze.default") {
+      for (size_t i = 0; i < in.shape.size(); ++i) dims.push_back(static_cast<int64_t>(i));
+    } else if (node.op == "aten.squeeze.dim") {
+      absl::StatusOr<int64_t> dim = Context(node).Int("dim", 0);
+      if (!dim.ok()) return dim.status();
+      dims.push_back(*dim);
+    } else {
+      absl::StatusOr<std::vector<int64_t>> list = Context(node).Ints("dim", {});
+      if (!list.ok()) return list.status();
+      dims = *list;
+    }
+    if (in.shape.empty()) return SetView(node, in);
+    absl::StatusOr<std::vector<int64_t>> normalized = NormalizeDims(node, dims, in.shape.size());
+    if (!normalized.ok()) return normalized.status();
+    return SetView(node, in.Squeeze(*normalized));
+  }
+
+  absl::Status LowerSlice(const Node& node) {
+    const InferContext context = Context(node);
+    const TensorRef& in = In(node, 0);
+    absl::StatusOr<int64_t> dim = context.Int("dim", 0);
+    absl::StatusOr<int64_t> start = context.Int("start", 0);
+    absl::StatusOr<int64_t> end = context.Int("end", std::numeric_limits<int64_t>::max());
+    absl::StatusOr<int64_t> step = context.Int("step", 1);
+    for (const auto* s : {&dim, &start, &end, &step}) {
+      if (!s->ok()) return s->status();
+    }
+    absl::StatusOr<int64_t> d = NormalizeDim(node, *dim, in.shape.size());
+    if (!d.ok()) return d.status();
+    if (*step < 1) return Error(node, "slice step must be positive");
+    const int64_t size = in.shape[static_cast<size_t>(*d)];
+    auto clamp = [size](int64_t at) {
+      if (at < 0) at += size;
+      return std::clamp<int64_t>(at, 0, size);
+    };
+    const int64_t first = clamp(*start);
+    const int64_t last = std::max(first, clamp(*end));
+    const int64_t length = (last - first + *step - 1) / *step;
+    return SetView(node, in.Slice(*d, first, length, *step));
+  }
+
+  // Each output is a slice of the input: views, like slice.
+  absl::Status LowerSplit(const Node& node) {
+    const TensorRef& in = In(node, 0);
+    absl::StatusOr<std::vector<int64_t>> sizes = Context(node).Ints("split_sizes", {});
+    absl::StatusOr<int64_t> dim = Context(node).Int("dim", 0);
+    if (!sizes.ok()) return sizes.status();
+    if (!dim.ok()) return dim.status();
+    absl::StatusOr<int64_t> d = NormalizeDim(node, *dim, in.shape.size());
+    if (!d.ok()) return d.status();
+    if (sizes->size() != node.outputs.size()) {
+      return Error(node, "has a different number of split sizes and outputs");
+    }
+    int64_t at = 0;
+    for (size_t i = 0; i < sizes->size(); ++i) {
+      refs_[node.outputs[i]] = in.Slice(*d, at, (*sizes)[i], 1);
+      at += (*sizes)[i];
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status LowerSelect(const Node& node) {
+    const TensorRef& in = In(node, 0);
+    absl::StatusOr<int64_t> dim = Context(node).Int("dim", 0);
+    absl::StatusOr<int64_t> index = Context(node).Int("index", 0);
+    if (!dim.ok()) return dim.status();
+    if (!index.ok()) return index.status();
+    absl::StatusOr<int64_t> d = NormalizeDim(node, *dim, in.shape.size());
+    if (!d.ok()) return d.status();
+    const int64_t size = in.shape[static_cast<size_t>(*d)];
+    const int64_t at = *index < 0 ? *index + size : *index;
+    if (at < 0 || at >= size) {
+      return Error(node, fmt::format("index {} is out of range for size {}", *index, size));
+    }
+    return SetView(node, in.Select(*d, at));
+  }
+
+  absl::Status LowerToCopy(const Node& node) {
+    const uint32_t out = node.outputs[0];
+    if (DtypeOf(out) == In(node, 0).dtype) return SetView(node, In(node, 0));
+    Emit(TERN_OP_CAST, {Produce(out), In(node, 0)});
+    return absl::OkStatus();
+  }
+
+  // ---- Compute ops -----------------------------------------------------------------------
+
+  absl::Status LowerBinary(const Node& node) {
+    static const std::map<std::string_view, tern_binary_fn_t> kFns = {
+        {"aten.add.Tensor", TERN_BINARY_ADD},      {"aten.add.Scalar", TERN_BINARY_ADD},
+        {"aten.sub.Tensor", TERN_BINARY_SUB},      {"aten.sub.Scalar", TERN_BINARY_SUB},
+        {"aten.mul.Tensor", TERN_BINARY_MUL},      {"aten.mul.Scalar", TERN_BINARY_MUL},
+        {"aten.div.Tensor", TERN_BINARY_DIV},      {"aten.div.Scalar", TERN_BINARY_DIV},
+        {"aten.maximum.default", TERN_BINARY_MAX}, {"aten.minimum.default", TERN_BINARY_MIN},
+        {"aten.eq.Tensor", TERN_BINARY_EQ},        {"aten.gt.Tensor", TERN_BINARY_GT},
+        {"aten.lt.Tensor", TERN_BINARY_LT},
+    };
+    tern_binary_fn_t fn = kFns.at(node.op);
+    const uint32_t out = node.outputs[0];
+    const bool comparison = fn == TERN_BINARY_EQ || fn == TERN_BINARY_GT || fn == TERN_BINARY_LT;
+    const tern_dtype_t dtype = comparison ? CompareDtype(node) : DtypeOf(out);
+    const std::vector<int64_t> shape = ShapeOf(out);
+    const std::optional<Number> alpha = NumberAttr(node, "alpha");
+    const bool scaled = alpha.has_value() && !alpha->IsOne();
+    if (dtype == TERN_DTYPE_BOOL && !comparison) {
+      // bool arithmetic is logical, as in PyTorch.
+      if (fn == TERN_BINARY_ADD && !scaled) fn = TERN_BINARY_LOGICAL_OR;
+      if (fn == TERN_BINARY_MUL) fn = TERN_BINARY_LOGICAL_AND;
+    }
+    absl::StatusOr<TensorRef> a = Operand(node, 0, "self", dtype, shape);
+    if (!a.ok()) return a.status();
+    absl::StatusOr<TensorRef> b;
+    const bool other_is_number = node.inputs.size() < 2 || node.inputs[1] == kNoValue;
+    if (scaled && other_is_number) {
+      // a + alpha * number: fold alpha into the constant.
+      std::optional<Number> other = NumberAttr(node, "other");
+      if (!other.has_value()) return Error(node, "has neither a tensor 'other' nor a number");
+      Number product;
+      if (other->is_int && alpha->is_int) {
+        product.i = other->i * alpha->i;
+      } else {
+        product = Number{false, 0, other->AsDouble() * alpha->AsDouble()};
+      }
+      b = Scalar(product, dtype, shape);
+    } else {
+      b = Operand(node, 1, "other", dtype, shape);
+      if (!b.ok()) return b.status();
+      if (scaled) {
+        TensorRef product = NewScratch(dtype, shape);
+        Emit(TERN_OP_BINARY, {product, *b, Scalar(*alpha, dtype, shape)}, {TERN_BINARY_MUL});
+        b = product;
+      }
+    }
+    Emit(TERN_OP_BINARY, {ProduceElementwise(node, out, {*a, *b}), *a, *b}, {fn});
+    return absl::OkStatus();
+  }
+
+  // The dtype a comparison compares in: the tensors' common dtype (a float
+  // one when either is float), or the tensor's own against a number.
+  tern_dtype_t CompareDtype(const Node& node) const {
+    std::optional<tern_dtype_t> common;
+    for (uint32_t input : node.inputs) {
+      if (input == kNoValue) continue;
+      const tern_dtype_t dtype = DtypeOf(input);
+      if (!common.has_value() || (IsFloat(dtype) && !IsFloat(*common)) ||
+          (IsFloat(dtype) == IsFloat(*common) &&
+           tern_dtype_size(dtype) > tern_dtype_size(*common))) {
+        common = dtype;
+      }
+    }
+    const std::optional<Number> other = NumberAttr(node, "other");
+    if (common.has_value() && other.has_value() && !other->is_int && !IsFloat(*common)) {
+      return TERN_DTYPE_F32;
+    }
+    return common.value_or(TERN_DTYPE_F32);
+  }
+
+  absl::Status LowerUnary(const Node& node) {
+    static const std::map<std::string_view, tern_unary_fn_t> kFns = {
+        {"aten.relu.default", TERN_UNARY_RELU},       {"aten.tanh.default", TERN_UNARY_TANH},
+        {"aten.sigmoid.default", TERN_UNARY_SIGMOID}, {"aten.exp.default", TERN_UNARY_EXP},
+        {"aten.neg.default", TERN_UNARY_NEG},         {"aten.rsqrt.default", TERN_UNARY_RSQRT},
+        {"aten.sqrt.default", TERN_UNARY_SQRT},       {"aten.log.default", TERN_UNARY_LOG},
+        {"aten.abs.default", TERN_UNARY_ABS},         {"aten.gelu.default", TERN_UNARY_GELU},
+        {"aten.cos.default", TERN_UNARY_COS},         {"aten.sin.default", TERN_UNARY_SIN},
+        {"aten.erf.default", TERN_UNARY_ERF},         {"aten.silu.default", TERN_UNARY_SILU},
+    };
+    tern_unary_fn_t fn = kFns.at(node.op);
+    std::vector<double> floats;
+    if (fn == TERN_UNARY_GELU) {
+      absl::StatusOr<std::string> approximate = Context(node).String("approximate", "none");
+      if (!approximate.ok()) return approximate.status();
+      if (*approximate == "tanh") {
+        fn = TERN_UNARY_GELU_TANH;
+      } else if (*approximate != "none") {
+        return Error(node,
+                     fmt::format("gelu approximate='{}' is not 'none' or 'tanh'", *approximate));
+      }
+    }
+    const uint32_t out = node.outputs[0];
+    const TensorRef in = CastTo(In(node, 0), DtypeOf(out));
+    Emit(TERN_OP_UNARY, {ProduceElementwise(node, out, {in}), in}, {fn}, std::move(floats));
+    return absl::OkStatus();
+  }
+
+  absl::Status LowerPowScalar(const Node& node) {
+    const std::optional<Number> exponent = NumberAttr(node, "exponent");
+    if (!exponent.has_value()) return Error(node, "needs the number attribute 'exponent'");
+    const uint32_t out = node.outputs[0];
+    if (!IsFloat(DtypeOf(out))) {
+      return Error(node, "pow with a scalar exponent is lowered for float tensors only so far");
+    }
+    const TensorRef in = CastTo(In(node, 0), DtypeOf(out));
+    Emit(TERN_OP_UNARY, {Produce(out), in}, {TERN_UNARY_POW_SCALAR}, {exponent->AsDouble()});
+    return absl::OkStatus();
+  }
+
+  absl::Status LowerMatmul(const Node& node) {
+    Emit(TERN_OP_MATMUL, {Produce(node.outputs[0]), In(node, 0), In(node, 1)});
+    return absl::OkStatus();
+  }
+
+  absl::Status LowerAddmm(const Node& node) {
+    const Number beta = NumberAttr(node, "beta").value_or(Number{true, 1, 0.0});
+    const Number alpha = NumberAttr(node, "alpha").value_or(Number{true, 1, 0.0});
+    const uint32_t out_value = node.outputs[0];
+    const std::vector<int64_t> shape = ShapeOf(out_value);
+    const TensorRef out = Produce(out_value);
+    std::vector<double> floats;
+    if (!alpha.IsOne()) floats.push_back(alpha.AsDouble());
+    if (beta.IsZero()) {
+      Emit(TERN_OP_MATMUL, {out, In(node, 1), In(node, 2)}, {}, std::move(floats));
+      return absl::OkStatus();
+    }
+    std::optional<TensorRef> bias = In(node, 0).BroadcastTo(shape);
+    if (!bias.has_value()) return Error(node, "the bias does not broadcast to the product");
+    if (beta.IsOne()) {
+      const TensorRef converted = CastTo(*bias, DtypeOf(out_value));
+      Emit(TERN_OP_MATMUL, {out, In(node, 1), In(node, 2), converted}, {}, std::move(floats));
+      return absl::OkStatus();
+    }
+    // out = beta * bias + alpha * m1 @ m2: the bias goes into out first.
+    CopyInto(out, *bias);
+    Emit(TERN_OP_MATMUL, {out, In(node, 1), In(node, 2)}, {}, {alpha.AsDouble(), beta.AsDouble()});
+    return absl::OkStatus();
+  }
+
+  absl::Status LowerReduce(const Node& node) {
+    const InferContext context = Context(node);
+    tern_reduce_fn_t fn = TERN_REDUCE_SUM;
+    if (node.op == "aten.mean.dim") fn = TERN_REDUCE_MEAN;
+    if (node.op == "aten.amax.default") fn = TERN_REDUCE_MAX;
+    absl::StatusOr<std::vector<int64_t>> dims = context.Ints("dim", {});
+    if (!dims.ok()) return dims.status();
+    const uint32_t out_value = node.outputs[0];
+    const tern_dtype_t dtype = DtypeOf(out_value);
+    TensorRef in = In(node, 0);
+    const size_t rank = in.shape.size();
+    std::vector<int64_t> axes;
+    if (dims->empty()) {
+      for (size_t i = 0; i < rank; ++i) axes.push_back(static_cast<int64_t>(i));
+    } else if (rank > 0) {
+      absl::StatusOr<std::vector<int64_t>> normalized = NormalizeDims(node, *dims, rank);
+      if (!normalized.ok()) return normalized.status();
+      axes = *normalized;
+      std::sort(axes.begin(), axes.end());
+      axes.erase(std::unique(axes.begin(), axes.end()), axes.end());
+    }
+    std::vector<int64_t> kept = in.shape;
+    for (int64_t axis : axes) kept[static_cast<size_t>(axis)] = 1;
+    // The instruction writes the input's dtype (or f32 for a half sum or
+    // mean); any other output dtype is reached by converting the input.
+    const bool widening = fn != TERN_REDUCE_MAX && IsHalf(in.dtype) && dtype == TERN_DTYPE_F32;
+    if (!widening) in = CastTo(in, dtype);
+    const TensorRef out = Produce(out_value);
+    std::vector<int64_t> ints = {fn};
+    ints.insert(ints.end(), axes.begin(), axes.end());
+    Emit(TERN_OP_REDUCE, {*out.Reshape(kept), in}, std::move(ints));
+    return absl::OkStatus();
+  }
+
+  absl::Status LowerSoftmax(const Node& node) {
+    absl::StatusOr<int64_t> dim = Context(node).Int("dim", -1);
+    if (!dim.ok()) return dim.status();
+    const uint32_t out = node.outputs[0];
+    const TensorRef in = CastTo(In(node, 0), DtypeOf(out));
+    absl::StatusOr<int64_t> axis = NormalizeDim(node, *dim, in.shape.size());
+    if (!axis.ok()) return axis.status();
+    const int64_t log = node.op == "aten._log_softmax.default" ? 1 : 0;
+    Emit(TERN_OP_SOFTMAX, {Produce(out), in}, {*axis, log});
+    return absl::OkStatus();
+  }
+
+  absl::Status LowerLayerNorm(const Node& node) {
+    const InferContext context = Context(node);
+    absl::StatusOr<std::vector<int64_t>> normalized_shape = context.Ints("normalized_shape", {});
+    absl::StatusOr<double> eps = context.Float("eps", 1e-5);
+    if (!normalized_shape.ok()) return normalized_shape.status();
+    if (!eps.ok()) return eps.status();
+    const TensorRef& in = In(node, 0);
+    const size_t k = normalized_shape->size();
+    if (k < 1 || k > in.shape.size()) {
+      return Error(node, "normalized_shape must name 1 to rank trailing dims");
+    }
+    const std::vector<int64_t> leading(in.shape.begin(),
+                                       in.shape.end() - static_cast<ptrdiff_t>(k));
+    std::vector<TensorRef> operands;
+    for (size_t i = 0; i < 3; ++i) {
+      const uint32_t value = node.outputs[i];
+      if (i == 0) {
+        operands.push_back(needed_[value] ? Produce(value) : NewScratch(in.dtype, in.shape));
+      } else {
+        operands.push_back(needed_[value] ? *Produce(value).Reshape(leading) : TensorRef::None());
+      }
+    }
+    operands.push_back(in);
+    for (size_t slot = 1; slot < 3; ++slot) {
+      const bool present = slot < node.inputs.size() && node.inputs[slot] != kNoValue;
+      operands.push_back(present ? In(node, slot) : TensorRef::None());
+    }
+    Emit(TERN_OP_LAYER_NORM, std::move(operands), {static_cast<int64_t>(k)}, {*eps}, 3);
+    return absl::OkStatus();
+  }
+
+  absl::Status LowerWhere(const Node& node) {
+    const uint32_t out = node.outputs[0];
+    const std::vector<int64_t> shape = ShapeOf(out);
+    absl::StatusOr<TensorRef> condition = Operand(node, 0, "condition", TERN_DTYPE_BOOL, shape);
+    if (!condition.ok()) return condition.status();
+    absl::StatusOr<TensorRef> a = Operand(node, 1, "self", DtypeOf(out), shape);
+    if (!a.ok()) return a.status();
+    absl::StatusOr<TensorRef> b = Operand(node, 2, "other", DtypeOf(out), shape);
+    if (!b.ok()) return b.status();
+    Emit(TERN_OP_WHERE, {Produce(out), *condition, *a, *b});
+    return absl::OkStatus();
+  }
+
+  absl::Status LowerEmbedding(const Node& node) {
+    Emit(TERN_OP_GATHER, {Produce(node.outputs[0]), In(node, 0), In(node, 1)}, {0});
+    return absl::OkStatus();
+  }
+
+  absl::Status LowerCat(const Node& node) {
+    absl::StatusOr<int64_t> dim = Context(node).Int("dim", 0);
+    if (!dim.ok()) return dim.status();
+    const uint32_t out_value = node.outputs[0];
+    const TensorRef out = Produce(out_value);
+    absl::StatusOr<int64_t> d = NormalizeDim(node, *dim, out.shape.size());
+    if (!d.ok()) return d.status();
+    int64_t at = 0;
+    for (uint32_t input : node.inputs) {
+      const TensorRef& piece = *refs_[input];
+      if (piece.Elements() == 0) continue;  // also the legacy empty 1-D pieces
+      const int64_t length = piece.shape[static_cast<size_t>(*d)];
+      CopyInto(out.Slice(*d, at, length, 1), piece);
+      at += length;
+    }
+    return absl::OkStatus();
+  }
+
+  const Graph& graph_;
+  std::vector<bool> needed_;
+  std::vector<bool> node_needed_;
+  std::vector<std::optional<TensorRef>> refs_;
+  std::vector<std::vector<uint32_t>> outputs_of_value_;
+  std::vector<uint32_t> owner_;     // the value whose buffer each value is in
+  std::vector<uint32_t> last_use_;  // per owner: the last node reading its buffer
+  // Values computed into a graph output that is a reshape of them.
+  std::vector<std::optional<uint32_t>> computed_into_;
+  LoweredProgram program_;
+  uint32_t current_node_ = kNoNode;
+};
+
+const std::map<std::string_view, LowerFn>& Lowerer::Table() {
+  static const std::map<std::string_view, LowerFn> table = {
+      {"aten.mm.default", &Lowerer::LowerMatmul},
+      {"aten.bmm.default", &Lowerer::LowerMatmul},
+      {"aten.addmm.default", &Lowerer::LowerAddmm},
+      {"aten.add.Tensor", &Lowerer::LowerBinary},
+      {"aten.add.Scalar", &Lowerer::LowerBinary},
+      {"aten.sub.Tensor", &Lowerer::LowerBinary},
+      {"aten.sub.Scalar", &Lowerer::LowerBinary},
+      {"aten.mul.Tensor", &Lowerer::LowerBinary},
+      {"aten.mul.Scalar", &Lowerer::LowerBinary},
+      {"aten.div.Tensor", &Lowerer::LowerBinary},
+      {"aten.div.Scalar", &Lowerer::LowerBinary},
+      {"aten.relu.default", &Lowerer::LowerUnary},
+      {"aten.gelu.default", &Lowerer::LowerUnary},
+      {"aten.tanh.default", &Lowerer::LowerUnary},
+      {"aten.sigmoid.default", &Lowerer::LowerUnary},
+      {"aten.exp.default", &Lowerer::LowerUnary},
+      {"aten.neg.default", &Lowerer::LowerUnary},
+      {"aten.rsqrt.default", &Lowerer::LowerUnary},
+      {"aten.sqrt.default", &Lowerer::LowerUnary},
+      {"aten.log.default", &Lowerer::LowerUnary},
+      {"aten.abs.default", &Lowerer::LowerUnary},
+      {"aten.cos.default", &Lowerer::LowerUnary},
+      {"aten.sin.default", &Lowerer::LowerUnary},
+      {"aten.erf.default", &Lowerer::LowerUnary},
+      {"aten.silu.default", &Lowerer::LowerUnary},
+      {"aten.maximum.default", &Lowerer::LowerBinary},
+      {"aten.minimum.default", &Lowerer::LowerBinary},
+      {"aten.eq.Tensor", &Lowerer::LowerBinary},
+      {"aten.gt.Tensor", &Lowerer::LowerBinary},
+      {"aten.lt.Tensor", &Lowerer::LowerBinary},
+      {"aten.pow.Tensor_Scalar", &Lowerer::LowerPowScalar},
+      {"aten.view.default", &Lowerer::LowerReshape},
+      {"aten._unsafe_view.default", &Lowerer::LowerReshape},
+      {"aten.permute.default", &Lowerer::LowerPermute},
+      {"aten.t.default", &Lowerer::LowerTranspose},
+      {"aten.transpose.int", &Lowerer::LowerTranspose},
+      {"aten.expand.default", &Lowerer::LowerExpand},
+      {"aten.unsqueeze.default", &Lowerer::LowerUnsqueeze},
+      {"aten.squeeze.dims", &Lowerer::LowerSqueeze},
+      {"aten.squeeze.dim", &Lowerer::LowerSqueeze},
+      {"aten.squeeze.default", &Lowerer::LowerSqueeze},
+      {"aten.slice.Tensor", &Lowerer::LowerSlice},
+      {"aten.select.int", &Lowerer::LowerSelect},
+      {"aten.split_with_sizes.default", &Lowerer::LowerSplit},
+      // Graphs are functional: a clone or alias has the same elements, so
+      // it is the same buffer (a graph output that is one gets its copy).
+      {"aten.clone.default", &Lowerer::LowerIdentity},
+      {"aten.alias.default", &Lowerer::LowerIdentity},
+      {"aten._to_copy.default", &Lowerer::LowerToCopy},
+      {"aten.sum.dim_IntList", &Lowerer::LowerReduce},
+      {"aten.mean.dim", &Lowerer::LowerReduce},
+      {"aten.amax.default", &Lowerer::LowerReduce},
+      {"aten._softmax.default", &Lowerer::LowerSoftmax},
+      {"aten._log_softmax.default", &Lowerer::LowerSoftmax},
+      {"aten.native_layer_norm.default", &Lowerer::LowerLayerNorm},
+      {"aten.where.self", &Lowerer::LowerWhere},
+      {"aten.embedding.default", &Lowerer::LowerEmbedding},
+      {"aten.cat.default", &Lowerer::LowerCat},
+  };
+  return table;
+}
+
+}  // namespace
+
+absl::StatusOr<LoweredProgram> LowerGraph(const Graph& graph) { return Lowerer(graph).Run(); }
+
+}  // namespace tern::compiler

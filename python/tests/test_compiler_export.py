@@ -1,0 +1,118 @@
+"""torch_tern.compiler.export: a model becomes one .tern file that the C example
+examples/run_model runs on .npy inputs and checks against PyTorch CPU.
+
+run_model comes from the repository's normal build (build/examples/run_model,
+or TORCH_TERN_RUN_MODEL). The test command builds it first and sets
+TORCH_TERN_REQUIRE_RUN_MODEL=1, so there a missing binary fails the test
+instead of skipping it.
+"""
+
+import os
+import pathlib
+import subprocess
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+
+import torch_tern.compiler as tc
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def run_model_binary() -> str:
+    path = os.environ.get("TORCH_TERN_RUN_MODEL", str(ROOT / "build" / "examples" / "run_model"))
+    if not os.access(path, os.X_OK):
+        if os.environ.get("TORCH_TERN_REQUIRE_RUN_MODEL") == "1":
+            pytest.fail(f"run_model is not built at {path}")
+        pytest.skip(f"run_model is not built at {path} (build the repository first)")
+    return path
+
+
+def export_and_run(tmp_path, model, inputs, rtol=1e-4, atol=1e-5):
+    model = model.eval()
+    with torch.no_grad():
+        expected = model(*inputs)
+    if isinstance(expected, torch.Tensor):
+        expected = (expected,)
+    exe = tmp_path / "model.tern"
+    stats = tc.export(model, inputs, exe, graph_path=tmp_path / "model.ternir")
+    assert exe.stat().st_size == stats["bytes"]
+    assert (tmp_path / "model.ternir").stat().st_size > 0
+    args = [run_model_binary(), str(exe), "--no-output", "--rtol", str(rtol), "--atol", str(atol)]
+    for i, x in enumerate(inputs):
+        np.save(tmp_path / f"in{i}.npy", x.numpy())
+        args.append(str(tmp_path / f"in{i}.npy"))
+    for i, y in enumerate(expected):
+        np.save(tmp_path / f"out{i}.npy", y.detach().numpy())
+        args += ["--expect", str(tmp_path / f"out{i}.npy")]
+    result = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return stats
+
+
+class Mlp(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(32, 64)
+        self.fc2 = nn.Linear(64, 10)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+class AttentionBlock(nn.Module):
+    """Pre-norm self-attention and an MLP, as in GPT-2, written with the ops
+    the compiler lowers (one head, no dropout)."""
+
+    def __init__(self, d=32):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(d)
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+        self.ln2 = nn.LayerNorm(d)
+        self.up = nn.Linear(d, 4 * d)
+        self.down = nn.Linear(4 * d, d)
+        self.d = d
+
+    def forward(self, x):
+        h = self.ln1(x)
+        q, k, v = self.qkv(h).split(self.d, dim=-1)
+        scores = torch.softmax(q @ k.transpose(-1, -2) / self.d**0.5, dim=-1)
+        x = x + self.proj(scores @ v)
+        return x + self.down(torch.nn.functional.gelu(self.up(self.ln2(x))))
+
+
+def test_mlp_runs_from_c(tmp_path):
+    torch.manual_seed(0)
+    stats = export_and_run(tmp_path, Mlp(), (torch.randn(8, 32),))
+    assert stats["nodes"] >= 3
+    assert stats["instructions"] >= 3
+
+
+def test_attention_block_runs_from_c(tmp_path):
+    torch.manual_seed(1)
+    export_and_run(tmp_path, AttentionBlock(), (torch.randn(16, 32),), rtol=1e-4, atol=1e-4)
+
+
+def test_unsupported_op_names_the_op_and_the_line(tmp_path):
+    class Cumulative(nn.Module):
+        def forward(self, x):
+            return torch.cumsum(x, dim=0) + 1
+
+    with pytest.raises(ValueError) as error:
+        tc.export(Cumulative(), (torch.randn(4, 4),), tmp_path / "m.tern")
+    message = str(error.value)
+    assert "aten.cumsum.default" in message
+    assert "test_compiler_export.py" in message  # the user's source line
+    assert "does not know this operator" in message
+
+
+def test_graph_spec_is_plain_data():
+    program = torch.export.export(Mlp().eval(), (torch.randn(2, 32),)).run_decompositions()
+    spec = tc.to_graph_spec(program)
+    assert [name for name, _, _ in spec["inputs"]] == ["x"]
+    assert {c[0] for c in spec["constants"]} == {"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"}
+    ops = [node[0] for node in spec["nodes"]]
+    assert "aten.addmm.default" in ops

@@ -1,0 +1,726 @@
+// Lowering: graphs built with AddNode are compiled into executables, loaded
+// on the simulated device, run, and compared with plain CPU references; the
+// memory plan is checked against numbers worked out by hand, and the engine
+// ordering by the builder's race check (every compile goes through it).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <tern/executable.h>
+#include <tern/tern.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "compiler/graph_file/graph_file.h"
+#include "compiler/ir/graph.h"
+#include "compiler/ir/ops.h"
+#include "compiler/lower/compile.h"
+#include "compiler/lower/lowering.h"
+#include "compiler/lower/memory_planner.h"
+#include "compiler/lower/tensor_ref.h"
+
+namespace tern::compiler {
+namespace {
+
+#define EXPECT_CONTAINS(text, part) \
+  EXPECT_NE(std::string(text).find(part), std::string::npos) << (text)
+
+constexpr uint64_t kTimeout = 30ull * 1000000000ull;
+
+Shape S(std::initializer_list<int64_t> dims) {
+  Shape shape;
+  for (int64_t d : dims) shape.push_back(Dim::Constant(d));
+  return shape;
+}
+TensorType F32(Shape shape) { return {TERN_DTYPE_F32, std::move(shape)}; }
+Attribute A(std::string name, decltype(Attribute::value) value) {
+  return Attribute{std::move(name), std::move(value)};
+}
+
+template <typename T>
+std::vector<uint8_t> Bytes(const std::vector<T>& values) {
+  std::vector<uint8_t> bytes(values.size() * sizeof(T));
+  std::memcpy(bytes.data(), values.data(), bytes.size());
+  return bytes;
+}
+
+// Deterministic values in [-1, 1).
+std::vector<float> Values(size_t count, uint32_t seed) {
+  std::vector<float> values(count);
+  uint32_t state = seed * 2654435761u + 1;
+  for (float& v : values) {
+    state = state * 1664525u + 1013904223u;
+    v = static_cast<float>(state >> 8) / 8388608.0f - 1.0f;
+  }
+  return values;
+}
+
+// The single output of a node.
+uint32_t Out(const Graph& graph, absl::StatusOr<uint32_t> node) {
+  EXPECT_TRUE(node.ok()) << node.status();
+  return node.ok() ? graph.nodes[*node].outputs[0] : 0;
+}
+
+void ExpectNear(const std::vector<float>& got, const std::vector<double>& want, double tolerance,
+                const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_NEAR(got[i], want[i], tolerance * (1.0 + std::fabs(want[i]))) << what << " at " << i;
+  }
+}
+
+class LowerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(tern_init(nullptr), TERN_OK) << tern_last_error_message();
+    ASSERT_EQ(tern_device_get(0, &device_), TERN_OK);
+    ASSERT_EQ(tern_core_open(device_, 0, &core_), TERN_OK) << tern_last_error_message();
+    ASSERT_EQ(tern_queue_create(core_, nullptr, &queue_), TERN_OK) << tern_last_error_message();
+  }
+  void TearDown() override {
+    EXPECT_EQ(tern_queue_destroy(queue_), TERN_OK);
+    EXPECT_EQ(tern_core_close(core_), TERN_OK);
+    EXPECT_EQ(tern_shutdown(), TERN_OK);
+  }
+
+  tern_buffer_t Buffer(uint64_t size) {
+    tern_buffer_params_t params{};
+    params.struct_size = sizeof(params);
+    params.size = size == 0 ? 64 : size;
+    params.category = TERN_MEMORY_TENSORS;
+    tern_buffer_t buffer = nullptr;
+    EXPECT_EQ(tern_buffer_alloc(device_, &params, &buffer), TERN_OK) << tern_last_error_message();
+    return buffer;
+  }
+
+  // Compiles `graph`, runs it on `inputs` (bytes, in the graph's input
+  // order) and returns every output as f32 values.
+  std::vector<std::vector<float>> Run(const Graph& graph,
+                                      const std::vector<std::vector<uint8_t>>& inputs,
+                                      CompileStats* stats = nullptr) {
+    absl::StatusOr<std::vector<uint8_t>> executable = CompileGraph(graph, {}, stats);
+    EXPECT_TRUE(executable.ok()) << executable.status();
+    if (!executable.ok()) return {};
+    tern_executable_t loaded = nullptr;
+    EXPECT_EQ(
+        tern_executable_load(device_, executable->data(), executable->size(), nullptr, &loaded),
+        TERN_OK)
+        << tern_last_error_message();
+    if (loaded == nullptr) return {};
+    std::vector<tern_buffer_t> buffers;
+    std::vector<tern_binding_t> in_bindings, out_bindings;
+    for (const std::vector<uint8_t>& bytes : inputs) {
+      buffers.push_back(Buffer(bytes.size()));
+      EXPECT_EQ(tern_buffer_write(buffers.back(), 0, bytes.data(), bytes.size()), TERN_OK);
+      in_bindings.push_back({buffers.back(), 0});
+    }
+    std::vector<size_t> counts;
+    for (const Graph::Output& output : graph.outputs) {
+      const Value& value = graph.values[output.value];
+      EXPECT_EQ(value.type.dtype, TERN_DTYPE_F32) << "the tests read f32 outputs";
+      counts.push_back(static_cast<size_t>(*ConstantElements(value.type.shape)));
+      buffers.push_back(Buffer(counts.back() * 4));
+      out_bindings.push_back({buffers.back(), 0});
+    }
+    EXPECT_EQ(tern_queue_execute(queue_, loaded, 0, in_bindings.data(),
+                                 static_cast<uint32_t>(in_bindings.size()), out_bindings.data(),
+                                 static_cast<uint32_t>(out_bindings.size()), nullptr),
+              TERN_OK)
+        << tern_last_error_message();
+    EXPECT_EQ(tern_queue_synchronize(queue_, kTimeout), TERN_OK) << tern_last_error_message();
+    std::vector<std::vector<float>> results;
+    for (size_t j = 0; j < counts.size(); ++j) {
+      std::vector<float> values(counts[j]);
+      EXPECT_EQ(tern_buffer_read(out_bindings[j].buffer, 0, values.data(), counts[j] * 4), TERN_OK);
+      results.push_back(std::move(values));
+    }
+    EXPECT_EQ(tern_executable_unload(loaded), TERN_OK);
+    for (tern_buffer_t buffer : buffers) EXPECT_EQ(tern_buffer_free(buffer), TERN_OK);
+    return results;
+  }
+
+  tern_device_t device_ = nullptr;
+  tern_core_t core_ = nullptr;
+  tern_queue_t queue_ = nullptr;
+};
+
+// y = relu(x W1^T + b1) W2^T + b2, as torch.nn.Linear exports it (the
+// transposed weight is a permuted view: a strided operand, no copy).
+struct Mlp {
+  static constexpr int64_t kBatch = 4, kIn = 8, kHidden = 16, kOut = 3;
+  std::vector<float> x = Values(kBatch * kIn, 1), w1 = Values(kHidden * kIn, 2),
+                     b1 = Values(kHidden, 3), w2 = Values(kOut * kHidden, 4), b2 = Values(kOut, 5);
+
+  Graph Build() const {
+    Graph g;
+    const uint32_t xv = g.AddInput("x", F32(S({kBatch, kIn})));
+    const uint32_t w1v = g.AddConstant("fc1.weight", F32(S({kHidden, kIn})), Bytes(w1));
+    const uint32_t b1v = g.AddConstant("fc1.bias", F32(S({kHidden})), Bytes(b1));
+    const uint32_t w2v = g.AddConstant("fc2.weight", F32(S({kOut, kHidden})), Bytes(w2));
+    const uint32_t b2v = g.AddConstant("fc2.bias", F32(S({kOut})), Bytes(b2));
+    const std::vector<int64_t> swap = {1, 0};
+    const uint32_t w1t = Out(g, AddNode(&g, "aten.permute.default", {w1v}, {A("dims", swap)}, "t"));
+    const uint32_t h = Out(
+        g, AddNode(&g, "aten.addmm.default", {b1v, xv, w1t}, {}, "fc1", "model.py:10 in forward"));
+    const uint32_t r = Out(g, AddNode(&g, "aten.relu.default", {h}, {}, "relu"));
+    const uint32_t w2t =
+        Out(g, AddNode(&g, "aten.permute.default", {w2v}, {A("dims", swap)}, "t_1"));
+    const uint32_t y = Out(
+        g, AddNode(&g, "aten.addmm.default", {b2v, r, w2t}, {}, "fc2", "model.py:11 in forward"));
+    g.AddOutput("y", y);
+    return g;
+  }
+
+  std::vector<double> Reference() const {
+    std::vector<double> y(kBatch * kOut);
+    for (int64_t b = 0; b < kBatch; ++b) {
+      std::vector<double> h(kHidden);
+      for (int64_t j = 0; j < kHidden; ++j) {
+        double sum = b1[j];
+        for (int64_t i = 0; i < kIn; ++i) sum += double(x[b * kIn + i]) * w1[j * kIn + i];
+        h[j] = sum > 0 ? sum : 0;
+      }
+      for (int64_t o = 0; o < kOut; ++o) {
+        double sum = b2[o];
+        for (int64_t j = 0; j < kHidden; ++j) sum += h[j] * w2[o * kHidden + j];
+        y[b * kOut + o] = sum;
+      }
+    }
+    return y;
+  }
+};
+
+TEST_F(LowerTest, MlpMatchesTheReference) {
+  Mlp mlp;
+  CompileStats stats;
+  const auto outputs = Run(mlp.Build(), {Bytes(mlp.x)}, &stats);
+  ASSERT_EQ(outputs.size(), 1u);
+  ExpectNear(outputs[0], mlp.Reference(), 1e-5, "y");
+  EXPECT_EQ(stats.nodes, 5u);
+  EXPECT_EQ(stats.instructions_per_engine[TERN_ENGINE_TENSOR], 2u);
+  EXPECT_EQ(stats.instructions_per_engine[TERN_ENGINE_SCALAR], 1u);
+  // Tensor -> Scalar -> Tensor: one signal and one wait each way.
+  EXPECT_EQ(stats.instructions_per_engine[TERN_ENGINE_SYNC], 4u);
+  EXPECT_EQ(stats.semaphores, 2u);
+  // h [4, 16] f32, relu'd in place (h dies there).
+  EXPECT_EQ(stats.scratch_peak, 256u);
+  EXPECT_EQ(stats.scratch_naive_sum, 256u);
+}
+
+TEST_F(LowerTest, IdenticalGraphsGiveIdenticalBytes) {
+  Mlp mlp;
+  absl::StatusOr<std::vector<uint8_t>> first = CompileGraph(mlp.Build(), {}, nullptr);
+  absl::StatusOr<std::vector<uint8_t>> second = CompileGraph(mlp.Build(), {}, nullptr);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(*first, *second);
+}
+
+TEST_F(LowerTest, IdenticalConstantsAreStoredOnce) {
+  Graph g;
+  const std::vector<float> w = Values(16, 7);
+  const uint32_t x = g.AddInput("x", F32(S({16})));
+  const uint32_t c1 = g.AddConstant("c1", F32(S({16})), Bytes(w));
+  const uint32_t c2 = g.AddConstant("c2", F32(S({16})), Bytes(w));
+  const uint32_t a = Out(g, AddNode(&g, "aten.add.Tensor", {x, c1}, {}, "add"));
+  const uint32_t b = Out(g, AddNode(&g, "aten.mul.Tensor", {a, c2}, {}, "mul"));
+  g.AddOutput("out", b);
+  CompileStats stats;
+  const std::vector<float> xs = Values(16, 8);
+  const auto outputs = Run(g, {Bytes(xs)}, &stats);
+  EXPECT_EQ(stats.constant_bytes, 64u);
+  std::vector<double> want(16);
+  for (size_t i = 0; i < 16; ++i) want[i] = (double(xs[i]) + w[i]) * w[i];
+  ASSERT_EQ(outputs.size(), 1u);
+  ExpectNear(outputs[0], want, 1e-6, "out");
+}
+
+TEST_F(LowerTest, SoftmaxOfAProduct) {
+  Graph g;
+  const uint32_t x = g.AddInput("x", F32(S({4, 8})));
+  const uint32_t w = g.AddInput("w", F32(S({8, 6})));
+  const uint32_t mm = Out(g, AddNode(&g, "aten.mm.default", {x, w}, {}, "scores"));
+  const uint32_t sm = Out(g, AddNode(&g, "aten._softmax.default", {mm},
+                                     {A("dim", int64_t{-1}), A("half_to_float", false)}, "probs"));
+  g.AddOutput("probs", sm);
+  const std::vector<float> xs = Values(32, 11), ws = Values(48, 12);
+  const auto outputs = Run(g, {Bytes(xs), Bytes(ws)});
+  std::vector<double> want(24);
+  for (int r = 0; r < 4; ++r) {
+    double row[6], max = -1e300, total = 0;
+    for (int c = 0; c < 6; ++c) {
+      row[c] = 0;
+      for (int k = 0; k < 8; ++k) row[c] += double(xs[r * 8 + k]) * ws[k * 6 + c];
+      max = std::max(max, row[c]);
+    }
+    for (double& v : row) total += (v = std::exp(v - max));
+    for (int c = 0; c < 6; ++c) want[r * 6 + c] = row[c] / total;
+  }
+  ASSERT_EQ(outputs.size(), 1u);
+  ExpectNear(outputs[0], want, 1e-5, "probs");
+}
+
+TEST_F(LowerTest, LayerNormWithItsStatistics) {
+  Graph g;
+  const uint32_t x = g.AddInput("x", F32(S({2, 3, 8})));
+  const std::vector<float> weight = Values(8, 21), bias = Values(8, 22);
+  const uint32_t wv = g.AddConstant("ln.weight", F32(S({8})), Bytes(weight));
+  const uint32_t bv = g.AddConstant("ln.bias", F32(S({8})), Bytes(bias));
+  absl::StatusOr<uint32_t> ln =
+      AddNode(&g, "aten.native_layer_norm.default", {x, wv, bv},
+              {A("normalized_shape", std::vector<int64_t>{8}), A("eps", 1e-5)}, "ln");
+  ASSERT_TRUE(ln.ok()) << ln.status();
+  g.AddOutput("out", g.nodes[*ln].outputs[0]);
+  g.AddOutput("rstd", g.nodes[*ln].outputs[2]);  // mean is unused: not computed
+  const std::vector<float> xs = Values(48, 23);
+  const auto outputs = Run(g, {Bytes(xs)});
+  std::vector<double> want(48), want_rstd(6);
+  for (int row = 0; row < 6; ++row) {
+    double mean = 0, var = 0;
+    for (int i = 0; i < 8; ++i) mean += xs[row * 8 + i] / 8.0;
+    for (int i = 0; i < 8; ++i) var += (xs[row * 8 + i] - mean) * (xs[row * 8 + i] - mean) / 8.0;
+    want_rstd[row] = 1.0 / std::sqrt(var + 1e-5);
+    for (int i = 0; i < 8; ++i) {
+      want[row * 8 + i] = (xs[row * 8 + i] - mean) * want_rstd[row] * weight[i] + bias[i];
+    }
+  }
+  ASSERT_EQ(outputs.size(), 2u);
+  ExpectNear(outputs[0], want, 1e-5, "out");
+  ExpectNear(outputs[1], want_rstd, 1e-5, "rstd");
+}
+
+TEST_F(LowerTest, ViewChainsNeedNoCopiesExceptForOutputs) {
+  Graph g;
+  const uint32_t x = g.AddInput("x", F32(S({2, 3, 4})));
+  // permute [4, 2, 3], then view [4, 6]: the strides express it.
+  const uint32_t p = Out(g, AddNode(&g, "aten.permute.default", {x},
+                                    {A("dims", std::vector<int64_t>{2, 0, 1})}, "perm"));
+  const uint32_t v = Out(g, AddNode(&g, "aten.view.default", {p}, {A("size", S({4, 6}))}, "v"));
+  const uint32_t scaled =
+      Out(g, AddNode(&g, "aten.mul.Tensor", {v, kNoValue}, {A("other", 2.0)}, "scaled"));
+  // view [24] of the permuted tensor: the strides cannot, so one copy.
+  const uint32_t flat = Out(g, AddNode(&g, "aten.view.default", {p}, {A("size", S({24}))}, "flat"));
+  // select, unsqueeze, expand, slice, then an add that reads them all.
+  const uint32_t sel = Out(g, AddNode(&g, "aten.select.int", {x},
+                                      {A("dim", int64_t{0}), A("index", int64_t{1})}, "sel"));
+  const uint32_t un =
+      Out(g, AddNode(&g, "aten.unsqueeze.default", {sel}, {A("dim", int64_t{0})}, "un"));
+  const uint32_t ex =
+      Out(g, AddNode(&g, "aten.expand.default", {un}, {A("size", S({2, 3, 4}))}, "ex"));
+  const uint32_t sl = Out(g, AddNode(&g, "aten.slice.Tensor", {ex},
+                                     {A("dim", int64_t{2}), A("start", int64_t{1}),
+                                      A("end", int64_t{4}), A("step", int64_t{2})},
+                                     "sl"));
+  const uint32_t sum = Out(g, AddNode(&g, "aten.add.Tensor", {sl, sl}, {}, "twice"));
+  g.AddOutput("scaled", scaled);
+  g.AddOutput("flat", flat);
+  g.AddOutput("perm", p);  // a view as an output: copied
+  g.AddOutput("twice", sum);
+  const std::vector<float> xs = Values(24, 31);
+  CompileStats stats;
+  const auto outputs = Run(g, {Bytes(xs)}, &stats);
+  ASSERT_EQ(outputs.size(), 4u);
+  auto at = [&](int i, int j, int k) { return double(xs[i * 12 + j * 4 + k]); };
+  std::vector<double> perm(24), scaled_want(24), twice(12);
+  for (int k = 0; k < 4; ++k) {
+    for (int i = 0; i < 2; ++i) {
+      for (int j = 0; j < 3; ++j) perm[k * 6 + i * 3 + j] = at(i, j, k);
+    }
+  }
+  for (int e = 0; e < 24; ++e) scaled_want[e] = 2.0 * perm[e];
+  for (int i = 0; i < 2; ++i) {
+    for (int j = 0; j < 3; ++j) {
+      for (int c = 0; c < 2; ++c) twice[i * 6 + j * 2 + c] = 2.0 * at(1, j, 1 + 2 * c);
+    }
+  }
+  ExpectNear(outputs[0], scaled_want, 0, "scaled");
+  ExpectNear(outputs[1], perm, 0, "flat");
+  ExpectNear(outputs[2], perm, 0, "perm");
+  ExpectNear(outputs[3], twice, 0, "twice");
+  // Two binaries; the reshape copy and the output copy of the view.
+  EXPECT_EQ(stats.instructions_per_engine[TERN_ENGINE_VECTOR], 2u);
+  EXPECT_EQ(stats.instructions_per_engine[TERN_ENGINE_DMA], 2u);
+  EXPECT_EQ(stats.scratch_peak, 0u);  // everything else is an output or a view
+}
+
+TEST_F(LowerTest, BroadcastingArithmeticWithScalarsAndAlpha) {
+  Graph g;
+  const uint32_t x = g.AddInput("x", F32(S({3, 4})));
+  const uint32_t b = g.AddInput("b", F32(S({4})));
+  // (x + b) + 2 * 0.5, minus 3 * b, times 4, divided by 8
+  const uint32_t s1 = Out(g, AddNode(&g, "aten.add.Tensor", {x, b}, {}, "add"));
+  const uint32_t s2 = Out(g, AddNode(&g, "aten.add.Tensor", {s1, kNoValue},
+                                     {A("other", 0.5), A("alpha", 2.0)}, "add1"));
+  const uint32_t s3 =
+      Out(g, AddNode(&g, "aten.sub.Tensor", {s2, b}, {A("alpha", int64_t{3})}, "sub"));
+  const uint32_t s4 =
+      Out(g, AddNode(&g, "aten.mul.Tensor", {s3, kNoValue}, {A("other", int64_t{4})}, "mul"));
+  const uint32_t s5 =
+      Out(g, AddNode(&g, "aten.div.Tensor", {s4, kNoValue}, {A("other", 8.0)}, "div"));
+  g.AddOutput("out", s5);
+  const std::vector<float> xs = Values(12, 41), bs = Values(4, 42);
+  const auto outputs = Run(g, {Bytes(xs), Bytes(bs)});
+  std::vector<double> want(12);
+  for (int i = 0; i < 3; ++i) {
+    for (int j = 0; j < 4; ++j) {
+      want[i * 4 + j] = ((double(xs[i * 4 + j]) + bs[j] + 1.0 - 3.0 * bs[j]) * 4.0) / 8.0;
+    }
+  }
+  ASSERT_EQ(outputs.size(), 1u);
+  ExpectNear(outputs[0], want, 1e-6, "out");
+}
+
+TEST_F(LowerTest, CatAlongBothDims) {
+  Graph g;
+  const uint32_t a = g.AddInput("a", F32(S({2, 3})));
+  const uint32_t b = g.AddInput("b", F32(S({2, 5})));
+  const uint32_t wide =
+      Out(g, AddNode(&g, "aten.cat.default", {a, b}, {A("dim", int64_t{-1})}, "wide"));
+  const uint32_t r = Out(g, AddNode(&g, "aten.relu.default", {a}, {}, "relu"));
+  const uint32_t tall = Out(g, AddNode(&g, "aten.cat.default", {a, r}, {}, "tall"));
+  // split_with_sizes gives views: its second piece is an output (copied).
+  absl::StatusOr<uint32_t> split =
+      AddNode(&g, "aten.split_with_sizes.default", {wide},
+              {A("split_sizes", std::vector<int64_t>{3, 5}), A("dim", int64_t{1})}, "split");
+  ASSERT_TRUE(split.ok()) << split.status();
+  g.AddOutput("wide", wide);
+  g.AddOutput("tall", tall);
+  g.AddOutput("b_again", g.nodes[*split].outputs[1]);
+  const std::vector<float> as = Values(6, 51), bs = Values(10, 52);
+  const auto outputs = Run(g, {Bytes(as), Bytes(bs)});
+  std::vector<double> want_wide, want_tall;
+  for (int i = 0; i < 2; ++i) {
+    for (int j = 0; j < 3; ++j) want_wide.push_back(as[i * 3 + j]);
+    for (int j = 0; j < 5; ++j) want_wide.push_back(bs[i * 5 + j]);
+  }
+  for (float v : as) want_tall.push_back(v);
+  for (float v : as) want_tall.push_back(v > 0 ? v : 0);
+  ASSERT_EQ(outputs.size(), 3u);
+  ExpectNear(outputs[0], want_wide, 0, "wide");
+  ExpectNear(outputs[1], want_tall, 0, "tall");
+  ExpectNear(outputs[2], std::vector<double>(bs.begin(), bs.end()), 0, "b_again");
+}
+
+TEST_F(LowerTest, EmbeddingReductionsAndWhere) {
+  Graph g;
+  const std::vector<float> table = Values(40, 61);
+  const uint32_t weight = g.AddConstant("emb.weight", F32(S({10, 4})), Bytes(table));
+  const uint32_t ids = g.AddInput("ids", {TERN_DTYPE_I64, S({3})});
+  const uint32_t e = Out(g, AddNode(&g, "aten.embedding.default", {weight, ids}, {}, "emb"));
+  const uint32_t m =
+      Out(g, AddNode(&g, "aten.mean.dim", {e},
+                     {A("dim", std::vector<int64_t>{-1}), A("keepdim", true)}, "mean"));
+  const uint32_t mx =
+      Out(g, AddNode(&g, "aten.amax.default", {e}, {A("dim", std::vector<int64_t>{0})}, "amax"));
+  const uint32_t gt = Out(g, AddNode(&g, "aten.gt.Tensor", {e, m}, {}, "above"));
+  const uint32_t w = Out(g, AddNode(&g, "aten.where.self", {gt, e, m}, {}, "clip"));
+  const uint32_t s =
+      Out(g, AddNode(&g, "aten.sum.dim_IntList", {w}, {A("dim", std::vector<int64_t>{1})}, "sum"));
+  g.AddOutput("amax", mx);
+  g.AddOutput("sum", s);
+  const std::vector<int64_t> indices = {7, 0, 3};
+  const auto outputs = Run(g, {Bytes(indices)});
+  std::vector<double> want_max(4, -1e300), want_sum(3, 0);
+  for (int r = 0; r < 3; ++r) {
+    const float* row = &table[static_cast<size_t>(indices[r]) * 4];
+    double mean = 0;
+    for (int c = 0; c < 4; ++c) mean += row[c];
+    mean = static_cast<float>(mean / 4);
+    for (int c = 0; c < 4; ++c) {
+      want_max[c] = std::max(want_max[c], double(row[c]));
+      want_sum[r] += row[c] > mean ? row[c] : mean;
+    }
+  }
+  ASSERT_EQ(outputs.size(), 2u);
+  ExpectNear(outputs[0], want_max, 0, "amax");
+  ExpectNear(outputs[1], want_sum, 1e-6, "sum");
+}
+
+// exp, neg (Scalar), cat (two DMA copies), relu in place (Scalar: cat's
+// result dies there), exp (Scalar), add (Vector) into the output:
+//   buffer  bytes  live (instructions)
+//   a       256    0..2     offset 0
+//   b       256    1..3     offset 256
+//   c = d   512    2..6     offset 512 (nothing free yet)
+//   e       512    5..6     offset 0 (a and b freed and coalesced: a best fit)
+// peak 1024, naive 1536, max-live 1024 (at instruction 2: a, b, c; at 5: c, e).
+// The relu writes where the DMA engine wrote and the second exp where it
+// read: the ordering covers both.
+TEST_F(LowerTest, MemoryPlanGolden) {
+  Graph g;
+  const uint32_t x = g.AddInput("x", F32(S({64})));
+  const uint32_t a = Out(g, AddNode(&g, "aten.exp.default", {x}, {}, "a"));
+  const uint32_t b = Out(g, AddNode(&g, "aten.neg.default", {a}, {}, "b"));
+  const uint32_t c = Out(g, AddNode(&g, "aten.cat.default", {a, b}, {}, "c"));
+  const uint32_t d = Out(g, AddNode(&g, "aten.relu.default", {c}, {}, "d"));
+  const uint32_t e = Out(g, AddNode(&g, "aten.exp.default", {d}, {}, "e"));
+  const uint32_t out = Out(g, AddNode(&g, "aten.add.Tensor", {d, e}, {}, "out"));
+  g.AddOutput("out", out);
+  CompileStats stats;
+  const std::vector<float> xs = Values(64, 71);
+  const auto outputs = Run(g, {Bytes(xs)}, &stats);
+  EXPECT_EQ(stats.scratch_peak, 1024u);
+  EXPECT_EQ(stats.scratch_naive_sum, 1536u);
+  EXPECT_EQ(stats.scratch_max_live, 1024u);
+  std::vector<double> want(128);
+  for (size_t i = 0; i < 64; ++i) {
+    const double ex = std::exp(double(xs[i]));
+    want[i] = ex + std::exp(ex);
+    want[64 + i] = 1.0;  // relu(-exp(x)) is 0, and 0 + exp(0)
+  }
+  ASSERT_EQ(outputs.size(), 1u);
+  ExpectNear(outputs[0], want, 1e-5, "out");
+}
+
+// One attention block with a residual, a layer norm and a GELU MLP: every
+// engine but GpSimd takes part, and scratch regions are reused across
+// engines, so the ordering is exercised (run it under
+// TERN_SIM_SCHEDULE=random:SEED too).
+TEST_F(LowerTest, AttentionBlockMatchesTheReference) {
+  constexpr int B = 2, T = 4, D = 8, H = 16;
+  const std::vector<float> xs = Values(B * T * D, 81), wq = Values(D * D, 82),
+                           wk = Values(D * D, 83), wv = Values(D * D, 84), w1 = Values(H * D, 85),
+                           w2 = Values(D * H, 86), b1 = Values(H, 87);
+  Graph g;
+  const uint32_t x = g.AddInput("x", F32(S({B, T, D})));
+  auto constant = [&](const char* name, const std::vector<float>& v, Shape shape) {
+    return g.AddConstant(name, F32(std::move(shape)), Bytes(v));
+  };
+  const std::vector<int64_t> swap = {1, 0};
+  auto linear = [&](uint32_t in2d, uint32_t weight, const std::string& name) {
+    const uint32_t t =
+        Out(g, AddNode(&g, "aten.permute.default", {weight}, {A("dims", swap)}, name + "_t"));
+    return Out(g, AddNode(&g, "aten.mm.default", {in2d, t}, {}, name));
+  };
+  const uint32_t x2 =
+      Out(g, AddNode(&g, "aten.view.default", {x}, {A("size", S({B * T, D}))}, "x2"));
+  auto project = [&](const std::vector<float>& w, const char* name) {
+    const uint32_t p = linear(x2, constant(name, w, S({D, D})), name);
+    return Out(g, AddNode(&g, "aten.view.default", {p}, {A("size", S({B, T, D}))},
+                          std::string(name) + "_3d"));
+  };
+  const uint32_t q = project(wq, "q"), k = project(wk, "k"), v = project(wv, "v");
+  const uint32_t kt = Out(g, AddNode(&g, "aten.permute.default", {k},
+                                     {A("dims", std::vector<int64_t>{0, 2, 1})}, "kt"));
+  const uint32_t scores = Out(g, AddNode(&g, "aten.bmm.default", {q, kt}, {}, "scores"));
+  const uint32_t scaled = Out(g, AddNode(&g, "aten.mul.Tensor", {scores, kNoValue},
+                                         {A("other", 1.0 / std::sqrt(double(D)))}, "scaled"));
+  const uint32_t probs =
+      Out(g, AddNode(&g, "aten._softmax.default", {scaled},
+                     {A("dim", int64_t{-1}), A("half_to_float", false)}, "probs"));
+  const uint32_t attn = Out(g, AddNode(&g, "aten.bmm.default", {probs, v}, {}, "attn"));
+  const uint32_t res = Out(g, AddNode(&g, "aten.add.Tensor", {attn, x}, {}, "residual"));
+  absl::StatusOr<uint32_t> ln =
+      AddNode(&g, "aten.native_layer_norm.default", {res, kNoValue, kNoValue},
+              {A("normalized_shape", std::vector<int64_t>{D}), A("eps", 1e-5)}, "ln");
+  ASSERT_TRUE(ln.ok()) << ln.status();
+  const uint32_t normed = g.nodes[*ln].outputs[0];
+  const uint32_t n2 =
+      Out(g, AddNode(&g, "aten.view.default", {normed}, {A("size", S({B * T, D}))}, "n2"));
+  const uint32_t w1t = Out(g, AddNode(&g, "aten.permute.default", {constant("w1", w1, S({H, D}))},
+                                      {A("dims", swap)}, "w1t"));
+  const uint32_t h =
+      Out(g, AddNode(&g, "aten.addmm.default", {constant("b1", b1, S({H})), n2, w1t}, {}, "fc1"));
+  const uint32_t act = Out(
+      g, AddNode(&g, "aten.gelu.default", {h}, {A("approximate", std::string("tanh"))}, "gelu"));
+  const uint32_t y2 = linear(act, constant("w2", w2, S({D, H})), "fc2");
+  const uint32_t y = Out(g, AddNode(&g, "aten.view.default", {y2}, {A("size", S({B, T, D}))}, "y"));
+  g.AddOutput("y", y);
+
+  // The reference, in double.
+  auto mat = [](const std::vector<double>& a, const std::vector<float>& w, int rows, int in,
+                int out) {  // a [rows, in] @ w^T, w [out, in]
+    std::vector<double> r(static_cast<size_t>(rows * out), 0.0);
+    for (int i = 0; i < rows; ++i) {
+      for (int o = 0; o < out; ++o) {
+        for (int c = 0; c < in; ++c) r[i * out + o] += a[i * in + c] * w[o * in + c];
+      }
+    }
+    return r;
+  };
+  const std::vector<double> xd(xs.begin(), xs.end());
+  const auto qd = mat(xd, wq, B * T, D, D), kd = mat(xd, wk, B * T, D, D),
+             vd = mat(xd, wv, B * T, D, D);
+  std::vector<double> normed_d(B * T * D);
+  for (int b = 0; b < B; ++b) {
+    for (int i = 0; i < T; ++i) {
+      double p[T], max = -1e300, total = 0;
+      for (int j = 0; j < T; ++j) {
+        p[j] = 0;
+        for (int c = 0; c < D; ++c) p[j] += qd[(b * T + i) * D + c] * kd[(b * T + j) * D + c];
+        p[j] /= std::sqrt(double(D));
+        max = std::max(max, p[j]);
+      }
+      for (double& e : p) total += (e = std::exp(e - max));
+      double row[D], mean = 0, var = 0;
+      for (int c = 0; c < D; ++c) {
+        row[c] = xd[(b * T + i) * D + c];
+        for (int j = 0; j < T; ++j) row[c] += p[j] / total * vd[(b * T + j) * D + c];
+        mean += row[c] / D;
+      }
+      for (int c = 0; c < D; ++c) var += (row[c] - mean) * (row[c] - mean) / D;
+      for (int c = 0; c < D; ++c) {
+        normed_d[(b * T + i) * D + c] = (row[c] - mean) / std::sqrt(var + 1e-5);
+      }
+    }
+  }
+  auto hd = mat(normed_d, w1, B * T, D, H);
+  for (int i = 0; i < B * T; ++i) {
+    for (int o = 0; o < H; ++o) {
+      const double z = hd[i * H + o] + b1[o];
+      hd[i * H + o] =
+          0.5 * z * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (z + 0.044715 * z * z * z)));
+    }
+  }
+  const auto want = mat(hd, w2, B * T, H, D);
+
+  CompileStats stats;
+  const auto outputs = Run(g, {Bytes(xs)}, &stats);
+  ASSERT_EQ(outputs.size(), 1u);
+  ExpectNear(outputs[0], want, 1e-4, "y");
+  EXPECT_GT(stats.instructions_per_engine[TERN_ENGINE_TENSOR], 0u);
+  EXPECT_GT(stats.instructions_per_engine[TERN_ENGINE_VECTOR], 0u);
+  EXPECT_GT(stats.instructions_per_engine[TERN_ENGINE_SCALAR], 0u);
+  EXPECT_LE(stats.semaphores, 5u);
+  EXPECT_LT(stats.scratch_peak, stats.scratch_naive_sum);
+  EXPECT_GE(stats.scratch_peak, stats.scratch_max_live);
+}
+
+TEST(MemoryPlanner, BestFitReusesTheSmallestHoleAndGrowsAtTheTop) {
+  // 0: [0,640) 1: [640,768) 2: [768,1024); at 1, 0 and 2 die; 3 (100 -> 128
+  // bytes) takes 2's 256-byte hole, not 0's 640; 4 (700 -> 704) finds no
+  // hole that fits, so it grows the segment from the top free block
+  // (768 + 128 = 896).
+  const std::vector<ScratchBuffer> buffers = {
+      {640, 0, 1}, {128, 0, 3}, {256, 0, 1}, {100, 2, 3}, {700, 2, 3},
+  };
+  const MemoryPlan plan = PlanScratch(buffers);
+  EXPECT_EQ(plan.offsets, (std::vector<uint64_t>{0, 640, 768, 768, 896}));
+  EXPECT_EQ(plan.peak, 1600u);  // 896 + 704
+  EXPECT_EQ(plan.naive_sum, 640u + 128u + 256u + 128u + 704u);
+  EXPECT_EQ(plan.max_live, 1024u);  // 0, 1 and 2 at 0 (1, 3 and 4 at 2: 960)
+}
+
+TEST(TensorRefs, ReshapeOfStridedViews) {
+  const TensorRef base = TensorRef::Contiguous({BufferRef::kInput, 0}, TERN_DTYPE_F32, {2, 3, 4});
+  const TensorRef permuted = base.Permute({2, 0, 1});  // [4, 2, 3] strides [1, 12, 4]
+  std::optional<TensorRef> merged = permuted.Reshape({4, 6});
+  ASSERT_TRUE(merged.has_value());
+  EXPECT_EQ(merged->strides, (std::vector<int64_t>{1, 4}));
+  std::optional<TensorRef> split = permuted.Reshape({4, 1, 2, 3, 1});
+  ASSERT_TRUE(split.has_value());
+  EXPECT_EQ(split->strides[0], 1);
+  EXPECT_EQ(split->strides[2], 12);
+  EXPECT_EQ(split->strides[3], 4);
+  EXPECT_FALSE(permuted.Reshape({24}).has_value());
+  EXPECT_FALSE(permuted.Reshape({8, 3}).has_value());
+}
+
+TEST(LowerErrors, SymbolicShapesAreNamed) {
+  Graph g;
+  g.symbols.push_back({"s0", 1, 128});
+  const uint32_t x = g.AddInput("tokens", {TERN_DTYPE_F32, {Dim::Of(0), Dim::Constant(4)}});
+  const uint32_t r = Out(g, AddNode(&g, "aten.relu.default", {x}, {}, "relu"));
+  g.AddOutput("out", r);
+  absl::StatusOr<std::vector<uint8_t>> result = CompileGraph(g, {}, nullptr);
+  ASSERT_FALSE(result.ok());
+  EXPECT_CONTAINS(result.status().message(), "'tokens'");
+  EXPECT_CONTAINS(result.status().message(), "[s0, 4]");
+  EXPECT_CONTAINS(result.status().message(), "symbolic shapes are not lowered yet");
+}
+
+TEST(LowerErrors, UnsupportedOpsAreNamedWithTheirSource) {
+  Graph g;
+  const uint32_t x = g.AddInput("x", F32(S({4})));
+  const uint32_t node = g.AddNodeWithTypes("aten.cumsum.default", {x}, {}, {F32(S({4}))},
+                                           "cumsum_3", "model.py:7 in forward");
+  g.AddOutput("out", g.nodes[node].outputs[0]);
+  absl::StatusOr<LoweredProgram> lowered = LowerGraph(g);
+  ASSERT_FALSE(lowered.ok());
+  EXPECT_CONTAINS(lowered.status().message(), "cumsum_3");
+  EXPECT_CONTAINS(lowered.status().message(), "model.py:7");
+  EXPECT_CONTAINS(lowered.status().message(), "not supported by the compiler yet");
+}
+
+// ---- The ternc command ----------------------------------------------------------------
+
+class TerncTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char pattern[] = "/tmp/ternc-test-XXXXXX";
+    ASSERT_NE(mkdtemp(pattern), nullptr);
+    dir_ = pattern;
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  // Runs ternc with `args`; returns its exit status, stdout and stderr.
+  int Ternc(const std::string& args, std::string* out = nullptr, std::string* err = nullptr) {
+    const std::string command =
+        std::string(TERNC_PATH) + " " + args + " >'" + dir_ + "/stdout' 2>'" + dir_ + "/stderr'";
+    const int status = std::system(command.c_str());
+    if (out != nullptr) *out = Slurp(dir_ + "/stdout");
+    if (err != nullptr) *err = Slurp(dir_ + "/stderr");
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+
+  static std::string Slurp(const std::string& path) {
+    std::ifstream file(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>());
+  }
+
+  std::string dir_;
+};
+
+TEST_F(TerncTest, CompilesTheSameBytesAsTheLibraryAndPrintsStats) {
+  const Graph graph = Mlp().Build();
+  ASSERT_TRUE(WriteGraphFile(graph, dir_ + "/mlp.ternir").ok());
+  std::string out, err;
+  ASSERT_EQ(
+      Ternc("compile '" + dir_ + "/mlp.ternir' -o '" + dir_ + "/mlp.tern' --stats", &out, &err), 0)
+      << err;
+  EXPECT_CONTAINS(out, "semaphores:");
+  EXPECT_CONTAINS(out, "scratch peak:");
+  EXPECT_CONTAINS(out, "tensor");
+  absl::StatusOr<std::vector<uint8_t>> bytes = CompileGraph(graph, {}, nullptr);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  const std::string written = Slurp(dir_ + "/mlp.tern");
+  EXPECT_EQ(written, std::string(bytes->begin(), bytes->end()));
+
+  ASSERT_EQ(Ternc("inspect '" + dir_ + "/mlp.ternir'", &out, &err), 0) << err;
+  EXPECT_CONTAINS(out, "aten.addmm.default");
+  EXPECT_CONTAINS(out, "fc1 @ model.py:10 in forward");
+  EXPECT_CONTAINS(out, "x: f32 [4, 8]");
+}
+
+TEST_F(TerncTest, ExitCodesSayWhatWentWrong) {
+  std::string out, err;
+  EXPECT_EQ(Ternc("--help", &out), 0);
+  EXPECT_CONTAINS(out, "ternc compile");
+  EXPECT_EQ(Ternc("", nullptr, &err), 64);
+  EXPECT_EQ(Ternc("compile '" + dir_ + "/missing.ternir'", nullptr, &err), 64);
+  EXPECT_CONTAINS(err, "-o");
+  EXPECT_EQ(Ternc("frobnicate", nullptr, &err), 64);
+  EXPECT_EQ(Ternc("compile '" + dir_ + "/missing.ternir' -o '" + dir_ + "/x.tern'", nullptr, &err),
+            3);
+  EXPECT_CONTAINS(err, "missing.ternir");
+
+  Graph g;
+  g.symbols.push_back({"s0", 1, 128});
+  const uint32_t x = g.AddInput("tokens", {TERN_DTYPE_F32, {Dim::Of(0), Dim::Constant(4)}});
+  g.AddOutput("out", Out(g, AddNode(&g, "aten.exp.default", {x}, {}, "exp")));
+  ASSERT_TRUE(WriteGraphFile(g, dir_ + "/dynamic.ternir").ok());
+  EXPECT_EQ(Ternc("compile '" + dir_ + "/dynamic.ternir' -o '" + dir_ + "/d.tern'", nullptr, &err),
+            1);
+  EXPECT_CONTAINS(err, "symbolic shapes are not lowered yet");
+  EXPECT_NE(access((dir_ + "/d.tern").c_str(), F_OK), 0) << "nothing is written on failure";
+}
+
+}  // namespace
+}  // namespace tern::compiler
