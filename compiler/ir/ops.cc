@@ -508,6 +508,50 @@ absl::Status Reduce(const InferContext& c, Types* out, bool float_only) {
 }
 
 absl::Status Sum(const InferContext& c, Types* out) { return Reduce(c, out, false); }
+
+absl::Status AnyDim(const InferContext& c, Types* out) {
+  if (auto s = Reduce(c, out, false); !s.ok()) return s;
+  out->back().dtype = TERN_DTYPE_BOOL;
+  return absl::OkStatus();
+}
+
+absl::Status LogicalNot(const InferContext& c, Types* out) {
+  if (auto s = SameAsInput(c, out); !s.ok()) return s;
+  out->back().dtype = TERN_DTYPE_BOOL;
+  return absl::OkStatus();
+}
+
+// full_like(self, fill_value, dtype?): self's shape.
+absl::Status FullLike(const InferContext& c, Types* out) {
+  if (auto s = ToCopy(c, out); !s.ok()) return s;
+  const Attribute* fill = FindAttr(c.node, "fill_value");
+  if (fill == nullptr || (!std::holds_alternative<double>(fill->value) &&
+                          !std::holds_alternative<int64_t>(fill->value) &&
+                          !std::holds_alternative<bool>(fill->value))) {
+    return c.Error("its attribute 'fill_value' must be a number");
+  }
+  return absl::OkStatus();
+}
+
+// gather(self, dim, index): index's shape, self's dtype.
+absl::Status Gather(const InferContext& c, Types* out) {
+  if (auto s = RequireInput(c, 0, "self"); !s.ok()) return s;
+  if (auto s = RequireInput(c, 1, "index"); !s.ok()) return s;
+  const TensorType &self = *c.inputs[0], &index = *c.inputs[1];
+  auto dim = c.Int("dim", 0);
+  if (!dim.ok()) return dim.status();
+  if (auto n = NormalizeDim(c, *dim, self.shape.size()); !n.ok()) return n.status();
+  if (index.dtype != TERN_DTYPE_I64 && index.dtype != TERN_DTYPE_I32) {
+    return c.Error(
+        fmt::format("its index has dtype {}; it must be i64 or i32", tern_dtype_name(index.dtype)));
+  }
+  if (index.shape.size() != self.shape.size()) {
+    return c.Error(fmt::format("its index {} and input {} differ in rank", Shp(c, index.shape),
+                               Shp(c, self.shape)));
+  }
+  out->push_back({self.dtype, index.shape});
+  return absl::OkStatus();
+}
 absl::Status Mean(const InferContext& c, Types* out) { return Reduce(c, out, true); }
 
 absl::Status Softmax(const InferContext& c, Types* out) {
@@ -666,28 +710,44 @@ const std::vector<OpDef>& Table() {
         {"aten._to_copy.default", 1, 1, 1, -1, ToCopy},
         {"aten._unsafe_view.default", 1, 1, 1, -1, View},
         {"aten.abs.default", 1, 1, 1, -1, SameAsInput},
+        {"aten.add.Scalar", 1, 1, 1, -1, Arithmetic},
         {"aten.add.Tensor", 1, 2, 1, -1, Arithmetic},
+        {"aten.any.dim", 1, 1, 1, -1, AnyDim},
         {"aten.addmm.default", 3, 3, 1, -1, Addmm},
         {"aten.amax.default", 1, 1, 1, -1, Sum},
         {"aten.bmm.default", 2, 2, 1, -1, Bmm},
         {"aten.cat.default", 1, kVariadic, 1, -1, Cat},
         {"aten.clone.default", 1, 1, 1, -1, SameAsInput},
         {"aten.cos.default", 1, 1, 1, -1, FloatUnary},
+        {"aten.div.Scalar", 1, 1, 1, -1, Division},
         {"aten.div.Tensor", 1, 2, 1, -1, Division},
         {"aten.embedding.default", 2, 2, 1, -1, Embedding},
+        {"aten.eq.Scalar", 1, 1, 1, -1, Comparison},
         {"aten.eq.Tensor", 1, 2, 1, -1, Comparison},
         {"aten.erf.default", 1, 1, 1, -1, FloatUnary},
         {"aten.exp.default", 1, 1, 1, -1, FloatUnary},
         {"aten.expand.default", 1, 1, 1, 0, Expand},
+        {"aten.full_like.default", 1, 1, 1, -1, FullLike},
+        {"aten.gather.default", 2, 2, 1, -1, Gather},
+        {"aten.ge.Scalar", 1, 1, 1, -1, Comparison},
+        {"aten.ge.Tensor", 1, 2, 1, -1, Comparison},
         {"aten.gelu.default", 1, 1, 1, -1, FloatUnary},
+        {"aten.gt.Scalar", 1, 1, 1, -1, Comparison},
         {"aten.gt.Tensor", 1, 2, 1, -1, Comparison},
         {"aten.log.default", 1, 1, 1, -1, FloatUnary},
+        {"aten.le.Scalar", 1, 1, 1, -1, Comparison},
+        {"aten.le.Tensor", 1, 2, 1, -1, Comparison},
+        {"aten.logical_not.default", 1, 1, 1, -1, LogicalNot},
+        {"aten.lt.Scalar", 1, 1, 1, -1, Comparison},
         {"aten.lt.Tensor", 1, 2, 1, -1, Comparison},
         {"aten.maximum.default", 2, 2, 1, -1, Arithmetic},
         {"aten.mean.dim", 1, 1, 1, -1, Mean},
         {"aten.minimum.default", 2, 2, 1, -1, Arithmetic},
         {"aten.mm.default", 2, 2, 1, -1, Mm},
+        {"aten.mul.Scalar", 1, 1, 1, -1, Arithmetic},
         {"aten.mul.Tensor", 1, 2, 1, -1, Arithmetic},
+        {"aten.ne.Scalar", 1, 1, 1, -1, Comparison},
+        {"aten.ne.Tensor", 1, 2, 1, -1, Comparison},
         {"aten.native_layer_norm.default", 1, 3, 3, -1, LayerNorm},
         {"aten.neg.default", 1, 1, 1, -1, SameAsInput},
         {"aten.permute.default", 1, 1, 1, 0, Permute},
@@ -702,6 +762,7 @@ const std::vector<OpDef>& Table() {
         {"aten.sqrt.default", 1, 1, 1, -1, FloatUnary},
         {"aten.split_with_sizes.default", 1, 1, kAnyOutputs, 0, SplitWithSizes},
         {"aten.squeeze.dims", 1, 1, 1, 0, SqueezeDims},
+        {"aten.sub.Scalar", 1, 1, 1, -1, Arithmetic},
         {"aten.sub.Tensor", 1, 2, 1, -1, Arithmetic},
         {"aten.sum.dim_IntList", 1, 1, 1, -1, Sum},
         {"aten.tanh.default", 1, 1, 1, -1, FloatUnary},

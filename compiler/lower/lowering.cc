@@ -548,11 +548,16 @@ class Lowerer {
         {"aten.div.Tensor", TERN_BINARY_DIV},      {"aten.div.Scalar", TERN_BINARY_DIV},
         {"aten.maximum.default", TERN_BINARY_MAX}, {"aten.minimum.default", TERN_BINARY_MIN},
         {"aten.eq.Tensor", TERN_BINARY_EQ},        {"aten.gt.Tensor", TERN_BINARY_GT},
-        {"aten.lt.Tensor", TERN_BINARY_LT},
+        {"aten.lt.Tensor", TERN_BINARY_LT},        {"aten.ne.Tensor", TERN_BINARY_NE},
+        {"aten.ge.Tensor", TERN_BINARY_GE},        {"aten.le.Tensor", TERN_BINARY_LE},
+        {"aten.eq.Scalar", TERN_BINARY_EQ},        {"aten.ne.Scalar", TERN_BINARY_NE},
+        {"aten.gt.Scalar", TERN_BINARY_GT},        {"aten.ge.Scalar", TERN_BINARY_GE},
+        {"aten.lt.Scalar", TERN_BINARY_LT},        {"aten.le.Scalar", TERN_BINARY_LE},
     };
     tern_binary_fn_t fn = kFns.at(node.op);
     const uint32_t out = node.outputs[0];
-    const bool comparison = fn == TERN_BINARY_EQ || fn == TERN_BINARY_GT || fn == TERN_BINARY_LT;
+    const bool comparison = fn == TERN_BINARY_EQ || fn == TERN_BINARY_NE || fn == TERN_BINARY_GT ||
+                            fn == TERN_BINARY_GE || fn == TERN_BINARY_LT || fn == TERN_BINARY_LE;
     const tern_dtype_t dtype = comparison ? CompareDtype(node) : DtypeOf(out);
     const std::vector<int64_t> shape = ShapeOf(out);
     const std::optional<Number> alpha = NumberAttr(node, "alpha");
@@ -612,13 +617,21 @@ class Lowerer {
 
   absl::Status LowerUnary(const Node& node) {
     static const std::map<std::string_view, tern_unary_fn_t> kFns = {
-        {"aten.relu.default", TERN_UNARY_RELU},       {"aten.tanh.default", TERN_UNARY_TANH},
-        {"aten.sigmoid.default", TERN_UNARY_SIGMOID}, {"aten.exp.default", TERN_UNARY_EXP},
-        {"aten.neg.default", TERN_UNARY_NEG},         {"aten.rsqrt.default", TERN_UNARY_RSQRT},
-        {"aten.sqrt.default", TERN_UNARY_SQRT},       {"aten.log.default", TERN_UNARY_LOG},
-        {"aten.abs.default", TERN_UNARY_ABS},         {"aten.gelu.default", TERN_UNARY_GELU},
-        {"aten.cos.default", TERN_UNARY_COS},         {"aten.sin.default", TERN_UNARY_SIN},
-        {"aten.erf.default", TERN_UNARY_ERF},         {"aten.silu.default", TERN_UNARY_SILU},
+        {"aten.relu.default", TERN_UNARY_RELU},
+        {"aten.tanh.default", TERN_UNARY_TANH},
+        {"aten.sigmoid.default", TERN_UNARY_SIGMOID},
+        {"aten.exp.default", TERN_UNARY_EXP},
+        {"aten.neg.default", TERN_UNARY_NEG},
+        {"aten.rsqrt.default", TERN_UNARY_RSQRT},
+        {"aten.sqrt.default", TERN_UNARY_SQRT},
+        {"aten.log.default", TERN_UNARY_LOG},
+        {"aten.abs.default", TERN_UNARY_ABS},
+        {"aten.gelu.default", TERN_UNARY_GELU},
+        {"aten.cos.default", TERN_UNARY_COS},
+        {"aten.sin.default", TERN_UNARY_SIN},
+        {"aten.erf.default", TERN_UNARY_ERF},
+        {"aten.silu.default", TERN_UNARY_SILU},
+        {"aten.logical_not.default", TERN_UNARY_LOGICAL_NOT},
     };
     tern_unary_fn_t fn = kFns.at(node.op);
     std::vector<double> floats;
@@ -685,6 +698,7 @@ class Lowerer {
     tern_reduce_fn_t fn = TERN_REDUCE_SUM;
     if (node.op == "aten.mean.dim") fn = TERN_REDUCE_MEAN;
     if (node.op == "aten.amax.default") fn = TERN_REDUCE_MAX;
+    if (node.op == "aten.any.dim") fn = TERN_REDUCE_ANY;
     absl::StatusOr<std::vector<int64_t>> dims = context.Ints("dim", {});
     if (!dims.ok()) return dims.status();
     const uint32_t out_value = node.outputs[0];
@@ -770,6 +784,29 @@ class Lowerer {
     return absl::OkStatus();
   }
 
+  // torch.gather: out[i][j] = self[index[i][j]][j] along `dim`.
+  absl::Status LowerGather(const Node& node) {
+    absl::StatusOr<int64_t> dim = Context(node).Int("dim", 0);
+    if (!dim.ok()) return dim.status();
+    absl::StatusOr<int64_t> d = NormalizeDim(node, *dim, In(node, 0).shape.size());
+    if (!d.ok()) return d.status();
+    Emit(TERN_OP_TAKE_ALONG_AXIS, {Produce(node.outputs[0]), In(node, 0), In(node, 1)}, {*d});
+    return absl::OkStatus();
+  }
+
+  absl::Status LowerFullLike(const Node& node) {
+    const std::optional<Number> value = NumberAttr(node, "fill_value");
+    if (!value.has_value()) return Error(node, "has no number 'fill_value'");
+    const uint32_t out = node.outputs[0];
+    if (IsFloat(DtypeOf(out))) {
+      Emit(TERN_OP_FILL, {Produce(out)}, {}, {value->AsDouble()});
+    } else {
+      Emit(TERN_OP_FILL, {Produce(out)},
+           {value->is_int ? value->i : static_cast<int64_t>(value->AsDouble())});
+    }
+    return absl::OkStatus();
+  }
+
   absl::Status LowerEmbedding(const Node& node) {
     Emit(TERN_OP_GATHER, {Produce(node.outputs[0]), In(node, 0), In(node, 1)}, {0});
     return absl::OkStatus();
@@ -836,6 +873,19 @@ const std::map<std::string_view, LowerFn>& Lowerer::Table() {
       {"aten.maximum.default", &Lowerer::LowerBinary},
       {"aten.minimum.default", &Lowerer::LowerBinary},
       {"aten.eq.Tensor", &Lowerer::LowerBinary},
+      {"aten.ne.Tensor", &Lowerer::LowerBinary},
+      {"aten.ge.Tensor", &Lowerer::LowerBinary},
+      {"aten.le.Tensor", &Lowerer::LowerBinary},
+      {"aten.eq.Scalar", &Lowerer::LowerBinary},
+      {"aten.ne.Scalar", &Lowerer::LowerBinary},
+      {"aten.gt.Scalar", &Lowerer::LowerBinary},
+      {"aten.ge.Scalar", &Lowerer::LowerBinary},
+      {"aten.lt.Scalar", &Lowerer::LowerBinary},
+      {"aten.le.Scalar", &Lowerer::LowerBinary},
+      {"aten.logical_not.default", &Lowerer::LowerUnary},
+      {"aten.any.dim", &Lowerer::LowerReduce},
+      {"aten.gather.default", &Lowerer::LowerGather},
+      {"aten.full_like.default", &Lowerer::LowerFullLike},
       {"aten.gt.Tensor", &Lowerer::LowerBinary},
       {"aten.lt.Tensor", &Lowerer::LowerBinary},
       {"aten.pow.Tensor_Scalar", &Lowerer::LowerPowScalar},

@@ -41,6 +41,11 @@ _DTYPES = {
 }
 
 
+# Arguments that say where a result lives and in what memory layout, not what
+# it holds: the compiled program places every tensor itself.
+_PLACEMENT_ARGUMENTS = {"layout", "device", "pin_memory", "memory_format", "non_blocking"}
+
+
 class UnsupportedGraph(ValueError):
     """The model uses something the compiler cannot take (the message says what)."""
 
@@ -66,6 +71,11 @@ class _Converter:
         self.symbols: list[tuple[str, int, int]] = []
         self.symbol_index: dict[str, int] = {}
         self.refs: dict[str, Any] = {}  # fx node name -> reference (or tuple of them)
+        # Values known when compiling: lifted constant tensors and what the
+        # constant folding computed from them (fx node name -> tensor, or a
+        # tuple for several outputs). Parameters and buffers are not here:
+        # folding them would store a second copy of the weights.
+        self.known: dict[str, Any] = {}
         self.spec: dict[str, list] = {
             "symbols": self.symbols,
             "inputs": [],
@@ -139,6 +149,8 @@ class _Converter:
             elif spec.kind in (kinds.PARAMETER, kinds.BUFFER, kinds.CONSTANT_TENSOR):
                 tensor = values[spec.target].detach().to("cpu").contiguous()
                 where = f"{spec.kind.name.lower()} '{spec.target}'"
+                if spec.kind == kinds.CONSTANT_TENSOR:
+                    self.known[name] = tensor
                 self.refs[name] = ("const", len(self.spec["constants"]))
                 self.spec["constants"].append(
                     (spec.target, self._dtype(tensor.dtype, where), list(tensor.shape),
@@ -174,11 +186,54 @@ class _Converter:
         raise UnsupportedGraph(f"{where}: an argument of type {type(value).__name__} "
                                f"({value!r}) has no compiler attribute kind")
 
+    def _ref(self, name: str):
+        """The reference to fx node `name`'s value; a folded value becomes a
+        constant the first time a compiled node (or an output) uses it."""
+        if name not in self.refs and name in self.known:
+            tensor = self.known[name]
+            if not isinstance(tensor, torch.Tensor):
+                raise UnsupportedGraph(f"value '{name}' is a {type(tensor).__name__}, not a tensor")
+            tensor = tensor.detach().contiguous()
+            where = f"folded value '{name}'"
+            self.refs[name] = ("const", len(self.spec["constants"]))
+            self.spec["constants"].append(
+                (name, self._dtype(tensor.dtype, where), list(tensor.shape),
+                 tensor.view(torch.uint8).numpy().tobytes() if tensor.numel() else b""))
+        return self.refs[name]
+
+    def _fold(self, node: torch.fx.Node) -> bool:
+        """Constant folding: a node whose tensor arguments are all known at
+        compile time (attention masks built from arange and full, position
+        ids) is computed here, with PyTorch on the CPU, instead of compiled.
+        Not when a dimension is symbolic: the example's size would be baked in."""
+        used = node.all_input_nodes
+        if any(arg.name not in self.known for arg in used):
+            return False
+        val = node.meta.get("val")
+        vals = val if isinstance(val, (list, tuple)) else [val]
+        for v in vals:
+            if isinstance(v, torch.Tensor) and any(isinstance(d, torch.SymInt) for d in v.shape):
+                return False
+        args = torch.fx.node.map_arg(node.args, lambda n: self.known[n.name])
+        kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: self.known[n.name])
+        kwargs = {k: (torch.device("cpu") if k == "device" and v is not None else v)
+                  for k, v in kwargs.items()}
+        with torch.no_grad():
+            self.known[node.name] = node.target(*args, **kwargs)
+        return True
+
     def _call(self, node: torch.fx.Node) -> None:
         where = f"node '{node.name}' ({node.target}{', ' + _where(node) if _where(node) else ''})"
         if node.target is operator.getitem:
             source, index = node.args
-            self.refs[node.name] = self.refs[source.name][index]
+            if source.name in self.known:
+                self.known[node.name] = self.known[source.name][index]
+            else:
+                self.refs[node.name] = self.refs[source.name][index]
+            return
+        if node.target is torch.ops.aten._assert_tensor_metadata.default:
+            return  # export's check of a dtype and shape that the graph's types already fix
+        if self._fold(node):
             return
         if not isinstance(node.target, torch._ops.OpOverload):
             raise UnsupportedGraph(f"{where}: it calls {node.target}, not an ATen operator")
@@ -200,11 +255,11 @@ class _Converter:
             is_tensor_list = type_text in ("List[Tensor]", "Tensor[]", "List[Optional[Tensor]]")
             if is_tensor_list:
                 for item in value or []:
-                    inputs.append(self.refs[item.name] if item is not None else None)
+                    inputs.append(self._ref(item.name) if item is not None else None)
                 continue
             if is_tensor:
                 if isinstance(value, torch.fx.Node):
-                    inputs.append(self.refs[value.name])
+                    inputs.append(self._ref(value.name))
                 elif value is None:
                     inputs.append(None)
                 else:  # a Python number where the schema has a tensor
@@ -213,6 +268,11 @@ class _Converter:
                 continue
             if not given or value is None:
                 continue
+            if argument.name in _PLACEMENT_ARGUMENTS:
+                if argument.name == "layout" and value != torch.strided:
+                    raise UnsupportedGraph(f"{where}: layout {value} is not supported "
+                                           "(dense tensors only)")
+                continue  # where a tensor lives and how it is laid out: not computation
             if argument.has_default_value() and value == argument.default_value:
                 continue
             attrs[argument.name] = self._attr(value, f"{where}, argument '{argument.name}'")
@@ -244,7 +304,7 @@ class _Converter:
             if spec.kind != kinds.USER_OUTPUT:
                 raise UnsupportedGraph(f"output '{name}' is of kind {spec.kind.name}, which the "
                                        "compiler does not produce")
-            self.spec["outputs"].append((name, self.refs[value.name]))
+            self.spec["outputs"].append((name, self._ref(value.name)))
 
     def convert(self) -> dict:
         self._placeholders()
