@@ -1,21 +1,26 @@
 // ternc: the compiler's command line.
 //
-//   ternc compile GRAPH.ternir -o OUT.tern [--stats]
+//   ternc compile GRAPH.ternir -o OUT.tern [--stats] [--no-cache]
 //   ternc inspect GRAPH.ternir
+//   ternc cache ls|stats|clear|verify
 //   ternc --help
 //
 // Exit status: 0 ok, 1 the graph did not compile (or the output could not
-// be written), 3 the input could not be read as a graph file, 64 bad usage.
+// be written, or a cache command failed or found bad entries), 3 the input
+// could not be read as a graph file, 64 bad usage.
 #include <absl/status/status.h>
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <ctime>
 #include <string>
 #include <string_view>
 #include <variant>
 #include <vector>
 
+#include "compiler/cache/compile_cache.h"
 #include "compiler/graph_file/graph_file.h"
 #include "compiler/ir/graph.h"
 #include "compiler/lower/compile.h"
@@ -27,8 +32,9 @@ namespace {
 enum ExitCode { kOk = 0, kCompileError = 1, kUnreadableInput = 3, kUsage = 64 };
 
 constexpr std::string_view kUsageText =
-    "usage: ternc compile GRAPH.ternir -o OUT.tern [--stats]\n"
+    "usage: ternc compile GRAPH.ternir -o OUT.tern [--stats] [--no-cache]\n"
     "       ternc inspect GRAPH.ternir\n"
+    "       ternc cache ls|stats|clear|verify\n"
     "       ternc --help\n";
 
 constexpr std::string_view kHelpText =
@@ -39,11 +45,21 @@ constexpr std::string_view kHelpText =
     "commands:\n"
     "  compile GRAPH -o OUT   compile GRAPH and write the executable to OUT (replaced\n"
     "                         atomically); --stats prints instructions per engine,\n"
-    "                         semaphores, scratch memory and the compile time\n"
+    "                         semaphores, scratch memory, the compile time and whether\n"
+    "                         the compile cache had it; --no-cache compiles without\n"
+    "                         the cache\n"
     "  inspect GRAPH          print the graph: symbols, inputs, outputs, nodes\n"
+    "  cache ls               list the compile cache's entries\n"
+    "  cache stats            entries, bytes, and hits and misses since the last clear\n"
+    "  cache clear            remove every entry\n"
+    "  cache verify           check every entry; remove (and list) the bad ones\n"
     "\n"
-    "exit status: 0 ok, 1 the graph did not compile, 3 the input could not be read,\n"
-    "64 bad usage. docs/compiler.md describes what is compiled and how.\n";
+    "The compile cache lives in $TERN_COMPILE_CACHE_DIR, else\n"
+    "$XDG_CACHE_HOME/tern/compile, else ~/.cache/tern/compile.\n"
+    "\n"
+    "exit status: 0 ok, 1 the graph did not compile (or a cache command failed, or\n"
+    "verify found bad entries), 3 the input could not be read, 64 bad usage.\n"
+    "docs/compiler.md describes what is compiled and how.\n";
 
 int Usage(std::string_view problem) {
   fmt::print(stderr, "ternc: {}\n{}", problem, kUsageText);
@@ -139,7 +155,7 @@ absl::Status WriteAtomically(const std::string& path, const std::vector<uint8_t>
   return absl::OkStatus();
 }
 
-void PrintStats(const CompileStats& stats, uint64_t bytes) {
+void PrintStats(const CompileStats& stats, uint64_t bytes, CacheOutcome cache) {
   static constexpr std::string_view kEngineNames[8] = {"",       "dma",    "tensor",     "vector",
                                                        "scalar", "gpsimd", "collective", "sync"};
   fmt::print("nodes:          {}\n", stats.nodes);
@@ -156,9 +172,10 @@ void PrintStats(const CompileStats& stats, uint64_t bytes) {
   fmt::print("constants:      {} bytes\n", stats.constant_bytes);
   fmt::print("executable:     {} bytes\n", bytes);
   fmt::print("compile time:   {:.2f} ms\n", stats.compile_ms);
+  fmt::print("cache: {}\n", CacheOutcomeName(cache));
 }
 
-int Compile(const std::string& input, const std::string& output, bool print_stats) {
+int Compile(const std::string& input, const std::string& output, bool print_stats, bool use_cache) {
   absl::StatusOr<Graph> graph = Read(input);
   if (!graph.ok()) {
     fmt::print(stderr, "ternc: cannot read the graph file '{}': {}\n", input,
@@ -166,18 +183,113 @@ int Compile(const std::string& input, const std::string& output, bool print_stat
     return kUnreadableInput;
   }
   CompileStats stats;
-  absl::StatusOr<std::vector<uint8_t>> executable = CompileGraph(*graph, CompileOptions{}, &stats);
+  CacheReport cache;
+  absl::StatusOr<std::vector<uint8_t>> executable =
+      use_cache ? CompileCached(*graph, CompileOptions{}, &stats, &cache)
+                : CompileGraph(*graph, CompileOptions{}, &stats);
   if (!executable.ok()) {
-    fmt::print(stderr, "ternc: {} did not compile: {}\n", input,
-               std::string(executable.status().message()));
+    const std::string message(executable.status().message());
+    if (message.starts_with("compile cache:")) {
+      fmt::print(stderr, "ternc: {}; --no-cache compiles {} without the cache\n", message, input);
+    } else {
+      fmt::print(stderr, "ternc: {} did not compile: {}\n", input, message);
+    }
     return kCompileError;
+  }
+  if (!cache.store_error.empty()) {
+    fmt::print(stderr, "ternc: warning: the executable was not stored in the compile cache: {}\n",
+               cache.store_error);
   }
   if (absl::Status status = WriteAtomically(output, *executable); !status.ok()) {
     fmt::print(stderr, "ternc: {}; nothing was written\n", std::string(status.message()));
     return kCompileError;
   }
-  if (print_stats) PrintStats(stats, executable->size());
+  if (print_stats) PrintStats(stats, executable->size(), cache.outcome);
   return kOk;
+}
+
+// "3 min", for an entry's age.
+std::string AgeText(int64_t modified) {
+  const int64_t seconds = std::max<int64_t>(0, static_cast<int64_t>(std::time(nullptr)) - modified);
+  if (seconds < 120) return fmt::format("{} s", seconds);
+  if (seconds < 2 * 3600) return fmt::format("{} min", seconds / 60);
+  if (seconds < 2 * 86400) return fmt::format("{} h", seconds / 3600);
+  return fmt::format("{} days", seconds / 86400);
+}
+
+int CacheFailure(const absl::Status& status) {
+  fmt::print(stderr, "ternc: {}\n", std::string(status.message()));
+  return kCompileError;
+}
+
+int CacheList() {
+  absl::StatusOr<std::string> directory = OpenCacheDirectory({});
+  if (!directory.ok()) return CacheFailure(directory.status());
+  absl::StatusOr<std::vector<CacheEntryInfo>> entries = ListEntries();
+  if (!entries.ok()) return CacheFailure(entries.status());
+  if (entries->empty()) {
+    fmt::print("the compile cache {} is empty\n", *directory);
+    return kOk;
+  }
+  fmt::print("{} entries in {}:\n", entries->size(), *directory);
+  for (const CacheEntryInfo& entry : *entries) {
+    if (!entry.readable) {
+      fmt::print("  {}  {} bytes  {} old  unreadable header (ternc cache verify removes it)\n",
+                 entry.file, entry.bytes, AgeText(entry.modified_unix_seconds));
+      continue;
+    }
+    fmt::print("  {}  {} bytes  {} old  {}  graph {:016x}  ({}) -> ({}){}\n", entry.file,
+               entry.bytes, AgeText(entry.modified_unix_seconds), entry.target, entry.graph_hash,
+               fmt::join(entry.input_names, ", "), fmt::join(entry.output_names, ", "),
+               entry.compiler_version == kCompilerVersion
+                   ? ""
+                   : fmt::format("  from '{}', never served", entry.compiler_version));
+  }
+  return kOk;
+}
+
+int CacheSummaryCommand() {
+  absl::StatusOr<CacheSummary> summary = CacheStats();
+  if (!summary.ok()) return CacheFailure(summary.status());
+  fmt::print("directory:   {}\n", summary->directory);
+  fmt::print("entries:     {} ({} bytes)\n", summary->entries, summary->bytes);
+  fmt::print("outcomes:    {} hits, {} misses, {} waited, {} repaired (since the last clear)\n",
+             summary->hits, summary->misses, summary->waited, summary->repaired);
+  fmt::print("temporary:   {} files (left by killed writers; removed when ten minutes old)\n",
+             summary->temporary_files);
+  fmt::print("lock files:  {}\n", summary->lock_files);
+  return kOk;
+}
+
+int CacheClear() {
+  absl::StatusOr<std::string> directory = OpenCacheDirectory({});
+  if (!directory.ok()) return CacheFailure(directory.status());
+  absl::StatusOr<ClearResult> cleared = ClearCache();
+  if (!cleared.ok()) return CacheFailure(cleared.status());
+  fmt::print("removed {} entries ({} bytes) and {} other files from {}\n", cleared->entries_removed,
+             cleared->bytes_removed, cleared->other_files_removed, *directory);
+  return kOk;
+}
+
+int CacheVerify() {
+  absl::StatusOr<VerifyResult> verified = VerifyCache();
+  if (!verified.ok()) return CacheFailure(verified.status());
+  for (const VerifyResult::Bad& bad : verified->removed) {
+    fmt::print("removed {}: {}\n", bad.file, bad.problem);
+  }
+  fmt::print("checked {} entries: {} good, {} bad (removed); {} stale temporary files removed\n",
+             verified->entries_checked, verified->entries_good, verified->removed.size(),
+             verified->stale_temporaries_removed);
+  return verified->removed.empty() ? kOk : kCompileError;
+}
+
+int Cache(const std::vector<std::string>& args) {
+  if (args.size() != 2) return Usage("cache takes one of ls, stats, clear, verify");
+  if (args[1] == "ls") return CacheList();
+  if (args[1] == "stats") return CacheSummaryCommand();
+  if (args[1] == "clear") return CacheClear();
+  if (args[1] == "verify") return CacheVerify();
+  return Usage(fmt::format("unknown cache command '{}' (ls, stats, clear, verify)", args[1]));
 }
 
 int Main(int argc, char** argv) {
@@ -188,15 +300,19 @@ int Main(int argc, char** argv) {
     return kOk;
   }
   const std::string command = args[0];
+  if (command == "cache") return Cache(args);
   std::vector<std::string> paths;
   std::string output;
   bool stats = false;
+  bool use_cache = true;
   for (size_t i = 1; i < args.size(); ++i) {
     if (args[i] == "-o" || args[i] == "--output") {
       if (i + 1 >= args.size()) return Usage(fmt::format("{} needs a file name", args[i]));
       output = args[++i];
     } else if (args[i] == "--stats" && command == "compile") {
       stats = true;
+    } else if (args[i] == "--no-cache" && command == "compile") {
+      use_cache = false;
     } else if (args[i] == "--help" || args[i] == "-h") {
       fmt::print("{}\n{}", kUsageText, kHelpText);
       return kOk;
@@ -209,7 +325,7 @@ int Main(int argc, char** argv) {
   if (command == "compile") {
     if (paths.size() != 1) return Usage("compile takes exactly one graph file");
     if (output.empty()) return Usage("compile needs -o OUT.tern, the executable to write");
-    return Compile(paths[0], output, stats);
+    return Compile(paths[0], output, stats, use_cache);
   }
   if (command == "inspect") {
     if (paths.size() != 1) return Usage("inspect takes exactly one graph file");

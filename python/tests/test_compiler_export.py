@@ -157,3 +157,19 @@ def test_transformers_models_run_from_c(tmp_path, name):
     stats = export_and_run(tmp_path, model, (ids,), rtol=1e-4, atol=1e-4)
     # The planner's invariants (its targets are the benchmark's business).
     assert stats["scratch_max_live"] <= stats["scratch_peak"] <= stats["scratch_naive_sum"]
+
+
+def test_load_runs_the_executable_on_tern_tensors(tmp_path):
+    torch.manual_seed(3)
+    model = Mlp().eval()
+    x = torch.randn(8, 32)
+    tc.export(model, (x,), tmp_path / "mlp.tern")
+    compiled = tc.load(tmp_path / "mlp.tern")
+    assert compiled.input_names == ["x"]
+    y = compiled(x.to("tern"))
+    assert y.device.type == "tern"
+    torch.testing.assert_close(y.cpu(), model(x).detach(), rtol=1e-4, atol=1e-5)
+    with pytest.raises(RuntimeError, match="has shape"):
+        compiled(torch.randn(4, 32).to("tern"))
+    with pytest.raises(RuntimeError, match="move it there"):
+        compiled(x)

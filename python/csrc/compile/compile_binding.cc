@@ -1,9 +1,13 @@
 #include "compile/compile_binding.h"
 
+#include <torch/csrc/autograd/python_variable.h>
+
 #include <fstream>
 #include <string>
 #include <vector>
 
+#include "compiler/cache/compile_cache.h"
+#include "compile/compiled_model.h"
 #include "compiler/graph_file/graph_file.h"
 #include "compiler/ir/ops.h"
 #include "compiler/ir/verify.h"
@@ -145,7 +149,8 @@ void WriteGraph(const py::dict& spec, const std::string& path) {
   }
 }
 
-py::dict Compile(const py::dict& spec, const std::string& path, const std::string& graph_path) {
+py::dict Compile(const py::dict& spec, const std::string& path, const std::string& graph_path,
+                 bool use_cache) {
   const Graph graph = ToGraph(spec);
   if (!graph_path.empty()) {
     if (absl::Status written = tern::compiler::WriteGraphFile(graph, graph_path); !written.ok()) {
@@ -153,8 +158,22 @@ py::dict Compile(const py::dict& spec, const std::string& path, const std::strin
     }
   }
   tern::compiler::CompileStats stats{};
-  auto executable = tern::compiler::CompileGraph(graph, tern::compiler::CompileOptions{}, &stats);
-  if (!executable.ok()) Fail(std::string(executable.status().message()));
+  // Through the persistent compile cache (compiler/cache/compile_cache.h)
+  // unless the caller turns it off.
+  tern::compiler::CacheReport cache;
+  auto executable =
+      use_cache
+          ? tern::compiler::CompileCached(graph, tern::compiler::CompileOptions{}, &stats, &cache)
+          : tern::compiler::CompileGraph(graph, tern::compiler::CompileOptions{}, &stats);
+  if (!executable.ok()) {
+    const std::string message(executable.status().message());
+    // A cache problem (directory refused, lock timeout, I/O) is not the
+    // graph's fault: a RuntimeError that says how to bypass the cache.
+    if (message.rfind("compile cache:", 0) == 0) {
+      throw std::runtime_error(message + "; or pass use_cache=False to compile without it");
+    }
+    Fail(message);
+  }
   // Written to a temporary file and renamed: a reader never sees half a file.
   const std::string temporary = path + ".partial";
   {
@@ -176,6 +195,8 @@ py::dict Compile(const py::dict& spec, const std::string& path, const std::strin
   out["scratch_max_live"] = stats.scratch_max_live;
   out["compile_ms"] = stats.compile_ms;
   out["bytes"] = executable->size();
+  out["cache"] = std::string(tern::compiler::CacheOutcomeName(cache.outcome));
+  if (!cache.store_error.empty()) out["cache_store_error"] = cache.store_error;
   return out;
 }
 
@@ -185,8 +206,15 @@ void RegisterCompilerBindings(py::module& module) {
   module.def("_compiler_write_graph", &WriteGraph, py::arg("spec"), py::arg("path"),
              "Writes a graph spec (torch_tern.compiler) as a compiler graph file.");
   module.def("_compiler_compile", &Compile, py::arg("spec"), py::arg("path"),
-             py::arg("graph_path") = "",
-             "Compiles a graph spec into the executable `path`; returns the statistics.");
+             py::arg("graph_path") = "", py::arg("use_cache") = true,
+             "Compiles a graph spec into the executable `path` through the compile cache "
+             "(unless use_cache is False); returns the statistics, with \"cache\": \"hit\", "
+             "\"miss\", \"waited\", \"repaired\" or \"disabled\".");
+  py::class_<CompiledModel>(module, "_CompiledModel")
+      .def(py::init<const std::string&, int>(), py::arg("path"), py::arg("device") = -1)
+      .def("run", &CompiledModel::Run, py::arg("inputs"))
+      .def_property_readonly("input_names", &CompiledModel::input_names)
+      .def_property_readonly("output_names", &CompiledModel::output_names);
   module.def("_compiler_known_ops", [] {
     std::vector<std::string> names;
     for (std::string_view name : tern::compiler::KnownOps()) names.emplace_back(name);

@@ -352,3 +352,27 @@ def export(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor], path:
     spec = to_graph_spec(_export_program(model, example_inputs, dynamic_shapes))
     return _C._compiler_compile(spec, os.fspath(path),
                                 os.fspath(graph_path) if graph_path else "")
+
+
+class CompiledModel:
+    """A compiled executable loaded on a tern device: ``model(*inputs)`` runs
+    the whole graph as one execution on the current stream and returns its
+    outputs as tern tensors (one tensor, or a tuple when there are several)."""
+
+    def __init__(self, path: str, device=None):
+        from torch_tern import _C
+
+        index = -1 if device is None else torch.device(device).index
+        self._model = _C._CompiledModel(os.fspath(path), -1 if index is None else index)
+        self.input_names = self._model.input_names
+        self.output_names = self._model.output_names
+
+    def __call__(self, *inputs: torch.Tensor):
+        outputs = self._model.run(list(inputs))
+        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+
+def load(path: str, device=None) -> CompiledModel:
+    """Loads an executable written by `export` on `device` (default: the
+    current tern device)."""
+    return CompiledModel(path, device)

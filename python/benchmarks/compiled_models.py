@@ -1,0 +1,172 @@
+"""Compiled models against the other ways to run them, in one process.
+
+For each model and batch size, four contenders run round by round, their
+order rotating (each meets the same machine state), and the median time per
+forward is printed beside the ratios the P9 targets are stated in:
+
+- compiled: torch_tern.compiler.export, then torch_tern.compiler.load, run on
+  tern tensors (one execution per forward);
+- tern eager: the model on the tern device, op by op;
+- CPU eager: PyTorch on the CPU;
+- inductor: torch.compile with PyTorch's own CPU backend.
+
+Then: the compile time of a 1,000-node graph (export, and the compiler
+alone) and the time to compile a graph that the compile cache already
+holds.
+
+    .venv/bin/python python/benchmarks/compiled_models.py [--quick]
+"""
+
+import argparse
+import copy
+import os
+import platform
+import statistics
+import tempfile
+import time
+
+import torch
+import torch.nn as nn
+
+import torch_tern.compiler as tc
+
+
+def cpu_model_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+class Mlp(nn.Module):
+    def __init__(self, d_in=512, hidden=1024, d_out=512):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(d_in, hidden), nn.Linear(hidden, d_out)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+class Gpt2Block(nn.Module):
+    """One GPT-2 block of transformers (small width), on hidden states."""
+
+    def __init__(self, width=256, heads=4):
+        super().__init__()
+        import transformers
+
+        config = transformers.GPT2Config(n_embd=width, n_head=heads, n_layer=1, n_positions=512)
+        self.block = transformers.models.gpt2.modeling_gpt2.GPT2Block(config, layer_idx=0)
+
+    def forward(self, x):
+        out = self.block(x)
+        return out[0] if isinstance(out, tuple) else out
+
+
+def rounds(contenders: dict, min_rounds: int, min_seconds: float) -> dict:
+    for fn in contenders.values():
+        fn()  # warm-up: compilation, caches, page faults
+    times = {name: [] for name in contenders}
+    names = list(contenders)
+    start, r = time.perf_counter(), 0
+    while r < min_rounds or time.perf_counter() - start < min_seconds:
+        for k in range(len(names)):
+            name = names[(k + r) % len(names)]
+            t0 = time.perf_counter()
+            contenders[name]()
+            times[name].append(time.perf_counter() - t0)
+        r += 1
+    return times
+
+
+def bench_model(name, model, example, quick, tmp):
+    model = model.eval()
+    path = os.path.join(tmp, f"{name}.tern")
+    stats = tc.export(model, (example,), path)
+    compiled = tc.load(path)
+    x_tern = example.to("tern")
+    model_tern = copy.deepcopy(model).to("tern")
+    inductor = torch.compile(copy.deepcopy(model))
+
+    def run_compiled():
+        compiled(x_tern)
+        torch.tern.synchronize()
+
+    def run_tern_eager():
+        with torch.no_grad():
+            model_tern(x_tern)
+        torch.tern.synchronize()
+
+    def run_cpu():
+        with torch.no_grad():
+            model(example)
+
+    def run_inductor():
+        with torch.no_grad():
+            inductor(example)
+
+    times = rounds({"compiled": run_compiled, "tern eager": run_tern_eager, "CPU eager": run_cpu,
+                    "inductor": run_inductor}, 5 if quick else 20, 0.5 if quick else 3.0)
+    med = {k: statistics.median(v) * 1e6 for k, v in times.items()}
+    print(f"{name}: compiled {med['compiled']:.0f} us, tern eager {med['tern eager']:.0f} us, "
+          f"CPU eager {med['CPU eager']:.0f} us, inductor {med['inductor']:.0f} us "
+          f"(medians, n={len(times['compiled'])}); speedup of compiled: "
+          f"{med['tern eager'] / med['compiled']:.2f}x tern eager (target >= 2), "
+          f"{med['CPU eager'] / med['compiled']:.2f}x CPU eager (target >= 1.5), "
+          f"{med['inductor'] / med['compiled']:.2f}x inductor (target >= 1); "
+          f"{stats['instructions']} instructions for {stats['nodes']} nodes, scratch peak "
+          f"{stats['scratch_peak']} B (naive {stats['scratch_naive_sum']}, max-live "
+          f"{stats['scratch_max_live']})")
+
+
+class Chain(nn.Module):
+    """~1,000 nodes: 250 times (x * w + b).relu() - x."""
+
+    def __init__(self, length=250, width=64):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(length, width))
+        self.b = nn.Parameter(torch.randn(length, width))
+        self.length = length
+
+    def forward(self, x):
+        for i in range(self.length):
+            x = torch.relu(x * self.w[i] + self.b[i]) - x
+        return x
+
+
+def bench_compile_time(tmp):
+    model = Chain().eval()
+    x = torch.randn(8, 64)
+    t0 = time.perf_counter()
+    stats = tc.export(model, (x,), os.path.join(tmp, "chain.tern"))
+    total = time.perf_counter() - t0
+    print(f"1,000-node graph ({stats['nodes']} nodes): export + compile {total:.2f} s, "
+          f"the compiler alone {stats['compile_ms']:.1f} ms (target <= 3 s)")
+    if "cache" in stats:
+        t0 = time.perf_counter()
+        again = tc.export(model, (x,), os.path.join(tmp, "chain2.tern"))
+        print(f"  again: {again.get('cache')}, export + cache lookup "
+              f"{(time.perf_counter() - t0) * 1e3:.0f} ms")
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    print(f"CPU: {cpu_model_name()}, {os.cpu_count()} CPUs; torch {torch.__version__}")
+    with tempfile.TemporaryDirectory() as tmp:
+        for batch in (1, 8):
+            bench_model(f"MLP 512-1024-512, batch {batch}", Mlp(), torch.randn(batch, 512),
+                        args.quick, tmp)
+            bench_model(f"GPT-2 block (256 wide, 64 tokens), batch {batch}", Gpt2Block(),
+                        torch.randn(batch, 64, 256), args.quick, tmp)
+        print("CNN: not measured yet (the compiler does not lower convolutions yet)")
+        bench_compile_time(tmp)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,113 @@
+#include "compile/compiled_model.h"
+
+#include <c10/util/Exception.h>
+
+#include "aten/minimal.h"
+#include "aten/program.h"
+#include "runtime/runtime.h"
+
+namespace torch_tern {
+namespace {
+
+at::ScalarType ToScalarType(tern_dtype_t dtype) {
+  switch (dtype) {
+    case TERN_DTYPE_F32:
+      return at::kFloat;
+    case TERN_DTYPE_BF16:
+      return at::kBFloat16;
+    case TERN_DTYPE_F16:
+      return at::kHalf;
+    case TERN_DTYPE_I8:
+      return at::kChar;
+    case TERN_DTYPE_I32:
+      return at::kInt;
+    case TERN_DTYPE_I64:
+      return at::kLong;
+    case TERN_DTYPE_BOOL:
+      return at::kBool;
+    default:
+      TORCH_CHECK(false, "the executable uses dtype ", tern_dtype_name(dtype),
+                  ", which torch_tern cannot map to a torch dtype");
+  }
+}
+
+std::vector<int64_t> ShapeOf(const tern_tensor_info_t& info) {
+  return std::vector<int64_t>(info.shape, info.shape + info.rank);
+}
+
+}  // namespace
+
+CompiledModel::CompiledModel(const std::string& path, int device) {
+  EnsureInitialized();
+  device_ = device < 0 ? CurrentDevice() : static_cast<c10::DeviceIndex>(device);
+  CheckDeviceIndex(device_);
+  TERN_CHECK(tern_executable_load_file(GetTernDevice(device_), path.c_str(), nullptr,
+                                       &executable_));
+  uint32_t count = 0;
+  TERN_CHECK(tern_executable_function_count(executable_, &count));
+  if (tern_executable_find_function(executable_, "forward", &function_) != TERN_OK) {
+    TORCH_CHECK(count == 1, path, " has ", count,
+                " functions and none is named 'forward'; torch_tern.compiler.load runs "
+                "executables written by torch_tern.compiler.export");
+    function_ = 0;
+  }
+  tern_function_info_t info{};
+  info.struct_size = sizeof(info);
+  TERN_CHECK(tern_executable_function_info(executable_, function_, &info));
+  for (int is_output = 0; is_output < 2; ++is_output) {
+    const uint32_t n = is_output ? info.output_count : info.input_count;
+    for (uint32_t i = 0; i < n; ++i) {
+      tern_tensor_info_t tensor{};
+      tensor.struct_size = sizeof(tensor);
+      TERN_CHECK(tern_executable_tensor_info(executable_, function_, is_output, i, &tensor));
+      (is_output ? outputs_ : inputs_).push_back(tensor);
+    }
+  }
+}
+
+CompiledModel::~CompiledModel() {
+  // Executions still in flight keep what they need (tern_executable_unload).
+  if (executable_ != nullptr) tern_executable_unload(executable_);
+}
+
+std::vector<std::string> CompiledModel::Names(const std::vector<tern_tensor_info_t>& infos) {
+  std::vector<std::string> names;
+  for (const auto& info : infos) names.emplace_back(info.name);
+  return names;
+}
+
+std::vector<at::Tensor> CompiledModel::Run(const std::vector<at::Tensor>& inputs) const {
+  TORCH_CHECK(inputs.size() == inputs_.size(), "the compiled model takes ", inputs_.size(),
+              " inputs, got ", inputs.size());
+  const c10::Device device(c10::DeviceType::PrivateUse1, device_);
+  std::vector<at::Tensor> bound;
+  std::vector<tern_binding_t> in, out;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const tern_tensor_info_t& info = inputs_[i];
+    const at::Tensor& t = inputs[i];
+    TORCH_CHECK(t.device() == device, "input ", i, " ('", info.name, "') is on ", t.device(),
+                "; the compiled model runs on ", device, ": move it there with .to()");
+    TORCH_CHECK(t.scalar_type() == ToScalarType(info.dtype), "input ", i, " ('", info.name,
+                "') has dtype ", t.scalar_type(), "; the compiled model takes ",
+                ToScalarType(info.dtype));
+    TORCH_CHECK(t.sizes().vec() == ShapeOf(info), "input ", i, " ('", info.name,
+                "') has shape ", t.sizes(), "; the compiled model takes ", ShapeOf(info),
+                " (it was compiled for that shape)");
+    bound.push_back(t.contiguous());
+    const DeviceLocation location = Locate(bound.back());
+    in.push_back({location.buffer, location.offset});
+  }
+  std::vector<at::Tensor> results;
+  for (const tern_tensor_info_t& info : outputs_) {
+    results.push_back(
+        at::empty(ShapeOf(info), at::TensorOptions().dtype(ToScalarType(info.dtype)).device(device)));
+    const DeviceLocation location = Locate(results.back());
+    out.push_back({location.buffer, location.offset});
+  }
+  TERN_CHECK(tern_queue_execute(CurrentQueue(device_), executable_, function_, in.data(),
+                                static_cast<uint32_t>(in.size()), out.data(),
+                                static_cast<uint32_t>(out.size()), nullptr));
+  return results;
+}
+
+}  // namespace torch_tern
