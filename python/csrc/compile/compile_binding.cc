@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "compiler/cache/compile_cache.h"
 #include "compile/compiled_model.h"
+#include "compiler/cache/compile_cache.h"
 #include "compiler/graph_file/graph_file.h"
 #include "compiler/ir/ops.h"
 #include "compiler/ir/verify.h"

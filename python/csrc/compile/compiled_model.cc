@@ -41,8 +41,8 @@ CompiledModel::CompiledModel(const std::string& path, int device) {
   EnsureInitialized();
   device_ = device < 0 ? CurrentDevice() : static_cast<c10::DeviceIndex>(device);
   CheckDeviceIndex(device_);
-  TERN_CHECK(tern_executable_load_file(GetTernDevice(device_), path.c_str(), nullptr,
-                                       &executable_));
+  TERN_CHECK(
+      tern_executable_load_file(GetTernDevice(device_), path.c_str(), nullptr, &executable_));
   uint32_t count = 0;
   TERN_CHECK(tern_executable_function_count(executable_, &count));
   if (tern_executable_find_function(executable_, "forward", &function_) != TERN_OK) {
@@ -90,8 +90,8 @@ std::vector<at::Tensor> CompiledModel::Run(const std::vector<at::Tensor>& inputs
     TORCH_CHECK(t.scalar_type() == ToScalarType(info.dtype), "input ", i, " ('", info.name,
                 "') has dtype ", t.scalar_type(), "; the compiled model takes ",
                 ToScalarType(info.dtype));
-    TORCH_CHECK(t.sizes().vec() == ShapeOf(info), "input ", i, " ('", info.name,
-                "') has shape ", t.sizes(), "; the compiled model takes ", ShapeOf(info),
+    TORCH_CHECK(t.sizes().vec() == ShapeOf(info), "input ", i, " ('", info.name, "') has shape ",
+                t.sizes(), "; the compiled model takes ", ShapeOf(info),
                 " (it was compiled for that shape)");
     bound.push_back(t.contiguous());
     const DeviceLocation location = Locate(bound.back());
@@ -99,8 +99,8 @@ std::vector<at::Tensor> CompiledModel::Run(const std::vector<at::Tensor>& inputs
   }
   std::vector<at::Tensor> results;
   for (const tern_tensor_info_t& info : outputs_) {
-    results.push_back(
-        at::empty(ShapeOf(info), at::TensorOptions().dtype(ToScalarType(info.dtype)).device(device)));
+    results.push_back(at::empty(
+        ShapeOf(info), at::TensorOptions().dtype(ToScalarType(info.dtype)).device(device)));
     const DeviceLocation location = Locate(results.back());
     out.push_back({location.buffer, location.offset});
   }
