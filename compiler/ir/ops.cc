@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <limits>
 #include <unordered_map>
 
@@ -699,6 +700,187 @@ absl::Status SplitWithSizes(const InferContext& c, Types* out) {
   return absl::OkStatus();
 }
 
+// --- convolution and pooling -------------------------------------------------
+
+// A 2-D window parameter (kernel, stride, padding, dilation): one value for
+// both H and W, or two; `fallback` when absent.
+absl::StatusOr<std::array<int64_t, 2>> Pair(const InferContext& c, const std::string& name,
+                                            std::vector<int64_t> fallback, int64_t minimum) {
+  auto values = c.Ints(name, std::move(fallback));
+  if (!values.ok()) return values.status();
+  if (values->size() == 1) values->push_back(values->front());
+  if (values->size() != 2) {
+    return c.Error(fmt::format("its attribute '{}' has {} values; a 2-D window takes 1 or 2", name,
+                               values->size()));
+  }
+  for (int64_t v : *values) {
+    if (v < minimum) {
+      return c.Error(fmt::format("its attribute '{}' has the value {}; it must be at least {}",
+                                 name, v, minimum));
+    }
+  }
+  return std::array<int64_t, 2>{(*values)[0], (*values)[1]};
+}
+
+// PyTorch's window output size (floor mode): (in + 2p - d(k-1) - 1) / s + 1.
+absl::StatusOr<Dim> WindowOutput(const InferContext& c, const Dim& in, int64_t kernel,
+                                 int64_t stride, int64_t padding, int64_t dilation,
+                                 const char* axis) {
+  const std::optional<int64_t> size = in.constant();
+  if (!size) {
+    return c.Error(
+        fmt::format("its input's {} is the symbolic {}; convolutions and pools take "
+                    "static spatial sizes (export with static shapes)",
+                    axis, in.ToString(c.graph.symbols)));
+  }
+  const int64_t span = *size + 2 * padding - dilation * (kernel - 1) - 1;
+  if (span < 0) {
+    return c.Error(
+        fmt::format("its window (kernel {}, dilation {}) is larger than the padded "
+                    "input {} {} + 2 * {}",
+                    kernel, dilation, axis, *size, padding));
+  }
+  return Dim::Constant(span / stride + 1);
+}
+
+// convolution(input, weight, bias?; stride, padding, dilation, transposed,
+// output_padding, groups): 2-D (NCHW input, OIHW weight) only.
+absl::Status Convolution(const InferContext& c, Types* out) {
+  if (auto s = RequireInput(c, 0, "input"); !s.ok()) return s;
+  if (auto s = RequireInput(c, 1, "weight"); !s.ok()) return s;
+  const TensorType &input = *c.inputs[0], &weight = *c.inputs[1];
+  auto transposed = c.Bool("transposed", false);
+  if (!transposed.ok()) return transposed.status();
+  if (*transposed) {
+    return c.Error(
+        "it is a transposed convolution (ConvTranspose), which the compiler does not lower yet; "
+        "use a regular convolution or run this layer outside the compiled graph");
+  }
+  if (input.shape.size() != 4 || weight.shape.size() != 4) {
+    return c.Error(fmt::format(
+        "its input {} and weight {} are not 4-D: only 2-D convolutions (NCHW input, OIHW "
+        "weight, nn.Conv2d) are supported; Conv1d and Conv3d are not lowered yet",
+        Shp(c, input.shape), Shp(c, weight.shape)));
+  }
+  if (auto s = RequireFloat(c, input, "input"); !s.ok()) return s;
+  if (input.dtype != weight.dtype) {
+    return c.Error(fmt::format("its input is {} and its weight {}; they must match",
+                               tern_dtype_name(input.dtype), tern_dtype_name(weight.dtype)));
+  }
+  auto stride = Pair(c, "stride", {1}, 1);
+  auto padding = Pair(c, "padding", {0}, 0);
+  auto dilation = Pair(c, "dilation", {1}, 1);
+  auto groups = c.Int("groups", 1);
+  for (const auto* v : {&stride, &padding, &dilation}) {
+    if (!v->ok()) return v->status();
+  }
+  if (!groups.ok()) return groups.status();
+  const std::optional<int64_t> channels = input.shape[1].constant();
+  const std::optional<int64_t> out_channels = weight.shape[0].constant();
+  const std::optional<int64_t> per_group = weight.shape[1].constant();
+  if (*groups < 1 || !channels || !out_channels || !per_group || *channels % *groups != 0 ||
+      *out_channels % *groups != 0 || *channels / *groups != *per_group) {
+    return c.Error(fmt::format(
+        "its input {} and weight {} do not fit groups={} (the weight must be [O, C/groups, KH, "
+        "KW] with groups dividing C and O)",
+        Shp(c, input.shape), Shp(c, weight.shape), *groups));
+  }
+  if (c.inputs.size() > 2 && c.inputs[2] != nullptr &&
+      (c.inputs[2]->shape != Shape{weight.shape[0]} || c.inputs[2]->dtype != input.dtype)) {
+    return c.Error(fmt::format("its bias is {} {}; it must be [{}] {}",
+                               tern_dtype_name(c.inputs[2]->dtype), Shp(c, c.inputs[2]->shape),
+                               *out_channels, tern_dtype_name(input.dtype)));
+  }
+  Shape shape = {input.shape[0], weight.shape[0]};
+  for (size_t axis = 0; axis < 2; ++axis) {
+    const std::optional<int64_t> kernel = weight.shape[2 + axis].constant();
+    if (!kernel) return c.Error("its weight has a symbolic kernel size");
+    auto size = WindowOutput(c, input.shape[2 + axis], *kernel, (*stride)[axis], (*padding)[axis],
+                             (*dilation)[axis], axis == 0 ? "height" : "width");
+    if (!size.ok()) return size.status();
+    shape.push_back(*size);
+  }
+  out->push_back({input.dtype, std::move(shape)});
+  return absl::OkStatus();
+}
+
+// _native_batch_norm_legit_no_training(input, weight?, bias?, running_mean,
+// running_var; momentum, eps): batch norm in eval mode over channel dim 1.
+// Outputs: the normalised input and two empty statistics ([0]).
+absl::Status BatchNormInference(const InferContext& c, Types* out) {
+  if (auto s = RequireInput(c, 0, "input"); !s.ok()) return s;
+  if (auto s = RequireInput(c, 3, "running_mean"); !s.ok()) return s;
+  if (auto s = RequireInput(c, 4, "running_var"); !s.ok()) return s;
+  const TensorType& input = *c.inputs[0];
+  if (auto s = RequireFloat(c, input, "input"); !s.ok()) return s;
+  if (input.shape.size() < 2) {
+    return c.Error(fmt::format("its input {} has no channel dim (batch norm takes [N, C, ...])",
+                               Shp(c, input.shape)));
+  }
+  static const char* const kNames[] = {"input", "weight", "bias", "running_mean", "running_var"};
+  for (size_t i = 1; i < 5; ++i) {
+    if (c.inputs[i] == nullptr) continue;
+    if (c.inputs[i]->shape != Shape{input.shape[1]} || !IsFloat(c.inputs[i]->dtype)) {
+      return c.Error(fmt::format("its {} is {} {}; it must be a float [{}] (one per channel)",
+                                 kNames[i], tern_dtype_name(c.inputs[i]->dtype),
+                                 Shp(c, c.inputs[i]->shape),
+                                 input.shape[1].ToString(c.graph.symbols)));
+    }
+  }
+  for (const char* name : {"momentum", "eps"}) {
+    if (auto v = c.Float(name, 0.0); !v.ok()) return v.status();
+  }
+  out->push_back(input);
+  out->push_back({input.dtype, {Dim::Constant(0)}});
+  out->push_back({input.dtype, {Dim::Constant(0)}});
+  return absl::OkStatus();
+}
+
+// max_pool2d_with_indices(self; kernel_size, stride=kernel_size, padding=0,
+// dilation=1, ceil_mode=False) over the last two dims of a CHW or NCHW input.
+absl::Status MaxPool2d(const InferContext& c, Types* out) {
+  if (auto s = RequireInput(c, 0, "self"); !s.ok()) return s;
+  const TensorType& self = *c.inputs[0];
+  if (self.shape.size() != 3 && self.shape.size() != 4) {
+    return c.Error(fmt::format("its input {} is not 3-D or 4-D; max_pool2d takes CHW or NCHW",
+                               Shp(c, self.shape)));
+  }
+  auto ceil_mode = c.Bool("ceil_mode", false);
+  if (!ceil_mode.ok()) return ceil_mode.status();
+  if (*ceil_mode) {
+    return c.Error(
+        "it uses ceil_mode=True, which the compiler does not lower yet; use ceil_mode=False "
+        "(pad the input instead if the last partial window matters)");
+  }
+  auto kernel = Pair(c, "kernel_size", {}, 1);
+  if (!kernel.ok()) return kernel.status();
+  auto stride = Pair(c, "stride", {(*kernel)[0], (*kernel)[1]}, 1);
+  auto padding = Pair(c, "padding", {0}, 0);
+  auto dilation = Pair(c, "dilation", {1}, 1);
+  for (const auto* v : {&stride, &padding, &dilation}) {
+    if (!v->ok()) return v->status();
+  }
+  // As PyTorch: the padding is at most half the kernel, so that no window
+  // is all padding.
+  for (size_t axis = 0; axis < 2; ++axis) {
+    if ((*padding)[axis] > (*kernel)[axis] / 2) {
+      return c.Error(fmt::format("its padding {} is more than half its kernel size {}",
+                                 (*padding)[axis], (*kernel)[axis]));
+    }
+  }
+  TensorType t = self;
+  const size_t h = self.shape.size() - 2;
+  for (size_t axis = 0; axis < 2; ++axis) {
+    auto size = WindowOutput(c, self.shape[h + axis], (*kernel)[axis], (*stride)[axis],
+                             (*padding)[axis], (*dilation)[axis], axis == 0 ? "height" : "width");
+    if (!size.ok()) return size.status();
+    t.shape[h + axis] = *size;
+  }
+  out->push_back(t);
+  out->push_back({TERN_DTYPE_I64, t.shape});
+  return absl::OkStatus();
+}
+
 constexpr uint32_t kVariadic = UINT32_MAX;
 
 // The table, sorted by name (KnownOps returns it in this order).
@@ -706,6 +888,7 @@ const std::vector<OpDef>& Table() {
   static const std::vector<OpDef>* table = [] {
     auto* ops = new std::vector<OpDef>{
         {"aten._log_softmax.default", 1, 1, 1, -1, Softmax},
+        {"aten._native_batch_norm_legit_no_training.default", 5, 5, 3, -1, BatchNormInference},
         {"aten._softmax.default", 1, 1, 1, -1, Softmax},
         {"aten._to_copy.default", 1, 1, 1, -1, ToCopy},
         {"aten._unsafe_view.default", 1, 1, 1, -1, View},
@@ -718,6 +901,7 @@ const std::vector<OpDef>& Table() {
         {"aten.bmm.default", 2, 2, 1, -1, Bmm},
         {"aten.cat.default", 1, kVariadic, 1, -1, Cat},
         {"aten.clone.default", 1, 1, 1, -1, SameAsInput},
+        {"aten.convolution.default", 2, 3, 1, -1, Convolution},
         {"aten.cos.default", 1, 1, 1, -1, FloatUnary},
         {"aten.div.Scalar", 1, 1, 1, -1, Division},
         {"aten.div.Tensor", 1, 2, 1, -1, Division},
@@ -740,6 +924,7 @@ const std::vector<OpDef>& Table() {
         {"aten.logical_not.default", 1, 1, 1, -1, LogicalNot},
         {"aten.lt.Scalar", 1, 1, 1, -1, Comparison},
         {"aten.lt.Tensor", 1, 2, 1, -1, Comparison},
+        {"aten.max_pool2d_with_indices.default", 1, 1, 2, -1, MaxPool2d},
         {"aten.maximum.default", 2, 2, 1, -1, Arithmetic},
         {"aten.mean.dim", 1, 1, 1, -1, Mean},
         {"aten.minimum.default", 2, 2, 1, -1, Arithmetic},

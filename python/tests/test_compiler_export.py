@@ -173,3 +173,65 @@ def test_load_runs_the_executable_on_tern_tensors(tmp_path):
         compiled(torch.randn(4, 32).to("tern"))
     with pytest.raises(RuntimeError, match="move it there"):
         compiled(x)
+
+
+class _ResidualBlock(nn.Module):
+    def __init__(self, channels):
+        super().__init__()
+        self.conv1 = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(channels)
+        self.conv2 = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(channels)
+
+    def forward(self, x):
+        y = torch.relu(self.bn1(self.conv1(x)))
+        return torch.relu(self.bn2(self.conv2(y)) + x)
+
+
+class SmallResNet(nn.Module):
+    """A ResNet in miniature: stem conv (stride 2), batch norm, ReLU, max pool,
+    one residual block, global average pool and a linear classifier."""
+
+    def __init__(self, channels=8, classes=10):
+        super().__init__()
+        self.stem = nn.Conv2d(3, channels, 3, stride=2, padding=1)
+        self.bn = nn.BatchNorm2d(channels)
+        self.pool = nn.MaxPool2d(3, stride=2, padding=1)
+        self.block = _ResidualBlock(channels)
+        self.avg = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(channels, classes)
+        # Running statistics that are not the identity, as after training.
+        for module in self.modules():
+            if isinstance(module, nn.BatchNorm2d):
+                module.running_mean.uniform_(-0.5, 0.5)
+                module.running_var.uniform_(0.5, 2.0)
+                module.weight.data.uniform_(0.5, 1.5)
+                module.bias.data.uniform_(-0.5, 0.5)
+
+    def forward(self, x):
+        x = self.pool(torch.relu(self.bn(self.stem(x))))
+        return self.fc(torch.flatten(self.avg(self.block(x)), 1))
+
+
+def test_resnet_style_cnn_graph_uses_the_lowered_ops():
+    torch.manual_seed(4)
+    program = torch.export.export(SmallResNet().eval(), (torch.randn(2, 3, 16, 16),))
+    ops = {node[0] for node in tc.to_graph_spec(program.run_decompositions())["nodes"]}
+    assert ops <= {
+        "aten.convolution.default",
+        "aten._native_batch_norm_legit_no_training.default",
+        "aten.relu.default",
+        "aten.max_pool2d_with_indices.default",
+        "aten.add.Tensor",
+        "aten.mean.dim",
+        "aten.view.default",
+        "aten.permute.default",
+        "aten.addmm.default",
+    }, ops
+
+
+def test_resnet_style_cnn_runs_from_c(tmp_path):
+    torch.manual_seed(4)
+    stats = export_and_run(tmp_path, SmallResNet(), (torch.randn(2, 3, 16, 16),),
+                           rtol=1e-4, atol=1e-4)
+    assert stats["nodes"] >= 10

@@ -166,6 +166,52 @@ TEST(Ops, ReductionsNormsAndCat) {
   EXPECT_CONTAINS(arity.status().message(), "it has 1 tensor inputs; aten.mm.default takes 2");
 }
 
+TEST(Ops, ConvolutionBatchNormAndMaxPoolFollowPyTorchSizes) {
+  using Ints = std::vector<int64_t>;
+  Graph graph;
+  const uint32_t x = graph.AddInput("x", F32(S({2, 3, 15, 16})));
+  const uint32_t w = graph.AddConstant("w", F32(S({8, 3, 3, 3})), std::vector<uint8_t>(216 * 4));
+  const uint32_t b = graph.AddConstant("b", F32(S({8})), std::vector<uint8_t>(8 * 4));
+  // (15 + 2*1 - 2*(3-1) - 1) / 2 + 1 = 7 and (16 + 2 - 4 - 1) / 2 + 1 = 7.
+  auto conv =
+      AddNode(&graph, "aten.convolution.default", {x, w, b},
+              {A("stride", Ints{2, 2}), A("padding", Ints{1, 1}), A("dilation", Ints{2, 2}),
+               A("transposed", false), A("output_padding", Ints{0, 0}), A("groups", int64_t{1})});
+  ASSERT_TRUE(conv.ok()) << conv.status();
+  const uint32_t y = graph.nodes[*conv].outputs[0];
+  EXPECT_EQ(graph.values[y].type, F32(S({2, 8, 7, 7})));
+  auto bn = AddNode(&graph, "aten._native_batch_norm_legit_no_training.default",
+                    {y, kNoValue, b, b, b}, {A("momentum", 0.1), A("eps", 1e-5)});
+  ASSERT_TRUE(bn.ok()) << bn.status();
+  ASSERT_EQ(graph.nodes[*bn].outputs.size(), 3u);
+  EXPECT_EQ(graph.values[graph.nodes[*bn].outputs[0]].type, F32(S({2, 8, 7, 7})));
+  EXPECT_EQ(graph.values[graph.nodes[*bn].outputs[1]].type, F32(S({0})));
+  // Stride defaults to the kernel: (7 - 2) / 2 + 1 = 3; with padding 1:
+  // (7 + 2 - 3) / 2 + 1 = 4.
+  auto pool =
+      AddNode(&graph, "aten.max_pool2d_with_indices.default", {y}, {A("kernel_size", Ints{2, 2})});
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  EXPECT_EQ(graph.values[graph.nodes[*pool].outputs[0]].type, F32(S({2, 8, 3, 3})));
+  EXPECT_EQ(graph.values[graph.nodes[*pool].outputs[1]].type,
+            (TensorType{TERN_DTYPE_I64, S({2, 8, 3, 3})}));
+  auto padded = AddNode(&graph, "aten.max_pool2d_with_indices.default", {y},
+                        {A("kernel_size", Ints{3}), A("stride", Ints{2}), A("padding", Ints{1})});
+  ASSERT_TRUE(padded.ok()) << padded.status();
+  EXPECT_EQ(graph.values[graph.nodes[*padded].outputs[0]].type, F32(S({2, 8, 4, 4})));
+
+  auto wrong_channels = AddNode(&graph, "aten.convolution.default", {y, w}, {}, "conv_c");
+  ASSERT_FALSE(wrong_channels.ok());
+  EXPECT_CONTAINS(wrong_channels.status().message(), "do not fit groups=1");
+  auto too_much_padding = AddNode(&graph, "aten.max_pool2d_with_indices.default", {y},
+                                  {A("kernel_size", Ints{2}), A("padding", Ints{2})});
+  ASSERT_FALSE(too_much_padding.ok());
+  EXPECT_CONTAINS(too_much_padding.status().message(), "more than half its kernel size");
+  auto wrong_stats = AddNode(&graph, "aten._native_batch_norm_legit_no_training.default",
+                             {x, kNoValue, kNoValue, b, b}, {A("eps", 1e-5)}, "bn_c");
+  ASSERT_FALSE(wrong_stats.ok());
+  EXPECT_CONTAINS(wrong_stats.status().message(), "its running_mean is f32 [8]; it must be");
+}
+
 TEST(Verify, NamesWhatIsWrong) {
   {
     Graph graph = Mlp();

@@ -8,6 +8,7 @@
 #include <tern/tern.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -720,6 +721,387 @@ TEST_F(TerncTest, ExitCodesSayWhatWentWrong) {
             1);
   EXPECT_CONTAINS(err, "symbolic shapes are not lowered yet");
   EXPECT_NE(access((dir_ + "/d.tern").c_str(), F_OK), 0) << "nothing is written on failure";
+}
+
+// ---- Convolutions, batch norm and pooling (ResNet-style CNNs) ------------------------
+
+using Ints = std::vector<int64_t>;
+
+// Plain-loop references over NCHW f32 tensors.
+struct Conv2dParams {
+  int64_t stride = 1, padding = 0, dilation = 1, groups = 1;
+};
+
+std::vector<double> Conv2dReference(const std::vector<float>& x, Ints x_shape,
+                                    const std::vector<float>& w, Ints w_shape,
+                                    const std::vector<float>* bias, Conv2dParams p) {
+  const int64_t n = x_shape[0], c = x_shape[1], h = x_shape[2], wd = x_shape[3];
+  const int64_t o = w_shape[0], cg = w_shape[1], kh = w_shape[2], kw = w_shape[3];
+  const int64_t oh = (h + 2 * p.padding - p.dilation * (kh - 1) - 1) / p.stride + 1;
+  const int64_t ow = (wd + 2 * p.padding - p.dilation * (kw - 1) - 1) / p.stride + 1;
+  const int64_t per_group = o / p.groups;
+  std::vector<double> y(static_cast<size_t>(n * o * oh * ow));
+  for (int64_t b = 0; b < n; ++b) {
+    for (int64_t oc = 0; oc < o; ++oc) {
+      const int64_t first_channel = (oc / per_group) * cg;
+      for (int64_t i = 0; i < oh; ++i) {
+        for (int64_t j = 0; j < ow; ++j) {
+          double sum = bias ? (*bias)[oc] : 0.0;
+          for (int64_t ic = 0; ic < cg; ++ic) {
+            for (int64_t u = 0; u < kh; ++u) {
+              for (int64_t v = 0; v < kw; ++v) {
+                const int64_t row = i * p.stride - p.padding + u * p.dilation;
+                const int64_t col = j * p.stride - p.padding + v * p.dilation;
+                if (row < 0 || row >= h || col < 0 || col >= wd) continue;
+                sum += double(x[((b * c + first_channel + ic) * h + row) * wd + col]) *
+                       w[((oc * cg + ic) * kh + u) * kw + v];
+              }
+            }
+          }
+          y[((b * o + oc) * oh + i) * ow + j] = sum;
+        }
+      }
+    }
+  }
+  return y;
+}
+
+// y = (x - mean) / sqrt(var + eps) * weight + bias per channel (dim 1).
+std::vector<double> BatchNormReference(const std::vector<double>& x, Ints shape,
+                                       const std::vector<float>& weight,
+                                       const std::vector<float>& bias,
+                                       const std::vector<float>& mean,
+                                       const std::vector<float>& var, double eps) {
+  std::vector<double> y(x.size());
+  const int64_t c = shape[1], inner = shape[2] * shape[3];
+  for (size_t i = 0; i < x.size(); ++i) {
+    const size_t ch = static_cast<size_t>((static_cast<int64_t>(i) / inner) % c);
+    y[i] = (x[i] - mean[ch]) / std::sqrt(double(var[ch]) + eps) * weight[ch] + bias[ch];
+  }
+  return y;
+}
+
+std::vector<double> MaxPoolReference(const std::vector<double>& x, Ints shape, int64_t kernel,
+                                     int64_t stride, int64_t padding) {
+  const int64_t nc = shape[0] * shape[1], h = shape[2], w = shape[3];
+  const int64_t oh = (h + 2 * padding - kernel) / stride + 1;
+  const int64_t ow = (w + 2 * padding - kernel) / stride + 1;
+  std::vector<double> y(static_cast<size_t>(nc * oh * ow));
+  for (int64_t plane = 0; plane < nc; ++plane) {
+    for (int64_t i = 0; i < oh; ++i) {
+      for (int64_t j = 0; j < ow; ++j) {
+        double best = -INFINITY;
+        for (int64_t u = 0; u < kernel; ++u) {
+          for (int64_t v = 0; v < kernel; ++v) {
+            const int64_t row = i * stride - padding + u, col = j * stride - padding + v;
+            if (row >= 0 && row < h && col >= 0 && col < w) {
+              best = std::max(best, x[(plane * h + row) * w + col]);
+            }
+          }
+        }
+        y[(plane * oh + i) * ow + j] = best;
+      }
+    }
+  }
+  return y;
+}
+
+std::vector<double> ToDouble(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+
+std::vector<Attribute> ConvAttrs(Conv2dParams p) {
+  return {A("stride", Ints{p.stride, p.stride}),
+          A("padding", Ints{p.padding, p.padding}),
+          A("dilation", Ints{p.dilation, p.dilation}),
+          A("transposed", false),
+          A("output_padding", Ints{0, 0}),
+          A("groups", p.groups)};
+}
+
+std::vector<Attribute> PoolAttrs(int64_t kernel, int64_t stride, int64_t padding) {
+  return {A("kernel_size", Ints{kernel, kernel}), A("stride", Ints{stride, stride}),
+          A("padding", Ints{padding, padding})};
+}
+
+TEST_F(LowerTest, Conv2dMatchesTheReference) {
+  struct Case {
+    Ints x_shape, w_shape;
+    Conv2dParams params;
+    bool bias;
+  };
+  const Case cases[] = {
+      {{2, 3, 9, 9}, {4, 3, 3, 3}, {2, 1, 1, 1}, true},   // a ResNet stem
+      {{1, 4, 7, 6}, {6, 2, 3, 2}, {1, 2, 2, 2}, false},  // grouped, dilated, padded
+  };
+  uint32_t seed = 200;
+  for (const Case& c : cases) {
+    const std::vector<float> x =
+        Values(size_t(c.x_shape[0] * c.x_shape[1] * c.x_shape[2] * c.x_shape[3]), seed++);
+    const std::vector<float> w =
+        Values(size_t(c.w_shape[0] * c.w_shape[1] * c.w_shape[2] * c.w_shape[3]), seed++);
+    const std::vector<float> b = Values(size_t(c.w_shape[0]), seed++);
+    Graph g;
+    const uint32_t xv =
+        g.AddInput("x", F32(S({c.x_shape[0], c.x_shape[1], c.x_shape[2], c.x_shape[3]})));
+    std::vector<uint32_t> inputs = {
+        xv, g.AddConstant("w", F32(S({c.w_shape[0], c.w_shape[1], c.w_shape[2], c.w_shape[3]})),
+                          Bytes(w))};
+    if (c.bias) inputs.push_back(g.AddConstant("b", F32(S({c.w_shape[0]})), Bytes(b)));
+    g.AddOutput(
+        "y", Out(g, AddNode(&g, "aten.convolution.default", inputs, ConvAttrs(c.params), "conv")));
+    const auto outputs = Run(g, {Bytes(x)});
+    ASSERT_EQ(outputs.size(), 1u);
+    ExpectNear(outputs[0],
+               Conv2dReference(x, c.x_shape, w, c.w_shape, c.bias ? &b : nullptr, c.params), 1e-5,
+               "conv");
+  }
+}
+
+struct BatchNormParams {
+  std::vector<float> weight, bias, mean, var;
+  explicit BatchNormParams(size_t channels, uint32_t seed)
+      : weight(Values(channels, seed)),
+        bias(Values(channels, seed + 1)),
+        mean(Values(channels, seed + 2)),
+        var(Values(channels, seed + 3)) {
+    for (float& v : var) v = v + 1.5f;  // positive variances
+  }
+  std::vector<uint32_t> Constants(Graph* g, const std::string& prefix) const {
+    const int64_t c = static_cast<int64_t>(weight.size());
+    return {g->AddConstant(prefix + ".weight", F32(S({c})), Bytes(weight)),
+            g->AddConstant(prefix + ".bias", F32(S({c})), Bytes(bias)),
+            g->AddConstant(prefix + ".running_mean", F32(S({c})), Bytes(mean)),
+            g->AddConstant(prefix + ".running_var", F32(S({c})), Bytes(var))};
+  }
+};
+
+uint32_t AddBatchNorm(Graph* g, uint32_t x, const std::vector<uint32_t>& params,
+                      const std::string& name) {
+  std::vector<uint32_t> inputs = {x};
+  inputs.insert(inputs.end(), params.begin(), params.end());
+  return Out(*g, AddNode(g, "aten._native_batch_norm_legit_no_training.default", inputs,
+                         {A("momentum", 0.1), A("eps", 1e-5)}, name));
+}
+
+TEST_F(LowerTest, BatchNormWithConstantsIsScaleAndShift) {
+  const Ints shape = {2, 3, 4, 5};
+  const std::vector<float> x = Values(2 * 3 * 4 * 5, 300);
+  const BatchNormParams bn(3, 301);
+  Graph g;
+  const uint32_t xv = g.AddInput("x", F32(S({2, 3, 4, 5})));
+  g.AddOutput("y", AddBatchNorm(&g, xv, bn.Constants(&g, "bn"), "bn"));
+  absl::StatusOr<LoweredProgram> lowered = LowerGraph(g);
+  ASSERT_TRUE(lowered.ok()) << lowered.status();
+  // Scale and shift are computed at compile time: a multiply and an add.
+  EXPECT_EQ(lowered->instructions.size(), 2u);
+  const auto outputs = Run(g, {Bytes(x)});
+  ASSERT_EQ(outputs.size(), 1u);
+  ExpectNear(outputs[0],
+             BatchNormReference(ToDouble(x), shape, bn.weight, bn.bias, bn.mean, bn.var, 1e-5),
+             1e-5, "bn");
+}
+
+TEST_F(LowerTest, BatchNormWithRuntimeStatisticsMatchesTheReference) {
+  const Ints shape = {2, 3, 4, 5};
+  const std::vector<float> x = Values(2 * 3 * 4 * 5, 310);
+  const BatchNormParams bn(3, 311);
+  Graph g;
+  const uint32_t xv = g.AddInput("x", F32(S({2, 3, 4, 5})));
+  const uint32_t mean = g.AddInput("mean", F32(S({3})));
+  const uint32_t var = g.AddInput("var", F32(S({3})));
+  std::vector<uint32_t> params = bn.Constants(&g, "bn");
+  params[2] = mean;
+  params[3] = var;
+  g.AddOutput("y", AddBatchNorm(&g, xv, params, "bn"));
+  const auto outputs = Run(g, {Bytes(x), Bytes(bn.mean), Bytes(bn.var)});
+  ASSERT_EQ(outputs.size(), 1u);
+  ExpectNear(outputs[0],
+             BatchNormReference(ToDouble(x), shape, bn.weight, bn.bias, bn.mean, bn.var, 1e-5),
+             1e-5, "bn");
+}
+
+TEST_F(LowerTest, BatchNormIsFoldedIntoItsConvolution) {
+  const Ints x_shape = {1, 3, 6, 6}, w_shape = {4, 3, 3, 3};
+  const std::vector<float> x = Values(3 * 36, 320), w = Values(4 * 27, 321);
+  const BatchNormParams bn(4, 322);
+  const Conv2dParams p{1, 1, 1, 1};
+  Graph g;
+  const uint32_t xv = g.AddInput("x", F32(S({1, 3, 6, 6})));
+  const uint32_t wv = g.AddConstant("w", F32(S({4, 3, 3, 3})), Bytes(w));
+  const uint32_t conv = Out(g, AddNode(&g, "aten.convolution.default", {xv, wv}, ConvAttrs(p)));
+  g.AddOutput("y", AddBatchNorm(&g, conv, bn.Constants(&g, "bn"), "bn"));
+  absl::StatusOr<LoweredProgram> lowered = LowerGraph(g);
+  ASSERT_TRUE(lowered.ok()) << lowered.status();
+  ASSERT_EQ(lowered->instructions.size(), 1u);
+  EXPECT_EQ(lowered->instructions[0].opcode, TERN_OP_CONV2D);
+  // Only the folded weight and bias are stored, not the originals.
+  EXPECT_EQ(lowered->constants.stored_bytes(), (4u * 27u + 4u) * 4u);
+  const auto outputs = Run(g, {Bytes(x)});
+  ASSERT_EQ(outputs.size(), 1u);
+  ExpectNear(outputs[0],
+             BatchNormReference(Conv2dReference(x, x_shape, w, w_shape, nullptr, p), {1, 4, 6, 6},
+                                bn.weight, bn.bias, bn.mean, bn.var, 1e-5),
+             1e-5, "conv+bn");
+}
+
+TEST_F(LowerTest, BatchNormIsNotFoldedWhenTheConvolutionIsReadElsewhere) {
+  const std::vector<float> x = Values(3 * 16, 330), w = Values(2 * 3, 331);
+  const BatchNormParams bn(2, 332);
+  Graph g;
+  const uint32_t xv = g.AddInput("x", F32(S({1, 3, 4, 4})));
+  const uint32_t wv = g.AddConstant("w", F32(S({2, 3, 1, 1})), Bytes(w));
+  const uint32_t conv = Out(g, AddNode(&g, "aten.convolution.default", {xv, wv}, ConvAttrs({})));
+  g.AddOutput("y", AddBatchNorm(&g, conv, bn.Constants(&g, "bn"), "bn"));
+  g.AddOutput("conv", conv);
+  const auto outputs = Run(g, {Bytes(x)});
+  ASSERT_EQ(outputs.size(), 2u);
+  const std::vector<double> conv_want =
+      Conv2dReference(x, {1, 3, 4, 4}, w, {2, 3, 1, 1}, nullptr, {});
+  ExpectNear(outputs[1], conv_want, 1e-5, "conv");
+  ExpectNear(outputs[0],
+             BatchNormReference(conv_want, {1, 2, 4, 4}, bn.weight, bn.bias, bn.mean, bn.var, 1e-5),
+             1e-5, "bn");
+}
+
+TEST_F(LowerTest, MaxPoolMatchesTheReference) {
+  struct Case {
+    int64_t kernel, stride, padding;
+  };
+  const Ints shape = {2, 3, 7, 8};
+  const std::vector<float> x = Values(2 * 3 * 7 * 8, 340);
+  for (const Case& c : {Case{3, 2, 1}, Case{2, 2, 0}, Case{3, 1, 0}}) {
+    Graph g;
+    const uint32_t xv = g.AddInput("x", F32(S({2, 3, 7, 8})));
+    g.AddOutput("y", Out(g, AddNode(&g, "aten.max_pool2d_with_indices.default", {xv},
+                                    PoolAttrs(c.kernel, c.stride, c.padding), "pool")));
+    const auto outputs = Run(g, {Bytes(x)});
+    ASSERT_EQ(outputs.size(), 1u);
+    ExpectNear(outputs[0], MaxPoolReference(ToDouble(x), shape, c.kernel, c.stride, c.padding), 0.0,
+               "pool k" + std::to_string(c.kernel) + " s" + std::to_string(c.stride) + " p" +
+                   std::to_string(c.padding));
+  }
+}
+
+TEST(LowerErrors, UnsupportedConvolutionsAndPoolsAreNamed) {
+  Graph g;
+  const uint32_t x = g.AddInput("x", F32(S({1, 2, 8, 8})));
+  const uint32_t w = g.AddConstant("w", F32(S({2, 2, 3, 3})), std::vector<uint8_t>(72 * 4));
+  std::vector<Attribute> transposed = ConvAttrs({});
+  transposed[3] = A("transposed", true);
+  absl::StatusOr<uint32_t> node =
+      AddNode(&g, "aten.convolution.default", {x, w}, transposed, "deconv");
+  ASSERT_FALSE(node.ok());
+  EXPECT_CONTAINS(node.status().message(), "deconv");
+  EXPECT_CONTAINS(node.status().message(), "transposed convolution");
+
+  const uint32_t x1d = g.AddInput("x1d", F32(S({1, 2, 8})));
+  const uint32_t w1d = g.AddConstant("w1d", F32(S({2, 2, 3})), std::vector<uint8_t>(12 * 4));
+  node = AddNode(&g, "aten.convolution.default", {x1d, w1d}, ConvAttrs({}), "conv1d");
+  ASSERT_FALSE(node.ok());
+  EXPECT_CONTAINS(node.status().message(), "conv1d");
+  EXPECT_CONTAINS(node.status().message(), "only 2-D convolutions");
+
+  std::vector<Attribute> ceil = PoolAttrs(2, 2, 0);
+  ceil.push_back(A("ceil_mode", true));
+  node = AddNode(&g, "aten.max_pool2d_with_indices.default", {x}, ceil, "pool_ceil");
+  ASSERT_FALSE(node.ok());
+  EXPECT_CONTAINS(node.status().message(), "pool_ceil");
+  EXPECT_CONTAINS(node.status().message(), "ceil_mode=True");
+
+  // The indices output is not computed.
+  absl::StatusOr<uint32_t> pool =
+      AddNode(&g, "aten.max_pool2d_with_indices.default", {x}, PoolAttrs(2, 2, 0), "pool");
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  g.AddOutput("indices", g.nodes[*pool].outputs[1]);
+  absl::StatusOr<LoweredProgram> lowered = LowerGraph(g);
+  ASSERT_FALSE(lowered.ok());
+  EXPECT_CONTAINS(lowered.status().message(), "pool");
+  EXPECT_CONTAINS(lowered.status().message(), "indices");
+}
+
+// stem conv (stride 2) -> bn -> relu -> max pool -> residual block (conv, bn,
+// relu, conv, bn, + skip, relu) -> mean over H, W -> flatten -> linear, as
+// torch.export gives nn.Conv2d/BatchNorm2d/MaxPool2d/AdaptiveAvgPool2d(1).
+TEST_F(LowerTest, ResNetStyleCnnMatchesTheReference) {
+  constexpr int64_t N = 2, C = 4, H = 12, K = 5;
+  const std::vector<float> x = Values(N * 3 * H * H, 400), stem_w = Values(C * 3 * 9, 401),
+                           stem_b = Values(C, 402), w1 = Values(C * C * 9, 403),
+                           w2 = Values(C * C * 9, 404), fc_w = Values(K * C, 405),
+                           fc_b = Values(K, 406);
+  const BatchNormParams bn0(C, 410), bn1(C, 420), bn2(C, 430);
+  Graph g;
+  const uint32_t xv = g.AddInput("x", F32(S({N, 3, H, H})));
+  auto conv = [&](uint32_t in, const std::vector<float>& w, Ints shape, const std::vector<float>* b,
+                  Conv2dParams p, const std::string& name) {
+    std::vector<uint32_t> inputs = {
+        in, g.AddConstant(name + ".weight", F32(S({shape[0], shape[1], shape[2], shape[3]})),
+                          Bytes(w))};
+    if (b) inputs.push_back(g.AddConstant(name + ".bias", F32(S({shape[0]})), Bytes(*b)));
+    return Out(g, AddNode(&g, "aten.convolution.default", inputs, ConvAttrs(p), name));
+  };
+  auto relu = [&](uint32_t in, const std::string& name) {
+    return Out(g, AddNode(&g, "aten.relu.default", {in}, {}, name));
+  };
+  const Conv2dParams stem_p{2, 1, 1, 1}, same{1, 1, 1, 1};
+  const uint32_t s0 = conv(xv, stem_w, {C, 3, 3, 3}, &stem_b, stem_p, "stem");
+  const uint32_t r0 = relu(AddBatchNorm(&g, s0, bn0.Constants(&g, "bn0"), "bn0"), "relu0");
+  const uint32_t pool =
+      Out(g, AddNode(&g, "aten.max_pool2d_with_indices.default", {r0}, PoolAttrs(3, 2, 1), "pool"));
+  const uint32_t c1 = conv(pool, w1, {C, C, 3, 3}, nullptr, same, "conv1");
+  const uint32_t r1 = relu(AddBatchNorm(&g, c1, bn1.Constants(&g, "bn1"), "bn1"), "relu1");
+  const uint32_t c2 = conv(r1, w2, {C, C, 3, 3}, nullptr, same, "conv2");
+  const uint32_t b2 = AddBatchNorm(&g, c2, bn2.Constants(&g, "bn2"), "bn2");
+  const uint32_t sum = Out(g, AddNode(&g, "aten.add.Tensor", {b2, pool}, {}, "add"));
+  const uint32_t r2 = relu(sum, "relu2");
+  const uint32_t mean = Out(
+      g, AddNode(&g, "aten.mean.dim", {r2}, {A("dim", Ints{-1, -2}), A("keepdim", true)}, "mean"));
+  const uint32_t flat = Out(g, AddNode(&g, "aten.view.default", {mean}, {A("size", S({N, C}))}));
+  const uint32_t fc_t = Out(g, AddNode(&g, "aten.permute.default",
+                                       {g.AddConstant("fc.weight", F32(S({K, C})), Bytes(fc_w))},
+                                       {A("dims", Ints{1, 0})}, "fc_t"));
+  g.AddOutput(
+      "logits",
+      Out(g, AddNode(&g, "aten.addmm.default",
+                     {g.AddConstant("fc.bias", F32(S({K})), Bytes(fc_b)), flat, fc_t}, {}, "fc")));
+
+  // The reference, step by step.
+  auto relu_ref = [](std::vector<double> v) {
+    for (double& e : v) e = std::max(e, 0.0);
+    return v;
+  };
+  auto to_float = [](const std::vector<double>& v) {
+    return std::vector<float>(v.begin(), v.end());
+  };
+  const int64_t h0 = H / 2, h1 = h0 / 2;
+  const std::vector<double> a0 = relu_ref(
+      BatchNormReference(Conv2dReference(x, {N, 3, H, H}, stem_w, {C, 3, 3, 3}, &stem_b, stem_p),
+                         {N, C, h0, h0}, bn0.weight, bn0.bias, bn0.mean, bn0.var, 1e-5));
+  const std::vector<double> p0 = MaxPoolReference(a0, {N, C, h0, h0}, 3, 2, 1);
+  const std::vector<double> a1 = relu_ref(BatchNormReference(
+      Conv2dReference(to_float(p0), {N, C, h1, h1}, w1, {C, C, 3, 3}, nullptr, same),
+      {N, C, h1, h1}, bn1.weight, bn1.bias, bn1.mean, bn1.var, 1e-5));
+  std::vector<double> a2 = BatchNormReference(
+      Conv2dReference(to_float(a1), {N, C, h1, h1}, w2, {C, C, 3, 3}, nullptr, same),
+      {N, C, h1, h1}, bn2.weight, bn2.bias, bn2.mean, bn2.var, 1e-5);
+  for (size_t i = 0; i < a2.size(); ++i) a2[i] = std::max(a2[i] + p0[i], 0.0);
+  std::vector<double> want(N * K);
+  for (int64_t b = 0; b < N; ++b) {
+    for (int64_t k = 0; k < K; ++k) {
+      double y = fc_b[k];
+      for (int64_t c = 0; c < C; ++c) {
+        double avg = 0;
+        for (int64_t i = 0; i < h1 * h1; ++i) avg += a2[(b * C + c) * h1 * h1 + i];
+        y += avg / double(h1 * h1) * fc_w[k * C + c];
+      }
+      want[b * K + k] = y;
+    }
+  }
+
+  CompileStats stats;
+  const auto outputs = Run(g, {Bytes(x)}, &stats);
+  ASSERT_EQ(outputs.size(), 1u);
+  ExpectNear(outputs[0], want, 1e-4, "logits");
+  // Three convolutions (the batch norms folded in) and the linear layer.
+  EXPECT_EQ(stats.instructions_per_engine[TERN_ENGINE_TENSOR], 4u);
 }
 
 }  // namespace

@@ -46,6 +46,11 @@ _DTYPES = {
 _PLACEMENT_ARGUMENTS = {"layout", "device", "pin_memory", "memory_format", "non_blocking"}
 
 
+def _bytes_of(tensor: torch.Tensor) -> bytes:
+    """A contiguous CPU tensor's bytes, row-major (rank 0 included)."""
+    return tensor.reshape(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b""
+
+
 class UnsupportedGraph(ValueError):
     """The model uses something the compiler cannot take (the message says what)."""
 
@@ -154,7 +159,7 @@ class _Converter:
                 self.refs[name] = ("const", len(self.spec["constants"]))
                 self.spec["constants"].append(
                     (spec.target, self._dtype(tensor.dtype, where), list(tensor.shape),
-                     tensor.view(torch.uint8).numpy().tobytes() if tensor.numel() else b""))
+                     _bytes_of(tensor)))
             else:
                 raise UnsupportedGraph(
                     f"input '{name}' is of kind {spec.kind.name}, which the compiler does not "
@@ -198,7 +203,7 @@ class _Converter:
             self.refs[name] = ("const", len(self.spec["constants"]))
             self.spec["constants"].append(
                 (name, self._dtype(tensor.dtype, where), list(tensor.shape),
-                 tensor.view(torch.uint8).numpy().tobytes() if tensor.numel() else b""))
+                 _bytes_of(tensor)))
         return self.refs[name]
 
     def _fold(self, node: torch.fx.Node) -> bool:
