@@ -40,7 +40,9 @@ def export_and_run(tmp_path, model, inputs, rtol=1e-4, atol=1e-5):
     stats = tc.export(model, inputs, exe, graph_path=tmp_path / "model.ternir")
     assert exe.stat().st_size == stats["bytes"]
     assert (tmp_path / "model.ternir").stat().st_size > 0
-    args = [run_model_binary(), str(exe), "--no-output", "--rtol", str(rtol), "--atol", str(atol)]
+    # Device 1: this process's tern tensors (other tests) hold a core of device 0.
+    args = [run_model_binary(), str(exe), "--no-output", "--rtol", str(rtol), "--atol", str(atol),
+            "--device", "1"]
     for i, x in enumerate(inputs):
         np.save(tmp_path / f"in{i}.npy", x.numpy())
         args.append(str(tmp_path / f"in{i}.npy"))

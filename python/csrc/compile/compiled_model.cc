@@ -1,5 +1,6 @@
 #include "compile/compiled_model.h"
 
+#include <ATen/ops/empty.h>
 #include <c10/util/Exception.h>
 
 #include "aten/minimal.h"
