@@ -23,6 +23,7 @@
 #include "compiler/cache/compile_cache.h"
 #include "compiler/graph_file/graph_file.h"
 #include "compiler/ir/graph.h"
+#include "compiler/ir/ops.h"
 #include "compiler/lower/compile.h"
 #include "tern/isa.h"
 
@@ -35,6 +36,7 @@ constexpr std::string_view kUsageText =
     "usage: ternc compile GRAPH.ternir -o OUT.tern [--stats] [--no-cache]\n"
     "       ternc inspect GRAPH.ternir\n"
     "       ternc cache ls|stats|clear|verify\n"
+    "       ternc ops\n"
     "       ternc --help\n";
 
 constexpr std::string_view kHelpText =
@@ -53,6 +55,7 @@ constexpr std::string_view kHelpText =
     "  cache stats            entries, bytes, and hits and misses since the last clear\n"
     "  cache clear            remove every entry\n"
     "  cache verify           check every entry; remove (and list) the bad ones\n"
+    "  ops                    list the operators the compiler knows, one per line\n"
     "\n"
     "The compile cache lives in $TERN_COMPILE_CACHE_DIR, else\n"
     "$XDG_CACHE_HOME/tern/compile, else ~/.cache/tern/compile.\n"
@@ -301,6 +304,11 @@ int Main(int argc, char** argv) {
   }
   const std::string command = args[0];
   if (command == "cache") return Cache(args);
+  if (command == "ops") {
+    if (args.size() != 1) return Usage("ops takes no arguments");
+    for (std::string_view name : tern::compiler::KnownOps()) fmt::print("{}\n", name);
+    return kOk;
+  }
   std::vector<std::string> paths;
   std::string output;
   bool stats = false;

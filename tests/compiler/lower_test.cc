@@ -708,6 +708,11 @@ TEST_F(TerncTest, ExitCodesSayWhatWentWrong) {
   EXPECT_EQ(Ternc("compile '" + dir_ + "/missing.ternir'", nullptr, &err), 64);
   EXPECT_CONTAINS(err, "-o");
   EXPECT_EQ(Ternc("frobnicate", nullptr, &err), 64);
+  // The list the compiler's "does not know this operator" error points to.
+  EXPECT_EQ(Ternc("ops", &out), 0);
+  EXPECT_CONTAINS(out, "aten.addmm.default\n");
+  EXPECT_CONTAINS(out, "aten.convolution.default\n");
+  EXPECT_EQ(Ternc("ops extra", nullptr, &err), 64);
   EXPECT_EQ(Ternc("compile '" + dir_ + "/missing.ternir' -o '" + dir_ + "/x.tern'", nullptr, &err),
             3);
   EXPECT_CONTAINS(err, "missing.ternir");
