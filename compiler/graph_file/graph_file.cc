@@ -36,34 +36,6 @@ constexpr const char* kRewrite = "write the graph file again";
 constexpr const char* kFixWriter =
     "fix the program that wrote the file (docs/graph-format.md says what a graph file holds)";
 
-// Bytes per element of the dtypes this version knows (tern/isa.h); kept here
-// rather than calling tern_dtype_size() so that the reader does not need
-// libtern.
-uint64_t DTypeBytes(uint8_t dtype) {
-  switch (dtype) {
-    case TERN_DTYPE_F32:
-    case TERN_DTYPE_I32:
-      return 4;
-    case TERN_DTYPE_BF16:
-    case TERN_DTYPE_F16:
-      return 2;
-    case TERN_DTYPE_I8:
-    case TERN_DTYPE_BOOL:
-      return 1;
-    case TERN_DTYPE_I64:
-      return 8;
-    default:
-      return 0;
-  }
-}
-
-// The short name of a known dtype, as tern_dtype_name() gives it.
-const char* DTypeName(tern_dtype_t dtype) {
-  static constexpr const char* kNames[] = {"f32", "bf16", "f16", "i8", "i32", "i64", "bool"};
-  const auto index = static_cast<size_t>(dtype);
-  return index < std::size(kNames) ? kNames[index] : "unknown";
-}
-
 uint64_t AlignUp(uint64_t value, uint64_t alignment) {
   return (value + alignment - 1) / alignment * alignment;
 }
@@ -422,7 +394,7 @@ class GraphReader {
             where, in->kind());
       }
       value.kind = static_cast<Value::Kind>(in->kind());
-      if (DTypeBytes(in->dtype()) == 0) {
+      if (in->dtype() >= TERN_DTYPE_COUNT) {
         return Unsupported(
             "{}: dtype {} is none this reader knows (tern_dtype_t has {} values): the file needs "
             "a newer tern, or it is damaged",
@@ -524,7 +496,7 @@ class GraphReader {
       }
       case fb::AttributeValue_DTypeValue: {
         const uint8_t dtype = in->value_as_DTypeValue()->dtype();
-        if (DTypeBytes(dtype) == 0) {
+        if (dtype >= TERN_DTYPE_COUNT) {
           return Unsupported(
               "{}: dtype {} is none this reader knows (tern_dtype_t has {} values): the file "
               "needs a newer tern, or it is damaged",
@@ -698,7 +670,7 @@ class GraphReader {
   // The bytes a constant of this type takes, or an error.
   absl::StatusOr<uint64_t> ConstantBytes(uint32_t id, const std::string& where) const {
     const TensorType& type = graph_.values[id].type;
-    uint64_t bytes = DTypeBytes(static_cast<uint8_t>(type.dtype));
+    uint64_t bytes = tern_dtype_size(type.dtype);
     for (const Dim& dim : type.shape) {
       const std::optional<int64_t> size = dim.constant();
       if (!size.has_value() || *size < 0) {
@@ -747,7 +719,7 @@ class GraphReader {
         return Invalid(
             "{}: it has {} bytes, but its type {} {} needs {}; write the constant's bytes "
             "row-major, exactly as many as its shape holds",
-            where, size, DTypeName(graph_.values[id].type.dtype),
+            where, size, tern_dtype_name(graph_.values[id].type.dtype),
             ShapeString(graph_.values[id].type.shape, graph_.symbols), *expected);
       }
       const auto bytes = constants_section_.subspan(offset, size);
