@@ -225,51 +225,6 @@ Bytes BuildAdd(bool y_from_constants) {
   return bytes;
 }
 
-Bytes BuildPipeline(bool with_semaphore) {
-  static const int64_t shape[1] = {16};
-  tern_builder_t builder = nullptr;
-  EXPECT_TERN_OK(tern_builder_create("trn2", &builder));
-  EXPECT_TERN_OK(tern_builder_begin_function(builder, "pipeline", nullptr));
-  EXPECT_TERN_OK(tern_builder_add_input(builder, "x", TERN_DTYPE_F32, 1, shape, nullptr));
-  EXPECT_TERN_OK(tern_builder_add_output(builder, "y", TERN_DTYPE_F32, 1, shape, nullptr));
-  EXPECT_TERN_OK(tern_builder_set_scratch(builder, 64));
-  auto add = [&](tern_opcode_t opcode, std::vector<tern_operand_t> operands,
-                 std::vector<int64_t> ints, const char* debug_op) {
-    tern_instruction_t instruction{};
-    instruction.struct_size = sizeof(instruction);
-    instruction.opcode = opcode;
-    instruction.operand_count = static_cast<uint32_t>(operands.size());
-    instruction.operands = operands.data();
-    instruction.int_count = static_cast<uint32_t>(ints.size());
-    instruction.ints = ints.data();
-    instruction.debug_op = debug_op;
-    EXPECT_TERN_OK(tern_builder_add_instruction(builder, &instruction));
-  };
-  if (!with_semaphore) {
-    EXPECT_TERN_OK(tern_builder_set_flags(builder, TERN_BUILDER_ALLOW_RACES));
-  }
-  // Vector first in program order: the schedule must still put the copy first.
-  if (with_semaphore) add(TERN_OP_SEM_WAIT, {}, {0, 1, TERN_ENGINE_VECTOR}, nullptr);
-  add(TERN_OP_BINARY,
-      {Tensor(TERN_SEGMENT_OUTPUT, 0, TERN_DTYPE_F32, 1, shape),
-       Tensor(TERN_SEGMENT_SCRATCH, 0, TERN_DTYPE_F32, 1, shape),
-       Tensor(TERN_SEGMENT_SCRATCH, 0, TERN_DTYPE_F32, 1, shape)},
-      {TERN_BINARY_ADD}, "model.double");
-  add(TERN_OP_COPY,
-      {Tensor(TERN_SEGMENT_SCRATCH, 0, TERN_DTYPE_F32, 1, shape),
-       Tensor(TERN_SEGMENT_INPUT, 0, TERN_DTYPE_F32, 1, shape)},
-      {}, "model.stage");
-  if (with_semaphore) add(TERN_OP_SEM_SIGNAL, {}, {0, 1, TERN_ENGINE_DMA}, nullptr);
-  EXPECT_TERN_OK(tern_builder_end_function(builder));
-  void* data = nullptr;
-  uint64_t size = 0;
-  EXPECT_TERN_OK(tern_builder_finish(builder, &data, &size));
-  Bytes bytes(static_cast<uint8_t*>(data), static_cast<uint8_t*>(data) + size);
-  tern_builder_free_data(data);
-  EXPECT_TERN_OK(tern_builder_destroy(builder));
-  return bytes;
-}
-
 namespace {
 
 // A program on 'x' (input, f32 [16]), 'y' (output, f32 [16]) and 64 bytes of
@@ -331,6 +286,20 @@ tern_operand_t View(tern_segment_t segment, const int64_t* count, const int64_t*
 }
 
 }  // namespace
+
+Bytes BuildPipeline(bool with_semaphore) {
+  static const int64_t n16[1] = {16};
+  const auto x = Tensor(TERN_SEGMENT_INPUT, 0, TERN_DTYPE_F32, 1, n16);
+  const auto y = Tensor(TERN_SEGMENT_OUTPUT, 0, TERN_DTYPE_F32, 1, n16);
+  const auto scratch = Tensor(TERN_SEGMENT_SCRATCH, 0, TERN_DTYPE_F32, 1, n16);
+  return WriteProgram("pipeline", !with_semaphore, [&](ProgramWriter& w) {
+    // Vector first in program order: the schedule must still put the copy first.
+    if (with_semaphore) w.Wait(TERN_ENGINE_VECTOR, 0);
+    w.Add(TERN_OP_BINARY, {y, scratch, scratch}, {TERN_BINARY_ADD}, "model.double");
+    w.Add(TERN_OP_COPY, {scratch, x}, {}, "model.stage");
+    if (with_semaphore) w.Signal(TERN_ENGINE_DMA, 0);
+  });
+}
 
 std::vector<HazardProgram> HazardCorpus() {
   static const int64_t n16[1] = {16}, n8[1] = {8}, n5[1] = {5};
