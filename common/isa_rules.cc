@@ -23,8 +23,13 @@ constexpr OpInfo kOps[] = {
     {TERN_OP_COPY, "copy", {"dst", "src"}, 2, 0, Bit(0)},
     {TERN_OP_CAST, "cast", {"dst", "src"}, 2, 0, Bit(0)},
     {TERN_OP_FILL, "fill", {"dst"}, 1, 0, Bit(0)},
-    {TERN_OP_MATMUL, "matmul", {"out", "a", "b", "bias"}, 4, Bit(3), Bit(0)},
-    {TERN_OP_CONV2D, "conv2d", {"out", "input", "weight", "bias"}, 4, Bit(3), Bit(0)},
+    {TERN_OP_MATMUL, "matmul", {"out", "a", "b", "bias", "residual"}, 5, Bit(3) | Bit(4), Bit(0)},
+    {TERN_OP_CONV2D,
+     "conv2d",
+     {"out", "input", "weight", "bias", "residual"},
+     5,
+     Bit(3) | Bit(4),
+     Bit(0)},
     {TERN_OP_CONV2D_BACKWARD_INPUT,
      "conv2d_backward_input",
      {"grad_input", "grad_out", "weight"},
@@ -66,6 +71,12 @@ constexpr OpInfo kOps[] = {
      6,
      Bit(1) | Bit(5),
      Bit(0) | Bit(1)},
+    {TERN_OP_ELEMENTWISE,
+     "elementwise",
+     {"out0", "out1", "out2", "out3", "in0", "in1", "in2", "in3", "in4", "in5", "in6", "in7"},
+     12,
+     Bit(1) | Bit(2) | Bit(3) | Bit(5) | Bit(6) | Bit(7) | Bit(8) | Bit(9) | Bit(10) | Bit(11),
+     Bit(0) | Bit(1) | Bit(2) | Bit(3)},
     {TERN_OP_UNARY, "unary", {"out", "in"}, 2, 0, Bit(0)},
     {TERN_OP_UNARY_BACKWARD, "unary_backward", {"grad_in", "grad_out", "in"}, 3, 0, Bit(0)},
     {TERN_OP_GATHER, "gather", {"out", "table", "indices"}, 3, 0, Bit(0)},
@@ -449,6 +460,46 @@ bool OperandIsWritten(uint32_t opcode, size_t slot) {
   return info && slot < info->count && (info->written_mask & Bit(slot));
 }
 
+uint64_t FeaturesOf(uint32_t opcode, std::span<const OperandDesc> operands,
+                    std::span<const int64_t> ints) {
+  const bool residual = operands.size() > 4 && operands[4].present();
+  switch (opcode) {
+    case TERN_OP_ELEMENTWISE:
+      return TERN_FEATURE_ELEMENTWISE_PROGRAMS;
+    case TERN_OP_MATMUL:
+      return (residual || (ints.size() > 2 && ints[2] != TERN_ACTIVATION_NONE))
+                 ? TERN_FEATURE_TENSOR_EPILOGUES
+                 : 0;
+    case TERN_OP_CONV2D:
+      return (residual || (ints.size() > 7 && ints[7] != TERN_ACTIVATION_NONE))
+                 ? TERN_FEATURE_TENSOR_EPILOGUES
+                 : 0;
+    default:
+      return 0;
+  }
+}
+
+std::string FeatureNames(uint64_t bits) {
+  static constexpr struct {
+    uint64_t bit;
+    const char* name;
+  } kFeatures[] = {{TERN_FEATURE_ELEMENTWISE_PROGRAMS, "elementwise-programs"},
+                   {TERN_FEATURE_TENSOR_EPILOGUES, "tensor-epilogues"}};
+  std::string names;
+  for (const auto& feature : kFeatures) {
+    if (!(bits & feature.bit)) continue;
+    if (!names.empty()) names += ", ";
+    names += feature.name;
+    bits &= ~feature.bit;
+  }
+  for (int bit = 0; bit < 64; ++bit) {
+    if (!(bits & (uint64_t{1} << bit))) continue;
+    if (!names.empty()) names += ", ";
+    names += fmt::format("bit {}", bit);
+  }
+  return names.empty() ? "none" : names;
+}
+
 Status ValidateInstruction(uint32_t opcode, std::span<const OperandDesc> operands,
                            std::span<const int64_t> ints, std::span<const double> floats) {
   const OpInfo* info = FindOp(opcode);
@@ -492,6 +543,8 @@ Status ValidateInstruction(uint32_t opcode, std::span<const OperandDesc> operand
       return rules::CheckRmsNorm(c);
     case TERN_OP_RMS_NORM_BACKWARD:
       return rules::CheckRmsNormBackward(c);
+    case TERN_OP_ELEMENTWISE:
+      return rules::CheckElementwise(c);
     case TERN_OP_UNARY:
       return rules::CheckUnary(c);
     case TERN_OP_UNARY_BACKWARD:

@@ -65,6 +65,17 @@ Status OperandExtent(const OperandDesc& desc, uint64_t* begin, uint64_t* end);
 Status ValidateInstruction(uint32_t opcode, std::span<const OperandDesc> operands,
                            std::span<const int64_t> ints, std::span<const double> floats);
 
+// The required-feature bits (TERN_FEATURE_*) one instruction needs: an
+// ELEMENTWISE program, a MATMUL or CONV2D epilogue. 0 for everything tern
+// 1.0 could run. Call on a validated instruction.
+uint64_t FeaturesOf(uint32_t opcode, std::span<const OperandDesc> operands,
+                    std::span<const int64_t> ints);
+// The parameters (floats) a unary function takes when all are given: an
+// ELEMENTWISE step or a MATMUL/CONV2D activation gives all, without defaults.
+size_t UnaryParameterCount(int64_t fn);
+// "elementwise-programs, tensor-epilogues" (unknown bits as "bit 5"), "none".
+std::string FeatureNames(uint64_t bits);
+
 // "[4, 8] f32" for messages.
 std::string DescribeOperand(const OperandDesc& desc);
 // "[4, 8]" for messages: `rank` dimensions, strides or index components.

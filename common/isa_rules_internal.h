@@ -37,8 +37,8 @@ inline bool KnownDtype(int64_t raw) { return raw >= 0 && raw < TERN_DTYPE_COUNT;
 struct OpInfo {
   uint32_t opcode;
   const char* name;
-  std::array<const char*, 8> operands;  // slot names
-  size_t count;                         // slots
+  std::array<const char*, 12> operands;  // slot names
+  size_t count;                          // slots
   uint32_t optional_mask;
   uint32_t written_mask;
 };
@@ -76,6 +76,14 @@ class Checker {
   std::span<const double> floats() const { return floats_; }
 
   Status Structure() const;
+
+  // The same instruction seen with other floats: a fused step's or an
+  // epilogue's parameters, checked by the rules of the function they belong to.
+  Checker WithFloats(std::span<const double> floats, std::string prefix) const {
+    Checker sub(info_, operands_, ints_, floats);
+    sub.SetPrefix(std::move(prefix));
+    return sub;
+  }
 
   Status IntCount(size_t min, size_t max, const char* what) const {
     if (ints_.size() < min || ints_.size() > max) {
@@ -204,9 +212,15 @@ Status CheckLayerNorm(Checker& c);
 Status CheckLayerNormBackward(Checker& c);
 Status CheckRmsNorm(Checker& c);
 Status CheckRmsNormBackward(Checker& c);
+Status CheckElementwise(Checker& c);
 // Scalar
 Status CheckUnary(Checker& c);
 Status CheckUnaryBackward(Checker& c);
+// Checks c.floats() as the parameters of unary function `fn`.
+Status CheckUnaryFloats(Checker& c, int64_t fn);
+// Checks an activation (a MATMUL or CONV2D epilogue): TERN_ACTIVATION_NONE
+// with no parameters, or a float unary function with all its parameters.
+Status CheckActivation(const Checker& c, int64_t fn, std::span<const double> parameters);
 // GpSimd: gather and scatter_add share one rule (`scatter` picks the slots),
 // as do take_along_axis and scatter_add_along_axis.
 Status CheckGather(Checker& c, bool scatter);

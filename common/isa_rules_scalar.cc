@@ -33,6 +33,8 @@ UnaryKind UnaryKindOf(int64_t fn) {
   }
 }
 
+}  // namespace
+
 // The floats of a unary function: [min, max] count; whether they must be
 // finite.
 Status CheckUnaryFloats(Checker& c, int64_t fn) {
@@ -68,7 +70,27 @@ Status CheckUnaryFloats(Checker& c, int64_t fn) {
   }
 }
 
-}  // namespace
+Status CheckActivation(const Checker& c, int64_t fn, std::span<const double> parameters) {
+  if (fn == TERN_ACTIVATION_NONE) {
+    if (!parameters.empty()) {
+      return c.Fail("has {} activation parameter floats but no activation (ints say -1)",
+                    parameters.size());
+    }
+    return OkStatus();
+  }
+  if (UnaryFnName(fn) == nullptr) return c.Unsupported("unknown activation function {}", fn);
+  if (fn == TERN_UNARY_ISNAN || fn == TERN_UNARY_LOGICAL_NOT || fn == TERN_UNARY_BITWISE_NOT) {
+    return c.Fail("activation {} is not an activation: it does not map floats to floats",
+                  UnaryFnName(fn));
+  }
+  if (parameters.size() != UnaryParameterCount(fn)) {
+    return c.Fail("activation {} takes {} parameter floats after the instruction's own, got {}",
+                  UnaryFnName(fn), UnaryParameterCount(fn), parameters.size());
+  }
+  Checker sub =
+      c.WithFloats(parameters, fmt::format("{} activation {}", c.prefix(), UnaryFnName(fn)));
+  return CheckUnaryFloats(sub, fn);
+}
 
 Status CheckUnary(Checker& c) {
   TERN_RETURN_IF_ERROR(c.IntCount(1, 1, "tern_unary_fn_t"));
@@ -116,3 +138,22 @@ Status CheckUnaryBackward(Checker& c) {
 }
 
 }  // namespace tern::isa::rules
+
+namespace tern::isa {
+
+size_t UnaryParameterCount(int64_t fn) {
+  switch (fn) {
+    case TERN_UNARY_LEAKY_RELU:
+    case TERN_UNARY_ELU:
+    case TERN_UNARY_POW_SCALAR:
+      return 1;
+    case TERN_UNARY_CLAMP:
+    case TERN_UNARY_AFFINE:
+    case TERN_UNARY_SOFTPLUS:
+      return 2;
+    default:
+      return 0;
+  }
+}
+
+}  // namespace tern::isa

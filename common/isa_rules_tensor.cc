@@ -1,6 +1,7 @@
 // The rules of the Tensor engine's instructions (matmul and the convolutions): docs/isa.md,
 // "Instructions", "Tensor". isa_rules.cc dispatches here after the checks
 // every instruction shares (operand structure, segments, extents).
+#include <algorithm>
 #include <cmath>
 
 #include "common/isa_rules_internal.h"
@@ -12,15 +13,22 @@ struct ConvParams {
   int64_t stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dil_h = 1, dil_w = 1, groups = 1;
 };
 
-Status ConvInts(const Checker& c, ConvParams* p) {
-  if (c.ints().size() != 0 && c.ints().size() != 7) {
+// `forward`: conv2d, whose ints may end with an activation (floats: its
+// parameters); the backward instructions take exactly 7 ints or none.
+Status ConvInts(const Checker& c, ConvParams* p, bool forward) {
+  const size_t count = c.ints().size();
+  if (count != 0 && count != 7 && !(forward && count == 8)) {
     return c.Fail(
-        "takes 7 ints (stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, groups) or none "
-        "for the defaults, got {}",
-        c.ints().size());
+        "takes 7 ints (stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, groups){} or "
+        "none for the defaults, got {}",
+        forward ? ", optionally followed by the activation," : "", count);
   }
-  TERN_RETURN_IF_ERROR(c.FloatCount(0, 0, "none"));
-  if (c.ints().empty()) return OkStatus();
+  if (count == 8) {
+    TERN_RETURN_IF_ERROR(CheckActivation(c, c.ints()[7], c.floats()));
+  } else {
+    TERN_RETURN_IF_ERROR(c.FloatCount(0, 0, "none"));
+  }
+  if (count == 0) return OkStatus();
   static constexpr const char* kNames[] = {"stride_h",   "stride_w",   "pad_h", "pad_w",
                                            "dilation_h", "dilation_w", "groups"};
   constexpr int64_t kLimit = int64_t{1} << 31;
@@ -90,13 +98,37 @@ Status CheckConvGeometry(const Checker& c, const ConvParams& p, size_t input, si
   return OkStatus();
 }
 
+// The epilogue operand `residual` (slot 4) of matmul and conv2d: out's shape
+// and dtype, a float dtype.
+Status CheckResidual(const Checker& c) {
+  if (!c.Has(4)) return OkStatus();
+  TERN_RETURN_IF_ERROR(c.FloatDtype(0));
+  return c.SameShapeAndDtypeAs(4, 0);
+}
+
 }  // namespace
 
 Status CheckMatmul(Checker& c) {
-  TERN_RETURN_IF_ERROR(c.IntCount(0, 2, "transpose_a, transpose_b"));
-  TERN_RETURN_IF_ERROR(c.FloatCount(0, 2, "alpha, beta"));
-  TERN_RETURN_IF_ERROR(c.FiniteFloats("alpha, beta"));
-  for (size_t i = 0; i < c.ints().size(); ++i) {
+  TERN_RETURN_IF_ERROR(c.IntCount(0, 3, "transpose_a, transpose_b, activation"));
+  const int64_t activation = c.ints().size() > 2 ? c.ints()[2] : TERN_ACTIVATION_NONE;
+  const size_t own_floats = std::min<size_t>(c.floats().size(), 2);
+  if (activation == TERN_ACTIVATION_NONE || UnaryParameterCount(activation) == 0) {
+    TERN_RETURN_IF_ERROR(c.FloatCount(0, 2, "alpha, beta"));
+  } else if (c.floats().size() < 2) {
+    return c.Fail(
+        "takes floats [alpha, beta, activation parameters...] when the activation has "
+        "parameters, got {} floats",
+        c.floats().size());
+  }
+  for (size_t i = 0; i < own_floats; ++i) {
+    if (!std::isfinite(c.floats()[i]))
+      return c.Fail("floats[{}] ({}) is {}; it must be finite", i, i == 0 ? "alpha" : "beta",
+                    c.floats()[i]);
+  }
+  TERN_RETURN_IF_ERROR(CheckActivation(c, activation, c.floats().subspan(own_floats)));
+  if (activation != TERN_ACTIVATION_NONE) TERN_RETURN_IF_ERROR(c.FloatDtype(0));
+  TERN_RETURN_IF_ERROR(CheckResidual(c));
+  for (size_t i = 0; i < std::min<size_t>(c.ints().size(), 2); ++i) {
     if (c.ints()[i] != 0 && c.ints()[i] != 1) {
       return c.Fail("ints[{}] ({}) is {}; it must be 0 or 1", i,
                     i == 0 ? "transpose_a" : "transpose_b", c.ints()[i]);
@@ -181,7 +213,8 @@ Status CheckMatmul(Checker& c) {
 
 Status CheckConv2d(Checker& c) {
   ConvParams p;
-  TERN_RETURN_IF_ERROR(ConvInts(c, &p));
+  TERN_RETURN_IF_ERROR(ConvInts(c, &p, true));
+  TERN_RETURN_IF_ERROR(CheckResidual(c));
   TERN_RETURN_IF_ERROR(CheckConvGeometry(c, p, 1, 2, 0));
   if (c.Has(3)) {
     TERN_RETURN_IF_ERROR(c.RankIs(3, 1));
@@ -196,14 +229,14 @@ Status CheckConv2d(Checker& c) {
 
 Status CheckConv2dBackwardInput(Checker& c) {
   ConvParams p;
-  TERN_RETURN_IF_ERROR(ConvInts(c, &p));
+  TERN_RETURN_IF_ERROR(ConvInts(c, &p, false));
   // grad_input plays the input, grad_out the output.
   return CheckConvGeometry(c, p, 0, 2, 1);
 }
 
 Status CheckConv2dBackwardWeight(Checker& c) {
   ConvParams p;
-  TERN_RETURN_IF_ERROR(ConvInts(c, &p));
+  TERN_RETURN_IF_ERROR(ConvInts(c, &p, false));
   return CheckConvGeometry(c, p, 2, 0, 1);
 }
 

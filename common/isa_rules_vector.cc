@@ -269,3 +269,160 @@ Status CheckRmsNormBackward(Checker& c) {
 }
 
 }  // namespace tern::isa::rules
+
+namespace tern::isa::rules {
+
+// ELEMENTWISE: slots 0..3 are out0..out3, slots 4..11 in0..in7; registers
+// 0..7 are the inputs and 8 + i step i's result.
+Status CheckElementwise(Checker& c) {
+  constexpr size_t kFirstInput = TERN_PROGRAM_OUTPUTS;
+  std::span<const int64_t> ints = c.ints();
+  if (ints.empty())
+    return c.Fail("takes ints [steps, steps x 5 ints, 4 output registers], got none");
+  const int64_t steps = ints[0];
+  if (steps < 1 || steps > TERN_PROGRAM_MAX_STEPS) {
+    return c.Fail("has {} steps (ints[0]); a program has 1 to {}", steps, TERN_PROGRAM_MAX_STEPS);
+  }
+  const size_t expected = 1 + 5 * static_cast<size_t>(steps) + TERN_PROGRAM_OUTPUTS;
+  if (ints.size() != expected) {
+    return c.Fail(
+        "has {} steps, so it takes {} ints (1 + 5 per step + {} output registers), got {}", steps,
+        expected, TERN_PROGRAM_OUTPUTS, ints.size());
+  }
+  if (c.floats().size() > TERN_PROGRAM_MAX_FLOATS) {
+    return c.Fail("has {} floats; a program has at most {}", c.floats().size(),
+                  TERN_PROGRAM_MAX_FLOATS);
+  }
+  for (size_t slot = 1; slot < kFirstInput + TERN_PROGRAM_INPUTS; ++slot) {
+    if (c.Has(slot)) TERN_RETURN_IF_ERROR(c.SameShapeAs(slot, 0));
+  }
+  for (size_t slot = 0; slot < kFirstInput + TERN_PROGRAM_INPUTS; ++slot) {
+    if (c.Has(slot) && !IsFloat(c.Op(slot).dtype) && !IsBool(c.Op(slot).dtype)) {
+      return c.Fail("{} is {}; programs take float (f32, bf16, f16) and bool tensors", c.Name(slot),
+                    c.Describe(slot));
+    }
+  }
+  // defined[r]: register r holds a value before the current step.
+  std::array<bool, TERN_PROGRAM_INPUTS + TERN_PROGRAM_MAX_STEPS> defined{};
+  for (size_t i = 0; i < TERN_PROGRAM_INPUTS; ++i) defined[i] = c.Has(kFirstInput + i);
+  const size_t float_count = c.floats().size();
+  for (int64_t i = 0; i < steps; ++i) {
+    const int64_t* step = &ints[1 + 5 * static_cast<size_t>(i)];
+    const int64_t kind = step[0], fn = step[1];
+    std::string name;
+    switch (kind) {
+      case TERN_STEP_CONSTANT:
+        name = "constant";
+        break;
+      case TERN_STEP_UNARY:
+        name = UnaryFnName(fn) ? fmt::format("unary {}", UnaryFnName(fn)) : "unary";
+        break;
+      case TERN_STEP_BINARY:
+        name = BinaryFnName(fn) ? fmt::format("binary {}", BinaryFnName(fn)) : "binary";
+        break;
+      case TERN_STEP_WHERE:
+        name = "where";
+        break;
+      default:
+        return c.Unsupported(
+            "step {} has kind {}, which this version does not know (0 constant, "
+            "1 unary, 2 binary, 3 where)",
+            i, kind);
+    }
+    const std::string where = fmt::format("step {} ({})", i, name);
+    const int64_t registers = TERN_PROGRAM_INPUTS + i;
+    auto reads = [&](int64_t field) -> Status {
+      const int64_t r = step[field];
+      if (r < 0 || r >= registers || !defined[static_cast<size_t>(r)]) {
+        if (r >= 0 && r < TERN_PROGRAM_INPUTS) {
+          return c.Fail("{} reads register {}, input in{}, which is absent", where, r, r);
+        }
+        return c.Fail(
+            "{} reads register {} but only registers 0..{} exist before it "
+            "(0..{} the inputs, then one per step)",
+            where, r, registers - 1, TERN_PROGRAM_INPUTS - 1);
+      }
+      return OkStatus();
+    };
+    auto zero = [&](std::initializer_list<int> fields) -> Status {
+      for (int field : fields) {
+        if (step[field] != 0) {
+          return c.Fail("{}: ints field {} of the step is {}; it must be 0", where, field,
+                        step[field]);
+        }
+      }
+      return OkStatus();
+    };
+    switch (kind) {
+      case TERN_STEP_CONSTANT:
+        TERN_RETURN_IF_ERROR(zero({1, 3, 4}));
+        if (step[2] < 0 || static_cast<size_t>(step[2]) >= float_count) {
+          return c.Fail("{} takes floats[{}] but the instruction has {} floats", where, step[2],
+                        float_count);
+        }
+        break;
+      case TERN_STEP_UNARY: {
+        if (UnaryFnName(fn) == nullptr) {
+          return c.Unsupported("{}: unknown unary function {}", where, fn);
+        }
+        if (fn == TERN_UNARY_BITWISE_NOT) {
+          return c.Fail("{}: bitwise_not takes integers; programs compute in f32", where);
+        }
+        TERN_RETURN_IF_ERROR(reads(2));
+        TERN_RETURN_IF_ERROR(zero({4}));
+        const size_t params = UnaryParameterCount(fn);
+        const int64_t first = step[3];
+        if (params == 0) {
+          TERN_RETURN_IF_ERROR(zero({3}));
+        } else if (first < 0 || static_cast<size_t>(first) + params > float_count) {
+          return c.Fail(
+              "{} takes its {} parameters from floats[{}] but the instruction has {} "
+              "floats",
+              where, params, first, float_count);
+        }
+        Checker sub =
+            c.WithFloats(c.floats().subspan(params == 0 ? 0 : static_cast<size_t>(first), params),
+                         fmt::format("{}: {}", c.prefix(), where));
+        TERN_RETURN_IF_ERROR(CheckUnaryFloats(sub, fn));
+        break;
+      }
+      case TERN_STEP_BINARY:
+        if (BinaryFnName(fn) == nullptr) {
+          return c.Unsupported("{}: unknown binary function {}", where, fn);
+        }
+        if (fn == TERN_BINARY_BITWISE_AND || fn == TERN_BINARY_BITWISE_OR ||
+            fn == TERN_BINARY_BITWISE_XOR) {
+          return c.Fail("{}: bitwise functions take integers; programs compute in f32", where);
+        }
+        TERN_RETURN_IF_ERROR(reads(2));
+        TERN_RETURN_IF_ERROR(reads(3));
+        TERN_RETURN_IF_ERROR(zero({4}));
+        break;
+      case TERN_STEP_WHERE:
+        TERN_RETURN_IF_ERROR(zero({1}));
+        for (int field : {2, 3, 4}) TERN_RETURN_IF_ERROR(reads(field));
+        break;
+    }
+    defined[static_cast<size_t>(registers)] = true;
+  }
+  const int64_t registers = TERN_PROGRAM_INPUTS + steps;
+  for (size_t j = 0; j < TERN_PROGRAM_OUTPUTS; ++j) {
+    const int64_t r = ints[1 + 5 * static_cast<size_t>(steps) + j];
+    if (!c.Has(j)) {
+      if (r != -1) {
+        return c.Fail("out{} is absent but its register (ints[{}]) is {}; it must be -1", j,
+                      1 + 5 * steps + static_cast<int64_t>(j), r);
+      }
+      continue;
+    }
+    if (r < 0 || r >= registers || !defined[static_cast<size_t>(r)]) {
+      return c.Fail(
+          "out{} is stored from register {}, which holds no value (registers 0..{}; "
+          "absent inputs hold none)",
+          j, r, registers - 1);
+    }
+  }
+  return OkStatus();
+}
+
+}  // namespace tern::isa::rules

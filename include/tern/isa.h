@@ -68,11 +68,13 @@ typedef enum tern_opcode_t {
   TERN_OP_FILL = 0x0102, /* [dst] floats[0] value (ints[0] for integer dtypes, exact) */
 
   /* Tensor */
-  TERN_OP_MATMUL = 0x0200, /* [out, a, b, bias?] a [...,M,K] b [...,K,N] out [...,M,N];
-                              ints [transpose_a, transpose_b]; floats [alpha=1, beta=0]:
-                              out = alpha * a@b + beta * out (+ bias broadcast over rows) */
-  /* CONV2D: [out, input NCHW, weight OIHW, bias?];
-     ints [stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, groups] */
+  TERN_OP_MATMUL = 0x0200, /* [out, a, b, bias?, residual?] a [...,M,K] b [...,K,N] out [...,M,N];
+                              ints [transpose_a, transpose_b, activation=-1]; floats [alpha=1,
+                              beta=0, activation parameters...]: out = act(alpha * a@b +
+                              beta * out (+ bias broadcast over rows) (+ residual)) */
+  /* CONV2D: [out, input NCHW, weight OIHW, bias?, residual?];
+     ints [stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, groups, activation=-1];
+     floats: the activation's parameters. out = act(conv + bias + residual) */
   TERN_OP_CONV2D = 0x0201,
   TERN_OP_CONV2D_BACKWARD_INPUT = 0x0202,  /* [grad_input, grad_out, weight]; ints as CONV2D */
   TERN_OP_CONV2D_BACKWARD_WEIGHT = 0x0203, /* [grad_weight, grad_out, input]; ints as CONV2D */
@@ -91,6 +93,11 @@ typedef enum tern_opcode_t {
                                            mean, rstd, weight?] ints[0] normalized axes */
   TERN_OP_RMS_NORM = 0x0307,            /* [out, rstd?, in, weight?] ints[0] axes; floats[0] eps */
   TERN_OP_RMS_NORM_BACKWARD = 0x0308,   /* [grad_in, grad_weight?, grad_out, in, rstd, weight?] */
+  TERN_OP_ELEMENTWISE = 0x0309,         /* a fused elementwise program (feature
+                                           TERN_FEATURE_ELEMENTWISE_PROGRAMS): [out0, out1?, out2?, out3?,
+                                           in0, in1?, ..., in7?] all of out0's shape; ints [steps,
+                                           step (kind, fn, a, b, c) x steps, reg0, reg1, reg2, reg3];
+                                           floats: constants and parameters. docs/isa.md */
 
   /* Scalar (activation functions) */
   TERN_OP_UNARY = 0x0400,          /* [out, in] ints[0] tern_unary_fn_t; floats: parameters */
@@ -214,6 +221,33 @@ typedef enum tern_reduce_fn_t {
   TERN_REDUCE_ALL,
   TERN_REDUCE_COUNT
 } tern_reduce_fn_t;
+
+/* The kinds of step of an ELEMENTWISE program. Registers 0..7 hold inputs
+ * in0..in7 as f32; step i writes register 8 + i. */
+typedef enum tern_program_step_t {
+  TERN_STEP_CONSTANT = 0, /* [0, 0, k, 0, 0]: floats[k] */
+  TERN_STEP_UNARY = 1,    /* [1, tern_unary_fn_t, src, first parameter in floats, 0] */
+  TERN_STEP_BINARY = 2,   /* [2, tern_binary_fn_t, a, b, 0] */
+  TERN_STEP_WHERE = 3,    /* [3, 0, cond, a, b]: cond != 0 ? a : b */
+  TERN_STEP_COUNT
+} tern_program_step_t;
+
+/* Registers of an ELEMENTWISE program: inputs, then one per step. */
+#define TERN_PROGRAM_INPUTS 8
+#define TERN_PROGRAM_OUTPUTS 4
+#define TERN_PROGRAM_MAX_STEPS 64
+#define TERN_PROGRAM_MAX_FLOATS 64
+
+/* MATMUL and CONV2D without an activation (their ints' default). */
+#define TERN_ACTIVATION_NONE (-1)
+
+/* Required-feature bits of an executable file (docs/executable-format.md).
+ * The builder sets them from the instructions a file holds; a loader refuses
+ * a file that needs a bit it does not know. Files without these
+ * instructions have none and load in every tern 1.x. */
+#define TERN_FEATURE_ELEMENTWISE_PROGRAMS (UINT64_C(1) << 0) /* ELEMENTWISE */
+#define TERN_FEATURE_TENSOR_EPILOGUES \
+  (UINT64_C(1) << 1) /* MATMUL/CONV2D with an activation or a residual */
 
 typedef enum tern_random_fn_t {
   TERN_RANDOM_UNIFORM = 0,   /* floats [low, high) */

@@ -213,6 +213,7 @@ Status Builder::AddInstruction(const InstructionSpec& spec) {
   const std::span<const isa::OperandDesc> desc_span(descs, spec.operands.size());
   Status valid = isa::ValidateInstruction(spec.opcode, desc_span, ints, spec.floats);
   if (!valid.ok()) return Status(kBad, fmt::format("{}: {}", where(), valid.message()));
+  const uint64_t features = isa::FeaturesOf(spec.opcode, desc_span, ints);
 
   SegmentSizes sizes;
   sizes.inputs = function.inputs;
@@ -277,6 +278,7 @@ Status Builder::AddInstruction(const InstructionSpec& spec) {
   instructions_.push_back(stored);
   function.scratch_used = scratch_used;
   ++function.instruction_count;
+  required_features_ |= features;
   return OkStatus();
 }
 
@@ -450,7 +452,7 @@ Status Builder::Plan(Serialized* out) const {
   sources[count++] = {kSectionModule, 0, out->module};
   if (!out->debug.empty()) sources[count++] = {kSectionDebug, kSectionFlagOptional, out->debug};
   if (!constants_.empty()) sources[count++] = {kSectionConstants, 0, constants_};
-  out->plan = PlanContainer(std::span<const SectionSource>(sources, count));
+  out->plan = PlanContainer(std::span<const SectionSource>(sources, count), required_features_);
   return OkStatus();
 }
 

@@ -104,6 +104,7 @@ class Builder {
   std::string target_;
   std::string producer_ = "tern builder";
   std::vector<uint8_t> constants_;
+  uint64_t required_features_ = 0;  // TERN_FEATURE_* of the instructions added
   std::vector<StoredFunction> functions_;
   bool function_open_ = false;
   bool allow_races_ = false;

@@ -206,7 +206,10 @@ Status DumpExecutable(std::span<const uint8_t> data, std::string* text,
   Line(text, "header: format {}.{}, {} bytes; section table at {}: {} entries of {} bytes",
        header.format_major, header.format_minor, header.header_size, header.section_table_offset,
        header.section_count, header.section_entry_size);
-  Line(text, "  required features {:#x}, optional features {:#x}", header.required_features,
+  Line(text, "  required features {:#x}{}, optional features {:#x}", header.required_features,
+       header.required_features != 0
+           ? fmt::format(" ({})", isa::FeatureNames(header.required_features))
+           : std::string(),
        header.optional_features);
   Line(text, "  checksum {:#018x} {}", header.header_checksum,
        header_checksum == header.header_checksum

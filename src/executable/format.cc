@@ -390,9 +390,10 @@ Status ParseContainer(std::span<const uint8_t> data, const ContainerOptions& opt
   return OkStatus();
 }
 
-ContainerPlan PlanContainer(std::span<const SectionSource> sections) {
+ContainerPlan PlanContainer(std::span<const SectionSource> sections, uint64_t required_features) {
   ContainerPlan plan;
   FileHeader header;
+  header.required_features = required_features;
   header.section_count = static_cast<uint32_t>(sections.size());
   const uint64_t table_bytes = uint64_t{header.section_count} * kSectionEntrySize;
   uint64_t cursor = AlignUp(kHeaderSize + table_bytes, kFlatBufferAlignment);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/status_with_message.h"
+#include "tern/isa.h"
 
 namespace tern::exe {
 
@@ -26,8 +27,9 @@ inline constexpr uint32_t kMaxSections = 4096;
 inline constexpr uint64_t kConstantsFileAlignment = 4096;
 inline constexpr uint64_t kFlatBufferAlignment = 8;
 inline constexpr uint64_t kHeaderChecksumOffset = 56;
-// Required-feature bits this loader understands (none in 1.0).
-inline constexpr uint64_t kKnownRequiredFeatures = 0;
+// Required-feature bits this loader understands (TERN_FEATURE_*, isa.h).
+inline constexpr uint64_t kKnownRequiredFeatures =
+    TERN_FEATURE_ELEMENTWISE_PROGRAMS | TERN_FEATURE_TENSOR_EPILOGUES;
 // Compile-time limits of the contents (documented in the format spec).
 inline constexpr uint32_t kMaxCores = 256;
 inline constexpr uint64_t kMaxConstantAlignment = 4096;
@@ -115,8 +117,10 @@ struct ContainerPlan {
   uint64_t file_size = 0;
 };
 // Sections are placed in the given order; CONSTANTS at a 4096 multiple, the
-// others at multiples of 8. Checksums are computed here.
-ContainerPlan PlanContainer(std::span<const SectionSource> sections);
+// others at multiples of 8. Checksums are computed here. `required_features`
+// goes into the header.
+ContainerPlan PlanContainer(std::span<const SectionSource> sections,
+                            uint64_t required_features = 0);
 
 }  // namespace tern::exe
 

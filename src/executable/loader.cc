@@ -214,12 +214,14 @@ class FunctionConverter {
   FunctionConverter(
       const format::Function* function, uint32_t function_index, uint64_t constants_bytes,
       const flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>* debug_names,
-      bool has_debug, WorkBudget* budget, const LoadOptions& options, driver::Function* out)
+      bool has_debug, uint64_t declared_features, WorkBudget* budget, const LoadOptions& options,
+      driver::Function* out)
       : function_(function),
         function_index_(function_index),
         constants_bytes_(constants_bytes),
         debug_names_(debug_names),
         has_debug_(has_debug),
+        declared_features_(declared_features),
         budget_(budget),
         options_(options),
         out_(out) {}
@@ -365,6 +367,16 @@ class FunctionConverter {
                                             "rebuild it for this version"
                                           : kRebuild));
     }
+    // A file must declare the features its instructions need, so that an
+    // older tern refuses it by its header rather than by an opcode.
+    const uint64_t undeclared =
+        isa::FeaturesOf(converted.opcode, descs_, converted.ints) & ~declared_features_;
+    if (undeclared != 0) {
+      return MakeStatus(kInvalid,
+                        "{}: it needs the feature {} but the file header does not declare it "
+                        "(required features {:#x}): the file was written by a broken producer; {}",
+                        at.Text(), isa::FeatureNames(undeclared), declared_features_, kRebuild);
+    }
     return OkStatus();
   }
 
@@ -486,6 +498,7 @@ class FunctionConverter {
   const uint64_t constants_bytes_;
   const flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>* debug_names_;
   const bool has_debug_;
+  const uint64_t declared_features_;
   WorkBudget* budget_;
   const LoadOptions& options_;
   driver::Function* out_;
@@ -549,8 +562,9 @@ Status ValidateExecutable(std::span<const uint8_t> data, ValidatedExecutable* ou
                         name, kRebuild);
     }
     FunctionConverter converter(function, f, program->constants_bytes,
-                                debug ? debug->op_names() : nullptr, container.has_debug, &budget,
-                                options, &program->functions[f]);
+                                debug ? debug->op_names() : nullptr, container.has_debug,
+                                container.header.required_features, &budget, options,
+                                &program->functions[f]);
     TERN_RETURN_IF_ERROR(converter.Convert());
   }
   out->program = std::move(program);

@@ -182,7 +182,7 @@ TEST(IsaValidateTest, StructureOfOperands) {
   EXPECT_TRUE(
       Rejects(V(TERN_OP_COPY, {D(F32, {2})}), {"copy", "takes 2 operands [dst, src], got 1"}));
   EXPECT_TRUE(Rejects(V(TERN_OP_MATMUL, {D(F32, {2, 2}), D(F32, {2, 2})}),
-                      {"matmul: takes 3 to 4 operands [out, a, b, bias?], got 2"}));
+                      {"matmul: takes 3 to 5 operands [out, a, b, bias?, residual?], got 2"}));
   EXPECT_TRUE(
       Rejects(V(TERN_OP_COPY, {D(F32, {2}), None()}), {"operand 1 (src) is required but absent"}));
   // Operand sanity.

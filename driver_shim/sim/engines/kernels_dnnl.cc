@@ -436,7 +436,9 @@ Status MatmulInteger(Operands ops, const MatmulGeometry& g) {
 
 }  // namespace
 
-Status RunMatmul(const driver::Instruction& ins, Operands ops) {
+namespace {
+
+Status MatmulProduct(const driver::Instruction& ins, Operands ops) {
   const isa::OperandDesc& out = *ops[0].desc;
   const isa::OperandDesc& a = *ops[1].desc;
   const MatmulGeometry g = MakeGeometry(ins, ops);
@@ -491,6 +493,22 @@ Status RunMatmul(const driver::Instruction& ins, Operands ops) {
   return OkStatus();
 }
 
+// The residual operand (slot 4) of matmul and conv2d, or null.
+const TensorView* ResidualOf(Operands ops) {
+  return ops.size() > 4 && ops[4].desc->present() ? &ops[4] : nullptr;
+}
+
+}  // namespace
+
+Status RunMatmul(const driver::Instruction& ins, Operands ops) {
+  TERN_RETURN_IF_ERROR(MatmulProduct(ins, ops));
+  const int64_t activation = ins.ints.size() > 2 ? ins.ints[2] : TERN_ACTIVATION_NONE;
+  const std::span<const double> parameters = ins.floats.size() > 2
+                                                 ? std::span<const double>(ins.floats).subspan(2)
+                                                 : std::span<const double>();
+  return ApplyTensorEpilogue(ops[0], ResidualOf(ops), activation, parameters);
+}
+
 // --- convolution ----------------------------------------------------------------
 
 namespace {
@@ -501,7 +519,7 @@ struct ConvParams {
 
 ConvParams ConvParamsOf(const driver::Instruction& ins) {
   ConvParams p;
-  if (ins.ints.size() == 7) {
+  if (ins.ints.size() >= 7) {  // (an 8th int is conv2d's activation)
     p = {ins.ints[0], ins.ints[1], ins.ints[2], ins.ints[3], ins.ints[4], ins.ints[5], ins.ints[6]};
   }
   return p;
@@ -856,8 +874,10 @@ Status RunConv(ConvKind kind, const driver::Instruction& ins, Operands ops, int 
 }  // namespace
 
 Status RunConv2d(const driver::Instruction& ins, Operands ops) {
-  // [out, input, weight, bias?]
-  return RunConv(ConvKind::kForward, ins, ops, 1, 2, 0);
+  // [out, input, weight, bias?, residual?]
+  TERN_RETURN_IF_ERROR(RunConv(ConvKind::kForward, ins, ops, 1, 2, 0));
+  const int64_t activation = ins.ints.size() > 7 ? ins.ints[7] : TERN_ACTIVATION_NONE;
+  return ApplyTensorEpilogue(ops[0], ResidualOf(ops), activation, ins.floats);
 }
 
 Status RunConv2dBackwardInput(const driver::Instruction& ins, Operands ops) {

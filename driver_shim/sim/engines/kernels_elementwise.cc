@@ -36,9 +36,11 @@ Arg ArgOf(const TensorView& view) {
 template <typename T, typename Fn>
 void Elementwise(const isa::OperandDesc& shape, Arg out, std::initializer_list<Arg> inputs,
                  Fn&& fn) {
+  // (out and at most 3 inputs: where's)
+  constexpr int kMaxArgs = 4;
   const int nin = static_cast<int>(inputs.size());
-  Arg args[kMaxLayoutOperands];
-  const int64_t* strides[kMaxLayoutOperands];
+  Arg args[kMaxArgs];
+  const int64_t* strides[kMaxArgs];
   args[0] = out;
   int k = 1;
   for (const Arg& a : inputs) args[k++] = a;
@@ -47,14 +49,14 @@ void Elementwise(const isa::OperandDesc& shape, Arg out, std::initializer_list<A
       MakeLayout(shape.rank, shape.shape.data(), std::span<const int64_t* const>(strides, nin + 1));
   if (l.count == 0) return;
   const int last = l.rank - 1;
-  int64_t esize[kMaxLayoutOperands];
+  int64_t esize[kMaxArgs];
   for (int i = 0; i <= nin; ++i) esize[i] = static_cast<int64_t>(isa::DTypeSize(args[i].dtype));
   ParallelFor(l.count, kParallelGrain, [&](int64_t begin, int64_t end) {
-    alignas(64) T buffers[kMaxLayoutOperands][kChunk];
+    alignas(64) T buffers[kMaxArgs][kChunk];
     ForEachRun(l, begin, end, [&](const int64_t* offsets, int64_t n) {
       for (int64_t done = 0; done < n; done += kChunk) {
         const int64_t m = std::min(kChunk, n - done);
-        const T* in[kMaxLayoutOperands];
+        const T* in[kMaxArgs] = {};
         for (int i = 1; i <= nin; ++i) {
           const int64_t stride = l.strides[i][last];
           const uint8_t* p = args[i].data + (offsets[i] + done * stride) * esize[i];
@@ -458,7 +460,7 @@ struct UnaryParams {
   float p0 = 0, p1 = 0;
 };
 
-UnaryParams ParamsOf(int64_t fn, const std::vector<double>& f) {
+UnaryParams ParamsOf(int64_t fn, std::span<const double> f) {
   UnaryParams p;
   auto get = [&](size_t i, double def) { return static_cast<float>(i < f.size() ? f[i] : def); };
   switch (fn) {
@@ -493,11 +495,28 @@ TERN_INLINE float Relu6Over6(float x) {
 
 TERN_INLINE float Mish(float x) { return x * num::Tanh(num::Softplus(x, 1.0f, 20.0f)); }
 
-#define TERN_LOOP1(expr)            \
-  for (int64_t i = 0; i < n; ++i) { \
-    const float x = in[i];          \
-    o[i] = (expr);                  \
-  }                                 \
+// The last n % 16 elements go through a padded block of 16, computed by the
+// same vector code as the rest: a vector loop's scalar remainder may round
+// an approximation differently, and an element's bits must not depend on
+// where it falls in a run (a fused program and the instruction alone cut
+// runs differently; so do layouts and threads).
+#define TERN_LOOP1(expr)                                            \
+  {                                                                 \
+    const int64_t body = n - n % 16;                                \
+    for (int64_t i = 0; i < body; ++i) {                            \
+      const float x = in[i];                                        \
+      o[i] = (expr);                                                \
+    }                                                               \
+    if (body < n) {                                                 \
+      alignas(64) float tail_in[16] = {}, tail_out[16];             \
+      for (int64_t k = body; k < n; ++k) tail_in[k - body] = in[k]; \
+      for (int k = 0; k < 16; ++k) {                                \
+        const float x = tail_in[k];                                 \
+        tail_out[k] = (expr);                                       \
+      }                                                             \
+      for (int64_t k = body; k < n; ++k) o[k] = tail_out[k - body]; \
+    }                                                               \
+  }                                                                 \
   return
 
 TERN_VECTOR_CLONES
@@ -811,6 +830,145 @@ Status RunUnaryBackward(const driver::Instruction& ins, Operands ops) {
   Elementwise<float>(*ops[0].desc, ArgOf(ops[0]), {ArgOf(ops[1]), ArgOf(ops[2])},
                      [fn, p](float* o, const float* const* in, int64_t n) {
                        UnaryBackwardF32(fn, p, o, in[0], in[1], n);
+                     });
+  return OkStatus();
+}
+
+// --- fused programs and epilogues ------------------------------------------------
+
+namespace {
+
+// One decoded step of an ELEMENTWISE program (validated by the loader).
+struct ProgramStep {
+  int64_t kind, fn, a, b, c;
+  UnaryParams params;
+  float constant = 0;
+};
+
+}  // namespace
+
+Status RunElementwiseProgram(const driver::Instruction& ins, Operands ops) {
+  constexpr int kFirstInput = TERN_PROGRAM_OUTPUTS;
+  const isa::OperandDesc& shape = *ops[0].desc;
+  const int64_t step_count = ins.ints[0];
+  std::vector<ProgramStep> steps(static_cast<size_t>(step_count));
+  for (int64_t i = 0; i < step_count; ++i) {
+    const int64_t* f = &ins.ints[1 + 5 * i];
+    ProgramStep& step = steps[i];
+    step = {f[0], f[1], f[2], f[3], f[4], {}, 0.0f};
+    if (step.kind == TERN_STEP_CONSTANT) step.constant = static_cast<float>(ins.floats[step.a]);
+    if (step.kind == TERN_STEP_UNARY) {
+      const size_t count = isa::UnaryParameterCount(step.fn);
+      step.params =
+          ParamsOf(step.fn, std::span<const double>(ins.floats)
+                                .subspan(count == 0 ? 0 : static_cast<size_t>(step.b), count));
+    }
+  }
+  // The present operands, walked together: slot[k] is operand k's slot.
+  const int64_t* strides[kMaxLayoutOperands];
+  int operand_of_slot[kMaxLayoutOperands];
+  int count = 0;
+  for (int s = 0; s < static_cast<int>(ops.size()) && s < kMaxLayoutOperands; ++s) {
+    operand_of_slot[s] = -1;
+    if (!ops[s].desc->present()) continue;
+    operand_of_slot[s] = count;
+    strides[count] = ops[s].desc->strides.data();
+    ++count;
+  }
+  for (int s = static_cast<int>(ops.size()); s < kMaxLayoutOperands; ++s) operand_of_slot[s] = -1;
+  const Layout l =
+      MakeLayout(shape.rank, shape.shape.data(), std::span<const int64_t* const>(strides, count));
+  if (l.count == 0) return OkStatus();
+  const int last = l.rank - 1;
+  int64_t output_register[TERN_PROGRAM_OUTPUTS];
+  for (int j = 0; j < TERN_PROGRAM_OUTPUTS; ++j)
+    output_register[j] = ins.ints[1 + 5 * step_count + j];
+  const size_t registers = TERN_PROGRAM_INPUTS + steps.size();
+  ParallelFor(l.count, kParallelGrain, [&](int64_t begin, int64_t end) {
+    // One chunk per register, plus one to hold an input an output copies
+    // (so that an output written in place cannot change it first).
+    std::vector<float> storage((registers + TERN_PROGRAM_OUTPUTS) * kChunk);
+    ForEachRun(l, begin, end, [&](const int64_t* offsets, int64_t n) {
+      for (int64_t done = 0; done < n; done += kChunk) {
+        const int64_t m = std::min(kChunk, n - done);
+        const float* reg[TERN_PROGRAM_INPUTS + TERN_PROGRAM_MAX_STEPS] = {};
+        for (int i = 0; i < TERN_PROGRAM_INPUTS; ++i) {
+          const int k = operand_of_slot[kFirstInput + i];
+          if (k < 0) continue;
+          const TensorView& view = ops[kFirstInput + i];
+          const int64_t stride = l.strides[k][last];
+          const uint8_t* p = At(view, offsets[k] + done * stride);
+          if (view.desc->dtype == TERN_DTYPE_F32 && stride == 1) {
+            reg[i] = reinterpret_cast<const float*>(p);
+            continue;
+          }
+          float* buffer = &storage[static_cast<size_t>(i) * kChunk];
+          LoadF32(view.desc->dtype, p, stride, m, buffer);
+          reg[i] = buffer;
+        }
+        for (size_t i = 0; i < steps.size(); ++i) {
+          const ProgramStep& step = steps[i];
+          float* o = &storage[(TERN_PROGRAM_INPUTS + i) * kChunk];
+          switch (step.kind) {
+            case TERN_STEP_CONSTANT:
+              std::fill(o, o + m, step.constant);
+              break;
+            case TERN_STEP_UNARY:
+              UnaryF32(step.fn, step.params, o, reg[step.a], m);
+              break;
+            case TERN_STEP_BINARY:
+              BinaryF32(step.fn, o, reg[step.a], reg[step.b], m);
+              break;
+            default: {  // TERN_STEP_WHERE
+              const float* cond = reg[step.a];
+              const float* x = reg[step.b];
+              const float* y = reg[step.c];
+              for (int64_t e = 0; e < m; ++e) o[e] = cond[e] != 0 ? x[e] : y[e];
+              break;
+            }
+          }
+          reg[TERN_PROGRAM_INPUTS + i] = o;
+        }
+        // Outputs that store an input register read it before any output
+        // is written (an output may be that input's memory).
+        const float* source[TERN_PROGRAM_OUTPUTS] = {};
+        for (int j = 0; j < TERN_PROGRAM_OUTPUTS; ++j) {
+          if (operand_of_slot[j] < 0) continue;
+          source[j] = reg[output_register[j]];
+          if (output_register[j] < TERN_PROGRAM_INPUTS) {
+            float* copy = &storage[(registers + j) * kChunk];
+            std::copy(source[j], source[j] + m, copy);
+            source[j] = copy;
+          }
+        }
+        for (int j = 0; j < TERN_PROGRAM_OUTPUTS; ++j) {
+          const int k = operand_of_slot[j];
+          if (k < 0) continue;
+          const int64_t stride = l.strides[k][last];
+          StoreF32(ops[j].desc->dtype, At(ops[j], offsets[k] + done * stride), stride, m,
+                   source[j]);
+        }
+      }
+    });
+  });
+  return OkStatus();
+}
+
+Status ApplyTensorEpilogue(const TensorView& out, const TensorView* residual, int64_t activation,
+                           std::span<const double> parameters) {
+  if (residual == nullptr && activation == TERN_ACTIVATION_NONE) return OkStatus();
+  const UnaryParams p = ParamsOf(activation, parameters);
+  const isa::OperandDesc& shape = *out.desc;
+  if (residual == nullptr) {
+    Elementwise<float>(
+        shape, ArgOf(out), {ArgOf(out)},
+        [&](float* o, const float* const* in, int64_t n) { UnaryF32(activation, p, o, in[0], n); });
+    return OkStatus();
+  }
+  Elementwise<float>(shape, ArgOf(out), {ArgOf(out), ArgOf(*residual)},
+                     [&](float* o, const float* const* in, int64_t n) {
+                       BinaryF32(TERN_BINARY_ADD, o, in[0], in[1], n);
+                       if (activation != TERN_ACTIVATION_NONE) UnaryF32(activation, p, o, o, n);
                      });
   return OkStatus();
 }

@@ -82,7 +82,8 @@ void ParallelFor(int64_t n, int64_t grain, Fn&& fn) {
 
 // --- strided layouts ----------------------------------------------------------
 
-inline constexpr int kMaxLayoutOperands = 5;
+// (an ELEMENTWISE program's 4 outputs and 8 inputs)
+inline constexpr int kMaxLayoutOperands = TERN_PROGRAM_OUTPUTS + TERN_PROGRAM_INPUTS;
 
 // Several operands walked together over one logical shape: dimensions of
 // size 1 are dropped and neighbours that are contiguous in every operand
@@ -204,6 +205,13 @@ Status RunFill(const driver::Instruction& ins, Operands ops);
 Status RunBinary(const driver::Instruction& ins, Operands ops);
 Status RunWhere(const driver::Instruction& ins, Operands ops);
 Status RunUnary(const driver::Instruction& ins, Operands ops);
+Status RunElementwiseProgram(const driver::Instruction& ins, Operands ops);
+// The epilogue of matmul and conv2d, on their finished output:
+// out = act(out + residual), computed in f32 with the kernels of `binary
+// add` and `unary act`, rounded once. residual may be null, activation
+// TERN_ACTIVATION_NONE; with neither, nothing is done.
+Status ApplyTensorEpilogue(const TensorView& out, const TensorView* residual, int64_t activation,
+                           std::span<const double> parameters);
 Status RunUnaryBackward(const driver::Instruction& ins, Operands ops);
 Status RunIota(const driver::Instruction& ins, Operands ops);
 Status RunRandom(const driver::Instruction& ins, Operands ops);

@@ -325,6 +325,8 @@ Status RunInstruction(const driver::Instruction& instruction,
       return RunRmsNorm(ins, operands);
     case TERN_OP_RMS_NORM_BACKWARD:
       return RunRmsNormBackward(ins, operands);
+    case TERN_OP_ELEMENTWISE:
+      return RunElementwiseProgram(ins, operands);
     case TERN_OP_UNARY:
       return RunUnary(ins, operands);
     case TERN_OP_UNARY_BACKWARD:

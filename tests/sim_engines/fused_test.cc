@@ -1,0 +1,320 @@
+// The fusion extensions of the ISA (docs/isa.md, "elementwise" and the
+// matmul/conv2d epilogues): a fused program gives the same bits as its steps
+// run one instruction at a time (f32), rounds once for bf16/f16, handles
+// broadcasting, strides, bool and in-place operands, and its rules reject
+// malformed programs naming the step. The epilogues give the same bits as the
+// instruction followed by `binary add` and `unary`.
+#include <cmath>
+#include <random>
+
+#include "kernel_test_util.h"
+
+namespace tern::testing {
+namespace {
+
+constexpr int64_t kNone = -1;
+
+// ints of an ELEMENTWISE program: steps, then the registers of out0..out3.
+std::vector<int64_t> Program(const std::vector<std::array<int64_t, 5>>& steps,
+                             std::array<int64_t, 4> outputs) {
+  std::vector<int64_t> ints = {static_cast<int64_t>(steps.size())};
+  for (const auto& step : steps) ints.insert(ints.end(), step.begin(), step.end());
+  ints.insert(ints.end(), outputs.begin(), outputs.end());
+  return ints;
+}
+
+// Operands [out0..out3, in0..in7] from the given outputs and inputs.
+std::vector<Tensor*> Operands(std::vector<Tensor*> outputs, std::vector<Tensor*> inputs) {
+  std::vector<Tensor*> operands(4, kAbsent);
+  for (size_t i = 0; i < outputs.size(); ++i) operands[i] = outputs[i];
+  operands.insert(operands.end(), inputs.begin(), inputs.end());
+  return operands;
+}
+
+::testing::AssertionResult SameBits(const Tensor& got, const Tensor& want) {
+  if (got.count() != want.count()) return ::testing::AssertionFailure() << "counts differ";
+  for (int64_t i = 0; i < got.count(); ++i) {
+    if (got.Bits(i) != want.Bits(i)) {
+      return ::testing::AssertionFailure()
+             << "element " << i << ": got " << got.Get(i) << ", want " << want.Get(i);
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// The program of the tests below, over a [rows, cols] a, a row-broadcast b and
+// a transposed c:
+//   r8 = a * b; r9 = 0.5; r10 = r8 + r9; r11 = gelu(r10); r12 = a > r9;
+//   r13 = tanh(c); r14 = where(r12, r11, r13); r15 = clamp(r14, -0.75, 0.6)
+// out0 = r15, out1 = r10, out2 = r12 (bool).
+const std::vector<std::array<int64_t, 5>> kSteps = {
+    {TERN_STEP_BINARY, TERN_BINARY_MUL, 0, 1, 0},
+    {TERN_STEP_CONSTANT, 0, 0, 0, 0},
+    {TERN_STEP_BINARY, TERN_BINARY_ADD, 8, 9, 0},
+    {TERN_STEP_UNARY, TERN_UNARY_GELU, 10, 0, 0},
+    {TERN_STEP_BINARY, TERN_BINARY_GT, 0, 9, 0},
+    {TERN_STEP_UNARY, TERN_UNARY_TANH, 2, 0, 0},
+    {TERN_STEP_WHERE, 0, 12, 11, 13},
+    {TERN_STEP_UNARY, TERN_UNARY_CLAMP, 14, 1, 0},
+};
+const std::vector<double> kFloats = {0.5, -0.75, 0.6};
+
+struct Inputs {
+  Tensor a, b, c;
+};
+
+Inputs MakeInputs(tern_dtype_t dtype, int64_t rows, int64_t cols, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  Inputs in{Tensor(dtype, {rows, cols}), Tensor::Broadcast(dtype, {rows, cols}, {true, false}),
+            Tensor::Permuted(dtype, {rows, cols}, {1, 0})};
+  in.a.Randomize(rng, -3, 3);
+  in.b.Randomize(rng, -2, 2);
+  in.c.Randomize(rng, -2, 2);
+  return in;
+}
+
+// Runs kSteps one instruction at a time on f32 tensors.
+void RunUnfused(Inputs& in, Tensor* out0, Tensor* out1, Tensor* out2) {
+  const Shape shape = in.a.shape();
+  Tensor half = Tensor::Broadcast(TERN_DTYPE_F32, shape, {true, true});
+  half.Set(0, 0.5);
+  Tensor product(TERN_DTYPE_F32, shape), gelu(TERN_DTYPE_F32, shape), tanh(TERN_DTYPE_F32, shape),
+      picked(TERN_DTYPE_F32, shape);
+  ASSERT_TRUE(Exec(TERN_OP_BINARY, {&product, &in.a, &in.b}, {TERN_BINARY_MUL}).ok());
+  ASSERT_TRUE(Exec(TERN_OP_BINARY, {out1, &product, &half}, {TERN_BINARY_ADD}).ok());
+  ASSERT_TRUE(Exec(TERN_OP_UNARY, {&gelu, out1}, {TERN_UNARY_GELU}).ok());
+  ASSERT_TRUE(Exec(TERN_OP_BINARY, {out2, &in.a, &half}, {TERN_BINARY_GT}).ok());
+  ASSERT_TRUE(Exec(TERN_OP_UNARY, {&tanh, &in.c}, {TERN_UNARY_TANH}).ok());
+  ASSERT_TRUE(Exec(TERN_OP_WHERE, {&picked, out2, &gelu, &tanh}).ok());
+  ASSERT_TRUE(Exec(TERN_OP_UNARY, {out0, &picked}, {TERN_UNARY_CLAMP}, {-0.75, 0.6}).ok());
+}
+
+TEST(ElementwiseProgram, SameBitsAsTheStepsOneByOne) {
+  // 7 x 300 walks a few chunks per row; 300 x 700 takes the threaded path.
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{7, 300}, {300, 700}, {1, 1}}) {
+    SCOPED_TRACE(ShapeStr({rows, cols}));
+    Inputs in = MakeInputs(TERN_DTYPE_F32, rows, cols, 11);
+    Tensor out0 = Tensor::Spaced(TERN_DTYPE_F32, {rows, cols}), out1(TERN_DTYPE_F32, {rows, cols}),
+           out2(TERN_DTYPE_BOOL, {rows, cols});
+    for (Tensor* t : {&out0, &out1, &out2}) t->Poison();
+    ASSERT_TRUE(Exec(TERN_OP_ELEMENTWISE, Operands({&out0, &out1, &out2}, {&in.a, &in.b, &in.c}),
+                     Program(kSteps, {15, 10, 12, kNone}), kFloats)
+                    .ok());
+    Tensor want0(TERN_DTYPE_F32, {rows, cols}), want1(TERN_DTYPE_F32, {rows, cols}),
+        want2(TERN_DTYPE_BOOL, {rows, cols});
+    RunUnfused(in, &want0, &want1, &want2);
+    EXPECT_TRUE(SameBits(out0, want0));
+    EXPECT_TRUE(SameBits(out1, want1));
+    EXPECT_TRUE(SameBits(out2, want2));
+  }
+}
+
+TEST(ElementwiseProgram, HalfPrecisionRoundsOnceAtTheEnd) {
+  for (tern_dtype_t dtype : {TERN_DTYPE_BF16, TERN_DTYPE_F16}) {
+    Inputs in = MakeInputs(dtype, 5, 40, 3);
+    Tensor out0(dtype, {5, 40}), out1(dtype, {5, 40}), out2(TERN_DTYPE_BOOL, {5, 40});
+    ASSERT_TRUE(Exec(TERN_OP_ELEMENTWISE, Operands({&out0, &out1, &out2}, {&in.a, &in.b, &in.c}),
+                     Program(kSteps, {15, 10, 12, kNone}), kFloats)
+                    .ok());
+    // The same program on the values widened to f32, rounded once.
+    Inputs wide = MakeInputs(TERN_DTYPE_F32, 5, 40, 3);
+    for (int64_t i = 0; i < in.a.count(); ++i) {
+      wide.a.Set(i, in.a.Get(i));
+      wide.b.Set(i, in.b.Get(i));
+      wide.c.Set(i, in.c.Get(i));
+    }
+    Tensor want0(TERN_DTYPE_F32, {5, 40}), want1(TERN_DTYPE_F32, {5, 40}),
+        want2(TERN_DTYPE_BOOL, {5, 40});
+    RunUnfused(wide, &want0, &want1, &want2);
+    for (int64_t i = 0; i < out0.count(); ++i) {
+      ASSERT_EQ(out0.Get(i), RoundToDtype(dtype, want0.Get(i))) << i;
+      ASSERT_EQ(out1.Get(i), RoundToDtype(dtype, want1.Get(i))) << i;
+      ASSERT_EQ(out2.Get(i), want2.Get(i)) << i;
+    }
+  }
+}
+
+TEST(ElementwiseProgram, InPlaceOutputsAndCopiesOfInputs) {
+  // out0 is in0's memory (x * 2 in place); out1 stores register 0 itself,
+  // which must still be the original x.
+  std::mt19937_64 rng(5);
+  Tensor x(TERN_DTYPE_F32, {3, 50}), copy(TERN_DTYPE_F32, {3, 50});
+  x.Randomize(rng);
+  const std::vector<double> original = x.Values();
+  ASSERT_TRUE(
+      Exec(TERN_OP_ELEMENTWISE, Operands({&x, &copy}, {&x}),
+           Program({{TERN_STEP_CONSTANT, 0, 0, 0, 0}, {TERN_STEP_BINARY, TERN_BINARY_MUL, 0, 8, 0}},
+                   {9, 0, kNone, kNone}),
+           {2.0})
+          .ok());
+  for (int64_t i = 0; i < x.count(); ++i) {
+    ASSERT_EQ(x.Get(i), 2 * original[i]);
+    ASSERT_EQ(copy.Get(i), original[i]);
+  }
+}
+
+TEST(ElementwiseProgram, BoolInputsAndParametersFromFloats) {
+  // where(mask, leaky_relu(x, 0.2), affine(x, 3, -1)) with a bool mask.
+  std::mt19937_64 rng(9);
+  Tensor x(TERN_DTYPE_F32, {64}), mask(TERN_DTYPE_BOOL, {64}), out(TERN_DTYPE_F32, {64});
+  x.Randomize(rng);
+  mask.Randomize(rng);
+  ASSERT_TRUE(Exec(TERN_OP_ELEMENTWISE, Operands({&out}, {&x, &mask}),
+                   Program({{TERN_STEP_UNARY, TERN_UNARY_LEAKY_RELU, 0, 2, 0},
+                            {TERN_STEP_UNARY, TERN_UNARY_AFFINE, 0, 0, 0},
+                            {TERN_STEP_WHERE, 0, 1, 8, 9}},
+                           {10, kNone, kNone, kNone}),
+                   {3.0, -1.0, 0.2})
+                  .ok());
+  for (int64_t i = 0; i < x.count(); ++i) {
+    const float v = static_cast<float>(x.Get(i));
+    const float want = mask.Get(i) != 0 ? (v > 0 ? v : 0.2f * v) : 3.0f * v + -1.0f;
+    ASSERT_FLOAT_EQ(static_cast<float>(out.Get(i)), want) << i;
+  }
+}
+
+TEST(ElementwiseProgram, RulesNameTheStep) {
+  Tensor a(TERN_DTYPE_F32, {4}), out(TERN_DTYPE_F32, {4}), wide(TERN_DTYPE_F32, {5}),
+      ints(TERN_DTYPE_I32, {4});
+  auto check = [&](std::vector<Tensor*> operands, std::vector<int64_t> program,
+                   std::vector<double> floats, tern_status_t code, const char* text) {
+    Status status = Validate(TERN_OP_ELEMENTWISE, operands, program, floats);
+    EXPECT_EQ(status.code(), code) << status.message();
+    EXPECT_NE(status.message().find(text), std::string::npos) << status.message();
+  };
+  const std::array<int64_t, 4> one = {8, kNone, kNone, kNone};
+  check(Operands({&out}, {&a}), Program({{TERN_STEP_BINARY, TERN_BINARY_ADD, 0, 9, 0}}, one), {},
+        TERN_ERROR_EXECUTABLE_INVALID, "step 0 (binary add) reads register 9");
+  check(Operands({&out}, {&a}), Program({{TERN_STEP_UNARY, TERN_UNARY_EXP, 1, 0, 0}}, one), {},
+        TERN_ERROR_EXECUTABLE_INVALID, "input in1, which is absent");
+  check(Operands({&out}, {&a}), Program({{7, 0, 0, 0, 0}}, one), {},
+        TERN_ERROR_EXECUTABLE_UNSUPPORTED, "kind 7");
+  check(Operands({&out}, {&a}), Program({{TERN_STEP_UNARY, TERN_UNARY_COUNT + 3, 0, 0, 0}}, one),
+        {}, TERN_ERROR_EXECUTABLE_UNSUPPORTED, "unknown unary function");
+  check(Operands({&out}, {&a}),
+        Program({{TERN_STEP_BINARY, TERN_BINARY_BITWISE_AND, 0, 0, 0}}, one), {},
+        TERN_ERROR_EXECUTABLE_INVALID, "bitwise");
+  check(Operands({&out}, {&a}), Program({{TERN_STEP_CONSTANT, 0, 2, 0, 0}}, one), {1.0},
+        TERN_ERROR_EXECUTABLE_INVALID, "floats[2]");
+  check(Operands({&out}, {&a}), Program({{TERN_STEP_UNARY, TERN_UNARY_CLAMP, 0, 1, 0}}, one),
+        {0.0, 1.0}, TERN_ERROR_EXECUTABLE_INVALID, "2 parameters from floats[1]");
+  check(Operands({&out}, {&a}),
+        Program({{TERN_STEP_UNARY, TERN_UNARY_EXP, 0, 0, 0}}, {8, 8, -1, -1}), {},
+        TERN_ERROR_EXECUTABLE_INVALID, "out1 is absent");
+  check(Operands({&out}, {&a}),
+        Program({{TERN_STEP_UNARY, TERN_UNARY_EXP, 0, 0, 0}}, {9, -1, -1, -1}), {},
+        TERN_ERROR_EXECUTABLE_INVALID, "register 9, which holds no value");
+  check(Operands({&out}, {&wide}), Program({{TERN_STEP_UNARY, TERN_UNARY_EXP, 0, 0, 0}}, one), {},
+        TERN_ERROR_EXECUTABLE_INVALID, "shapes must be equal");
+  check(Operands({&out}, {&ints}), Program({{TERN_STEP_UNARY, TERN_UNARY_EXP, 0, 0, 0}}, one), {},
+        TERN_ERROR_EXECUTABLE_INVALID, "float (f32, bf16, f16) and bool");
+  check(Operands({&out}, {&a}), {1, TERN_STEP_UNARY, TERN_UNARY_EXP, 0, 0, 0, 8}, {},
+        TERN_ERROR_EXECUTABLE_INVALID, "takes 10 ints");
+  check(Operands({&out}, {&a}), {0, -1, -1, -1, -1}, {}, TERN_ERROR_EXECUTABLE_INVALID,
+        "has 0 steps");
+}
+
+TEST(ElementwiseProgram, NeedsItsFeatureBit) {
+  Tensor a(TERN_DTYPE_F32, {4}), out(TERN_DTYPE_F32, {4});
+  std::vector<isa::OperandDesc> descs(5);
+  descs[0] = out.desc();
+  descs[4] = a.desc();
+  for (size_t i = 1; i < 4; ++i) descs[i].segment = TERN_SEGMENT_NONE;
+  EXPECT_EQ(isa::FeaturesOf(TERN_OP_ELEMENTWISE, descs, {}), TERN_FEATURE_ELEMENTWISE_PROGRAMS);
+  EXPECT_EQ(isa::FeatureNames(TERN_FEATURE_ELEMENTWISE_PROGRAMS | TERN_FEATURE_TENSOR_EPILOGUES |
+                              (uint64_t{1} << 9)),
+            "elementwise-programs, tensor-epilogues, bit 9");
+}
+
+// --- matmul and conv2d epilogues -------------------------------------------------
+
+TEST(TensorEpilogue, MatmulSameBitsAsMatmulThenAddThenActivation) {
+  std::mt19937_64 rng(21);
+  for (int64_t activation : {int64_t{TERN_UNARY_GELU}, int64_t{TERN_UNARY_RELU}, kNone}) {
+    for (bool residual : {true, false}) {
+      if (activation == kNone && !residual) continue;
+      SCOPED_TRACE(::testing::Message() << "activation " << activation << " residual " << residual);
+      Tensor a(TERN_DTYPE_F32, {33, 40}), b(TERN_DTYPE_F32, {40, 20}), bias(TERN_DTYPE_F32, {20}),
+          res(TERN_DTYPE_F32, {33, 20});
+      for (Tensor* t : {&a, &b, &bias, &res}) t->Randomize(rng);
+      Tensor fused(TERN_DTYPE_F32, {33, 20}), want(TERN_DTYPE_F32, {33, 20});
+      ASSERT_TRUE(Exec(TERN_OP_MATMUL, {&fused, &a, &b, &bias, residual ? &res : kAbsent},
+                       {0, 0, activation})
+                      .ok());
+      ASSERT_TRUE(Exec(TERN_OP_MATMUL, {&want, &a, &b, &bias}).ok());
+      if (residual) {
+        ASSERT_TRUE(Exec(TERN_OP_BINARY, {&want, &want, &res}, {TERN_BINARY_ADD}).ok());
+      }
+      if (activation != kNone) {
+        ASSERT_TRUE(Exec(TERN_OP_UNARY, {&want, &want}, {activation}).ok());
+      }
+      EXPECT_TRUE(SameBits(fused, want));
+    }
+  }
+}
+
+TEST(TensorEpilogue, MatmulActivationWithParametersAfterAlphaBeta) {
+  std::mt19937_64 rng(2);
+  Tensor a(TERN_DTYPE_F32, {4, 6}), b(TERN_DTYPE_F32, {6, 5}), out(TERN_DTYPE_F32, {4, 5}),
+      want(TERN_DTYPE_F32, {4, 5});
+  for (Tensor* t : {&a, &b}) t->Randomize(rng);
+  ASSERT_TRUE(
+      Exec(TERN_OP_MATMUL, {&out, &a, &b}, {0, 0, TERN_UNARY_LEAKY_RELU}, {0.5, 0.0, 0.1}).ok());
+  ASSERT_TRUE(Exec(TERN_OP_MATMUL, {&want, &a, &b}, {0, 0}, {0.5, 0.0}).ok());
+  ASSERT_TRUE(Exec(TERN_OP_UNARY, {&want, &want}, {TERN_UNARY_LEAKY_RELU}, {0.1}).ok());
+  EXPECT_TRUE(SameBits(out, want));
+}
+
+TEST(TensorEpilogue, Conv2dResidualThenRelu) {
+  std::mt19937_64 rng(8);
+  Tensor input(TERN_DTYPE_F32, {2, 3, 9, 9}), weight(TERN_DTYPE_F32, {4, 3, 3, 3}),
+      bias(TERN_DTYPE_F32, {4}), res(TERN_DTYPE_F32, {2, 4, 9, 9});
+  for (Tensor* t : {&input, &weight, &bias, &res}) t->Randomize(rng);
+  Tensor out(TERN_DTYPE_F32, {2, 4, 9, 9}), want(TERN_DTYPE_F32, {2, 4, 9, 9});
+  const std::vector<int64_t> geometry = {1, 1, 1, 1, 1, 1, 1};
+  std::vector<int64_t> fused_ints = geometry;
+  fused_ints.push_back(TERN_UNARY_RELU);
+  ASSERT_TRUE(Exec(TERN_OP_CONV2D, {&out, &input, &weight, &bias, &res}, fused_ints).ok());
+  ASSERT_TRUE(Exec(TERN_OP_CONV2D, {&want, &input, &weight, &bias}, geometry).ok());
+  ASSERT_TRUE(Exec(TERN_OP_BINARY, {&want, &want, &res}, {TERN_BINARY_ADD}).ok());
+  ASSERT_TRUE(Exec(TERN_OP_UNARY, {&want, &want}, {TERN_UNARY_RELU}).ok());
+  EXPECT_TRUE(SameBits(out, want));
+}
+
+TEST(TensorEpilogue, Rules) {
+  Tensor a(TERN_DTYPE_F32, {4, 6}), b(TERN_DTYPE_F32, {6, 5}), out(TERN_DTYPE_F32, {4, 5}),
+      bad_res(TERN_DTYPE_F32, {4, 4});
+  auto message = [](Status status) { return status.message(); };
+  EXPECT_NE(message(Validate(TERN_OP_MATMUL, {&out, &a, &b}, {0, 0, TERN_UNARY_ISNAN}))
+                .find("is not an activation"),
+            std::string::npos);
+  EXPECT_NE(message(Validate(TERN_OP_MATMUL, {&out, &a, &b}, {0, 0, TERN_UNARY_LEAKY_RELU}, {1, 0}))
+                .find("takes 1 parameter floats"),
+            std::string::npos);
+  EXPECT_NE(message(Validate(TERN_OP_MATMUL, {&out, &a, &b, kAbsent, &bad_res}, {0, 0}))
+                .find("residual is [4, 4]"),
+            std::string::npos);
+  EXPECT_EQ(Validate(TERN_OP_MATMUL, {&out, &a, &b}, {0, 0, TERN_UNARY_COUNT}).code(),
+            TERN_ERROR_EXECUTABLE_UNSUPPORTED);
+  Tensor input(TERN_DTYPE_F32, {1, 1, 3, 3}), weight(TERN_DTYPE_F32, {1, 1, 3, 3}),
+      conv_out(TERN_DTYPE_F32, {1, 1, 1, 1});
+  EXPECT_TRUE(
+      Validate(TERN_OP_CONV2D, {&conv_out, &input, &weight}, {1, 1, 0, 0, 1, 1, 1, -1}).ok());
+  EXPECT_NE(message(Validate(TERN_OP_CONV2D, {&conv_out, &input, &weight},
+                             {1, 1, 0, 0, 1, 1, 1, -1}, {0.5}))
+                .find("no activation"),
+            std::string::npos);
+  // The backward convolutions take no activation.
+  EXPECT_NE(message(Validate(TERN_OP_CONV2D_BACKWARD_INPUT, {&input, &conv_out, &weight},
+                             {1, 1, 0, 0, 1, 1, 1, -1}))
+                .find("takes 7 ints"),
+            std::string::npos);
+  // Feature bits: only with an activation or a residual.
+  std::vector<isa::OperandDesc> descs = {out.desc(), a.desc(), b.desc()};
+  EXPECT_EQ(isa::FeaturesOf(TERN_OP_MATMUL, descs, std::vector<int64_t>{0, 0, -1}), 0u);
+  EXPECT_EQ(isa::FeaturesOf(TERN_OP_MATMUL, descs, std::vector<int64_t>{0, 0, TERN_UNARY_RELU}),
+            TERN_FEATURE_TENSOR_EPILOGUES);
+}
+
+}  // namespace
+}  // namespace tern::testing
