@@ -1,6 +1,7 @@
 // ternc: the compiler's command line.
 //
 //   ternc compile GRAPH.ternir -o OUT.tern [--stats] [--no-cache]
+//                 [--bind NAME=VALUE[,NAME=VALUE...]] [--no-optimize]
 //   ternc inspect GRAPH.ternir
 //   ternc cache ls|stats|clear|verify
 //   ternc --help
@@ -13,6 +14,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <ctime>
 #include <string>
@@ -25,6 +27,7 @@
 #include "compiler/ir/graph.h"
 #include "compiler/ir/ops.h"
 #include "compiler/lower/compile.h"
+#include "compiler/passes/pipeline.h"
 #include "tern/isa.h"
 
 namespace tern::compiler {
@@ -34,6 +37,7 @@ enum ExitCode { kOk = 0, kCompileError = 1, kUnreadableInput = 3, kUsage = 64 };
 
 constexpr std::string_view kUsageText =
     "usage: ternc compile GRAPH.ternir -o OUT.tern [--stats] [--no-cache]\n"
+    "                     [--bind NAME=VALUE[,NAME=VALUE...]] [--no-optimize]\n"
     "       ternc inspect GRAPH.ternir\n"
     "       ternc cache ls|stats|clear|verify\n"
     "       ternc ops\n"
@@ -49,7 +53,12 @@ constexpr std::string_view kHelpText =
     "                         atomically); --stats prints instructions per engine,\n"
     "                         semaphores, scratch memory, the compile time and whether\n"
     "                         the compile cache had it; --no-cache compiles without\n"
-    "                         the cache\n"
+    "                         the cache. The graph is optimised first (constant\n"
+    "                         folding, common-subexpression and dead-code\n"
+    "                         elimination); --no-optimize compiles it as it is.\n"
+    "                         --bind s0=128,s1=4 (repeatable) gives symbolic sizes\n"
+    "                         their values (then every symbol the graph uses must be\n"
+    "                         bound)\n"
     "  inspect GRAPH          print the graph: symbols, inputs, outputs, nodes\n"
     "  cache ls               list the compile cache's entries\n"
     "  cache stats            entries, bytes, and hits and misses since the last clear\n"
@@ -178,22 +187,64 @@ void PrintStats(const CompileStats& stats, uint64_t bytes, CacheOutcome cache) {
   fmt::print("cache: {}\n", CacheOutcomeName(cache));
 }
 
-int Compile(const std::string& input, const std::string& output, bool print_stats, bool use_cache) {
+void PrintPassStats(const PassStats& stats, bool optimized) {
+  if (!optimized) {
+    fmt::print("passes:         off (--no-optimize); {} symbols bound\n", stats.symbols_bound);
+    return;
+  }
+  fmt::print(
+      "passes:         {} -> {} nodes: {} folded, {} merged, {} removed; {} constants merged, {} "
+      "removed ({} -> {} bytes); {} symbols bound; {:.2f} ms\n",
+      stats.nodes_before, stats.nodes_after, stats.nodes_folded, stats.nodes_merged,
+      stats.nodes_removed, stats.constants_merged, stats.constants_removed,
+      stats.constant_bytes_before, stats.constant_bytes_after, stats.symbols_bound,
+      stats.optimize_ms);
+}
+
+struct CompileArgs {
+  std::string input, output;
+  bool print_stats = false;
+  bool use_cache = true;
+  bool optimize = true;
+  SymbolBindings bindings;
+};
+
+int Compile(const CompileArgs& args) {
+  const std::string& input = args.input;
   absl::StatusOr<Graph> graph = Read(input);
   if (!graph.ok()) {
     fmt::print(stderr, "ternc: cannot read the graph file '{}': {}\n", input,
                std::string(graph.status().message()));
     return kUnreadableInput;
   }
+  // Bind (every used symbol, when --bind is given), then optimise.
+  PassOptions passes;
+  passes.bindings = args.bindings;
+  passes.require_static = !args.bindings.empty();
+  passes.fold = passes.cse = passes.dce = args.optimize;
+  PassStats pass_stats;
+  if (absl::Status status = OptimizeGraphInPlace(&*graph, passes, &pass_stats); !status.ok()) {
+    fmt::print(stderr, "ternc: {} did not compile: {}\n", input, std::string(status.message()));
+    return kCompileError;
+  }
   CompileStats stats;
   CacheReport cache;
   absl::StatusOr<std::vector<uint8_t>> executable =
-      use_cache ? CompileCached(*graph, CompileOptions{}, &stats, &cache)
-                : CompileGraph(*graph, CompileOptions{}, &stats);
+      args.use_cache ? CompileCached(*graph, CompileOptions{}, &stats, &cache)
+                     : CompileGraph(*graph, CompileOptions{}, &stats);
   if (!executable.ok()) {
     const std::string message(executable.status().message());
     if (message.starts_with("compile cache:")) {
       fmt::print(stderr, "ternc: {}; --no-cache compiles {} without the cache\n", message, input);
+    } else if (!graph->symbols.empty()) {
+      std::vector<std::string> symbols;
+      for (const Symbol& symbol : graph->symbols) {
+        symbols.push_back(fmt::format("{} in [{}, {}]", symbol.name, symbol.min, symbol.max));
+      }
+      fmt::print(stderr,
+                 "ternc: {} did not compile: {}; --bind NAME=VALUE gives the graph's symbolic "
+                 "sizes ({}) values\n",
+                 input, message, fmt::join(symbols, ", "));
     } else {
       fmt::print(stderr, "ternc: {} did not compile: {}\n", input, message);
     }
@@ -203,12 +254,41 @@ int Compile(const std::string& input, const std::string& output, bool print_stat
     fmt::print(stderr, "ternc: warning: the executable was not stored in the compile cache: {}\n",
                cache.store_error);
   }
-  if (absl::Status status = WriteAtomically(output, *executable); !status.ok()) {
+  if (absl::Status status = WriteAtomically(args.output, *executable); !status.ok()) {
     fmt::print(stderr, "ternc: {}; nothing was written\n", std::string(status.message()));
     return kCompileError;
   }
-  if (print_stats) PrintStats(stats, executable->size(), cache.outcome);
+  if (args.print_stats) {
+    PrintPassStats(pass_stats, args.optimize);
+    PrintStats(stats, executable->size(), cache.outcome);
+  }
   return kOk;
+}
+
+// Adds "s0=128,s1=4" to `bindings`; an error for usage otherwise.
+absl::Status ParseBindings(const std::string& text, SymbolBindings* bindings) {
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = std::min(text.find(',', start), text.size());
+    const std::string item = text.substr(start, comma - start);
+    const size_t equals = item.find('=');
+    int64_t value = 0;
+    const char* digits = item.data() + (equals == std::string::npos ? 0 : equals + 1);
+    const char* end = item.data() + item.size();
+    const auto parsed = std::from_chars(digits, end, value);
+    if (equals == std::string::npos || equals == 0 || digits == end || parsed.ec != std::errc() ||
+        parsed.ptr != end) {
+      return absl::InvalidArgumentError(fmt::format(
+          "--bind takes NAME=VALUE pairs separated by commas (s0=128,s1=4); '{}' is not one",
+          item));
+    }
+    if (!bindings->emplace(item.substr(0, equals), value).second) {
+      return absl::InvalidArgumentError(
+          fmt::format("--bind gives '{}' a value twice", item.substr(0, equals)));
+    }
+    start = comma + 1;
+  }
+  return absl::OkStatus();
 }
 
 // "3 min", for an entry's age.
@@ -311,16 +391,22 @@ int Main(int argc, char** argv) {
   }
   std::vector<std::string> paths;
   std::string output;
-  bool stats = false;
-  bool use_cache = true;
+  CompileArgs compile;
   for (size_t i = 1; i < args.size(); ++i) {
     if (args[i] == "-o" || args[i] == "--output") {
       if (i + 1 >= args.size()) return Usage(fmt::format("{} needs a file name", args[i]));
       output = args[++i];
     } else if (args[i] == "--stats" && command == "compile") {
-      stats = true;
+      compile.print_stats = true;
     } else if (args[i] == "--no-cache" && command == "compile") {
-      use_cache = false;
+      compile.use_cache = false;
+    } else if (args[i] == "--no-optimize" && command == "compile") {
+      compile.optimize = false;
+    } else if (args[i] == "--bind" && command == "compile") {
+      if (i + 1 >= args.size()) return Usage("--bind needs NAME=VALUE (s0=128,s1=4)");
+      if (absl::Status status = ParseBindings(args[++i], &compile.bindings); !status.ok()) {
+        return Usage(std::string(status.message()));
+      }
     } else if (args[i] == "--help" || args[i] == "-h") {
       fmt::print("{}\n{}", kUsageText, kHelpText);
       return kOk;
@@ -333,7 +419,9 @@ int Main(int argc, char** argv) {
   if (command == "compile") {
     if (paths.size() != 1) return Usage("compile takes exactly one graph file");
     if (output.empty()) return Usage("compile needs -o OUT.tern, the executable to write");
-    return Compile(paths[0], output, stats, use_cache);
+    compile.input = paths[0];
+    compile.output = output;
+    return Compile(compile);
   }
   if (command == "inspect") {
     if (paths.size() != 1) return Usage("inspect takes exactly one graph file");
