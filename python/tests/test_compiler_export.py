@@ -90,7 +90,10 @@ def test_mlp_runs_from_c(tmp_path):
     torch.manual_seed(0)
     stats = export_and_run(tmp_path, Mlp(), (torch.randn(8, 32),))
     assert stats["nodes"] >= 3
-    assert stats["instructions"] >= 3
+    # addmm, relu, addmm: the relu is the first matmul's epilogue.
+    assert stats["compute_instructions_unfused"] == 3
+    assert stats["compute_instructions"] == 2
+    assert stats["epilogues"] == 1
 
 
 def test_attention_block_runs_from_c(tmp_path):
@@ -237,3 +240,206 @@ def test_resnet_style_cnn_runs_from_c(tmp_path):
     stats = export_and_run(tmp_path, SmallResNet(), (torch.randn(2, 3, 16, 16),),
                            rtol=1e-4, atol=1e-4)
     assert stats["nodes"] >= 10
+
+
+# --- The export-level cache (docs/compiler.md, "Export cache") -----------------------------
+
+
+@pytest.fixture
+def export_cache_dir(tmp_path, monkeypatch):
+    """A compile cache (and so an export cache) of this test's own."""
+    directory = tmp_path / "compile-cache"
+    monkeypatch.setenv("TERN_COMPILE_CACHE_DIR", str(directory))
+    monkeypatch.delenv("TORCH_TERN_EXPORT_CACHE", raising=False)
+    return directory
+
+
+def _refuse_torch_export(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("torch.export.export was called")
+
+    monkeypatch.setattr(torch.export, "export", refuse)
+
+
+def test_export_cache_hit_skips_torch_export(tmp_path, export_cache_dir, monkeypatch):
+    import time
+
+    torch.manual_seed(5)
+    model, x = Mlp().eval(), torch.randn(8, 32)
+    t0 = time.perf_counter()
+    first = tc.export(model, (x,), tmp_path / "a.tern")
+    first_s = time.perf_counter() - t0
+    assert first["export_cache"] == "miss" and first["export_skipped"] is False
+    _refuse_torch_export(monkeypatch)
+    t0 = time.perf_counter()
+    second = tc.export(model, (x,), tmp_path / "b.tern")
+    hit_ms = (time.perf_counter() - t0) * 1e3
+    assert second["cache"] == "hit" and second["export_skipped"] is True, second
+    assert (tmp_path / "a.tern").read_bytes() == (tmp_path / "b.tern").read_bytes()
+    assert second["bytes"] == (tmp_path / "b.tern").stat().st_size
+    assert second["nodes"] == first["nodes"] and second["instructions"] == first["instructions"]
+    print(f"export cache hit: {hit_ms:.1f} ms (key {second['export_key_ms']:.1f} ms); "
+          f"the first export: {first_s:.2f} s")
+    # The opt-outs run torch.export (which now raises).
+    with pytest.raises(AssertionError, match="torch.export.export was called"):
+        tc.export(model, (x,), tmp_path / "c.tern", cache="graph")
+    monkeypatch.setenv("TORCH_TERN_EXPORT_CACHE", "0")
+    with pytest.raises(AssertionError, match="torch.export.export was called"):
+        tc.export(model, (x,), tmp_path / "c.tern")
+
+
+def test_export_cache_misses_on_a_parameter_change(tmp_path, export_cache_dir):
+    torch.manual_seed(6)
+    model, x = Mlp().eval(), torch.randn(8, 32)
+    tc.export(model, (x,), tmp_path / "a.tern")
+    value = model.fc1.weight[3, 7].item()
+    with torch.no_grad():
+        model.fc1.weight[3, 7] = value + 1.0
+    changed = tc.export(model, (x,), tmp_path / "b.tern")
+    assert changed["export_skipped"] is False and changed["export_cache"] == "miss"
+    assert (tmp_path / "a.tern").read_bytes() != (tmp_path / "b.tern").read_bytes()
+    with torch.no_grad():
+        model.fc1.weight[3, 7] = value  # the same values again: the first entry
+    back = tc.export(model, (x,), tmp_path / "c.tern")
+    assert back["export_skipped"] is True
+    assert (tmp_path / "a.tern").read_bytes() == (tmp_path / "c.tern").read_bytes()
+
+
+def test_export_cache_misses_on_an_input_shape_change(tmp_path, export_cache_dir):
+    torch.manual_seed(7)
+    model = Mlp().eval()
+    tc.export(model, (torch.randn(8, 32),), tmp_path / "a.tern")
+    other = tc.export(model, (torch.randn(4, 32),), tmp_path / "b.tern")
+    assert other["export_skipped"] is False and other["export_cache"] == "miss"
+    assert tc.load(tmp_path / "b.tern").input_names == ["x"]
+    assert (tmp_path / "a.tern").read_bytes() != (tmp_path / "b.tern").read_bytes()
+
+
+class _MlpSigmoid(Mlp):
+    def forward(self, x):
+        return self.fc2(torch.sigmoid(self.fc1(x)))
+
+
+def test_export_cache_misses_on_another_model_class(tmp_path, export_cache_dir):
+    torch.manual_seed(8)
+    model, x = Mlp().eval(), torch.randn(8, 32)
+    tc.export(model, (x,), tmp_path / "a.tern")
+    other = _MlpSigmoid().eval()
+    other.load_state_dict(model.state_dict())  # the same parameters, another class
+    stats = tc.export(other, (x,), tmp_path / "b.tern")
+    assert stats["export_skipped"] is False and stats["export_cache"] == "miss"
+    assert (tmp_path / "a.tern").read_bytes() != (tmp_path / "b.tern").read_bytes()
+
+
+_TEMPORARY_MODEL_SOURCE = '''
+import torch
+import torch.nn as nn
+
+
+class TemporaryModel(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(16, 8)
+
+    def forward(self, x):
+        return torch.relu(self.fc(x))  # VARIANT
+'''
+
+
+def test_export_cache_misses_when_the_model_source_file_changes(tmp_path, export_cache_dir):
+    import importlib.util
+
+    source = tmp_path / "temporary_model_source.py"
+    source.write_text(_TEMPORARY_MODEL_SOURCE)
+    spec = importlib.util.spec_from_file_location(f"temporary_model_{os.getpid()}", source)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    torch.manual_seed(9)
+    model, x = module.TemporaryModel().eval(), torch.randn(4, 16)
+    assert tc.export(model, (x,), tmp_path / "a.tern")["export_cache"] == "miss"
+    assert tc.export(model, (x,), tmp_path / "b.tern")["export_skipped"] is True
+    # The file changes on disk (here only a comment; it could be a helper the
+    # running code does not show yet): the same model object misses.
+    source.write_text(_TEMPORARY_MODEL_SOURCE.replace("# VARIANT", "# VARIANT 2"))
+    changed = tc.export(model, (x,), tmp_path / "c.tern")
+    assert changed["export_skipped"] is False and changed["export_cache"] == "miss"
+    assert tc.export(model, (x,), tmp_path / "d.tern")["export_skipped"] is True
+
+
+def test_export_cache_falls_back_for_what_the_key_does_not_cover(tmp_path, export_cache_dir):
+    torch.manual_seed(10)
+    x = torch.randn(8, 32)
+
+    hooked = Mlp().eval()
+    hooked.fc1.register_forward_hook(lambda module, inputs, output: output * 2)
+    stats = tc.export(hooked, (x,), tmp_path / "a.tern")
+    assert stats["export_cache"].startswith("bypassed") and "hooks" in stats["export_cache"]
+
+    patched = Mlp().eval()
+    patched.forward = lambda x: patched.fc2(patched.fc1(x))
+    stats = tc.export(patched, (x,), tmp_path / "b.tern")
+    assert stats["export_cache"].startswith("bypassed") and "patched" in stats["export_cache"]
+
+    plain = Mlp().eval()
+    stats = tc.export(plain, (x,), tmp_path / "c.tern", graph_path=tmp_path / "c.ternir")
+    assert stats["export_cache"].startswith("bypassed") and (tmp_path / "c.ternir").exists()
+    # None of them was stored: each bypass exported.
+    for path in ("a.tern", "b.tern"):
+        again = tc.export(hooked if path == "a.tern" else patched, (x,), tmp_path / "again.tern")
+        assert again["export_skipped"] is False
+
+
+_CONCURRENT_EXPORT_SCRIPT = '''
+import sys
+
+import torch
+import torch.nn as nn
+
+import torch_tern.compiler as tc
+
+
+class Concurrent(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(16, 32), nn.Linear(32, 4)
+
+    def forward(self, x):
+        return self.fc2(torch.tanh(self.fc1(x)))
+
+
+torch.manual_seed(11)
+stats = tc.export(Concurrent().eval(), (torch.zeros(2, 16),), sys.argv[1])
+print("OUTCOME", stats["export_cache"])
+'''
+
+
+def test_export_cache_concurrent_processes_get_the_same_bytes(tmp_path, export_cache_dir,
+                                                              node_env):
+    import sys
+
+    script = tmp_path / "concurrent_export.py"
+    script.write_text(_CONCURRENT_EXPORT_SCRIPT)
+    env = dict(node_env, TERN_COMPILE_CACHE_DIR=str(export_cache_dir))
+    env.pop("TORCH_TERN_EXPORT_CACHE", None)
+
+    def start(name):
+        return subprocess.Popen([sys.executable, "-P", str(script), str(tmp_path / name)],
+                                cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+
+    def outcome(process):
+        out, err = process.communicate(timeout=600)
+        assert process.returncode == 0, out + err
+        return [line.split(" ", 1)[1] for line in out.splitlines() if line.startswith("OUTCOME")][0]
+
+    processes = [start(f"p{i}.tern") for i in range(3)]
+    outcomes = [outcome(p) for p in processes]
+    # One process exports; the others wait for it (or come later) and hit.
+    assert sorted(outcomes)[0] in ("hit", "miss", "waited")
+    assert outcomes.count("miss") == 1, outcomes
+    assert all(o in ("miss", "waited", "hit") for o in outcomes), outcomes
+    blobs = {(tmp_path / f"p{i}.tern").read_bytes() for i in range(3)}
+    assert len(blobs) == 1
+    assert outcome(start("later.tern")) == "hit"
+    assert (tmp_path / "later.tern").read_bytes() in blobs
+    print(f"concurrent exports: {outcomes}")
