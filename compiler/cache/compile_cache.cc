@@ -35,11 +35,11 @@ using Clock = std::chrono::steady_clock;
 
 // A new CompileOptions field changes the executable, so it must enter the
 // key (KeyBytes) before this assertion is updated.
-static_assert(sizeof(CompileOptions) == sizeof(std::string),
+static_assert(sizeof(CompileOptions) == sizeof(std::string) + 8,
               "a new CompileOptions field must be added to KeyBytes() in compile_cache.cc");
 // A new CompileStats field must be stored in entries (PutStats/GetStats) and
 // kFormatVersion bumped.
-static_assert(sizeof(CompileStats) == 88,
+static_assert(sizeof(CompileStats) == 112,
               "a new CompileStats field must be stored in cache entries (PutStats, GetStats) "
               "and kFormatVersion bumped");
 
@@ -51,17 +51,17 @@ static_assert(sizeof(CompileStats) == 88,
 //  40  u64 XXH3-64 of bytes 0..39, the key and the stats
 //  48  key, stats, executable
 constexpr char kMagic[8] = {'T', 'E', 'R', 'N', 'C', 'C', 'E', '\0'};
-constexpr uint32_t kFormatVersion = 1;
+constexpr uint32_t kFormatVersion = 2;  // 2: the fusion counts in the stats
 constexpr size_t kHeaderSize = 48;
 constexpr size_t kHeaderHashOffset = 40;
-constexpr size_t kStatsSize = 11 * 4 + 5 * 8;
+constexpr size_t kStatsSize = 16 * 4 + 5 * 8;
 constexpr size_t kWriteChunk = 1 << 20;
 
 constexpr std::string_view kEntrySuffix = ".entry";  // <32 hex digits>.entry
 constexpr std::string_view kLockSuffix = ".lock";    // <32 hex digits>.lock
 constexpr std::string_view kTemporaryMarker = ".tmp.";
 constexpr std::string_view kCountersFile = "counters";
-constexpr std::string_view kKeyTag = "tern compile cache key 1";
+constexpr std::string_view kKeyTag = "tern compile cache key 2";  // 2: + fusion
 
 std::string Errno(int error) { return std::strerror(error); }
 
@@ -126,6 +126,7 @@ std::vector<uint8_t> KeyBytes(const Graph& graph, const CompileOptions& options)
   key.Text(kCompilerVersion);
   key.U32(TERN_VERSION);  // the builder (libtern) that emits the executable
   key.Text(options.target);
+  key.U32(options.fusion ? 1 : 0);
   key.U64(GraphHash(graph));
   key.U64(graph.inputs.size());
   for (uint32_t id : graph.inputs) key.Text(graph.values[id].name);
@@ -141,6 +142,7 @@ bool ParseKey(std::span<const uint8_t> bytes, CacheEntryInfo* info) {
   info->compiler_version = key.Text();
   key.U32();
   info->target = key.Text();
+  info->fusion = key.U32() != 0;
   info->graph_hash = key.U64();
   const uint64_t inputs = key.U64();
   for (uint64_t i = 0; i < inputs && !key.failed(); ++i) info->input_names.push_back(key.Text());
@@ -164,6 +166,11 @@ void PutStats(const CompileStats& stats, Writer* out) {
   out->U64(stats.scratch_max_live);
   out->U64(stats.constant_bytes);
   out->U64(std::bit_cast<uint64_t>(stats.compile_ms));
+  out->U32(stats.compute_instructions_unfused);
+  out->U32(stats.compute_instructions);
+  out->U32(stats.epilogues);
+  out->U32(stats.fused_groups);
+  out->U32(stats.fused_members);
 }
 
 CompileStats GetStats(std::span<const uint8_t> bytes) {
@@ -178,6 +185,11 @@ CompileStats GetStats(std::span<const uint8_t> bytes) {
   stats.scratch_max_live = in.U64();
   stats.constant_bytes = in.U64();
   stats.compile_ms = std::bit_cast<double>(in.U64());
+  stats.compute_instructions_unfused = in.U32();
+  stats.compute_instructions = in.U32();
+  stats.epilogues = in.U32();
+  stats.fused_groups = in.U32();
+  stats.fused_members = in.U32();
   return stats;
 }
 

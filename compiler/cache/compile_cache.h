@@ -36,7 +36,7 @@ namespace tern::compiler {
 // options (lowering, planning, ordering, emission, a default): every entry
 // made before then stops matching and is compiled again. Forgetting to bump
 // it serves executables of the previous compiler.
-inline constexpr std::string_view kCompilerVersion = "tern-compiler emission 1";
+inline constexpr std::string_view kCompilerVersion = "tern-compiler emission 2";  // 2: fusion
 
 // What CompileCached did.
 enum class CacheOutcome : uint8_t {
@@ -110,6 +110,7 @@ struct CacheEntryInfo {
   bool readable = false;              // false: the header is damaged (verify removes it)
   std::string compiler_version;       // kCompilerVersion of the compiler that made it
   std::string target;                 // CompileOptions::target
+  bool fusion = true;                 // CompileOptions::fusion
   uint64_t graph_hash = 0;            // GraphHash
   std::vector<std::string> input_names;
   std::vector<std::string> output_names;

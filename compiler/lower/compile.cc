@@ -11,6 +11,7 @@
 
 #include "compiler/ir/verify.h"
 #include "compiler/lower/engine_sync.h"
+#include "compiler/lower/fusion.h"
 #include "compiler/lower/lowering.h"
 #include "compiler/lower/memory_planner.h"
 #include "tern/builder.h"
@@ -102,6 +103,10 @@ absl::StatusOr<std::vector<uint8_t>> CompileGraph(const Graph& graph, const Comp
   }
   absl::StatusOr<LoweredProgram> lowered = LowerGraph(graph);
   if (!lowered.ok()) return lowered.status();
+  FusionStats fusion;
+  fusion.instructions_before = fusion.instructions_after =
+      static_cast<uint32_t>(lowered->instructions.size());
+  if (options.fusion) FuseInstructions(&*lowered, &fusion);
   const LoweredProgram& program = *lowered;
 
   // Liveness of each scratch buffer: the first and last instruction touching it.
@@ -116,7 +121,11 @@ absl::StatusOr<std::vector<uint8_t>> CompileGraph(const Graph& graph, const Comp
       buffer.last_use = position;
     }
   }
-  for (size_t id = 0; id < scratch.size(); ++id) scratch[id].bytes = program.scratch_bytes[id];
+  // (A buffer no instruction touches, such as an intermediate that fusion
+  // keeps in registers, takes no space.)
+  for (size_t id = 0; id < scratch.size(); ++id) {
+    scratch[id].bytes = seen[id] ? program.scratch_bytes[id] : 0;
+  }
   const MemoryPlan plan = PlanScratch(scratch);
 
   tern_builder_t raw_builder = nullptr;
@@ -245,6 +254,11 @@ absl::StatusOr<std::vector<uint8_t>> CompileGraph(const Graph& graph, const Comp
     counted.scratch_naive_sum = plan.naive_sum;
     counted.scratch_max_live = plan.max_live;
     counted.constant_bytes = program.constants.stored_bytes();
+    counted.compute_instructions_unfused = fusion.instructions_before;
+    counted.compute_instructions = fusion.instructions_after;
+    counted.epilogues = fusion.epilogues;
+    counted.fused_groups = fusion.fused_groups;
+    counted.fused_members = fusion.fused_members;
     counted.compile_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     *stats = counted;

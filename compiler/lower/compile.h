@@ -3,6 +3,7 @@
 // same order). docs/compiler.md describes the method:
 //   1. lowering (lowering.h): each node becomes ISA instructions over
 //      buffers; view ops become strided operands, not instructions;
+//      fusion (fusion.h) then merges epilogues and elementwise chains;
 //   2. memory planning (memory_planner.h): scratch buffers are placed
 //      best-fit by liveness; graph outputs are computed in place;
 //   3. engine ordering (engine_sync.h): semaphores only where two engines
@@ -25,6 +26,10 @@ namespace tern::compiler {
 
 struct CompileOptions {
   std::string target = "trn2";  // the device kind the executable is for
+  // Fusion (fusion.h): matmul/conv2d epilogues and elementwise programs.
+  // Off gives one instruction per operation: the baseline the fusion
+  // figures are measured against, and executables an older tern loads.
+  bool fusion = true;
 };
 
 struct CompileStats {
@@ -39,6 +44,14 @@ struct CompileStats {
   uint64_t scratch_naive_sum = 0;  // if every buffer had its own region
   uint64_t scratch_max_live = 0;   // lower bound: most bytes live at once
   uint64_t constant_bytes = 0;     // constants stored, after deduplication
+  // Fusion: compute instructions lowering made and those emitted (sync
+  // instructions not counted in either), matmul/conv2d that took an
+  // epilogue, elementwise programs and the instructions they replaced.
+  uint32_t compute_instructions_unfused = 0;
+  uint32_t compute_instructions = 0;
+  uint32_t epilogues = 0;
+  uint32_t fused_groups = 0;
+  uint32_t fused_members = 0;
   double compile_ms = 0.0;
 };
 

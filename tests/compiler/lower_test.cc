@@ -105,8 +105,9 @@ class LowerTest : public ::testing::Test {
   // order) and returns every output as f32 values.
   std::vector<std::vector<float>> Run(const Graph& graph,
                                       const std::vector<std::vector<uint8_t>>& inputs,
-                                      CompileStats* stats = nullptr) {
-    absl::StatusOr<std::vector<uint8_t>> executable = CompileGraph(graph, {}, stats);
+                                      CompileStats* stats = nullptr,
+                                      const CompileOptions& options = {}) {
+    absl::StatusOr<std::vector<uint8_t>> executable = CompileGraph(graph, options, stats);
     EXPECT_TRUE(executable.ok()) << executable.status();
     if (!executable.ok()) return {};
     tern_executable_t loaded = nullptr;
@@ -205,14 +206,34 @@ TEST_F(LowerTest, MlpMatchesTheReference) {
   ASSERT_EQ(outputs.size(), 1u);
   ExpectNear(outputs[0], mlp.Reference(), 1e-5, "y");
   EXPECT_EQ(stats.nodes, 5u);
+  // The relu is fc1's epilogue: both matmuls on the Tensor engine, in
+  // order, so no semaphores.
   EXPECT_EQ(stats.instructions_per_engine[TERN_ENGINE_TENSOR], 2u);
+  EXPECT_EQ(stats.instructions_per_engine[TERN_ENGINE_SCALAR], 0u);
+  EXPECT_EQ(stats.instructions_per_engine[TERN_ENGINE_SYNC], 0u);
+  EXPECT_EQ(stats.semaphores, 0u);
+  EXPECT_EQ(stats.compute_instructions_unfused, 3u);
+  EXPECT_EQ(stats.compute_instructions, 2u);
+  EXPECT_EQ(stats.epilogues, 1u);
+  // h [4, 16] f32.
+  EXPECT_EQ(stats.scratch_peak, 256u);
+  EXPECT_EQ(stats.scratch_naive_sum, 256u);
+}
+
+TEST_F(LowerTest, MlpWithoutFusionHasItsReluOnTheScalarEngine) {
+  Mlp mlp;
+  CompileStats stats;
+  CompileOptions options;
+  options.fusion = false;
+  const auto outputs = Run(mlp.Build(), {Bytes(mlp.x)}, &stats, options);
+  ASSERT_EQ(outputs.size(), 1u);
+  ExpectNear(outputs[0], mlp.Reference(), 1e-5, "y");
   EXPECT_EQ(stats.instructions_per_engine[TERN_ENGINE_SCALAR], 1u);
   // Tensor -> Scalar -> Tensor: one signal and one wait each way.
   EXPECT_EQ(stats.instructions_per_engine[TERN_ENGINE_SYNC], 4u);
   EXPECT_EQ(stats.semaphores, 2u);
-  // h [4, 16] f32, relu'd in place (h dies there).
-  EXPECT_EQ(stats.scratch_peak, 256u);
-  EXPECT_EQ(stats.scratch_naive_sum, 256u);
+  EXPECT_EQ(stats.compute_instructions, 3u);
+  EXPECT_EQ(stats.epilogues, 0u);
 }
 
 TEST_F(LowerTest, IdenticalGraphsGiveIdenticalBytes) {
@@ -466,7 +487,10 @@ TEST_F(LowerTest, MemoryPlanGolden) {
   g.AddOutput("out", out);
   CompileStats stats;
   const std::vector<float> xs = Values(64, 71);
-  const auto outputs = Run(g, {Bytes(xs)}, &stats);
+  // Unfused: one instruction per op, as the liveness above counts them.
+  CompileOptions unfused;
+  unfused.fusion = false;
+  const auto outputs = Run(g, {Bytes(xs)}, &stats, unfused);
   EXPECT_EQ(stats.scratch_peak, 1024u);
   EXPECT_EQ(stats.scratch_naive_sum, 1536u);
   EXPECT_EQ(stats.scratch_max_live, 1024u);
@@ -588,7 +612,9 @@ TEST_F(LowerTest, AttentionBlockMatchesTheReference) {
   ExpectNear(outputs[0], want, 1e-4, "y");
   EXPECT_GT(stats.instructions_per_engine[TERN_ENGINE_TENSOR], 0u);
   EXPECT_GT(stats.instructions_per_engine[TERN_ENGINE_VECTOR], 0u);
-  EXPECT_GT(stats.instructions_per_engine[TERN_ENGINE_SCALAR], 0u);
+  // The gelu chain is one program, the residual adds matmul epilogues.
+  EXPECT_GT(stats.fused_groups + stats.epilogues, 0u);
+  EXPECT_LT(stats.compute_instructions, stats.compute_instructions_unfused);
   EXPECT_LE(stats.semaphores, 5u);
   EXPECT_LT(stats.scratch_peak, stats.scratch_naive_sum);
   EXPECT_GE(stats.scratch_peak, stats.scratch_max_live);
@@ -1107,6 +1133,166 @@ TEST_F(LowerTest, ResNetStyleCnnMatchesTheReference) {
   ExpectNear(outputs[0], want, 1e-4, "logits");
   // Three convolutions (the batch norms folded in) and the linear layer.
   EXPECT_EQ(stats.instructions_per_engine[TERN_ENGINE_TENSOR], 4u);
+}
+
+// --- fusion (compiler/lower/fusion.h) -----------------------------------------------
+
+std::vector<uint32_t> BitsOf(const std::vector<float>& values) {
+  std::vector<uint32_t> bits(values.size());
+  std::memcpy(bits.data(), values.data(), values.size() * sizeof(float));
+  return bits;
+}
+
+// y1 = x * w + b is both a graph output and read by y2 = relu(y1) * 0.5 - x:
+// one program storing both; the same bits as one instruction per op.
+TEST_F(LowerTest, ElementwiseChainBecomesOneProgramWithTheSameBits) {
+  Graph g;
+  const uint32_t x = g.AddInput("x", F32(S({6, 70})));
+  const std::vector<float> ws = Values(70, 61), bs = Values(6 * 70, 62), xs = Values(6 * 70, 63);
+  const uint32_t w = g.AddConstant("w", F32(S({70})), Bytes(ws));
+  const uint32_t b = g.AddInput("b", F32(S({6, 70})));
+  const uint32_t m = Out(g, AddNode(&g, "aten.mul.Tensor", {x, w}, {}, "mul"));
+  const uint32_t y1 = Out(g, AddNode(&g, "aten.add.Tensor", {m, b}, {}, "add"));
+  const uint32_t r = Out(g, AddNode(&g, "aten.relu.default", {y1}, {}, "relu"));
+  const uint32_t h =
+      Out(g, AddNode(&g, "aten.mul.Tensor", {r, kNoValue}, {A("other", 0.5)}, "half"));
+  const uint32_t y2 = Out(g, AddNode(&g, "aten.sub.Tensor", {h, x}, {}, "sub"));
+  g.AddOutput("y1", y1);
+  g.AddOutput("y2", y2);
+  CompileStats fused, unfused;
+  CompileOptions off;
+  off.fusion = false;
+  const auto a = Run(g, {Bytes(xs), Bytes(bs)}, &fused);
+  const auto c = Run(g, {Bytes(xs), Bytes(bs)}, &unfused, off);
+  ASSERT_EQ(a.size(), 2u);
+  ASSERT_EQ(c.size(), 2u);
+  EXPECT_EQ(BitsOf(a[0]), BitsOf(c[0]));
+  EXPECT_EQ(BitsOf(a[1]), BitsOf(c[1]));
+  std::vector<double> want(6 * 70);
+  for (int i = 0; i < 6 * 70; ++i) {
+    const float v = xs[i] * ws[i % 70] + bs[i];
+    want[i] = (v > 0 ? v : 0.0f) * 0.5f - xs[i];
+  }
+  ExpectNear(a[1], want, 1e-6, "y2");
+  EXPECT_EQ(unfused.compute_instructions, 5u);
+  EXPECT_EQ(fused.compute_instructions, 1u);
+  EXPECT_EQ(fused.fused_groups, 1u);
+  EXPECT_EQ(fused.fused_members, 5u);
+  // Nothing in scratch: the intermediates live in the program's registers.
+  EXPECT_EQ(fused.scratch_peak, 0u);
+  EXPECT_GT(unfused.scratch_peak, 0u);
+}
+
+// 250 x (relu(x * w_i + b_i) - x): 1,000 elementwise nodes become programs
+// of at most 8 inputs (x and three iterations' w_i, b_i: 12 instructions
+// each), bit-identical to the unfused executable and to the CPU.
+TEST_F(LowerTest, LongChainsAreCutIntoProgramsOfAtMost64Steps) {
+  Graph g;
+  uint32_t x = g.AddInput("x", F32(S({8, 64})));
+  const uint32_t x0 = x;
+  for (int i = 0; i < 250; ++i) {
+    const uint32_t w = g.AddConstant("w" + std::to_string(i), F32(S({64})), Bytes(Values(64, i)));
+    const uint32_t b =
+        g.AddConstant("b" + std::to_string(i), F32(S({64})), Bytes(Values(64, 1000 + i)));
+    const uint32_t m = Out(g, AddNode(&g, "aten.mul.Tensor", {x, w}, {}, "mul"));
+    const uint32_t s = Out(g, AddNode(&g, "aten.add.Tensor", {m, b}, {}, "add"));
+    const uint32_t r = Out(g, AddNode(&g, "aten.relu.default", {s}, {}, "relu"));
+    x = Out(g, AddNode(&g, "aten.sub.Tensor", {r, x}, {}, "sub"));
+  }
+  (void)x0;
+  g.AddOutput("y", x);
+  const std::vector<float> xs = Values(8 * 64, 5);
+  CompileStats fused, unfused;
+  CompileOptions off;
+  off.fusion = false;
+  const auto a = Run(g, {Bytes(xs)}, &fused);
+  const auto c = Run(g, {Bytes(xs)}, &unfused, off);
+  ASSERT_EQ(a.size(), 1u);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(BitsOf(a[0]), BitsOf(c[0]));
+  {
+    std::vector<float> ref = xs;
+    for (int i = 0; i < 250; ++i) {
+      const std::vector<float> w = Values(64, i), b = Values(64, 1000 + i);
+      for (int e = 0; e < 8 * 64; ++e) {
+        const float s = ref[e] * w[e % 64] + b[e % 64];
+        ref[e] = (s < 0 ? 0.0f : s) - ref[e];
+      }
+    }
+    EXPECT_EQ(BitsOf(a[0]), BitsOf(ref)) << "fused";
+    EXPECT_EQ(BitsOf(c[0]), BitsOf(ref)) << "unfused";
+  }
+  EXPECT_EQ(unfused.compute_instructions, 1000u);
+  EXPECT_LE(fused.compute_instructions, 1000u / 12 + 1);
+  EXPECT_EQ(fused.fused_members, 1000u);
+}
+
+// fc(x) + residual, then relu: one matmul with a residual and an activation.
+TEST_F(LowerTest, ResidualAddAndActivationBecomeTheMatmulsEpilogue) {
+  Graph g;
+  const uint32_t x = g.AddInput("x", F32(S({5, 12})));
+  const uint32_t res = g.AddInput("res", F32(S({5, 7})));
+  const std::vector<float> ws = Values(7 * 12, 71), bs = Values(7, 72);
+  const uint32_t w = g.AddConstant("w", F32(S({7, 12})), Bytes(ws));
+  const uint32_t b = g.AddConstant("b", F32(S({7})), Bytes(bs));
+  const std::vector<int64_t> swap = {1, 0};
+  const uint32_t wt = Out(g, AddNode(&g, "aten.permute.default", {w}, {A("dims", swap)}, "t"));
+  const uint32_t fc = Out(g, AddNode(&g, "aten.addmm.default", {b, x, wt}, {}, "fc"));
+  const uint32_t sum = Out(g, AddNode(&g, "aten.add.Tensor", {res, fc}, {}, "add"));
+  const uint32_t y = Out(g, AddNode(&g, "aten.relu.default", {sum}, {}, "relu"));
+  g.AddOutput("y", y);
+  const std::vector<float> xs = Values(5 * 12, 73), rs = Values(5 * 7, 74);
+  CompileStats fused, unfused;
+  CompileOptions off;
+  off.fusion = false;
+  const auto a = Run(g, {Bytes(xs), Bytes(rs)}, &fused);
+  const auto c = Run(g, {Bytes(xs), Bytes(rs)}, &unfused, off);
+  ASSERT_EQ(a.size(), 1u);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(BitsOf(a[0]), BitsOf(c[0]));
+  EXPECT_EQ(fused.epilogues, 1u);
+  EXPECT_EQ(fused.compute_instructions, 1u);
+  EXPECT_EQ(unfused.compute_instructions, 3u);
+  EXPECT_EQ(fused.instructions_per_engine[TERN_ENGINE_SYNC], 0u);
+  std::vector<double> want(5 * 7);
+  for (int i = 0; i < 5; ++i) {
+    for (int o = 0; o < 7; ++o) {
+      double sum_ = bs[o] + rs[i * 7 + o];
+      for (int k = 0; k < 12; ++k) sum_ += double(xs[i * 12 + k]) * ws[o * 12 + k];
+      want[i * 7 + o] = sum_ > 0 ? sum_ : 0;
+    }
+  }
+  ExpectNear(a[0], want, 1e-5, "y");
+}
+
+// (x @ w) viewed as [1, 5, 7], times 0.25, plus a [1, 5, 7] residual: the
+// scale becomes the matmul's alpha (a power of two: exact) and the add its
+// residual, through the reshape.
+TEST_F(LowerTest, ScaleAndResidualThroughAReshapeJoinTheMatmul) {
+  Graph g;
+  const uint32_t x = g.AddInput("x", F32(S({5, 12})));
+  const uint32_t res = g.AddInput("res", F32(S({1, 5, 7})));
+  const std::vector<float> ws = Values(12 * 7, 81);
+  const uint32_t w = g.AddConstant("w", F32(S({12, 7})), Bytes(ws));
+  const uint32_t mm = Out(g, AddNode(&g, "aten.mm.default", {x, w}, {}, "mm"));
+  const uint32_t v =
+      Out(g, AddNode(&g, "aten.view.default", {mm}, {A("size", S({1, 5, 7}))}, "view"));
+  const uint32_t scaled =
+      Out(g, AddNode(&g, "aten.mul.Tensor", {v, kNoValue}, {A("other", 0.25)}, "scale"));
+  const uint32_t y = Out(g, AddNode(&g, "aten.add.Tensor", {scaled, res}, {}, "add"));
+  g.AddOutput("y", y);
+  const std::vector<float> xs = Values(5 * 12, 83), rs = Values(5 * 7, 84);
+  CompileStats fused, unfused;
+  CompileOptions off;
+  off.fusion = false;
+  const auto a = Run(g, {Bytes(xs), Bytes(rs)}, &fused);
+  const auto c = Run(g, {Bytes(xs), Bytes(rs)}, &unfused, off);
+  ASSERT_EQ(a.size(), 1u);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(BitsOf(a[0]), BitsOf(c[0]));
+  EXPECT_EQ(fused.epilogues, 1u);
+  EXPECT_EQ(fused.compute_instructions, 1u);
+  EXPECT_EQ(unfused.compute_instructions, 3u);
 }
 
 }  // namespace

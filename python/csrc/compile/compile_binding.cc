@@ -12,6 +12,7 @@
 #include "compiler/ir/ops.h"
 #include "compiler/ir/verify.h"
 #include "compiler/lower/compile.h"
+#include "compiler/passes/pipeline.h"
 
 namespace py = pybind11;
 
@@ -151,11 +152,18 @@ void WriteGraph(const py::dict& spec, const std::string& path) {
 
 py::dict Compile(const py::dict& spec, const std::string& path, const std::string& graph_path,
                  bool use_cache) {
-  const Graph graph = ToGraph(spec);
+  Graph graph = ToGraph(spec);
   if (!graph_path.empty()) {
     if (absl::Status written = tern::compiler::WriteGraphFile(graph, graph_path); !written.ok()) {
       throw std::runtime_error(std::string(written.message()));
     }
+  }
+  // The graph passes (compiler/passes), in place: the graph owns the weights.
+  tern::compiler::PassStats passes{};
+  if (absl::Status optimized =
+          tern::compiler::OptimizeGraphInPlace(&graph, tern::compiler::PassOptions{}, &passes);
+      !optimized.ok()) {
+    Fail(std::string(optimized.message()));
   }
   tern::compiler::CompileStats stats{};
   // Through the persistent compile cache (compiler/cache/compile_cache.h)
@@ -194,6 +202,13 @@ py::dict Compile(const py::dict& spec, const std::string& path, const std::strin
   out["scratch_naive_sum"] = stats.scratch_naive_sum;
   out["scratch_max_live"] = stats.scratch_max_live;
   out["compile_ms"] = stats.compile_ms;
+  out["compute_instructions"] = stats.compute_instructions;
+  out["compute_instructions_unfused"] = stats.compute_instructions_unfused;
+  out["epilogues"] = stats.epilogues;
+  out["fused_groups"] = stats.fused_groups;
+  out["fused_members"] = stats.fused_members;
+  out["nodes_optimized"] = passes.nodes_after;
+  out["optimize_ms"] = passes.optimize_ms;
   out["bytes"] = executable->size();
   out["cache"] = std::string(tern::compiler::CacheOutcomeName(cache.outcome));
   if (!cache.store_error.empty()) out["cache_store_error"] = cache.store_error;
