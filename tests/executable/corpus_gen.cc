@@ -93,6 +93,7 @@ void WriteValid(const std::string& dir) {
   Write(dir, "add_constants.bin", exetest::BuildAdd(true));
   Write(dir, "pipeline.bin", exetest::BuildPipeline());
   Write(dir, "gelu_of_sum.bin", BuildUnaryChain());
+  Write(dir, "fused.bin", exetest::BuildFused());
   for (const auto& program : exetest::HazardCorpus()) {
     if (program.race == nullptr) Write(dir, std::string(program.name) + ".bin", program.bytes);
   }
@@ -130,6 +131,9 @@ void WriteMalformed(const std::string& dir) {
   image = exetest::Decode(add);
   image.required_features = 1ull << 63;
   Write(dir, "unknown_required_feature" + unsupported, exetest::Encode(image));
+  image = exetest::Decode(exetest::BuildFused());
+  image.required_features = 0;  // fused instructions whose features the header omits
+  Write(dir, "undeclared_features" + invalid, exetest::Encode(image));
   image = exetest::Decode(add);
   image.sections.push_back({99, 0, Bytes(16, 1)});
   Write(dir, "unknown_required_section" + unsupported, exetest::Encode(image));

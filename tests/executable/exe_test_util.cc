@@ -225,6 +225,79 @@ Bytes BuildAdd(bool y_from_constants) {
   return bytes;
 }
 
+Bytes BuildFused() {
+  static const int64_t shape[2] = {4, 8}, square[2] = {4, 4};
+  tern_builder_t builder = nullptr;
+  EXPECT_TERN_OK(tern_builder_create(nullptr, &builder));
+  EXPECT_TERN_OK(tern_builder_begin_function(builder, "fused", nullptr));
+  EXPECT_TERN_OK(tern_builder_add_input(builder, "x", TERN_DTYPE_F32, 2, shape, nullptr));
+  EXPECT_TERN_OK(tern_builder_add_input(builder, "y", TERN_DTYPE_F32, 2, shape, nullptr));
+  EXPECT_TERN_OK(tern_builder_add_output(builder, "z", TERN_DTYPE_F32, 2, shape, nullptr));
+  EXPECT_TERN_OK(tern_builder_add_output(builder, "w", TERN_DTYPE_F32, 2, square, nullptr));
+  tern_operand_t absent{};
+  absent.segment = TERN_SEGMENT_NONE;
+  tern_operand_t program_operands[6] = {Tensor(TERN_SEGMENT_OUTPUT, 0, TERN_DTYPE_F32, 2, shape),
+                                        absent,
+                                        absent,
+                                        absent,
+                                        Tensor(TERN_SEGMENT_INPUT, 0, TERN_DTYPE_F32, 2, shape),
+                                        Tensor(TERN_SEGMENT_INPUT, 1, TERN_DTYPE_F32, 2, shape)};
+  // r8 = x * y; r9 = 1; r10 = r8 + r9; out0 = r10.
+  const int64_t program[] = {3,
+                             TERN_STEP_BINARY,
+                             TERN_BINARY_MUL,
+                             0,
+                             1,
+                             0,
+                             TERN_STEP_CONSTANT,
+                             0,
+                             0,
+                             0,
+                             0,
+                             TERN_STEP_BINARY,
+                             TERN_BINARY_ADD,
+                             8,
+                             9,
+                             0,
+                             10,
+                             -1,
+                             -1,
+                             -1};
+  const double one[] = {1.0};
+  tern_instruction_t fused{};
+  fused.struct_size = sizeof(fused);
+  fused.opcode = TERN_OP_ELEMENTWISE;
+  fused.operand_count = 6;
+  fused.operands = program_operands;
+  fused.int_count = static_cast<uint32_t>(std::size(program));
+  fused.ints = program;
+  fused.float_count = 1;
+  fused.floats = one;
+  fused.debug_op = "mul_add";
+  EXPECT_TERN_OK(tern_builder_add_instruction(builder, &fused));
+  tern_operand_t matmul_operands[3] = {Tensor(TERN_SEGMENT_OUTPUT, 1, TERN_DTYPE_F32, 2, square),
+                                       Tensor(TERN_SEGMENT_INPUT, 0, TERN_DTYPE_F32, 2, shape),
+                                       Tensor(TERN_SEGMENT_INPUT, 1, TERN_DTYPE_F32, 2, shape)};
+  const int64_t transpose_b_relu[3] = {0, 1, TERN_UNARY_RELU};
+  tern_instruction_t matmul{};
+  matmul.struct_size = sizeof(matmul);
+  matmul.opcode = TERN_OP_MATMUL;
+  matmul.operand_count = 3;
+  matmul.operands = matmul_operands;
+  matmul.int_count = 3;
+  matmul.ints = transpose_b_relu;
+  matmul.debug_op = "linear_relu";
+  EXPECT_TERN_OK(tern_builder_add_instruction(builder, &matmul));
+  EXPECT_TERN_OK(tern_builder_end_function(builder));
+  void* data = nullptr;
+  uint64_t size = 0;
+  EXPECT_TERN_OK(tern_builder_finish(builder, &data, &size));
+  Bytes bytes(static_cast<uint8_t*>(data), static_cast<uint8_t*>(data) + size);
+  tern_builder_free_data(data);
+  EXPECT_TERN_OK(tern_builder_destroy(builder));
+  return bytes;
+}
+
 namespace {
 
 // A program on 'x' (input, f32 [16]), 'y' (output, f32 [16]) and 64 bytes of

@@ -79,6 +79,12 @@ tern_operand_t Tensor(tern_segment_t segment, uint32_t index, tern_dtype_t dtype
 // (then it has one input).
 Bytes BuildAdd(bool y_from_constants = false);
 
+// One function "fused" using both fusion extensions of the ISA: z = x * y + 1
+// as an ELEMENTWISE program (Vector) and w = relu(x @ y^T) as a MATMUL with an
+// activation (Tensor); x, y f32 [4, 8], z [4, 8], w [4, 4]. Its header has
+// both feature bits.
+Bytes BuildFused();
+
 // One function "pipeline" with 2 streams ordered by a semaphore: the DMA
 // engine copies input 'x' to scratch and signals semaphore 0; the vector
 // engine waits for it and writes out 'y' = scratch + scratch (f32 [16]).

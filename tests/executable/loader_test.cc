@@ -202,73 +202,14 @@ TEST_F(LoaderTest, RejectsUnknownRequiredFeature) {
   EXPECT_CONTAINS(message, "0x10000000020");
 }
 
-// z = x * y + 1 as one fused ELEMENTWISE program (feature bit 0).
-#define EXPECT_TERN_OK(expr) EXPECT_EQ((expr), TERN_OK) << tern_last_error_message()
-Bytes BuildFusedMultiplyAdd() {
-  static const int64_t shape[2] = {4, 8};
-  tern_builder_t builder = nullptr;
-  EXPECT_TERN_OK(tern_builder_create(nullptr, &builder));
-  EXPECT_TERN_OK(tern_builder_begin_function(builder, "fma", nullptr));
-  EXPECT_TERN_OK(tern_builder_add_input(builder, "x", TERN_DTYPE_F32, 2, shape, nullptr));
-  EXPECT_TERN_OK(tern_builder_add_input(builder, "y", TERN_DTYPE_F32, 2, shape, nullptr));
-  EXPECT_TERN_OK(tern_builder_add_output(builder, "z", TERN_DTYPE_F32, 2, shape, nullptr));
-  tern_operand_t absent{};
-  absent.segment = TERN_SEGMENT_NONE;
-  tern_operand_t operands[6] = {exetest::Tensor(TERN_SEGMENT_OUTPUT, 0, TERN_DTYPE_F32, 2, shape),
-                                absent,
-                                absent,
-                                absent,
-                                exetest::Tensor(TERN_SEGMENT_INPUT, 0, TERN_DTYPE_F32, 2, shape),
-                                exetest::Tensor(TERN_SEGMENT_INPUT, 1, TERN_DTYPE_F32, 2, shape)};
-  const int64_t ints[] = {3,
-                          TERN_STEP_BINARY,
-                          TERN_BINARY_MUL,
-                          0,
-                          1,
-                          0,
-                          TERN_STEP_CONSTANT,
-                          0,
-                          0,
-                          0,
-                          0,
-                          TERN_STEP_BINARY,
-                          TERN_BINARY_ADD,
-                          8,
-                          9,
-                          0,
-                          10,
-                          -1,
-                          -1,
-                          -1};
-  const double floats[] = {1.0};
-  tern_instruction_t instruction{};
-  instruction.struct_size = sizeof(instruction);
-  instruction.opcode = TERN_OP_ELEMENTWISE;
-  instruction.operand_count = 6;
-  instruction.operands = operands;
-  instruction.int_count = static_cast<uint32_t>(std::size(ints));
-  instruction.ints = ints;
-  instruction.float_count = 1;
-  instruction.floats = floats;
-  EXPECT_TERN_OK(tern_builder_add_instruction(builder, &instruction));
-  EXPECT_TERN_OK(tern_builder_end_function(builder));
-  void* data = nullptr;
-  uint64_t size = 0;
-  EXPECT_TERN_OK(tern_builder_finish(builder, &data, &size));
-  Bytes bytes(static_cast<uint8_t*>(data), static_cast<uint8_t*>(data) + size);
-  tern_builder_free_data(data);
-  EXPECT_TERN_OK(tern_builder_destroy(builder));
-  return bytes;
-}
-#undef EXPECT_TERN_OK
-
-TEST_F(LoaderTest, FusedInstructionsDeclareTheirFeature) {
-  const Bytes data = BuildFusedMultiplyAdd();
+TEST_F(LoaderTest, FusedInstructionsDeclareTheirFeatures) {
+  const Bytes data = exetest::BuildFused();
   exetest::Image image = exetest::Decode(data);
-  EXPECT_EQ(image.required_features, TERN_FEATURE_ELEMENTWISE_PROGRAMS);
+  EXPECT_EQ(image.required_features,
+            TERN_FEATURE_ELEMENTWISE_PROGRAMS | TERN_FEATURE_TENSOR_EPILOGUES);
   ExpectLoad(data, TERN_OK);
   // A producer that forgets the bit: the loader names the feature.
-  image.required_features = 0;
+  image.required_features = TERN_FEATURE_TENSOR_EPILOGUES;
   const std::string message = ExpectLoad(exetest::Encode(image), TERN_ERROR_EXECUTABLE_INVALID);
   EXPECT_CONTAINS(message, "elementwise-programs");
   EXPECT_CONTAINS(message, "does not declare it");
