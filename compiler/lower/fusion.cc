@@ -135,6 +135,103 @@ std::optional<float> ScalarConstant(const TensorRef& ref, const ConstantPool& po
   return value;
 }
 
+// --- 0. results written in their consumer's layout ------------------------------------------
+
+// `producer`'s output as the window of `copy`'s destination that the copy
+// would have put each element in, when the copy only permutes (and
+// reshapes) what the producer wrote: then the producer can write there
+// directly. nullopt otherwise.
+std::optional<TensorRef> WrittenThroughCopy(const TensorRef& written,
+                                            const LoweredInstruction& copy) {
+  const TensorRef& dst = copy.operands[0];
+  const TensorRef& src = copy.operands[1];
+  if (!(src.buffer == written.buffer) || src.offset != written.offset ||
+      src.dtype != written.dtype || dst.dtype != written.dtype ||
+      src.Elements() != written.Elements()) {
+    return std::nullopt;
+  }
+  // Each of the producer's dimensions is one of the source window's (same
+  // size and stride, each used once); its stride in the destination is the
+  // destination's stride of that dimension.
+  std::vector<int64_t> strides(written.shape.size(), 0);
+  std::vector<bool> used(src.shape.size(), false);
+  for (size_t k = 0; k < written.shape.size(); ++k) {
+    if (written.shape[k] == 1) continue;
+    bool found = false;
+    for (size_t m = 0; m < src.shape.size() && !found; ++m) {
+      if (used[m] || src.shape[m] != written.shape[k] || src.strides[m] != written.strides[k]) {
+        continue;
+      }
+      used[m] = found = true;
+      strides[k] = dst.strides[m];
+    }
+    if (!found) return std::nullopt;
+  }
+  for (size_t m = 0; m < src.shape.size(); ++m) {
+    if (src.shape[m] != 1 && !used[m]) return std::nullopt;
+  }
+  TensorRef placed = dst;
+  placed.shape = written.shape;
+  placed.strides = strides;
+  return placed;
+}
+
+// A `copy` whose source is the whole result of an earlier instruction that
+// nothing else reads (a permute made contiguous: attention's heads merged
+// back) is dropped, the producer writing straight into the copy's
+// destination in the permuted layout.
+uint32_t WriteThroughCopies(std::vector<LoweredInstruction>* list) {
+  const std::unordered_map<uint64_t, uint32_t> last = LastTouches(*list);
+  std::vector<bool> removed(list->size(), false);
+  // The position of the last instruction that wrote each scratch buffer.
+  std::unordered_map<uint64_t, uint32_t> writer;
+  uint32_t removed_count = 0;
+  for (uint32_t c = 0; c < list->size(); ++c) {
+    const LoweredInstruction& copy = (*list)[c];
+    if (copy.opcode == TERN_OP_COPY) {
+      const TensorRef& src = copy.operands[1];
+      const auto found = writer.find(Key(src.buffer));
+      if (src.buffer.kind == BufferRef::kScratch && found != writer.end() &&
+          last.at(Key(src.buffer)) == c) {
+        const uint32_t p = found->second;
+        LoweredInstruction& producer = (*list)[p];
+        // A single written operand (not layer_norm's statistics), strided
+        // outputs allowed (not the copy itself, not gather/scatter, whose
+        // writes are read-modify-write or data-dependent).
+        const bool plain_writer = producer.written == 1 && producer.opcode != TERN_OP_COPY &&
+                                  producer.opcode != TERN_OP_SCATTER_ADD &&
+                                  producer.opcode != TERN_OP_SCATTER_ADD_ALONG_AXIS;
+        std::optional<TensorRef> placed =
+            plain_writer ? WrittenThroughCopy(producer.operands[0], copy) : std::nullopt;
+        // Nothing between the producer and the copy may touch the
+        // destination, and the producer must not read it.
+        bool clear = placed.has_value();
+        for (uint32_t k = p; clear && k < c; ++k) {
+          if (!removed[k] && HasBuffer((*list)[k], 0, (*list)[k].operands.size(), placed->buffer)) {
+            clear = false;
+          }
+        }
+        if (clear) {
+          producer.operands[0] = *placed;
+          removed[c] = true;
+          ++removed_count;
+          continue;
+        }
+      }
+    }
+    for (size_t k = 0; k < copy.written && k < copy.operands.size(); ++k) {
+      if (copy.operands[k].present()) writer[Key(copy.operands[k].buffer)] = c;
+    }
+  }
+  std::vector<LoweredInstruction> kept;
+  kept.reserve(list->size() - removed_count);
+  for (uint32_t i = 0; i < list->size(); ++i) {
+    if (!removed[i]) kept.push_back(std::move((*list)[i]));
+  }
+  *list = std::move(kept);
+  return removed_count;
+}
+
 // --- 1. matmul / conv2d epilogues ------------------------------------------------------------
 
 bool CanTakeEpilogue(const LoweredInstruction& producer) {
@@ -488,6 +585,7 @@ uint32_t FuseElementwise(LoweredProgram* lowered, FusionStats* stats) {
 void FuseInstructions(LoweredProgram* program, FusionStats* stats) {
   FusionStats counted;
   counted.instructions_before = static_cast<uint32_t>(program->instructions.size());
+  counted.copies_removed = WriteThroughCopies(&program->instructions);
   FuseEpilogues(&program->instructions, program->constants, &counted);
   FuseElementwise(program, &counted);
   counted.instructions_after = static_cast<uint32_t>(program->instructions.size());

@@ -1,4 +1,6 @@
 // Fusion of lowered instructions, before memory planning (compile.h):
+//   0. a `copy` that only permutes a result nothing else reads (attention's
+//      heads merged back) is dropped: the producer writes in that layout;
 //   1. epilogues: a matmul or conv2d followed by the `binary add` of a
 //      residual and/or a `unary` activation of its result becomes one
 //      instruction with an epilogue (docs/isa.md, "matmul");
@@ -21,9 +23,10 @@ namespace tern::compiler {
 struct FusionStats {
   uint32_t instructions_before = 0;  // compute instructions lowering made
   uint32_t instructions_after = 0;
-  uint32_t epilogues = 0;      // matmul/conv2d that took an add and/or activation
-  uint32_t fused_groups = 0;   // elementwise programs made
-  uint32_t fused_members = 0;  // instructions those programs replaced
+  uint32_t epilogues = 0;       // matmul/conv2d that took an add and/or activation
+  uint32_t fused_groups = 0;    // elementwise programs made
+  uint32_t fused_members = 0;   // instructions those programs replaced
+  uint32_t copies_removed = 0;  // producers that write in their copy's layout instead
 };
 
 // Rewrites `program` in place. Deterministic: the same program gives the

@@ -1295,5 +1295,38 @@ TEST_F(LowerTest, ScaleAndResidualThroughAReshapeJoinTheMatmul) {
   EXPECT_EQ(unfused.compute_instructions, 3u);
 }
 
+// Attention's heads merged back: bmm -> permute -> view -> mm. The view of
+// the permuted product needs a copy unfused; fused, the bmm writes its
+// result in the merged layout and the copy (and its DMA hand-offs) go.
+TEST_F(LowerTest, APermutedResultIsWrittenInItsConsumersLayout) {
+  constexpr int64_t kHeads = 4, kTokens = 6, kDim = 5;
+  Graph g;
+  const uint32_t q = g.AddInput("q", F32(S({kHeads, kTokens, 3})));
+  const uint32_t k = g.AddInput("k", F32(S({kHeads, 3, kDim})));
+  const std::vector<float> ws = Values(kHeads * kDim * 7, 91);
+  const uint32_t w = g.AddConstant("w", F32(S({kHeads * kDim, 7})), Bytes(ws));
+  const uint32_t heads = Out(g, AddNode(&g, "aten.bmm.default", {q, k}, {}, "bmm"));
+  const uint32_t merged = Out(g, AddNode(&g, "aten.permute.default", {heads},
+                                         {A("dims", std::vector<int64_t>{1, 0, 2})}, "permute"));
+  const uint32_t flat = Out(g, AddNode(&g, "aten.view.default", {merged},
+                                       {A("size", S({kTokens, kHeads * kDim}))}, "view"));
+  const uint32_t y = Out(g, AddNode(&g, "aten.mm.default", {flat, w}, {}, "proj"));
+  g.AddOutput("y", y);
+  const std::vector<float> qs = Values(kHeads * kTokens * 3, 92),
+                           ks = Values(kHeads * 3 * kDim, 93);
+  CompileStats fused, unfused;
+  CompileOptions off;
+  off.fusion = false;
+  const auto a = Run(g, {Bytes(qs), Bytes(ks)}, &fused);
+  const auto c = Run(g, {Bytes(qs), Bytes(ks)}, &unfused, off);
+  ASSERT_EQ(a.size(), 1u);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(BitsOf(a[0]), BitsOf(c[0]));
+  EXPECT_EQ(unfused.instructions_per_engine[TERN_ENGINE_DMA], 1u);
+  EXPECT_EQ(fused.instructions_per_engine[TERN_ENGINE_DMA], 0u);
+  EXPECT_EQ(fused.instructions_per_engine[TERN_ENGINE_SYNC], 0u);
+  EXPECT_EQ(fused.compute_instructions, 2u);
+}
+
 }  // namespace
 }  // namespace tern::compiler
