@@ -117,7 +117,11 @@ def bench_model(name, model, example, quick, tmp):
           f"{med['tern eager'] / med['compiled']:.2f}x tern eager (target >= 2), "
           f"{med['CPU eager'] / med['compiled']:.2f}x CPU eager (target >= 1.5), "
           f"{med['inductor'] / med['compiled']:.2f}x inductor (target >= 1); "
-          f"{stats['instructions']} instructions for {stats['nodes']} nodes, scratch peak "
+          f"{stats['compute_instructions']} compute instructions ({stats['compute_instructions_unfused']} "
+          f"unfused: {1 - stats['compute_instructions'] / stats['compute_instructions_unfused']:.0%} fewer; "
+          f"{stats['epilogues']} epilogues, {stats['fused_groups']} programs) and "
+          f"{stats['instructions'] - stats['compute_instructions']} sync for {stats['nodes']} nodes, "
+          f"scratch peak "
           f"{stats['scratch_peak']} B (naive {stats['scratch_naive_sum']}, max-live "
           f"{stats['scratch_max_live']})")
 
