@@ -318,3 +318,42 @@ TEST(TensorEpilogue, Rules) {
 
 }  // namespace
 }  // namespace tern::testing
+
+namespace tern::testing {
+namespace {
+
+// The matrix-vector path (M <= 4, f32, a linear layer's [N, K] weight seen
+// transposed): against a double reference, with alpha, a row bias and a
+// strided output, and split over several threads for N = 3000.
+TEST(SmallMatmul, LinearLayerShapesMatchTheReference) {
+  std::mt19937_64 rng(31);
+  for (int64_t m : {1, 3, 4}) {
+    for (int64_t n : {50, 3000}) {
+      const int64_t k = 37;
+      SCOPED_TRACE(::testing::Message() << "m " << m << " n " << n);
+      Tensor a(TERN_DTYPE_F32, {m, k}), weight(TERN_DTYPE_F32, {n, k}), bias(TERN_DTYPE_F32, {n});
+      for (Tensor* t : {&a, &weight, &bias}) t->Randomize(rng);
+      // b = weight^T: [k, n] with strides [1, k].
+      Tensor b = weight;
+      b.desc().shape[0] = k;
+      b.desc().shape[1] = n;
+      b.desc().strides[0] = 1;
+      b.desc().strides[1] = k;
+      Tensor out = Tensor::Spaced(TERN_DTYPE_F32, {m, n});
+      out.Poison();
+      ASSERT_TRUE(Exec(TERN_OP_MATMUL, {&out, &a, &b, &bias}, {0, 0}, {0.5, 0.0}).ok());
+      std::vector<double> want(static_cast<size_t>(m * n));
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < n; ++j) {
+          double sum = 0;
+          for (int64_t l = 0; l < k; ++l) sum += a.Get(i * k + l) * weight.Get(j * k + l);
+          want[i * n + j] = 0.5 * sum + bias.Get(j);
+        }
+      }
+      EXPECT_TRUE(Near(out, want, TolFor(TERN_DTYPE_F32, 4)));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tern::testing
