@@ -204,10 +204,14 @@ uint32_t WriteThroughCopies(std::vector<LoweredInstruction>* list) {
         std::optional<TensorRef> placed =
             plain_writer ? WrittenThroughCopy(producer.operands[0], copy) : std::nullopt;
         // Nothing between the producer and the copy may touch the
-        // destination, and the producer must not read it.
+        // destination (the producer must not read it either), nor read the
+        // result where the producer no longer writes it.
         bool clear = placed.has_value();
         for (uint32_t k = p; clear && k < c; ++k) {
-          if (!removed[k] && HasBuffer((*list)[k], 0, (*list)[k].operands.size(), placed->buffer)) {
+          const LoweredInstruction& between = (*list)[k];
+          if (removed[k]) continue;
+          if (HasBuffer(between, 0, between.operands.size(), placed->buffer) ||
+              (k > p && HasBuffer(between, 0, between.operands.size(), src.buffer))) {
             clear = false;
           }
         }
