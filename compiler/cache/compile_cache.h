@@ -36,7 +36,8 @@ namespace tern::compiler {
 // options (lowering, planning, ordering, emission, a default): every entry
 // made before then stops matching and is compiled again. Forgetting to bump
 // it serves executables of the previous compiler.
-inline constexpr std::string_view kCompilerVersion = "tern-compiler emission 2";  // 2: fusion
+inline constexpr std::string_view kCompilerVersion =
+    "tern-compiler emission 3";  // 2: fusion; 3: fused debug names, write-through copies
 
 // What CompileCached did.
 enum class CacheOutcome : uint8_t {

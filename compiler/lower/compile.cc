@@ -42,7 +42,19 @@ std::string DebugOp(const Graph& graph, const LoweredInstruction& instruction) {
     return fmt::format("output '{}'", graph.outputs[instruction.output].name);
   }
   const Node& node = graph.nodes[instruction.node];
-  return node.source.empty() ? node.name : fmt::format("{} @ {}", node.name, node.source);
+  // A fused instruction lists what it took in: "addmm_2 + mul_1 + tanh @ model.py:42".
+  std::string name = node.name;
+  size_t named = 0, more = 0;
+  for (uint32_t other : instruction.fused_nodes) {
+    if (other == kNoNode || other == instruction.node) continue;
+    if (named++ < 7) {
+      name += " + " + graph.nodes[other].name;
+    } else {
+      ++more;
+    }
+  }
+  if (more > 0) name += fmt::format(" + {} more", more);
+  return node.source.empty() ? name : fmt::format("{} @ {}", name, node.source);
 }
 
 uint64_t MemoryKey(tern_segment_t segment, uint32_t index) {

@@ -217,6 +217,7 @@ uint32_t WriteThroughCopies(std::vector<LoweredInstruction>* list) {
         }
         if (clear) {
           producer.operands[0] = *placed;
+          producer.fused_nodes.push_back(copy.node);
           removed[c] = true;
           ++removed_count;
           continue;
@@ -364,7 +365,13 @@ uint32_t FuseEpilogues(std::vector<LoweredInstruction>* list, const ConstantPool
       producer.ints.push_back(activation);
       producer.floats = parameters;
     }
-    for (uint32_t position : consumed) removed[position] = true;
+    for (uint32_t position : consumed) {
+      removed[position] = true;
+      const LoweredInstruction& taken = (*list)[position];
+      producer.fused_nodes.push_back(taken.node);
+      producer.fused_nodes.insert(producer.fused_nodes.end(), taken.fused_nodes.begin(),
+                                  taken.fused_nodes.end());
+    }
     removed_count += static_cast<uint32_t>(consumed.size());
     ++stats->epilogues;
   }
@@ -532,10 +539,16 @@ LoweredInstruction Emit(const Program& program, const std::vector<Program::Writt
     fused.ints.push_back(j < outputs.size() ? outputs[j].reg : -1);
   }
   fused.floats = program.floats;
-  // The debug op of the program is its last member's: the value it makes.
-  const LoweredInstruction& last = list[program.members.back()];
-  fused.node = last.node;
-  fused.output = last.output;
+  // The debug op of the program names its first member, then the others.
+  const LoweredInstruction& first = list[program.members.front()];
+  fused.node = first.node;
+  fused.output = first.output;
+  for (size_t k = 1; k < program.members.size(); ++k) {
+    const LoweredInstruction& member = list[program.members[k]];
+    fused.fused_nodes.push_back(member.node);
+    fused.fused_nodes.insert(fused.fused_nodes.end(), member.fused_nodes.begin(),
+                             member.fused_nodes.end());
+  }
   return fused;
 }
 

@@ -843,6 +843,11 @@ class Lowerer {
     absl::StatusOr<double> eps = context.Float("eps", 1e-5);
     if (!normalized_shape.ok()) return normalized_shape.status();
     if (!eps.ok()) return eps.status();
+    if (!(std::isfinite(*eps) && *eps > 0)) {
+      return absl::UnimplementedError(fmt::format(
+          "{}: eps {} is not lowered yet: the layer_norm instruction takes a finite eps > 0",
+          DescribeNode(node), *eps));
+    }
     const TensorRef& in = In(node, 0);
     const size_t k = normalized_shape->size();
     if (k < 1 || k > in.shape.size()) {
@@ -865,6 +870,32 @@ class Lowerer {
       operands.push_back(present ? In(node, slot) : TensorRef::None());
     }
     Emit(TERN_OP_LAYER_NORM, std::move(operands), {static_cast<int64_t>(k)}, {*eps}, 3);
+    return absl::OkStatus();
+  }
+
+  // aten.rms_norm (what the pattern pass makes of a written-out RMSNorm):
+  // rms_norm without its rstd output.
+  absl::Status LowerRmsNorm(const Node& node) {
+    const InferContext context = Context(node);
+    absl::StatusOr<std::vector<int64_t>> normalized_shape = context.Ints("normalized_shape", {});
+    if (!normalized_shape.ok()) return normalized_shape.status();
+    const uint32_t out = node.outputs[0];
+    // Without eps, PyTorch uses the epsilon of the input's dtype.
+    const tern_dtype_t dtype = DtypeOf(out);
+    const double default_eps = dtype == TERN_DTYPE_BF16  ? 0.0078125
+                               : dtype == TERN_DTYPE_F16 ? 0.0009765625
+                                                         : 1.1920928955078125e-07;
+    absl::StatusOr<double> eps = context.Float("eps", default_eps);
+    if (!eps.ok()) return eps.status();
+    const TensorRef& in = In(node, 0);
+    const size_t k = normalized_shape->size();
+    if (k < 1 || k > in.shape.size()) {
+      return Error(node, "normalized_shape must name 1 to rank trailing dims");
+    }
+    const bool weighted = node.inputs.size() > 1 && node.inputs[1] != kNoValue;
+    Emit(TERN_OP_RMS_NORM,
+         {Produce(out), TensorRef::None(), in, weighted ? In(node, 1) : TensorRef::None()},
+         {static_cast<int64_t>(k)}, {*eps}, 2);
     return absl::OkStatus();
   }
 
@@ -1172,6 +1203,7 @@ const std::map<std::string_view, LowerFn>& Lowerer::Table() {
       {"aten._softmax.default", &Lowerer::LowerSoftmax},
       {"aten._log_softmax.default", &Lowerer::LowerSoftmax},
       {"aten.native_layer_norm.default", &Lowerer::LowerLayerNorm},
+      {"aten.rms_norm.default", &Lowerer::LowerRmsNorm},
       {"aten.where.self", &Lowerer::LowerWhere},
       {"aten.embedding.default", &Lowerer::LowerEmbedding},
       {"aten.cat.default", &Lowerer::LowerCat},

@@ -26,6 +26,9 @@ struct LoweredInstruction {
   std::vector<double> floats;
   uint32_t node = kNoNode;  // the graph node it comes from
   uint32_t output = 0;      // with kNoNode: the graph output it copies
+  // Fusion: the other nodes whose instructions this one took in, in program
+  // order (debug info names them all).
+  std::vector<uint32_t> fused_nodes;
 };
 
 struct LoweredProgram {
