@@ -13,6 +13,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Operators.h>
 #include <ATen/native/CPUFallback.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 
 #include <optional>
 
@@ -34,6 +35,23 @@ using program::Program;
 inline bool IsTern(const at::Tensor& t) {
   return t.defined() && t.device().type() == c10::DeviceType::PrivateUse1;
 }
+// Whether `t` is being traced rather than computed: a tensor with a Python
+// subclass's dispatch (FakeTensor, FunctionalTensor, a tracer's proxy), a C++
+// functional wrapper, or any tensor while a Python dispatch mode is active
+// (FakeTensorMode, make_fx). Such a tensor has no data a kernel may read, and
+// a tracer records only operators that go through the dispatcher. Kernels
+// above the backend key (autograd) see these tensors; a native override of an
+// op that ATen implements as a composite runs ATen's composite for them, so
+// Dynamo and AOTAutograd trace (and fake tensors compute) ATen's
+// decomposition. Kernels at the PrivateUse1 key never see them: the Python
+// and Functionalize keys sit above it and hand fake tensors to meta kernels.
+inline bool Traced(const at::Tensor& t) {
+  constexpr c10::DispatchKeySet kTracing(
+      {c10::DispatchKey::Python, c10::DispatchKey::Functionalize});
+  return (t.defined() && t.key_set().has_any(kTracing)) ||
+         c10::impl::tls_is_dispatch_key_included(c10::DispatchKey::Python);
+}
+inline bool Traced(const std::optional<at::Tensor>& t) { return t.has_value() && Traced(*t); }
 // A 0-dim CPU tensor (Python scalars arrive as such "wrapped numbers").
 inline bool IsCpuScalar(const at::Tensor& t) {
   return t.defined() && t.device().is_cpu() && t.dim() == 0;

@@ -770,7 +770,10 @@ TERN_ATEN_IMPL("native_batch_norm_backward", NativeBatchNormBackward);
 // ---- RMS norm -------------------------------------------------------------------------------
 // aten::rms_norm is a composite in ATen; on tern it runs as one RMS_NORM
 // instruction forward and one RMS_NORM_BACKWARD backward, through an autograd
-// function registered for AutogradPrivateUse1.
+// function registered for AutogradPrivateUse1. Traced (fake or functional
+// tensors, a dispatch mode: torch.compile, make_fx, export) it runs ATen's
+// composite instead, so the graph holds ATen operators with ATen's meta
+// functions and derivatives (docs/torch.md, "torch.compile").
 
 bool RmsNormSupported(const at::Tensor& input, at::IntArrayRef normalized_shape,
                       const std::optional<at::Tensor>& weight) {
@@ -848,6 +851,10 @@ class RmsNormFunction : public torch::autograd::Function<RmsNormFunction<kWeight
 
 at::Tensor RmsNormAutograd(const at::Tensor& input, c10::SymIntArrayRef normalized_shape_sym,
                            const std::optional<at::Tensor>& weight, std::optional<double> eps) {
+  // Before anything reads sizes: a traced tensor's may be symbolic.
+  if (Traced(input) || Traced(weight)) {
+    return at::compositeimplicitautograd::rms_norm_symint(input, normalized_shape_sym, weight, eps);
+  }
   const std::vector<int64_t> normalized_shape = C10_AS_INTARRAYREF_SLOW(normalized_shape_sym).vec();
   const double e = RmsEps(eps);
   if (RmsNormSupported(input, normalized_shape, weight) && program::ExecutablesAvailable() &&
@@ -861,7 +868,8 @@ at::Tensor RmsNormAutograd(const at::Tensor& input, c10::SymIntArrayRef normaliz
 }
 TERN_ATEN_IMPL_FOR(AutogradPrivateUse1, "rms_norm", RmsNormAutograd);
 
-// Without autograd (inference mode, or below the autograd key).
+// Without autograd (inference mode, or below the autograd key): real tensors
+// only, as every PrivateUse1 kernel (see Traced).
 at::Tensor RmsNorm(const at::Tensor& input, c10::SymIntArrayRef normalized_shape_sym,
                    const std::optional<at::Tensor>& weight, std::optional<double> eps) {
   const std::vector<int64_t> normalized_shape = C10_AS_INTARRAYREF_SLOW(normalized_shape_sym).vec();
