@@ -13,6 +13,15 @@ import torch
 
 from . import _C
 
+# What inductor registers for the device (see _inductor.py): code generators
+# that refuse with a message saying which backend to pass instead.
+from ._inductor import (  # noqa: F401
+    CppWrapperCodegen,
+    PythonWrapperCodegen,
+    Scheduling,
+    WrapperFxCodegen,
+)
+
 __all__ = [
     "Event",
     "Stream",
