@@ -181,6 +181,17 @@ absl::Status Comparison(const InferContext& c, Types* out) {
 absl::Status PowScalar(const InferContext& c, Types* out) {
   auto exponent = c.Float("exponent", 1.0);
   if (!exponent.ok()) return exponent.status();
+  if (auto s = RequireInput(c, 0, "input"); !s.ok()) return s;
+  // As PyTorch: an integer exponent keeps an integer tensor's dtype (bool
+  // becomes i64); a float exponent gives f32.
+  const Attribute* attr = FindAttr(c.node, "exponent");
+  if (!IsFloat(c.inputs[0]->dtype) && attr != nullptr &&
+      std::holds_alternative<int64_t>(attr->value)) {
+    TensorType t = *c.inputs[0];
+    if (t.dtype == TERN_DTYPE_BOOL) t.dtype = TERN_DTYPE_I64;
+    out->push_back(std::move(t));
+    return absl::OkStatus();
+  }
   return FloatUnary(c, out);
 }
 
@@ -395,6 +406,7 @@ absl::Status SqueezeDims(const InferContext& c, Types* out) {
   for (int64_t d : *dims) {
     auto n = NormalizeDim(c, d, self.shape.size());
     if (!n.ok()) return n.status();
+    if (self.shape.empty()) continue;  // rank 0: dim 0 (or -1) leaves it as it is
     // Like PyTorch: a listed dim that is not 1 stays.
     if (self.shape[static_cast<size_t>(*n)].constant() == 1) drop[static_cast<size_t>(*n)] = true;
   }
@@ -490,6 +502,7 @@ absl::Status Reduce(const InferContext& c, Types* out, bool float_only) {
   for (int64_t d : *dims) {
     auto n = NormalizeDim(c, d, self.shape.size());
     if (!n.ok()) return n.status();
+    if (self.shape.empty()) continue;  // rank 0: dim 0 (or -1) is the tensor itself
     if (reduced[static_cast<size_t>(*n)]) return c.Error(fmt::format("dim {} appears twice", d));
     reduced[static_cast<size_t>(*n)] = true;
   }
@@ -509,6 +522,16 @@ absl::Status Reduce(const InferContext& c, Types* out, bool float_only) {
 }
 
 absl::Status Sum(const InferContext& c, Types* out) { return Reduce(c, out, false); }
+
+// sum.dim_IntList: as PyTorch, an integer or bool tensor sums to i64 unless
+// `dtype` says otherwise.
+absl::Status SumDims(const InferContext& c, Types* out) {
+  if (auto s = Reduce(c, out, false); !s.ok()) return s;
+  auto dtype = c.DType("dtype");
+  if (!dtype.ok()) return dtype.status();
+  if (!*dtype && !IsFloat(c.inputs[0]->dtype)) out->back().dtype = TERN_DTYPE_I64;
+  return absl::OkStatus();
+}
 
 absl::Status AnyDim(const InferContext& c, Types* out) {
   if (auto s = Reduce(c, out, false); !s.ok()) return s;
@@ -546,7 +569,8 @@ absl::Status Gather(const InferContext& c, Types* out) {
     return c.Error(
         fmt::format("its index has dtype {}; it must be i64 or i32", tern_dtype_name(index.dtype)));
   }
-  if (index.shape.size() != self.shape.size()) {
+  // As PyTorch, a 0-d input or index counts as 1-d.
+  if (std::max<size_t>(index.shape.size(), 1) != std::max<size_t>(self.shape.size(), 1)) {
     return c.Error(fmt::format("its index {} and input {} differ in rank", Shp(c, index.shape),
                                Shp(c, self.shape)));
   }
@@ -604,6 +628,37 @@ absl::Status LayerNorm(const InferContext& c, Types* out) {
   return absl::OkStatus();
 }
 
+// rms_norm(input, normalized_shape, weight?, eps?) (aten.rms_norm, which
+// the core ATen decompositions write out; the pattern pass, patterns.h, puts
+// it back): the input's type. Without eps, PyTorch uses the dtype's epsilon.
+absl::Status RmsNorm(const InferContext& c, Types* out) {
+  if (auto s = RequireInput(c, 0, "input"); !s.ok()) return s;
+  const TensorType& input = *c.inputs[0];
+  if (auto s = RequireFloat(c, input, "input"); !s.ok()) return s;
+  auto normalized = c.Ints("normalized_shape", {});
+  auto eps = c.Float("eps", 0.0);
+  if (!normalized.ok()) return normalized.status();
+  if (!eps.ok()) return eps.status();
+  const size_t k = normalized->size();
+  if (k == 0 || k > input.shape.size()) {
+    return c.Error(fmt::format("its normalized_shape has {} dims for an input of rank {}", k,
+                               input.shape.size()));
+  }
+  Shape last(input.shape.end() - static_cast<ptrdiff_t>(k), input.shape.end());
+  for (size_t i = 0; i < k; ++i) {
+    if (last[i] != Dim::Constant((*normalized)[i])) {
+      return c.Error(fmt::format("its normalized_shape does not match the input's last dims {}",
+                                 Shp(c, last)));
+    }
+  }
+  if (c.inputs.size() > 1 && c.inputs[1] != nullptr && c.inputs[1]->shape != last) {
+    return c.Error(fmt::format("its weight has shape {}; it must be {}", Shp(c, c.inputs[1]->shape),
+                               Shp(c, last)));
+  }
+  out->push_back(input);
+  return absl::OkStatus();
+}
+
 absl::Status Embedding(const InferContext& c, Types* out) {
   if (auto s = RequireInput(c, 0, "weight"); !s.ok()) return s;
   if (auto s = RequireInput(c, 1, "indices"); !s.ok()) return s;
@@ -626,26 +681,35 @@ absl::Status Cat(const InferContext& c, Types* out) {
   for (size_t i = 0; i < c.inputs.size(); ++i) {
     if (auto s = RequireInput(c, i, "tensor"); !s.ok()) return s;
   }
-  const TensorType& first = *c.inputs[0];
+  // As PyTorch, 1-D tensors without elements (the legacy empty tensor) are
+  // skipped; the first other input gives the rank.
+  auto legacy_empty = [](const TensorType& t) {
+    return t.shape.size() == 1 && t.shape[0].constant() == 0;
+  };
+  size_t ref = 0;
+  while (ref + 1 < c.inputs.size() && legacy_empty(*c.inputs[ref])) ++ref;
+  const TensorType& first = *c.inputs[ref];
   auto dim = c.Int("dim", 0);
   if (!dim.ok()) return dim.status();
   auto n = NormalizeDim(c, *dim, first.shape.size());
   if (!n.ok()) return n.status();
   const size_t axis = static_cast<size_t>(*n);
   TensorType t = first;
-  for (size_t i = 1; i < c.inputs.size(); ++i) {
+  for (size_t i = 0; i < c.inputs.size(); ++i) {
+    if (i == ref) continue;
     const TensorType& next = *c.inputs[i];
-    if (next.shape.size() != first.shape.size()) {
-      return c.Error(fmt::format("input {} has shape {}, input 0 {}: ranks differ", i,
-                                 Shp(c, next.shape), Shp(c, first.shape)));
-    }
     t.dtype = Promote(t.dtype, next.dtype);
+    if (legacy_empty(next)) continue;
+    if (next.shape.size() != first.shape.size()) {
+      return c.Error(fmt::format("input {} has shape {}, input {} {}: ranks differ", i,
+                                 Shp(c, next.shape), ref, Shp(c, first.shape)));
+    }
     for (size_t d = 0; d < first.shape.size(); ++d) {
       if (d != axis && next.shape[d] != first.shape[d]) {
         return c.Error(
-            fmt::format("input {} has shape {}, input 0 {}: they differ outside dim "
+            fmt::format("input {} has shape {}, input {} {}: they differ outside dim "
                         "{}",
-                        i, Shp(c, next.shape), Shp(c, first.shape), axis));
+                        i, Shp(c, next.shape), ref, Shp(c, first.shape), axis));
       }
     }
     Dim& total = t.shape[axis];
@@ -938,6 +1002,7 @@ const std::vector<OpDef>& Table() {
         {"aten.permute.default", 1, 1, 1, 0, Permute},
         {"aten.pow.Tensor_Scalar", 1, 1, 1, -1, PowScalar},
         {"aten.relu.default", 1, 1, 1, -1, SameAsInput},
+        {"aten.rms_norm.default", 1, 2, 1, -1, RmsNorm},
         {"aten.rsqrt.default", 1, 1, 1, -1, FloatUnary},
         {"aten.select.int", 1, 1, 1, 0, Select},
         {"aten.sigmoid.default", 1, 1, 1, -1, FloatUnary},
@@ -949,7 +1014,7 @@ const std::vector<OpDef>& Table() {
         {"aten.squeeze.dims", 1, 1, 1, 0, SqueezeDims},
         {"aten.sub.Scalar", 1, 1, 1, -1, Arithmetic},
         {"aten.sub.Tensor", 1, 2, 1, -1, Arithmetic},
-        {"aten.sum.dim_IntList", 1, 1, 1, -1, Sum},
+        {"aten.sum.dim_IntList", 1, 1, 1, -1, SumDims},
         {"aten.tanh.default", 1, 1, 1, -1, FloatUnary},
         {"aten.unsqueeze.default", 1, 1, 1, 0, Unsqueeze},
         {"aten.view.default", 1, 1, 1, 0, View},

@@ -7,6 +7,7 @@
 #include "compiler/ir/verify.h"
 #include "compiler/passes/cse.h"
 #include "compiler/passes/dead_code.h"
+#include "compiler/passes/patterns.h"
 
 namespace tern::compiler {
 namespace {
@@ -52,6 +53,12 @@ absl::Status OptimizeGraphInPlace(Graph* graph, const PassOptions& options, Pass
   for (uint32_t round = 0; round < options.max_iterations; ++round) {
     ++s.iterations;
     bool changed = false;
+    if (options.patterns) {
+      absl::StatusOr<PatternStats> patterns = ReplacePatterns(&g);
+      if (!patterns.ok()) return Internal("pattern replacement", patterns.status());
+      s.patterns_replaced += patterns->replaced();
+      changed = changed || patterns->replaced() > 0;
+    }
     if (options.fold) {
       absl::StatusOr<FoldStats> fold = FoldConstants(&g, options.fold_options);
       if (!fold.ok()) return Internal("constant folding", fold.status());

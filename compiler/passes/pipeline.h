@@ -1,6 +1,8 @@
-// The optimisation pipeline: symbol binding (when asked), then constant
-// folding, common-subexpression elimination and dead-code elimination,
-// repeated until nothing changes (at most `max_iterations` rounds).
+// The optimisation pipeline: symbol binding (when asked), then pattern
+// replacement (patterns.h: written-out GELU, RMSNorm, softmax and LayerNorm
+// become single ops), constant folding, common-subexpression elimination and
+// dead-code elimination, repeated until nothing changes (at most
+// `max_iterations` rounds).
 //
 // ternc compile runs it before CompileGraph (--bind, --no-optimize); it is
 // meant to be callable from CompileGraph too, so it is idempotent: the
@@ -24,15 +26,17 @@ namespace tern::compiler {
 struct PassOptions {
   SymbolBindings bindings;      // bound first, when not empty
   bool require_static = false;  // fail when a used symbol stays unbound
+  bool patterns = true;         // pattern replacement (patterns.h)
   bool fold = true;             // constant folding
   bool cse = true;              // common-subexpression elimination
   bool dce = true;              // dead-code elimination
   FoldOptions fold_options;
-  uint32_t max_iterations = 4;  // rounds of fold, CSE, DCE
+  uint32_t max_iterations = 4;  // rounds of patterns, fold, CSE, DCE
 };
 
 struct PassStats {
   uint32_t symbols_bound = 0;
+  uint32_t patterns_replaced = 0;  // chains replaced by one op (patterns.h)
   uint32_t nodes_folded = 0;       // replaced by constants
   uint32_t folds_declined = 0;     // all-constant nodes left: size limits or inexact
   uint32_t nodes_merged = 0;       // by CSE

@@ -37,7 +37,7 @@ enum ExitCode { kOk = 0, kCompileError = 1, kUnreadableInput = 3, kUsage = 64 };
 
 constexpr std::string_view kUsageText =
     "usage: ternc compile GRAPH.ternir -o OUT.tern [--stats] [--no-cache]\n"
-    "                     [--bind NAME=VALUE[,NAME=VALUE...]] [--no-optimize]\n"
+    "                     [--bind NAME=VALUE[,NAME=VALUE...]] [--no-optimize] [--no-fusion]\n"
     "       ternc inspect GRAPH.ternir\n"
     "       ternc cache ls|stats|clear|verify\n"
     "       ternc ops\n"
@@ -53,9 +53,13 @@ constexpr std::string_view kHelpText =
     "                         atomically); --stats prints instructions per engine,\n"
     "                         semaphores, scratch memory, the compile time and whether\n"
     "                         the compile cache had it; --no-cache compiles without\n"
-    "                         the cache. The graph is optimised first (constant\n"
+    "                         the cache. The graph is optimised first (decomposed\n"
+    "                         GELU and norms made single ops again, constant\n"
     "                         folding, common-subexpression and dead-code\n"
     "                         elimination); --no-optimize compiles it as it is.\n"
+    "                         --no-fusion emits one instruction per operation (no\n"
+    "                         epilogues, no elementwise programs): executables that a\n"
+    "                         tern without those ISA features loads\n"
     "                         --bind s0=128,s1=4 (repeatable) gives symbolic sizes\n"
     "                         their values (then every symbol the graph uses must be\n"
     "                         bound)\n"
@@ -176,6 +180,11 @@ void PrintStats(const CompileStats& stats, uint64_t bytes, CacheOutcome cache) {
     if (stats.instructions_per_engine[engine] == 0) continue;
     fmt::print("  {:<12}  {}\n", kEngineNames[engine], stats.instructions_per_engine[engine]);
   }
+  fmt::print(
+      "fusion:         {} compute instructions from {} ({} matmul/conv epilogues, {} "
+      "elementwise programs of {} instructions)\n",
+      stats.compute_instructions, stats.compute_instructions_unfused, stats.epilogues,
+      stats.fused_groups, stats.fused_members);
   fmt::print("semaphores:     {}\n", stats.semaphores);
   fmt::print("scratch peak:   {} bytes\n", stats.scratch_peak);
   fmt::print("scratch naive:  {} bytes (every buffer its own region)\n", stats.scratch_naive_sum);
@@ -193,10 +202,10 @@ void PrintPassStats(const PassStats& stats, bool optimized) {
     return;
   }
   fmt::print(
-      "passes:         {} -> {} nodes: {} folded, {} merged, {} removed; {} constants merged, {} "
-      "removed ({} -> {} bytes); {} symbols bound; {:.2f} ms\n",
-      stats.nodes_before, stats.nodes_after, stats.nodes_folded, stats.nodes_merged,
-      stats.nodes_removed, stats.constants_merged, stats.constants_removed,
+      "passes:         {} -> {} nodes: {} patterns replaced, {} folded, {} merged, {} removed; {} "
+      "constants merged, {} removed ({} -> {} bytes); {} symbols bound; {:.2f} ms\n",
+      stats.nodes_before, stats.nodes_after, stats.patterns_replaced, stats.nodes_folded,
+      stats.nodes_merged, stats.nodes_removed, stats.constants_merged, stats.constants_removed,
       stats.constant_bytes_before, stats.constant_bytes_after, stats.symbols_bound,
       stats.optimize_ms);
 }
@@ -206,6 +215,7 @@ struct CompileArgs {
   bool print_stats = false;
   bool use_cache = true;
   bool optimize = true;
+  bool fusion = true;
   SymbolBindings bindings;
 };
 
@@ -221,17 +231,19 @@ int Compile(const CompileArgs& args) {
   PassOptions passes;
   passes.bindings = args.bindings;
   passes.require_static = !args.bindings.empty();
-  passes.fold = passes.cse = passes.dce = args.optimize;
+  passes.patterns = passes.fold = passes.cse = passes.dce = args.optimize;
   PassStats pass_stats;
   if (absl::Status status = OptimizeGraphInPlace(&*graph, passes, &pass_stats); !status.ok()) {
     fmt::print(stderr, "ternc: {} did not compile: {}\n", input, std::string(status.message()));
     return kCompileError;
   }
+  CompileOptions options;
+  options.fusion = args.fusion;
   CompileStats stats;
   CacheReport cache;
   absl::StatusOr<std::vector<uint8_t>> executable =
-      args.use_cache ? CompileCached(*graph, CompileOptions{}, &stats, &cache)
-                     : CompileGraph(*graph, CompileOptions{}, &stats);
+      args.use_cache ? CompileCached(*graph, options, &stats, &cache)
+                     : CompileGraph(*graph, options, &stats);
   if (!executable.ok()) {
     const std::string message(executable.status().message());
     if (message.starts_with("compile cache:")) {
@@ -402,6 +414,8 @@ int Main(int argc, char** argv) {
       compile.use_cache = false;
     } else if (args[i] == "--no-optimize" && command == "compile") {
       compile.optimize = false;
+    } else if (args[i] == "--no-fusion" && command == "compile") {
+      compile.fusion = false;
     } else if (args[i] == "--bind" && command == "compile") {
       if (i + 1 >= args.size()) return Usage("--bind needs NAME=VALUE (s0=128,s1=4)");
       if (absl::Status status = ParseBindings(args[++i], &compile.bindings); !status.ok()) {
