@@ -918,7 +918,14 @@ class Lowerer {
     if (!dim.ok()) return dim.status();
     absl::StatusOr<int64_t> d = NormalizeDim(node, *dim, In(node, 0).shape.size());
     if (!d.ok()) return d.status();
-    Emit(TERN_OP_TAKE_ALONG_AXIS, {Produce(node.outputs[0]), In(node, 0), In(node, 1)}, {*d});
+    // As PyTorch, a 0-d input or index is taken as 1-d (the instruction needs rank 1).
+    TensorRef in = In(node, 0), index = In(node, 1), out = Produce(node.outputs[0]);
+    if (in.shape.empty()) in = in.Unsqueeze(0);
+    if (index.shape.empty()) {
+      index = index.Unsqueeze(0);
+      out = out.Unsqueeze(0);
+    }
+    Emit(TERN_OP_TAKE_ALONG_AXIS, {out, in, index}, {*d});
     return absl::OkStatus();
   }
 
@@ -928,6 +935,8 @@ class Lowerer {
     const uint32_t out = node.outputs[0];
     if (IsFloat(DtypeOf(out))) {
       Emit(TERN_OP_FILL, {Produce(out)}, {}, {value->AsDouble()});
+    } else if (DtypeOf(out) == TERN_DTYPE_BOOL) {
+      Emit(TERN_OP_FILL, {Produce(out)}, {value->AsDouble() != 0.0 ? 1 : 0});  // as bool(v)
     } else {
       Emit(TERN_OP_FILL, {Produce(out)},
            {value->is_int ? value->i : static_cast<int64_t>(value->AsDouble())});
