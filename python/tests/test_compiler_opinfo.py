@@ -20,7 +20,7 @@ Each sample is
   does not lower): counted and reported with the message;
 - failed: anything else (a wrong result, an error that is not such a refusal,
   a crash); known failures are strict xfails that only their message
-  satisfies (KNOWN_FAILURES, and by rule ZERO_ELEMENT and IDENTITY).
+  satisfies (KNOWN_FAILURES).
 
 By default the test command runs a fixed subset: the first DEFAULT_SAMPLES
 float32 samples of each OpInfo in OPINFOS plus EXTRA_SAMPLES (samples that
@@ -168,24 +168,8 @@ EXTRA_SAMPLES = {
 # entry then).
 KNOWN_FAILURES: dict = {}
 
-# Every sample with a zero-element tensor among its inputs or outputs, by
-# rule: CompiledModel.run (python/csrc/compile/compiled_model.cc) binds each
-# input and output by its device address, which an empty tensor does not
-# have ("pointer 0 is not in tern device memory allocated by this process").
-ZERO_ELEMENT = ("CompiledModel.run cannot bind a zero-element tensor (it has no device memory)",
-                "pointer 0 is not in tern device memory")
-
-
-# Every sample whose op returns one of its input tensors itself (x.bool() of a
-# bool tensor, flatten of a 1-D tensor), by rule: the front end names such an
-# output like the input, and the compiler graph's names must be unique
-# (_frontend.py, _Converter._outputs).
-IDENTITY = ("a model returning its input unchanged is not exported: the front end names the "
-            "output like the input", "names must be unique")
-
-
 class KnownFailure(AssertionError):
-    """A sample failing as its entry in KNOWN_FAILURES (or ZERO_ELEMENT) says."""
+    """A sample failing as its entry in KNOWN_FAILURES says."""
 
 
 # The compiler's clear refusals (its "not supported" errors and the front
@@ -255,31 +239,10 @@ def samples(key: str, dtype: str, count: int | None = None) -> list:
     return cached[0] if count is None else cached[0][:count]
 
 
-def _has_zero_element(sample) -> bool:
-    tensors = [x for x in pytree.tree_leaves((sample.input, sample.args, sample.kwargs))
-               if isinstance(x, torch.Tensor)]
-    return any(x.numel() == 0 for x in tensors)
-
-
 def expected_failure(key: str, dtype: str, index: int):
     """(reason, message piece) when the sample is a known failure, else None."""
     if (key, dtype, index) in KNOWN_FAILURES:
         return KNOWN_FAILURES[(key, dtype, index)]
-    sample = samples(key, dtype, index + 1)[index]
-    if _has_zero_element(sample):
-        return ZERO_ELEMENT
-    try:
-        with warnings.catch_warnings(), torch.no_grad():
-            warnings.simplefilter("ignore")
-            out = opinfo(key).op(sample.input, *sample.args, **sample.kwargs)
-    except Exception:  # noqa: BLE001 - the CPU rejects it: a skip
-        return None
-    outputs = [x for x in pytree.tree_leaves(out) if isinstance(x, torch.Tensor)]
-    if any(x.numel() == 0 for x in outputs):
-        return ZERO_ELEMENT
-    inputs = pytree.tree_leaves((sample.input, sample.args, sample.kwargs))
-    if any(x is y for x in outputs for y in inputs):
-        return IDENTITY
     return None
 
 

@@ -77,6 +77,24 @@ std::vector<std::string> CompiledModel::Names(const std::vector<tern_tensor_info
   return names;
 }
 
+namespace {
+
+// Where a tensor lives in device memory. A tensor with no elements has no
+// memory (its data pointer is null), and the executable touches none of it:
+// it is bound to a one-byte tensor that `keep` holds until the execution is
+// queued.
+tern_binding_t Bind(const at::Tensor& tensor, std::vector<at::Tensor>* keep) {
+  if (tensor.numel() == 0) {
+    keep->push_back(at::empty({1}, tensor.options().dtype(at::kByte)));
+    const DeviceLocation location = Locate(keep->back());
+    return {location.buffer, location.offset};
+  }
+  const DeviceLocation location = Locate(tensor);
+  return {location.buffer, location.offset};
+}
+
+}  // namespace
+
 std::vector<at::Tensor> CompiledModel::Run(const std::vector<at::Tensor>& inputs) const {
   TORCH_CHECK(inputs.size() == inputs_.size(), "the compiled model takes ", inputs_.size(),
               " inputs, got ", inputs.size());
@@ -95,15 +113,13 @@ std::vector<at::Tensor> CompiledModel::Run(const std::vector<at::Tensor>& inputs
                 t.sizes(), "; the compiled model takes ", ShapeOf(info),
                 " (it was compiled for that shape)");
     bound.push_back(t.contiguous());
-    const DeviceLocation location = Locate(bound.back());
-    in.push_back({location.buffer, location.offset});
+    in.push_back(Bind(bound.back(), &bound));
   }
   std::vector<at::Tensor> results;
   for (const tern_tensor_info_t& info : outputs_) {
     results.push_back(at::empty(
         ShapeOf(info), at::TensorOptions().dtype(ToScalarType(info.dtype)).device(device)));
-    const DeviceLocation location = Locate(results.back());
-    out.push_back({location.buffer, location.offset});
+    out.push_back(Bind(results.back(), &bound));
   }
   TERN_CHECK(tern_queue_execute(CurrentQueue(device_), executable_, function_, in.data(),
                                 static_cast<uint32_t>(in.size()), out.data(),

@@ -315,6 +315,14 @@ class _Converter:
             if spec.kind != kinds.USER_OUTPUT:
                 raise UnsupportedGraph(f"output '{name}' is of kind {spec.kind.name}, which the "
                                        "compiler does not produce")
+            # A model that returns an input (or one value twice) would give two
+            # names alike; the executable's names must be unique.
+            taken = {entry[0] for entry in self.spec["inputs"]}
+            taken.update(entry[0] for entry in self.spec["outputs"])
+            if name in taken:
+                name = f"output_{k}"
+                while name in taken:
+                    name = "_" + name
             self.spec["outputs"].append((name, self._ref(value.name)))
 
     def convert(self) -> dict:
