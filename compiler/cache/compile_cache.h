@@ -37,7 +37,8 @@ namespace tern::compiler {
 // made before then stops matching and is compiled again. Forgetting to bump
 // it serves executables of the previous compiler.
 inline constexpr std::string_view kCompilerVersion =
-    "tern-compiler emission 3";  // 2: fusion; 3: fused debug names, write-through copies
+    "tern-compiler emission 4";  // 2: fusion; 3: fused debug names, write-through copies; 4:
+                                 // fusion fixes (graph outputs, beta, alpha range)
 
 // What CompileCached did.
 enum class CacheOutcome : uint8_t {

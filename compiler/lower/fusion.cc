@@ -198,9 +198,13 @@ uint32_t WriteThroughCopies(std::vector<LoweredInstruction>* list) {
         // A single written operand (not layer_norm's statistics), strided
         // outputs allowed (not the copy itself, not gather/scatter, whose
         // writes are read-modify-write or data-dependent).
+        // Nor a matmul with beta, which reads its output first.
+        const bool reads_output = producer.opcode == TERN_OP_MATMUL && producer.floats.size() > 1 &&
+                                  producer.floats[1] != 0.0;
         const bool plain_writer = producer.written == 1 && producer.opcode != TERN_OP_COPY &&
                                   producer.opcode != TERN_OP_SCATTER_ADD &&
-                                  producer.opcode != TERN_OP_SCATTER_ADD_ALONG_AXIS;
+                                  producer.opcode != TERN_OP_SCATTER_ADD_ALONG_AXIS &&
+                                  !reads_output;
         std::optional<TensorRef> placed =
             plain_writer ? WrittenThroughCopy(producer.operands[0], copy) : std::nullopt;
         // Nothing between the producer and the copy may touch the
@@ -260,7 +264,9 @@ uint32_t FuseEpilogues(std::vector<LoweredInstruction>* list, const ConstantPool
   // reads of the buffer see the consumer's result).
   auto dead_after = [&](const TensorRef& value, const LoweredInstruction& consumer,
                         uint32_t position) {
-    return last.at(Key(value.buffer)) == position || SameElements(consumer.operands[0], value);
+    // (A graph output is read by the caller: never dead.)
+    return value.buffer.kind == BufferRef::kScratch &&
+           (last.at(Key(value.buffer)) == position || SameElements(consumer.operands[0], value));
   };
   std::vector<bool> removed(list->size(), false);
   uint32_t removed_count = 0;
@@ -300,7 +306,10 @@ uint32_t FuseEpilogues(std::vector<LoweredInstruction>* list, const ConstantPool
       const std::optional<TensorRef> out =
           factor.has_value() ? AsShape(scale.operands[0], product.shape) : std::nullopt;
       const double alpha = producer.floats.empty() ? 1.0 : producer.floats[0];
-      if (out.has_value() && IsPowerOfTwo(*factor) && destination_ok(*out)) {
+      // The combined alpha must stay a normal f32 (2^100 * 2^100 would be inf).
+      const bool normal = factor.has_value() &&
+                          std::isnormal(static_cast<float>(alpha * static_cast<double>(*factor)));
+      if (out.has_value() && IsPowerOfTwo(*factor) && normal && destination_ok(*out)) {
         if (producer.floats.empty()) producer.floats.push_back(1.0);
         producer.floats[0] = alpha * static_cast<double>(*factor);
         final = *out;
@@ -543,6 +552,7 @@ LoweredInstruction Emit(const Program& program, const std::vector<Program::Writt
   const LoweredInstruction& first = list[program.members.front()];
   fused.node = first.node;
   fused.output = first.output;
+  fused.fused_nodes = first.fused_nodes;
   for (size_t k = 1; k < program.members.size(); ++k) {
     const LoweredInstruction& member = list[program.members[k]];
     fused.fused_nodes.push_back(member.node);

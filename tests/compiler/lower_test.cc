@@ -1328,5 +1328,50 @@ TEST_F(LowerTest, APermutedResultIsWrittenInItsConsumersLayout) {
   EXPECT_EQ(fused.compute_instructions, 2u);
 }
 
+// Review regressions. (1) s = (x @ w) * 0.125 is a graph output and also
+// feeds s + mask: the scale may not become the matmul's alpha (output 0
+// would never be written). (2) addmm with beta 0.5 reads its output (the
+// bias copied there) and may not be redirected through the transposing copy
+// of the graph output.
+TEST_F(LowerTest, FusionKeepsGraphOutputsAndMatmulsThatReadTheirOutput) {
+  Graph g;
+  const uint32_t x = g.AddInput("x", F32(S({4, 6})));
+  const uint32_t mask = g.AddInput("mask", F32(S({4, 5})));
+  const std::vector<float> ws = Values(6 * 5, 101), bs = Values(5, 102);
+  const uint32_t w = g.AddConstant("w", F32(S({6, 5})), Bytes(ws));
+  const uint32_t b = g.AddConstant("b", F32(S({5})), Bytes(bs));
+  const uint32_t mm = Out(g, AddNode(&g, "aten.mm.default", {x, w}, {}, "mm"));
+  const uint32_t s_ =
+      Out(g, AddNode(&g, "aten.mul.Tensor", {mm, kNoValue}, {A("other", 0.125)}, "scale"));
+  const uint32_t masked = Out(g, AddNode(&g, "aten.add.Tensor", {s_, mask}, {}, "masked"));
+  const uint32_t addmm =
+      Out(g, AddNode(&g, "aten.addmm.default", {b, x, w}, {A("beta", 0.5)}, "addmm"));
+  const uint32_t t = Out(g, AddNode(&g, "aten.permute.default", {addmm},
+                                    {A("dims", std::vector<int64_t>{1, 0})}, "t"));
+  g.AddOutput("s", s_);
+  g.AddOutput("masked", masked);
+  g.AddOutput("t", t);
+  const std::vector<float> xs = Values(4 * 6, 103), ms = Values(4 * 5, 104);
+  CompileStats fused, unfused;
+  CompileOptions off;
+  off.fusion = false;
+  const auto a = Run(g, {Bytes(xs), Bytes(ms)}, &fused);
+  const auto c = Run(g, {Bytes(xs), Bytes(ms)}, &unfused, off);
+  ASSERT_EQ(a.size(), 3u);
+  ASSERT_EQ(c.size(), 3u);
+  for (size_t k = 0; k < 3; ++k) EXPECT_EQ(BitsOf(a[k]), BitsOf(c[k])) << "output " << k;
+  std::vector<double> want_s(20), want_t(20);
+  for (int i = 0; i < 4; ++i) {
+    for (int o = 0; o < 5; ++o) {
+      double dot = 0;
+      for (int k = 0; k < 6; ++k) dot += double(xs[i * 6 + k]) * ws[k * 5 + o];
+      want_s[i * 5 + o] = dot * 0.125;
+      want_t[o * 4 + i] = 0.5 * bs[o] + dot;
+    }
+  }
+  ExpectNear(a[0], want_s, 1e-5, "s");
+  ExpectNear(a[2], want_t, 1e-5, "t");
+}
+
 }  // namespace
 }  // namespace tern::compiler

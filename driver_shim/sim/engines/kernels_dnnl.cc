@@ -483,9 +483,10 @@ bool SmallMatmulF32(const MatmulGeometry& g, Operands ops, bool has_bias) {
   ParallelFor(g.n, grain, [&](int64_t begin, int64_t end) {
     for (int64_t n = begin; n < end; ++n) {
       const float* column = b + n * b_col;
-      const float add = bias ? bias[n * bias_stride] : 0.0f;
       for (int64_t m = 0; m < g.m; ++m) {
-        o[m * o_row + n * o_col] = alpha * DotF32(a + m * a_row, column, g.k) + add;
+        const float product = alpha * DotF32(a + m * a_row, column, g.k);
+        // (No "+ 0" without a bias: it would turn -0 into +0.)
+        o[m * o_row + n * o_col] = bias ? product + bias[n * bias_stride] : product;
       }
     }
   });
