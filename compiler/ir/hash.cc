@@ -3,75 +3,24 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
-#include <cstring>
 #include <string>
-#include <type_traits>
 #include <vector>
+
+#include "compiler/ir/canonical.h"
 
 namespace tern::compiler {
 namespace {
 
-// Appends fixed-width little-endian fields and length-prefixed strings: the
-// canonical serialisation the hash is taken of.
-class Canonical {
- public:
-  template <typename T>
-  void Put(T value) {
-    static_assert(std::is_arithmetic_v<T> || std::is_enum_v<T>);
-    uint8_t bytes[sizeof(T)];
-    std::memcpy(bytes, &value, sizeof(T));
-    data_.insert(data_.end(), bytes, bytes + sizeof(T));
-  }
-  void Put(const std::string& text) {
-    Put<uint64_t>(text.size());
-    data_.insert(data_.end(), text.begin(), text.end());
-  }
-  void Put(const Dim& dim) {
-    Put<int32_t>(dim.symbol());
-    Put<int64_t>(dim.factor());
-    Put<int64_t>(dim.offset());
-  }
-  void Put(const TensorType& type) {
-    Put<uint32_t>(type.dtype);
-    Put<uint64_t>(type.shape.size());
-    for (const Dim& dim : type.shape) Put(dim);
-  }
-  void Put(const Attribute& attr) {
-    Put(attr.name);
-    Put<uint64_t>(attr.value.index());
-    std::visit(
-        [&](const auto& v) {
-          using T = std::decay_t<decltype(v)>;
-          if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
-            Put<uint64_t>(v.size());
-            for (int64_t x : v) Put<int64_t>(x);
-          } else if constexpr (std::is_same_v<T, Shape>) {
-            Put<uint64_t>(v.size());
-            for (const Dim& d : v) Put(d);
-          } else if constexpr (std::is_same_v<T, std::string>) {
-            Put(v);
-          } else if constexpr (std::is_same_v<T, DTypeAttr>) {
-            Put<uint32_t>(v.dtype);
-          } else {
-            Put(v);
-          }
-        },
-        attr.value);
-  }
-  void PutBytes(const std::vector<uint8_t>& bytes) {
-    Put<uint64_t>(bytes.size());
-    Put<uint64_t>(XXH3_64bits(bytes.data(), bytes.size()));
-  }
-  uint64_t Hash() const { return XXH3_64bits(data_.data(), data_.size()); }
-
- private:
-  std::vector<uint8_t> data_;
-};
+// The hash of a constant's bytes (with their count) in place of the bytes.
+void PutBytes(const std::vector<uint8_t>& bytes, CanonicalBytes* out) {
+  out->Put<uint64_t>(bytes.size());
+  out->Put<uint64_t>(XXH3_64bits(bytes.data(), bytes.size()));
+}
 
 }  // namespace
 
 uint64_t GraphHash(const Graph& graph) {
-  Canonical out;
+  CanonicalBytes out;
   out.Put(std::string("tern graph hash 1"));
   out.Put<uint64_t>(graph.symbols.size());
   for (const Symbol& symbol : graph.symbols) {
@@ -92,7 +41,7 @@ uint64_t GraphHash(const Graph& graph) {
         // A constant enters where it is first used: its type and bytes.
         out.Put<uint8_t>(1);
         out.Put(value.type);
-        out.PutBytes(graph.constants[value.index]);
+        PutBytes(graph.constants[value.index], &out);
       }
     }
     return number[id];
@@ -125,7 +74,7 @@ uint64_t GraphHash(const Graph& graph) {
     out.Put<uint32_t>(mutation.input);
     out.Put<uint32_t>(mutation.output);
   }
-  return out.Hash();
+  return XXH3_64bits(out.data().data(), out.data().size());
 }
 
 }  // namespace tern::compiler

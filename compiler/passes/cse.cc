@@ -3,12 +3,10 @@
 #include <absl/container/flat_hash_map.h>
 #include <absl/hash/hash.h>
 
-#include <cstring>
 #include <string>
-#include <type_traits>
-#include <variant>
 #include <vector>
 
+#include "compiler/ir/canonical.h"
 #include "compiler/passes/graph_edit.h"
 
 namespace tern::compiler {
@@ -22,59 +20,6 @@ std::string_view BaseName(std::string_view op) {
   const size_t second = rest.find('.');
   return second == std::string_view::npos ? rest : rest.substr(0, second);
 }
-
-// The node's identity as bytes: op, inputs (already resolved), attributes
-// (doubles by their bits) and output types.
-class Key {
- public:
-  template <typename T>
-  void Put(T value) {
-    static_assert(std::is_arithmetic_v<T> || std::is_enum_v<T>);
-    char bytes[sizeof(T)];
-    std::memcpy(bytes, &value, sizeof(T));
-    text_.append(bytes, sizeof(T));
-  }
-  void Put(std::string_view text) {
-    Put<uint64_t>(text.size());
-    text_.append(text);
-  }
-  void Put(const Dim& dim) {
-    Put<int32_t>(dim.symbol());
-    Put<int64_t>(dim.factor());
-    Put<int64_t>(dim.offset());
-  }
-  void Put(const Attribute& attr) {
-    Put(std::string_view(attr.name));
-    Put<uint64_t>(attr.value.index());
-    std::visit(
-        [&](const auto& v) {
-          using T = std::decay_t<decltype(v)>;
-          if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
-            Put<uint64_t>(v.size());
-            for (int64_t x : v) Put<int64_t>(x);
-          } else if constexpr (std::is_same_v<T, Shape>) {
-            Put<uint64_t>(v.size());
-            for (const Dim& d : v) Put(d);
-          } else if constexpr (std::is_same_v<T, std::string>) {
-            Put(std::string_view(v));
-          } else if constexpr (std::is_same_v<T, DTypeAttr>) {
-            Put<uint32_t>(v.dtype);
-          } else {
-            Put(v);  // int64_t, double (its bits), bool
-          }
-        },
-        attr.value);
-  }
-  void Put(const TensorType& type) {
-    Put<uint32_t>(type.dtype);
-    Put<uint64_t>(type.shape.size());
-    for (const Dim& d : type.shape) Put(d);
-  }
-  std::string Take() { return std::move(text_); }
-
- private:
-  std::string text_;
-};
 
 bool SameConstant(const Graph& graph, uint32_t a, uint32_t b) {
   const Value &va = graph.values[a], &vb = graph.values[b];
@@ -108,7 +53,7 @@ absl::StatusOr<CseStats> EliminateCommonSubexpressions(Graph* graph) {
     const Value& value = graph->values[id];
     if (value.kind != Value::kConstant) continue;
     const std::vector<uint8_t>& bytes = graph->constants[value.index];
-    Key type;
+    CanonicalBytes type;
     type.Put(value.type);
     const uint64_t hash = absl::HashOf(
         type.Take(), std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
@@ -132,7 +77,8 @@ absl::StatusOr<CseStats> EliminateCommonSubexpressions(Graph* graph) {
   for (uint32_t n = 0; n < graph->nodes.size(); ++n) {
     const Node& node = graph->nodes[n];
     if (!MayMerge(node.op)) continue;
-    Key key;
+    // The node's identity: op, inputs (resolved), attributes, output types.
+    CanonicalBytes key;
     key.Put(std::string_view(node.op));
     key.Put<uint64_t>(node.inputs.size());
     for (uint32_t id : node.inputs) key.Put<uint32_t>(edit.Resolve(id));
