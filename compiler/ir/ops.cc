@@ -594,12 +594,12 @@ absl::Status Softmax(const InferContext& c, Types* out) {
   return absl::OkStatus();
 }
 
-absl::Status LayerNorm(const InferContext& c, Types* out) {
-  if (auto s = RequireInput(c, 0, "input"); !s.ok()) return s;
-  const TensorType& input = *c.inputs[0];
-  if (auto s = RequireFloat(c, input, "input"); !s.ok()) return s;
+// The last dims of a normalisation's input that its normalized_shape
+// attribute names (layer_norm, rms_norm), checking that they match; and
+// that eps, when given, is a number.
+absl::StatusOr<Shape> NormalizedDims(const InferContext& c, const TensorType& input) {
   auto normalized = c.Ints("normalized_shape", {});
-  auto eps = c.Float("eps", 1e-5);
+  auto eps = c.Float("eps", 0.0);
   if (!normalized.ok()) return normalized.status();
   if (!eps.ok()) return eps.status();
   const size_t k = normalized->size();
@@ -614,6 +614,17 @@ absl::Status LayerNorm(const InferContext& c, Types* out) {
                                  Shp(c, last)));
     }
   }
+  return last;
+}
+
+absl::Status LayerNorm(const InferContext& c, Types* out) {
+  if (auto s = RequireInput(c, 0, "input"); !s.ok()) return s;
+  const TensorType& input = *c.inputs[0];
+  if (auto s = RequireFloat(c, input, "input"); !s.ok()) return s;
+  absl::StatusOr<Shape> normalized = NormalizedDims(c, input);
+  if (!normalized.ok()) return normalized.status();
+  const Shape& last = *normalized;
+  const size_t k = last.size();
   for (size_t i = 1; i < 3 && i < c.inputs.size(); ++i) {
     if (c.inputs[i] != nullptr && c.inputs[i]->shape != last) {
       return c.Error(fmt::format("its {} has shape {}; it must be {}", i == 1 ? "weight" : "bias",
@@ -635,22 +646,9 @@ absl::Status RmsNorm(const InferContext& c, Types* out) {
   if (auto s = RequireInput(c, 0, "input"); !s.ok()) return s;
   const TensorType& input = *c.inputs[0];
   if (auto s = RequireFloat(c, input, "input"); !s.ok()) return s;
-  auto normalized = c.Ints("normalized_shape", {});
-  auto eps = c.Float("eps", 0.0);
+  absl::StatusOr<Shape> normalized = NormalizedDims(c, input);
   if (!normalized.ok()) return normalized.status();
-  if (!eps.ok()) return eps.status();
-  const size_t k = normalized->size();
-  if (k == 0 || k > input.shape.size()) {
-    return c.Error(fmt::format("its normalized_shape has {} dims for an input of rank {}", k,
-                               input.shape.size()));
-  }
-  Shape last(input.shape.end() - static_cast<ptrdiff_t>(k), input.shape.end());
-  for (size_t i = 0; i < k; ++i) {
-    if (last[i] != Dim::Constant((*normalized)[i])) {
-      return c.Error(fmt::format("its normalized_shape does not match the input's last dims {}",
-                                 Shp(c, last)));
-    }
-  }
+  const Shape& last = *normalized;
   if (c.inputs.size() > 1 && c.inputs[1] != nullptr && c.inputs[1]->shape != last) {
     return c.Error(fmt::format("its weight has shape {}; it must be {}", Shp(c, c.inputs[1]->shape),
                                Shp(c, last)));
