@@ -963,6 +963,7 @@ const std::vector<OpDef>& Table() {
         {"aten.bmm.default", 2, 2, 1, -1, Bmm},
         {"aten.cat.default", 1, kVariadic, 1, -1, Cat},
         {"aten.clone.default", 1, 1, 1, -1, SameAsInput},
+        {"aten.alias.default", 1, 1, 1, -1, SameAsInput},
         {"aten.convolution.default", 2, 3, 1, -1, Convolution},
         {"aten.cos.default", 1, 1, 1, -1, FloatUnary},
         {"aten.div.Scalar", 1, 1, 1, -1, Division},

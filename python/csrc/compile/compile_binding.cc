@@ -3,6 +3,8 @@
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <fstream>
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -12,6 +14,7 @@
 #include "compiler/ir/ops.h"
 #include "compiler/ir/verify.h"
 #include "compiler/lower/compile.h"
+#include "compiler/passes/bind_symbols.h"
 #include "compiler/passes/pipeline.h"
 
 namespace py = pybind11;
@@ -150,12 +153,36 @@ void WriteGraph(const py::dict& spec, const std::string& path) {
   }
 }
 
+// Written to a temporary file and renamed: a reader never sees half a file.
+void WriteAtomically(const std::string& path, const std::vector<uint8_t>& bytes) {
+  const std::string temporary = path + ".partial";
+  {
+    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+    out.write(reinterpret_cast<const char*>(bytes.data()),
+              static_cast<std::streamsize>(bytes.size()));
+    if (!out.good()) throw std::runtime_error("cannot write " + temporary);
+  }
+  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
+    std::remove(temporary.c_str());
+    throw std::runtime_error("cannot rename " + temporary + " to " + path);
+  }
+}
+
 py::dict Compile(const py::dict& spec, const std::string& path, const std::string& graph_path,
-                 bool use_cache) {
+                 bool use_cache, const std::map<std::string, int64_t>& bindings,
+                 const std::string& cache_dir) {
   Graph graph = ToGraph(spec);
   if (!graph_path.empty()) {
     if (absl::Status written = tern::compiler::WriteGraphFile(graph, graph_path); !written.ok()) {
       throw std::runtime_error(std::string(written.message()));
+    }
+  }
+  // Symbolic sizes given values (torch.compile's dynamic dims, bound per
+  // size at run time): the rest of the pipeline sees a static graph.
+  if (!bindings.empty()) {
+    tern::compiler::SymbolBindings values(bindings.begin(), bindings.end());
+    if (absl::Status bound = tern::compiler::BindSymbolsInPlace(&graph, values); !bound.ok()) {
+      Fail(std::string(bound.message()));
     }
   }
   // The graph passes (compiler/passes), in place: the graph owns the weights.
@@ -169,10 +196,12 @@ py::dict Compile(const py::dict& spec, const std::string& path, const std::strin
   // Through the persistent compile cache (compiler/cache/compile_cache.h)
   // unless the caller turns it off.
   tern::compiler::CacheReport cache;
+  tern::compiler::CacheConfig cache_config;
+  cache_config.directory = cache_dir;
   auto executable =
-      use_cache
-          ? tern::compiler::CompileCached(graph, tern::compiler::CompileOptions{}, &stats, &cache)
-          : tern::compiler::CompileGraph(graph, tern::compiler::CompileOptions{}, &stats);
+      use_cache ? tern::compiler::CompileCached(graph, tern::compiler::CompileOptions{}, &stats,
+                                                &cache, cache_config)
+                : tern::compiler::CompileGraph(graph, tern::compiler::CompileOptions{}, &stats);
   if (!executable.ok()) {
     const std::string message(executable.status().message());
     // A cache problem (directory refused, lock timeout, I/O) is not the
@@ -182,19 +211,14 @@ py::dict Compile(const py::dict& spec, const std::string& path, const std::strin
     }
     Fail(message);
   }
-  // Written to a temporary file and renamed: a reader never sees half a file.
-  const std::string temporary = path + ".partial";
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    out.write(reinterpret_cast<const char*>(executable->data()),
-              static_cast<std::streamsize>(executable->size()));
-    if (!out.good()) throw std::runtime_error("cannot write " + temporary);
-  }
-  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
-    std::remove(temporary.c_str());
-    throw std::runtime_error("cannot rename " + temporary + " to " + path);
-  }
   py::dict out;
+  if (path.empty()) {
+    // The caller keeps the executable in memory (torch.compile's backend).
+    out["executable"] =
+        py::bytes(reinterpret_cast<const char*>(executable->data()), executable->size());
+  } else {
+    WriteAtomically(path, *executable);
+  }
   out["nodes"] = stats.nodes;
   out["instructions"] = stats.instructions;
   out["semaphores"] = stats.semaphores;
@@ -222,14 +246,40 @@ void RegisterCompilerBindings(py::module& module) {
              "Writes a graph spec (torch_tern.compiler) as a compiler graph file.");
   module.def("_compiler_compile", &Compile, py::arg("spec"), py::arg("path"),
              py::arg("graph_path") = "", py::arg("use_cache") = true,
-             "Compiles a graph spec into the executable `path` through the compile cache "
-             "(unless use_cache is False); returns the statistics, with \"cache\": \"hit\", "
-             "\"miss\", \"waited\", \"repaired\" or \"disabled\".");
+             py::arg("bindings") = std::map<std::string, int64_t>{}, py::arg("cache_dir") = "",
+             "Compiles a graph spec (its symbols bound to `bindings` first) into the "
+             "executable `path` through the compile cache in `cache_dir` (\"\": the default "
+             "one) unless use_cache is False; returns the statistics, with \"cache\": "
+             "\"hit\", \"miss\", \"waited\", \"repaired\" or \"disabled\". An empty `path` "
+             "returns the executable's bytes as \"executable\" instead of writing a file.");
   py::class_<CompiledModel>(module, "_CompiledModel")
       .def(py::init<const std::string&, int>(), py::arg("path"), py::arg("device") = -1)
+      .def_static(
+          "from_bytes",
+          [](const py::bytes& executable, int device) {
+            const std::string_view view(executable);
+            return std::make_unique<CompiledModel>(std::vector<uint8_t>(view.begin(), view.end()),
+                                                   device);
+          },
+          py::arg("executable"), py::arg("device") = -1)
       .def("run", &CompiledModel::Run, py::arg("inputs"))
       .def_property_readonly("input_names", &CompiledModel::input_names)
       .def_property_readonly("output_names", &CompiledModel::output_names);
+  module.def(
+      "_compiler_cache_clear",
+      [](const std::string& cache_dir) {
+        tern::compiler::CacheConfig config;
+        config.directory = cache_dir;
+        auto cleared = tern::compiler::ClearCache(config);
+        if (!cleared.ok()) throw std::runtime_error(std::string(cleared.status().message()));
+        py::dict out;
+        out["entries_removed"] = cleared->entries_removed;
+        out["bytes_removed"] = cleared->bytes_removed;
+        out["other_files_removed"] = cleared->other_files_removed;
+        return out;
+      },
+      py::arg("cache_dir") = "",
+      "Removes every entry of the compile cache in `cache_dir` (\"\": the default one).");
   module.def("_compiler_known_ops", [] {
     std::vector<std::string> names;
     for (std::string_view name : tern::compiler::KnownOps()) names.emplace_back(name);

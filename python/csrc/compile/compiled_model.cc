@@ -44,10 +44,23 @@ CompiledModel::CompiledModel(const std::string& path, int device) {
   CheckDeviceIndex(device_);
   TERN_CHECK(
       tern_executable_load_file(GetTernDevice(device_), path.c_str(), nullptr, &executable_));
+  ReadSignature(path);
+}
+
+CompiledModel::CompiledModel(const std::vector<uint8_t>& executable, int device) {
+  EnsureInitialized();
+  device_ = device < 0 ? CurrentDevice() : static_cast<c10::DeviceIndex>(device);
+  CheckDeviceIndex(device_);
+  TERN_CHECK(tern_executable_load(GetTernDevice(device_), executable.data(), executable.size(),
+                                  nullptr, &executable_));
+  ReadSignature("the executable");
+}
+
+void CompiledModel::ReadSignature(const std::string& what) {
   uint32_t count = 0;
   TERN_CHECK(tern_executable_function_count(executable_, &count));
   if (tern_executable_find_function(executable_, "forward", &function_) != TERN_OK) {
-    TORCH_CHECK(count == 1, path, " has ", count,
+    TORCH_CHECK(count == 1, what, " has ", count,
                 " functions and none is named 'forward'; torch_tern.compiler.load runs "
                 "executables written by torch_tern.compiler.export");
     function_ = 0;

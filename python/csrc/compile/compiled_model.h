@@ -6,6 +6,7 @@
 
 #include <ATen/Tensor.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,9 @@ class CompiledModel {
   // Loads the executable file `path` on device `device` (-1: the current
   // one); its function "forward" (or its only function) is what Run() runs.
   CompiledModel(const std::string& path, int device);
+  // The same from an executable's bytes in memory (torch.compile's backend
+  // keeps executables in memory and in the compile cache, not in files).
+  CompiledModel(const std::vector<uint8_t>& executable, int device);
   ~CompiledModel();
   CompiledModel(const CompiledModel&) = delete;
   CompiledModel& operator=(const CompiledModel&) = delete;
@@ -34,6 +38,9 @@ class CompiledModel {
 
  private:
   static std::vector<std::string> Names(const std::vector<tern_tensor_info_t>& infos);
+  // Finds the function to run and reads its signature; `what` names the
+  // executable in messages.
+  void ReadSignature(const std::string& what);
 
   c10::DeviceIndex device_;
   tern_executable_t executable_ = nullptr;

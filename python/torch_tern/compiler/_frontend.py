@@ -103,9 +103,13 @@ class _Converter:
             low, high = 1, 2**31 - 1
             for sym, constraint in self.program.range_constraints.items():
                 if str(sym) == name:
-                    low = int(constraint.lower)
+                    low = max(int(constraint.lower), 0)
                     upper = constraint.upper
-                    high = int(upper) if upper.is_finite else 2**31 - 1
+                    # Unbounded (sympy's oo, or torch's int_oo, whose
+                    # is_finite is not False): the compiler's int32 limit.
+                    bounded = getattr(upper, "is_number", False) and str(upper) not in (
+                        "oo", "int_oo")
+                    high = min(int(upper), 2**31 - 1) if bounded else 2**31 - 1
             self.symbol_index[name] = len(self.symbols)
             self.symbols.append((name, low, high))
         return self.symbol_index[name]
@@ -220,11 +224,8 @@ class _Converter:
         used = node.all_input_nodes
         if any(arg.name not in self.known for arg in used):
             return False
-        val = node.meta.get("val")
-        vals = val if isinstance(val, (list, tuple)) else [val]
-        for v in vals:
-            if isinstance(v, torch.Tensor) and any(isinstance(d, torch.SymInt) for d in v.shape):
-                return False
+        if not self._sizes_known(node):
+            return False
         args = torch.fx.node.map_arg(node.args, lambda n: self.known[n.name])
         kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: self.known[n.name])
         kwargs = {k: (torch.device("cpu") if k == "device" and v is not None else v)
@@ -232,6 +233,13 @@ class _Converter:
         with torch.no_grad():
             self.known[node.name] = node.target(*args, **kwargs)
         return True
+
+    def _sizes_known(self, node: torch.fx.Node) -> bool:
+        """The node's results have sizes known now (none symbolic)."""
+        val = node.meta.get("val")
+        vals = val if isinstance(val, (list, tuple)) else [val]
+        return not any(isinstance(v, torch.Tensor)
+                       and any(isinstance(d, torch.SymInt) for d in v.shape) for v in vals)
 
     def _call(self, node: torch.fx.Node) -> None:
         where = f"node '{node.name}' ({node.target}{', ' + _where(node) if _where(node) else ''})"
@@ -387,10 +395,12 @@ class _Uncacheable(Exception):
 
 
 def _compile_cache_directory() -> str:
-    """The compile cache's directory, as compiler/cache resolves it."""
-    directory = os.environ.get("TERN_COMPILE_CACHE_DIR")
-    if directory:
-        return directory
+    """The compile cache's directory: TORCH_TERN_CACHE_DIR, else what
+    compiler/cache resolves (TERN_COMPILE_CACHE_DIR, XDG_CACHE_HOME, HOME)."""
+    for variable in ("TORCH_TERN_CACHE_DIR", "TERN_COMPILE_CACHE_DIR"):
+        directory = os.environ.get(variable)
+        if directory:
+            return directory
     xdg = os.environ.get("XDG_CACHE_HOME")
     if xdg and os.path.isabs(xdg):
         return os.path.join(xdg, "tern", "compile")
@@ -928,7 +938,8 @@ def _export_full(model, example_inputs, path, dynamic_shapes, graph_path, use_ca
 
     spec = to_graph_spec(_export_program(model, example_inputs, dynamic_shapes))
     return _C._compiler_compile(spec, os.fspath(path),
-                                os.fspath(graph_path) if graph_path else "", use_cache)
+                                os.fspath(graph_path) if graph_path else "", use_cache,
+                                cache_dir=_compile_cache_directory())
 
 
 def export(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor], path: str, *,

@@ -1,0 +1,580 @@
+"""torch.compile(model, backend="tern"): Dynamo -> AOTAutograd -> tern's compiler.
+
+Dynamo traces the Python code into FX graphs; AOTAutograd turns each into a
+forward and a backward graph (or one inference graph) of core ATen operators,
+decomposed with PyTorch's core ATen table. For each such graph the backend
+
+1. splits it with a capability-based partitioner: nodes tern's compiler
+   takes (its op table, tern dtypes) form partitions, the others stay in the
+   FX graph and run on the eager tern device, logged like the eager CPU
+   fallback (``TORCH_TERN_FALLBACK=error`` makes them an error);
+2. turns each partition into a compiler graph (the front end's converter)
+   with the graph's dynamic sizes as compiler symbols;
+3. compiles a partition, the first time it runs with given sizes, through
+   the persistent compile cache (``TORCH_TERN_CACHE_DIR``), into one
+   executable, and runs that executable as one submission.
+
+A dynamic dimension (``dynamic=True``, ``mark_dynamic``, or Dynamo's
+automatic dynamic shapes after a recompile) stays one Dynamo trace and one
+backend compile: the partition's executables are specialisations of the one
+symbolic compiler graph, one per distinct size, made by binding the symbols
+(milliseconds, no tracing; docs/torch.md, "torch.compile").
+
+``torch_tern.compiler.stats()`` reports what happened; docs/torch.md.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import operator
+import os
+import threading
+import time
+import types
+import warnings
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.fx
+
+from ._frontend import _DTYPES, UnsupportedGraph, _compile_cache_directory, _Converter
+
+__all__ = ["backend", "clear_cache", "reset_stats", "stats"]
+
+_log = logging.getLogger("torch_tern.compiler")
+
+# Operators that only rearrange or name values: a partition of nothing else is
+# left to the eager graph (a view there costs nothing; compiled it is a copy).
+_NON_COMPUTE = {
+    "aten.view.default", "aten._unsafe_view.default", "aten.permute.default",
+    "aten.expand.default", "aten.squeeze.dims", "aten.unsqueeze.default",
+    "aten.select.int", "aten.slice.Tensor", "aten.split_with_sizes.default",
+    "aten.clone.default", "_operator.getitem",
+}
+
+# Nodes outside partitions that are not a fallback: size arithmetic and the
+# bookkeeping Dynamo and AOTAutograd leave in graphs.
+_SIZE_OPS = {
+    "aten.sym_size.int", "aten.sym_stride.int", "aten.sym_numel.default",
+    "aten.sym_storage_offset.default", "_operator.getitem",
+}
+
+
+def _name(target) -> str:
+    if isinstance(target, torch._ops.OpOverload):
+        return str(target)
+    return f"{getattr(target, '__module__', '')}.{getattr(target, '__name__', target)}"
+
+
+class _Stats:
+    """Counters of this process's torch.compile(backend="tern") work."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.reset()
+
+    def reset(self) -> None:
+        self.graphs = 0  # graphs AOTAutograd handed over (forward, backward, inference)
+        self.graphs_by_kind: collections.Counter = collections.Counter()
+        self.partitions = 0
+        self.compiled_nodes = 0
+        self.fallback_nodes: collections.Counter = collections.Counter()
+        self.fallback_reasons: dict[str, str] = {}
+        self.backend_compiles = 0  # partitions turned into a compiler graph
+        self.executables = 0  # executables made (one per partition and size)
+        self.specializations = 0  # of those, for a size seen after the first
+        self.cache_hits = 0
+        self.cache_misses = 0
+        self.trace_seconds = 0.0  # partitioning and conversion
+        self.compile_seconds = 0.0  # the tern compiler (and cache lookups)
+
+    def snapshot(self) -> dict:
+        with self.lock:
+            return {
+                "graphs": self.graphs,
+                "graphs_by_kind": dict(self.graphs_by_kind),
+                "partitions": self.partitions,
+                "compiled_nodes": self.compiled_nodes,
+                "fallback_nodes": dict(self.fallback_nodes),
+                "fallback_reasons": dict(self.fallback_reasons),
+                "backend_compiles": self.backend_compiles,
+                "executables": self.executables,
+                "specializations": self.specializations,
+                "cache_hits": self.cache_hits,
+                "cache_misses": self.cache_misses,
+                "partition_seconds": self.trace_seconds,
+                "compile_seconds": self.compile_seconds,
+                "recompiles": _recompiles(),
+            }
+
+
+_STATS = _Stats()
+
+
+def _recompiles() -> dict:
+    """Dynamo's recompiles of this process: how many, and why (its guard
+    failure messages, newest last)."""
+    try:
+        from torch._dynamo.utils import guard_failures
+    except ImportError:  # pragma: no cover - a torch without the table
+        return {"count": 0, "reasons": []}
+    reasons = [str(r) for failures in list(guard_failures.values()) for r in failures]
+    return {"count": len(reasons), "reasons": reasons}
+
+
+def stats() -> dict:
+    """What torch.compile(backend="tern") did in this process since the last
+    reset_stats(): graphs handed over (by kind), partitions compiled, nodes
+    compiled, fallback nodes by operator (with the first reason for each),
+    backend compiles, executables made and how many were size
+    specialisations, compile cache hits and misses, seconds spent
+    partitioning and compiling, and Dynamo's recompiles with their reasons."""
+    return _STATS.snapshot()
+
+
+def reset_stats() -> None:
+    """Zeroes stats() (Dynamo's recompile log is torch._dynamo.reset()'s)."""
+    with _STATS.lock:
+        _STATS.reset()
+
+
+def clear_cache() -> dict:
+    """Removes every executable from the persistent compile cache
+    (TORCH_TERN_CACHE_DIR, else the compiler's default folder); executables
+    already loaded keep running. Returns what was removed."""
+    from torch_tern import _C
+
+    return dict(_C._compiler_cache_clear(_compile_cache_directory()))
+
+
+# --- what the compiler takes ----------------------------------------------------
+
+
+def _known_ops() -> frozenset:
+    from torch_tern import _C
+
+    global _KNOWN
+    if _KNOWN is None:
+        _KNOWN = frozenset(_C._compiler_known_ops())
+    return _KNOWN
+
+
+_KNOWN: frozenset | None = None
+
+
+def _values(node: torch.fx.Node) -> list:
+    val = node.meta.get("val")
+    return list(val) if isinstance(val, (list, tuple)) else [val]
+
+
+def _is_factory(node: torch.fx.Node) -> bool:
+    """An ATen tensor factory (full, arange, scalar_tensor) of tern dtypes
+    whose arguments are numbers or sizes, no tensors."""
+    if not isinstance(node.target, torch._ops.OpOverload):
+        return False
+    if any(isinstance(v, torch.Tensor) for a in node.all_input_nodes for v in _values(a)):
+        return False
+    vals = _values(node)
+    return bool(vals) and all(isinstance(v, torch.Tensor) and v.dtype in _DTYPES for v in vals)
+
+
+def _has_symbolic_factory(module: torch.fx.GraphModule) -> bool:
+    return any(n.op == "call_function" and _is_factory(n) and any(
+        isinstance(d, torch.SymInt) for v in _values(n) for d in v.shape)
+        for n in module.graph.nodes)
+
+
+def _is_size_arithmetic(node: torch.fx.Node) -> bool:
+    """The node computes a size or a Python number (s0 * 4, sym_size), not a tensor."""
+    return all(isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool))
+               for v in _values(node))
+
+
+def _unsupported_reason(node: torch.fx.Node) -> str | None:
+    """Why tern's compiler cannot take `node` (None: it can)."""
+    name = _name(node.target)
+    if node.target is operator.getitem:
+        source = node.args[0]
+        return _unsupported_reason(source) if isinstance(source, torch.fx.Node) else "getitem"
+    if name not in _known_ops():
+        if _is_factory(node):
+            return None  # the front end folds it into a constant (per size when dynamic)
+        return "the compiler has no lowering for it"
+    for arg in node.all_input_nodes:
+        for v in _values(arg):
+            if isinstance(v, torch.Tensor) and v.dtype not in _DTYPES:
+                return f"an input is {v.dtype}, which tern has no type for"
+    for v in _values(node):
+        if isinstance(v, torch.Tensor):
+            if v.dtype not in _DTYPES:
+                return f"its result is {v.dtype}, which tern has no type for"
+            if v.layout != torch.strided:
+                return f"its result's layout is {v.layout}"
+        elif v is None or not isinstance(v, (torch.SymInt, int, float, bool)):
+            if v is None and node.meta.get("val", 0) is None:
+                return "it has no traced value"
+    return None
+
+
+class _TernSupport:
+    """The partitioner's question: can tern's compiler take this node?"""
+
+    def __init__(self):
+        self.reasons: dict[torch.fx.Node, str] = {}
+
+    def is_node_supported(self, submodules, node: torch.fx.Node) -> bool:
+        if node.op != "call_function":
+            return False
+        reason = _unsupported_reason(node)
+        if reason is not None:
+            self.reasons[node] = reason
+        return reason is None
+
+
+# --- one partition ------------------------------------------------------------------
+
+
+def _shape_env(module: torch.fx.GraphModule):
+    """The ShapeEnv of the graph's symbolic sizes (None: all sizes static)."""
+    for node in module.graph.nodes:
+        for v in _values(node):
+            sizes = [v] if isinstance(v, torch.SymInt) else (
+                list(v.shape) if isinstance(v, torch.Tensor) else [])
+            for d in sizes:
+                if isinstance(d, torch.SymInt):
+                    return d.node.shape_env
+    return None
+
+
+class _PartitionConverter(_Converter):
+    """The front end's converter for a partition's FX graph: every tensor
+    placeholder is an input, every SymInt placeholder a size the executable is
+    specialised for, every output a result.
+
+    `values` (sympy symbol -> int) converts the graph for those sizes: every
+    dim is then a number. Without it, symbolic dims become compiler symbols,
+    which works while each dim is a*s+b of one size."""
+
+    def __init__(self, module: torch.fx.GraphModule, values: dict | None = None):
+        env = _shape_env(module)
+        ranges = env.var_to_range if env is not None else {}
+        super().__init__(types.SimpleNamespace(graph=module.graph, range_constraints=ranges))
+        if values is not None:
+            import sympy
+
+            values = {symbol: sympy.Integer(v) for symbol, v in values.items()}
+        self.values = values
+
+    def _dim(self, dim, where: str):
+        if self.values is not None and isinstance(dim, torch.SymInt):
+            value = dim.node.expr.xreplace(self.values)
+            if not getattr(value, "is_number", False):
+                raise UnsupportedGraph(f"{where}: the size {dim.node.expr} depends on sizes "
+                                       "the partition's inputs do not give")
+            return int(value)
+        return super()._dim(dim, where)
+
+    def _placeholders(self) -> None:
+        for node in self.program.graph.nodes:
+            if node.op != "placeholder":
+                continue
+            val = node.meta.get("val")
+            where = f"input '{node.name}'"
+            if isinstance(val, torch.SymInt) and self.values is not None:
+                self.known[node.name] = self._dim(val, where)
+                continue
+            if isinstance(val, (torch.SymInt, int, float, bool)):
+                self.known[node.name] = val
+                continue
+            if not isinstance(val, torch.Tensor):
+                raise UnsupportedGraph(f"{where} is a {type(val).__name__}, not a tensor")
+            self.refs[node.name] = ("in", len(self.spec["inputs"]))
+            self.spec["inputs"].append(
+                (node.name, self._dtype(val.dtype, where), self._shape(val.shape, where)))
+
+    def _sizes_known(self, node: torch.fx.Node) -> bool:
+        return self.values is not None or super()._sizes_known(node)
+
+    def _fold(self, node: torch.fx.Node) -> bool:
+        # Symbolic sizes given as inputs are known to the converter (for
+        # _attr), not values to compute with.
+        if any(isinstance(self.known.get(arg.name), torch.SymInt)
+               for arg in node.all_input_nodes):
+            return False
+        return super()._fold(node)
+
+    def _attr(self, value, where: str):
+        # A size computed outside the partition is a placeholder whose traced
+        # value is a SymInt.
+        value = torch.fx.node.map_arg(value, lambda n: n.meta.get("val"))
+        return super()._attr(value, where)
+
+    def _outputs(self, node: torch.fx.Node) -> None:
+        results = node.args[0]
+        results = results if isinstance(results, (list, tuple)) else (results,)
+        for k, value in enumerate(results):
+            if not isinstance(value, torch.fx.Node):
+                raise UnsupportedGraph(f"output {k} is {value!r}, not a tensor")
+            self.spec["outputs"].append((f"output_{k}", self._ref(value.name)))
+
+
+def _size_finders(module: torch.fx.GraphModule) -> list:
+    """How to read each symbolic size's value from a call's arguments: a list
+    of (sympy symbol, argument position, dim), dim None when the argument is
+    the size itself. Every size a value of the partition depends on must be
+    readable so."""
+    finders: dict = {}
+    needed: set = set()
+    placeholders = [n for n in module.graph.nodes if n.op == "placeholder"]
+    for position, node in enumerate(placeholders):
+        val = node.meta.get("val")
+        if isinstance(val, torch.SymInt):
+            expr = val.node.expr
+            if expr.is_symbol:
+                finders.setdefault(expr, (expr, position, None))
+        elif isinstance(val, torch.Tensor):
+            for d, size in enumerate(val.shape):
+                if isinstance(size, torch.SymInt) and size.node.expr.is_symbol:
+                    finders.setdefault(size.node.expr, (size.node.expr, position, d))
+    for node in module.graph.nodes:
+        for v in _values(node):
+            sizes = [v] if isinstance(v, torch.SymInt) else (
+                list(v.shape) if isinstance(v, torch.Tensor) else [])
+            for d in sizes:
+                if isinstance(d, torch.SymInt):
+                    needed.update(d.node.expr.free_symbols)
+    missing = sorted(str(s) for s in needed if s not in finders)
+    if missing:
+        raise UnsupportedGraph(f"the sizes {missing} cannot be read from the partition's inputs")
+    return list(finders.values())
+
+
+class _CompiledPartition(torch.nn.Module):
+    """A partition of a graph, run as tern executables: one per set of values
+    of its symbolic sizes, compiled the first time those sizes come.
+
+    With static sizes, or dynamic sizes the compiler can represent (each dim
+    a*s+b of one size), the partition is converted once and each size binds
+    the compiler graph's symbols; otherwise (a dim like s0*s1) each size
+    converts the partition again with its sizes filled in."""
+
+    def __init__(self, module: torch.fx.GraphModule, name: str, kind: str):
+        super().__init__()
+        self.module = module
+        self.name = name
+        self.kind = kind
+        self.finders = _size_finders(module)
+        self.size_positions = {position for _, position, dim in self.finders if dim is None}
+        self.size_positions.update(
+            i for i, n in enumerate(n for n in module.graph.nodes if n.op == "placeholder")
+            if isinstance(n.meta.get("val"), (torch.SymInt, int, float, bool)))
+        try:
+            if _has_symbolic_factory(module):
+                # arange(s0): folded per size, so converted per size.
+                raise UnsupportedGraph("a tensor factory of symbolic size")
+            self.spec = _PartitionConverter(module).convert()
+        except UnsupportedGraph:
+            if not self.finders:
+                raise
+            # Sizes the compiler cannot keep symbolic: convert per size. Try
+            # the traced sizes now, so that a refusal comes at compile time.
+            self.spec = None
+            env = _shape_env(module)
+            hints_of = getattr(env, "backed_var_to_val", None) or env.var_to_val
+            hints = {s: int(hints_of[s]) for s, _, _ in self.finders}
+            _PartitionConverter(module, hints).convert()
+        output = next(n for n in module.graph.nodes if n.op == "output")
+        self.returns_tuple = isinstance(output.args[0], (list, tuple))
+        self.executables: dict[tuple, Any] = {}
+        self.lock = threading.Lock()
+
+    def _sizes(self, args) -> dict:
+        return {symbol: int(args[position] if dim is None else args[position].shape[dim])
+                for symbol, position, dim in self.finders}
+
+    def _executable(self, sizes: dict):
+        from torch_tern import _C
+
+        key = tuple(sorted((str(s), v) for s, v in sizes.items()))
+        model = self.executables.get(key)
+        if model is not None:
+            return model
+        with self.lock:
+            model = self.executables.get(key)
+            if model is not None:
+                return model
+            started = time.perf_counter()
+            if self.spec is not None:
+                spec, bindings = self.spec, {str(s): v for s, v in sizes.items()}
+                declared = {entry[0] for entry in spec["symbols"]}
+                bindings = {k: v for k, v in bindings.items() if k in declared}
+            else:
+                spec, bindings = _PartitionConverter(self.module, sizes).convert(), {}
+            result = _C._compiler_compile(spec, "", "", True, bindings=bindings,
+                                          cache_dir=_compile_cache_directory())
+            model = _C._CompiledModel.from_bytes(result["executable"])
+            elapsed = time.perf_counter() - started
+            with _STATS.lock:
+                _STATS.executables += 1
+                _STATS.specializations += 1 if self.executables else 0
+                _STATS.compile_seconds += elapsed
+                if result["cache"] in ("hit", "waited"):
+                    _STATS.cache_hits += 1
+                else:
+                    _STATS.cache_misses += 1
+            _log.debug("%s graph, partition %s: compiled for %s in %.1f ms (cache %s)",
+                       self.kind, self.name, key or "its static sizes", elapsed * 1e3,
+                       result["cache"])
+            self.executables[key] = model
+            return model
+
+    def forward(self, *args):
+        model = self._executable(self._sizes(args) if self.finders else {})
+        tensors = [a for i, a in enumerate(args) if i not in self.size_positions]
+        outputs = model.run(tensors)
+        return tuple(outputs) if self.returns_tuple else outputs[0]
+
+
+# --- a graph ----------------------------------------------------------------------------
+
+
+def _fallback_mode() -> str:
+    return os.environ.get("TORCH_TERN_FALLBACK", "").strip().lower()
+
+
+_WARNED: set = set()
+
+
+def _report_fallbacks(kind: str, nodes: list, reasons: dict) -> None:
+    """Logs the nodes left to eager tern; an error under TORCH_TERN_FALLBACK=error."""
+    if not nodes:
+        return
+    by_op = collections.Counter(_name(n.target) for n in nodes)
+    first_reason = {}
+    for n in nodes:
+        first_reason.setdefault(_name(n.target), reasons.get(n, "not in a compiled partition"))
+    with _STATS.lock:
+        _STATS.fallback_nodes.update(by_op)
+        for op, reason in first_reason.items():
+            _STATS.fallback_reasons.setdefault(op, reason)
+    listing = ", ".join(f"{op} x{count} ({first_reason[op]})" for op, count in by_op.items())
+    mode = _fallback_mode()
+    if mode == "error":
+        raise RuntimeError(
+            f"torch.compile(backend=\"tern\"): the {kind} graph has operators that tern's "
+            f"compiler cannot take and TORCH_TERN_FALLBACK=error forbids running them "
+            f"eagerly: {listing}. Unset TORCH_TERN_FALLBACK to run them on the eager tern "
+            "device, or change the model to avoid them")
+    if mode == "warn":
+        fresh = [op for op in by_op if op not in _WARNED]
+        _WARNED.update(fresh)
+        if fresh:
+            warnings.warn(f"torch.compile(backend=\"tern\"): these operators run on the eager "
+                          f"tern device, outside compiled partitions: {listing}", stacklevel=2)
+    _log.info("%s graph: %d node(s) run eagerly outside compiled partitions: %s", kind,
+              len(nodes), listing)
+
+
+def _is_compute(node: torch.fx.Node) -> bool:
+    """Worth an executable: an operator on tensors that computes (not a view,
+    not a factory without inputs, which the front end folds into a constant)."""
+    return (node.op == "call_function" and _name(node.target) not in _NON_COMPUTE
+            and not _is_factory(node))
+
+
+def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence, kind: str) -> Callable:
+    """The callable AOTAutograd runs for graph `gm` (boxed: it takes one list
+    of arguments, which it may clear)."""
+    from torch._functorch.aot_autograd import make_boxed_func
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    # AOTAutograd calls its compilers inside its fake mode; the front end
+    # folds constants with real tensors.
+    with unset_fake_temporarily():
+        return make_boxed_func(_partitioned(gm, kind))
+
+
+def _partitioned(gm: torch.fx.GraphModule, kind: str) -> Callable:
+    from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+
+    started = time.perf_counter()
+    with _STATS.lock:
+        _STATS.graphs += 1
+        _STATS.graphs_by_kind[kind] += 1
+    support = _TernSupport()
+    partitioner = CapabilityBasedPartitioner(gm, support, allows_single_node_partition=True)
+    partitions = [p for p in partitioner.propose_partitions()
+                  if any(_is_compute(n) for n in p.nodes)]
+    in_partitions = {n for p in partitions for n in p.nodes}
+    fallbacks = [n for n in gm.graph.nodes
+                 if n.op == "call_function" and n not in in_partitions
+                 and _name(n.target) not in _SIZE_OPS and not _is_size_arithmetic(n)
+                 and n in support.reasons and _is_compute(n)]
+    _report_fallbacks(kind, fallbacks, support.reasons)
+    if not partitions:
+        return gm.forward
+    fused = partitioner.fuse_partitions(partitions)
+    compiled_nodes = 0
+    count = 0
+    for node in list(fused.graph.nodes):
+        if node.op != "call_module":
+            continue
+        submodule = getattr(fused, node.target)
+        try:
+            partition = _CompiledPartition(submodule, node.target, kind)
+        except UnsupportedGraph as err:
+            inner = [n for n in submodule.graph.nodes if _is_compute(n)]
+            _report_fallbacks(kind, inner, {n: f"the front end refused: {err}" for n in inner})
+            continue
+        setattr(fused, node.target, partition)
+        compiled_nodes += sum(1 for n in submodule.graph.nodes if n.op == "call_function")
+        count += 1
+    fused.recompile()
+    with _STATS.lock:
+        _STATS.partitions += count
+        _STATS.backend_compiles += count
+        _STATS.compiled_nodes += compiled_nodes
+        _STATS.trace_seconds += time.perf_counter() - started
+    return fused.forward
+
+
+def _decompositions() -> dict:
+    from torch._decomp import core_aten_decompositions
+
+    return core_aten_decompositions()
+
+
+def _make_backend():
+    from torch._dynamo.backends.common import aot_autograd
+
+    def forward(gm, example_inputs):
+        return _compile_graph(gm, example_inputs, "forward")
+
+    def backward(gm, example_inputs):
+        return _compile_graph(gm, example_inputs, "backward")
+
+    def inference(gm, example_inputs):
+        return _compile_graph(gm, example_inputs, "inference")
+
+    return aot_autograd(fw_compiler=forward, bw_compiler=backward,
+                        inference_compiler=inference, decompositions=_decompositions())
+
+
+def backend(gm: torch.fx.GraphModule, example_inputs: Sequence):
+    """The Dynamo backend registered as "tern" (torch.compile(model, backend="tern"))."""
+    global _BACKEND
+    if _BACKEND is None:
+        _BACKEND = _make_backend()
+    return _BACKEND(gm, example_inputs)
+
+
+_BACKEND = None
+
+
+# Dynamo imports this module when a model is compiled with backend="tern" (the
+# "torch_dynamo_backends" entry point), before it traces: tern's device
+# interface must be there by then.
+from .. import _device_interface  # noqa: E402
+
+_device_interface.register()
