@@ -29,6 +29,7 @@ import collections
 import logging
 import operator
 import os
+import re
 import threading
 import time
 import types
@@ -86,8 +87,9 @@ class _Stats:
         self.specializations = 0  # of those, for a size seen after the first
         self.cache_hits = 0
         self.cache_misses = 0
-        self.trace_seconds = 0.0  # partitioning and conversion
-        self.compile_seconds = 0.0  # the tern compiler (and cache lookups)
+        self.backend_seconds = 0.0  # in the backend: partitioning, conversion, compiles
+        self.trial_seconds = 0.0  # of which: trial compiles of proposed partitions
+        self.compile_seconds = 0.0  # the tern compiler (and cache lookups), at run time too
 
     def snapshot(self) -> dict:
         with self.lock:
@@ -103,7 +105,8 @@ class _Stats:
                 "specializations": self.specializations,
                 "cache_hits": self.cache_hits,
                 "cache_misses": self.cache_misses,
-                "partition_seconds": self.trace_seconds,
+                "backend_seconds": self.backend_seconds,
+                "trial_compile_seconds": self.trial_seconds,
                 "compile_seconds": self.compile_seconds,
                 "recompiles": _recompiles(),
             }
@@ -128,8 +131,10 @@ def stats() -> dict:
     reset_stats(): graphs handed over (by kind), partitions compiled, nodes
     compiled, fallback nodes by operator (with the first reason for each),
     backend compiles, executables made and how many were size
-    specialisations, compile cache hits and misses, seconds spent
-    partitioning and compiling, and Dynamo's recompiles with their reasons."""
+    specialisations, compile cache hits and misses, seconds in the backend
+    (partitioning, conversion and the trial compiles that find what the
+    compiler refuses) and in the compiler, and Dynamo's recompiles with their
+    reasons."""
     return _STATS.snapshot()
 
 
@@ -220,13 +225,14 @@ def _unsupported_reason(node: torch.fx.Node) -> str | None:
 class _TernSupport:
     """The partitioner's question: can tern's compiler take this node?"""
 
-    def __init__(self):
+    def __init__(self, refused: dict):
         self.reasons: dict[torch.fx.Node, str] = {}
+        self.refused = refused  # node -> why the compiler refused it before
 
     def is_node_supported(self, submodules, node: torch.fx.Node) -> bool:
         if node.op != "call_function":
             return False
-        reason = _unsupported_reason(node)
+        reason = self.refused.get(node) or _unsupported_reason(node)
         if reason is not None:
             self.reasons[node] = reason
         return reason is None
@@ -359,9 +365,10 @@ class _CompiledPartition(torch.nn.Module):
     the compiler graph's symbols; otherwise (a dim like s0*s1) each size
     converts the partition again with its sizes filled in."""
 
-    def __init__(self, module: torch.fx.GraphModule, name: str, kind: str):
+    def __init__(self, module: torch.fx.GraphModule, name: str, kind: str, trial: bool = False):
         super().__init__()
         self.module = module
+        self.trial = trial  # a trial compile: not counted in stats()
         self.name = name
         self.kind = kind
         self.finders = _size_finders(module)
@@ -380,14 +387,21 @@ class _CompiledPartition(torch.nn.Module):
             # Sizes the compiler cannot keep symbolic: convert per size. Try
             # the traced sizes now, so that a refusal comes at compile time.
             self.spec = None
-            env = _shape_env(module)
-            hints_of = getattr(env, "backed_var_to_val", None) or env.var_to_val
-            hints = {s: int(hints_of[s]) for s, _, _ in self.finders}
-            _PartitionConverter(module, hints).convert()
         output = next(n for n in module.graph.nodes if n.op == "output")
         self.returns_tuple = isinstance(output.args[0], (list, tuple))
         self.executables: dict[tuple, Any] = {}
         self.lock = threading.Lock()
+        # Compiled now for the traced sizes (the first call's, usually), so
+        # that the compiler's refusals come while the graph can still be
+        # partitioned around them.
+        self._executable(self._traced_sizes(module))
+
+    def _traced_sizes(self, module: torch.fx.GraphModule) -> dict:
+        if not self.finders:
+            return {}
+        env = _shape_env(module)
+        hints = getattr(env, "backed_var_to_val", None) or env.var_to_val
+        return {symbol: int(hints[symbol]) for symbol, _, _ in self.finders}
 
     def _sizes(self, args) -> dict:
         return {symbol: int(args[position] if dim is None else args[position].shape[dim])
@@ -416,6 +430,10 @@ class _CompiledPartition(torch.nn.Module):
             model = _C._CompiledModel.from_bytes(result["executable"])
             elapsed = time.perf_counter() - started
             with _STATS.lock:
+                if self.trial:
+                    _STATS.trial_seconds += elapsed
+                    self.executables[key] = model
+                    return model
                 _STATS.executables += 1
                 _STATS.specializations += 1 if self.executables else 0
                 _STATS.compile_seconds += elapsed
@@ -495,17 +513,52 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence, kind: str
         return make_boxed_func(_partitioned(gm, kind))
 
 
+def _refused_node(message: str, nodes) -> torch.fx.Node | None:
+    """The node of `nodes` that a front end or compiler message names."""
+    by_name = {n.name: n for n in nodes}
+    for name in re.findall(r"node '([^']+)'", message):
+        if name in by_name:
+            return by_name[name]
+    return None
+
+
+# A graph is partitioned again without the node the compiler refused, at most
+# this many times; then the rest of the refused partition runs eagerly.
+_MAX_REPARTITIONS = 16
+
+
 def _partitioned(gm: torch.fx.GraphModule, kind: str) -> Callable:
     from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+    from torch.fx.passes.utils.fuser_utils import fuse_as_graphmodule, topo_sort
 
     started = time.perf_counter()
     with _STATS.lock:
         _STATS.graphs += 1
         _STATS.graphs_by_kind[kind] += 1
-    support = _TernSupport()
-    partitioner = CapabilityBasedPartitioner(gm, support, allows_single_node_partition=True)
-    partitions = [p for p in partitioner.propose_partitions()
-                  if any(_is_compute(n) for n in p.nodes)]
+    refused: dict[torch.fx.Node, str] = {}  # nodes the front end or compiler refused
+    for attempt in range(_MAX_REPARTITIONS + 1):
+        support = _TernSupport(refused)
+        partitioner = CapabilityBasedPartitioner(gm, support, allows_single_node_partition=True)
+        partitions = [p for p in partitioner.propose_partitions()
+                      if any(_is_compute(n) for n in p.nodes)]
+        # Each partition is converted and compiled (for its traced sizes)
+        # before the graph is changed: a refusal names a node, which is then
+        # left out and the graph partitioned again.
+        retry = False
+        for partition in partitions:
+            nodes = topo_sort(list(partition.nodes))
+            trial, _, _ = fuse_as_graphmodule(gm, nodes, "trial")
+            try:
+                _CompiledPartition(trial, "trial", kind, trial=True)
+            except (UnsupportedGraph, ValueError) as err:
+                node = _refused_node(str(err), nodes)
+                last = attempt == _MAX_REPARTITIONS
+                for n in ([node] if node is not None and not last else nodes):
+                    refused[n] = f"the compiler refused it: {err}"
+                retry = True
+                break
+        if not retry:
+            break
     in_partitions = {n for p in partitions for n in p.nodes}
     fallbacks = [n for n in gm.graph.nodes
                  if n.op == "call_function" and n not in in_partitions
@@ -516,26 +569,17 @@ def _partitioned(gm: torch.fx.GraphModule, kind: str) -> Callable:
         return gm.forward
     fused = partitioner.fuse_partitions(partitions)
     compiled_nodes = 0
-    count = 0
-    for node in list(fused.graph.nodes):
-        if node.op != "call_module":
-            continue
-        submodule = getattr(fused, node.target)
-        try:
-            partition = _CompiledPartition(submodule, node.target, kind)
-        except UnsupportedGraph as err:
-            inner = [n for n in submodule.graph.nodes if _is_compute(n)]
-            _report_fallbacks(kind, inner, {n: f"the front end refused: {err}" for n in inner})
-            continue
-        setattr(fused, node.target, partition)
+    for index in range(len(partitions)):
+        name = f"fused_{index}"  # fuse_partitions names partition i so
+        submodule = getattr(fused, name)
+        setattr(fused, name, _CompiledPartition(submodule, name, kind))
         compiled_nodes += sum(1 for n in submodule.graph.nodes if n.op == "call_function")
-        count += 1
     fused.recompile()
     with _STATS.lock:
-        _STATS.partitions += count
-        _STATS.backend_compiles += count
+        _STATS.partitions += len(partitions)
+        _STATS.backend_compiles += len(partitions)
         _STATS.compiled_nodes += compiled_nodes
-        _STATS.trace_seconds += time.perf_counter() - started
+        _STATS.backend_seconds += time.perf_counter() - started
     return fused.forward
 
 
