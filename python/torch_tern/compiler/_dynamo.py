@@ -356,6 +356,17 @@ def _size_finders(module: torch.fx.GraphModule) -> list:
     return list(finders.values())
 
 
+def _count_executable(seconds: float, cache: str, specialization: bool) -> None:
+    with _STATS.lock:
+        _STATS.executables += 1
+        _STATS.specializations += int(specialization)
+        _STATS.compile_seconds += seconds
+        if cache in ("hit", "waited"):
+            _STATS.cache_hits += 1
+        else:
+            _STATS.cache_misses += 1
+
+
 class _CompiledPartition(torch.nn.Module):
     """A partition of a graph, run as tern executables: one per set of values
     of its symbolic sizes, compiled the first time those sizes come.
@@ -396,6 +407,13 @@ class _CompiledPartition(torch.nn.Module):
         # partitioned around them.
         self._executable(self._traced_sizes(module))
 
+    def adopt(self, module: torch.fx.GraphModule, name: str) -> "_CompiledPartition":
+        """The trial becomes the graph's partition `name`, whose submodule
+        `module` holds the same nodes; its executable is counted now."""
+        self.module, self.name, self.trial = module, name, False
+        _count_executable(*self.first_compile, False)
+        return self
+
     def _traced_sizes(self, module: torch.fx.GraphModule) -> dict:
         if not self.finders:
             return {}
@@ -429,18 +447,13 @@ class _CompiledPartition(torch.nn.Module):
                                           cache_dir=_compile_cache_directory())
             model = _C._CompiledModel.from_bytes(result["executable"])
             elapsed = time.perf_counter() - started
-            with _STATS.lock:
-                if self.trial:
+            if self.trial:
+                # Counted when the graph adopts the partition (adopt()).
+                self.first_compile = (elapsed, result["cache"])
+                with _STATS.lock:
                     _STATS.trial_seconds += elapsed
-                    self.executables[key] = model
-                    return model
-                _STATS.executables += 1
-                _STATS.specializations += 1 if self.executables else 0
-                _STATS.compile_seconds += elapsed
-                if result["cache"] in ("hit", "waited"):
-                    _STATS.cache_hits += 1
-                else:
-                    _STATS.cache_misses += 1
+            else:
+                _count_executable(elapsed, result["cache"], bool(self.executables))
             _log.debug("%s graph, partition %s: compiled for %s in %.1f ms (cache %s)",
                        self.kind, self.name, key or "its static sizes", elapsed * 1e3,
                        result["cache"])
@@ -545,11 +558,13 @@ def _partitioned(gm: torch.fx.GraphModule, kind: str) -> Callable:
         # before the graph is changed: a refusal names a node, which is then
         # left out and the graph partitioned again.
         retry = False
+        trials: dict[frozenset, _CompiledPartition] = {}
         for partition in partitions:
             nodes = topo_sort(list(partition.nodes))
             trial, _, _ = fuse_as_graphmodule(gm, nodes, "trial")
             try:
-                _CompiledPartition(trial, "trial", kind, trial=True)
+                trials[frozenset(n.name for n in nodes)] = _CompiledPartition(
+                    trial, "trial", kind, trial=True)
             except (UnsupportedGraph, ValueError) as err:
                 node = _refused_node(str(err), nodes)
                 last = attempt == _MAX_REPARTITIONS
@@ -572,7 +587,9 @@ def _partitioned(gm: torch.fx.GraphModule, kind: str) -> Callable:
     for index in range(len(partitions)):
         name = f"fused_{index}"  # fuse_partitions names partition i so
         submodule = getattr(fused, name)
-        setattr(fused, name, _CompiledPartition(submodule, name, kind))
+        names = frozenset(n.name for n in submodule.graph.nodes
+                          if n.op not in ("placeholder", "output"))
+        setattr(fused, name, trials[names].adopt(submodule, name))
         compiled_nodes += sum(1 for n in submodule.graph.nodes if n.op == "call_function")
     fused.recompile()
     with _STATS.lock:
