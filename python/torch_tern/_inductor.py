@@ -13,9 +13,9 @@ the FX graph cache and before any lowering). Graphs on other devices never
 touch them, and nothing here imports inductor: it reads the attributes only
 when it runs.
 
-Until tern's own backend exists, ``torch.compile(model, backend="aot_eager")``
-works for models on tern (Dynamo and AOTAutograd trace, tern's eager kernels
-run the graph); docs/torch.md, "torch.compile".
+Models on tern compile with ``torch.compile(model, backend="tern")`` (tern's
+compiler, torch_tern/compiler/_dynamo.py) or ``backend="aot_eager"`` (tern's
+eager kernels run the traced graphs); docs/torch.md, "torch.compile".
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ __all__ = ["MESSAGE", "TernInductorUnsupported"]
 
 MESSAGE = (
     "torch.compile's default backend (inductor) cannot compile graphs on the tern device: "
-    "inductor has no code generator for tern. Pass backend=\"aot_eager\" to torch.compile "
-    "for now (Dynamo and AOTAutograd trace the model and tern's native kernels run the "
-    "graph), or backend=\"tern\" once tern's own compiler backend exists; or move the "
-    "model to the CPU to use inductor there."
+    "inductor has no code generator for tern. Pass backend=\"tern\" to torch.compile "
+    "(tern's own compiler: Dynamo and AOTAutograd trace the model, tern's compiler turns "
+    "the graphs into executables), or backend=\"aot_eager\" to run the traced graphs on "
+    "tern's eager kernels; or move the model to the CPU to use inductor there."
 )
 
 
