@@ -26,6 +26,7 @@ symbolic compiler graph, one per distinct size, made by binding the symbols
 from __future__ import annotations
 
 import collections
+import contextvars
 import logging
 import operator
 import os
@@ -76,13 +77,13 @@ class _Stats:
         self.reset()
 
     def reset(self) -> None:
-        self.graphs = 0  # graphs AOTAutograd handed over (forward, backward, inference)
         self.graphs_by_kind: collections.Counter = collections.Counter()
         self.partitions = 0
         self.compiled_nodes = 0
         self.fallback_nodes: collections.Counter = collections.Counter()
         self.fallback_reasons: dict[str, str] = {}
-        self.backend_compiles = 0  # partitions turned into a compiler graph
+        # Graphs AOTAutograd handed over (forward, backward, inference), by kind.
+        self.backend_compiles = 0
         self.executables = 0  # executables made (one per partition and size)
         self.specializations = 0  # of those, for a size seen after the first
         self.cache_hits = 0
@@ -94,7 +95,6 @@ class _Stats:
     def snapshot(self) -> dict:
         with self.lock:
             return {
-                "graphs": self.graphs,
                 "graphs_by_kind": dict(self.graphs_by_kind),
                 "partitions": self.partitions,
                 "compiled_nodes": self.compiled_nodes,
@@ -128,9 +128,9 @@ def _recompiles() -> dict:
 
 def stats() -> dict:
     """What torch.compile(backend="tern") did in this process since the last
-    reset_stats(): graphs handed over (by kind), partitions compiled, nodes
-    compiled, fallback nodes by operator (with the first reason for each),
-    backend compiles, executables made and how many were size
+    reset_stats(): backend compiles (graphs handed over, also by kind),
+    partitions compiled, nodes compiled, fallback nodes by operator (with the
+    first reason for each), executables made and how many were size
     specialisations, compile cache hits and misses, seconds in the backend
     (partitioning, conversion and the trial compiles that find what the
     compiler refuses) and in the compiler, and Dynamo's recompiles with their
@@ -196,9 +196,42 @@ def _is_size_arithmetic(node: torch.fx.Node) -> bool:
                for v in _values(node))
 
 
+# The reason for a node whose result lives on another device (a CPU scalar
+# tensor in the graph): not tern's to compile, and not a fallback either.
+_OFF_DEVICE = "its result is not on a tern device"
+
+
+def _aliases() -> dict:
+    """Operators the decompositions leave in graphs that are another operator
+    of the compiler's table under another name (same arguments)."""
+    aten, prims = torch.ops.aten, torch.ops.prims
+    return {
+        aten.true_divide.Tensor: aten.div.Tensor,
+        aten.lift_fresh_copy.default: aten.clone.default,
+        # convert_element_type(x, dtype): _to_copy(x, dtype=dtype)
+        prims.convert_element_type.default: aten._to_copy.default,
+    }
+
+
+def _canonical_target(node: torch.fx.Node):
+    return _aliases().get(node.target, node.target)
+
+
+def _number_for_first_tensor(node: torch.fx.Node) -> bool:
+    """An ATen call whose first argument is a tensor in the schema but a
+    Python number here (rsub's decomposition: sub(1.0, x))."""
+    if not isinstance(node.target, torch._ops.OpOverload) or not node.args:
+        return False
+    arguments = node.target._schema.arguments
+    return (bool(arguments) and str(arguments[0].type) == "Tensor"
+            and isinstance(node.args[0], (int, float, bool)))
+
+
 def _unsupported_reason(node: torch.fx.Node) -> str | None:
     """Why tern's compiler cannot take `node` (None: it can)."""
-    name = _name(node.target)
+    name = _name(_canonical_target(node))
+    if _number_for_first_tensor(node):
+        return "its first tensor argument is a Python number, which the compiler does not take"
     if node.target is operator.getitem:
         source = node.args[0]
         return _unsupported_reason(source) if isinstance(source, torch.fx.Node) else "getitem"
@@ -212,6 +245,8 @@ def _unsupported_reason(node: torch.fx.Node) -> str | None:
                 return f"an input is {v.dtype}, which tern has no type for"
     for v in _values(node):
         if isinstance(v, torch.Tensor):
+            if v.device.type != "tern":
+                return _OFF_DEVICE
             if v.dtype not in _DTYPES:
                 return f"its result is {v.dtype}, which tern has no type for"
             if v.layout != torch.strided:
@@ -310,6 +345,12 @@ class _PartitionConverter(_Converter):
             return False
         return super()._fold(node)
 
+    def _call(self, node: torch.fx.Node) -> None:
+        canonical = _canonical_target(node)
+        if canonical is not node.target:
+            node.target = canonical  # the same computation, under the compiler's name
+        super()._call(node)
+
     def _attr(self, value, where: str):
         # A size computed outside the partition is a placeholder whose traced
         # value is a SymInt.
@@ -325,35 +366,72 @@ class _PartitionConverter(_Converter):
             self.spec["outputs"].append((f"output_{k}", self._ref(value.name)))
 
 
-def _size_finders(module: torch.fx.GraphModule) -> list:
-    """How to read each symbolic size's value from a call's arguments: a list
-    of (sympy symbol, argument position, dim), dim None when the argument is
-    the size itself. Every size a value of the partition depends on must be
-    readable so."""
-    finders: dict = {}
-    needed: set = set()
-    placeholders = [n for n in module.graph.nodes if n.op == "placeholder"]
-    for position, node in enumerate(placeholders):
-        val = node.meta.get("val")
-        if isinstance(val, torch.SymInt):
-            expr = val.node.expr
-            if expr.is_symbol:
-                finders.setdefault(expr, (expr, position, None))
-        elif isinstance(val, torch.Tensor):
-            for d, size in enumerate(val.shape):
-                if isinstance(size, torch.SymInt) and size.node.expr.is_symbol:
-                    finders.setdefault(size.node.expr, (size.node.expr, position, d))
+def _symbols_used(module: torch.fx.GraphModule) -> set:
+    """The symbolic sizes any value of the graph depends on."""
+    used: set = set()
     for node in module.graph.nodes:
         for v in _values(node):
             sizes = [v] if isinstance(v, torch.SymInt) else (
                 list(v.shape) if isinstance(v, torch.Tensor) else [])
             for d in sizes:
                 if isinstance(d, torch.SymInt):
-                    needed.update(d.node.expr.free_symbols)
-    missing = sorted(str(s) for s in needed if s not in finders)
-    if missing:
-        raise UnsupportedGraph(f"the sizes {missing} cannot be read from the partition's inputs")
-    return list(finders.values())
+                    used.update(d.node.expr.free_symbols)
+    return used
+
+
+def _linear(expr):
+    """(symbol, a, b) when `expr` is a*symbol + b with integers a != 0, b; else None."""
+    free = list(getattr(expr, "free_symbols", ()))
+    if len(free) != 1:
+        return None
+    symbol = free[0]
+    poly = expr.as_poly(symbol) if hasattr(expr, "as_poly") else None
+    if poly is None or poly.degree() != 1:
+        return None
+    a, b = poly.all_coeffs()
+    if a != int(a) or b != int(b):
+        return None
+    return symbol, int(a), int(b)
+
+
+def _size_finders(module: torch.fx.GraphModule) -> dict:
+    """How to read each symbolic size from a call's arguments: symbol ->
+    (argument position, dim or None, a, b), where the argument's dim (or the
+    argument itself, a SymInt, when dim is None) is a*symbol + b. A plain
+    occurrence (a = 1, b = 0) is preferred."""
+    finders: dict = {}
+    placeholders = [n for n in module.graph.nodes if n.op == "placeholder"]
+    for position, node in enumerate(placeholders):
+        val = node.meta.get("val")
+        found = []
+        if isinstance(val, torch.SymInt):
+            found.append((val.node.expr, None))
+        elif isinstance(val, torch.Tensor):
+            found.extend((d.node.expr, k) for k, d in enumerate(val.shape)
+                         if isinstance(d, torch.SymInt))
+        for expr, dim in found:
+            linear = _linear(expr)
+            if linear is None:
+                continue
+            symbol, a, b = linear
+            if symbol not in finders or (a, b) == (1, 0) and finders[symbol][2:] != (1, 0):
+                finders[symbol] = (position, dim, a, b)
+    return finders
+
+
+def _read_sizes(finders: dict, args) -> dict:
+    sizes = {}
+    for symbol, (position, dim, a, b) in finders.items():
+        value = args[position] if dim is None else args[position].shape[dim]
+        sizes[symbol] = (int(value) - b) // a
+    return sizes
+
+
+# The symbolic sizes of the graph call in progress (symbol -> int), set by the
+# graph's wrapper for its partitions: a partition's own inputs may not show
+# every size it depends on (a labels tensor of s0 - 1 elements does, a
+# reshape to s0 * s1 rows does not).
+_CALL_SIZES: contextvars.ContextVar = contextvars.ContextVar("tern_call_sizes", default=None)
 
 
 def _count_executable(seconds: float, cache: str, specialization: bool) -> None:
@@ -382,18 +460,18 @@ class _CompiledPartition(torch.nn.Module):
         self.trial = trial  # a trial compile: not counted in stats()
         self.name = name
         self.kind = kind
-        self.finders = _size_finders(module)
-        self.size_positions = {position for _, position, dim in self.finders if dim is None}
-        self.size_positions.update(
+        self.symbols = _symbols_used(module)
+        self.finders = _size_finders(module)  # used when no graph wrapper gives the sizes
+        self.size_positions = {
             i for i, n in enumerate(n for n in module.graph.nodes if n.op == "placeholder")
-            if isinstance(n.meta.get("val"), (torch.SymInt, int, float, bool)))
+            if isinstance(n.meta.get("val"), (torch.SymInt, int, float, bool))}
         try:
             if _has_symbolic_factory(module):
                 # arange(s0): folded per size, so converted per size.
                 raise UnsupportedGraph("a tensor factory of symbolic size")
             self.spec = _PartitionConverter(module).convert()
         except UnsupportedGraph:
-            if not self.finders:
+            if not self.symbols:
                 raise
             # Sizes the compiler cannot keep symbolic: convert per size. Try
             # the traced sizes now, so that a refusal comes at compile time.
@@ -402,6 +480,9 @@ class _CompiledPartition(torch.nn.Module):
         self.returns_tuple = isinstance(output.args[0], (list, tuple))
         self.executables: dict[tuple, Any] = {}
         self.lock = threading.Lock()
+        devices = [v.device for n in module.graph.nodes for v in _values(n)
+                   if isinstance(v, torch.Tensor) and v.device.type == "tern"]
+        self.device = devices[0] if devices else torch.device("tern", torch.tern.current_device())
         # Compiled now for the traced sizes (the first call's, usually), so
         # that the compiler's refusals come while the graph can still be
         # partitioned around them.
@@ -415,15 +496,24 @@ class _CompiledPartition(torch.nn.Module):
         return self
 
     def _traced_sizes(self, module: torch.fx.GraphModule) -> dict:
-        if not self.finders:
+        if not self.symbols:
             return {}
         env = _shape_env(module)
         hints = getattr(env, "backed_var_to_val", None) or env.var_to_val
-        return {symbol: int(hints[symbol]) for symbol, _, _ in self.finders}
+        return {symbol: int(hints[symbol]) for symbol in self.symbols}
 
     def _sizes(self, args) -> dict:
-        return {symbol: int(args[position] if dim is None else args[position].shape[dim])
-                for symbol, position, dim in self.finders}
+        """This call's values of the sizes the partition depends on."""
+        given = _CALL_SIZES.get()
+        if given is not None and self.symbols.issubset(given):
+            return {symbol: given[symbol] for symbol in self.symbols}
+        sizes = _read_sizes(self.finders, args)
+        missing = sorted(str(symbol) for symbol in self.symbols - sizes.keys())
+        if missing:
+            raise RuntimeError(f"tern partition {self.name}: the sizes {missing} of this call "
+                               "are not known (neither the graph's arguments nor the "
+                               "partition's give them)")
+        return {symbol: sizes[symbol] for symbol in self.symbols}
 
     def _executable(self, sizes: dict):
         from torch_tern import _C
@@ -461,8 +551,11 @@ class _CompiledPartition(torch.nn.Module):
             return model
 
     def forward(self, *args):
-        model = self._executable(self._sizes(args) if self.finders else {})
-        tensors = [a for i, a in enumerate(args) if i not in self.size_positions]
+        model = self._executable(self._sizes(args) if self.symbols else {})
+        # A CPU scalar tensor may feed tern operators (PyTorch allows it): the
+        # executable reads it from device memory.
+        tensors = [a if a.device.type == "tern" else a.to(self.device)
+                   for i, a in enumerate(args) if i not in self.size_positions]
         outputs = model.run(tensors)
         return tuple(outputs) if self.returns_tuple else outputs[0]
 
@@ -546,7 +639,7 @@ def _partitioned(gm: torch.fx.GraphModule, kind: str) -> Callable:
 
     started = time.perf_counter()
     with _STATS.lock:
-        _STATS.graphs += 1
+        _STATS.backend_compiles += 1
         _STATS.graphs_by_kind[kind] += 1
     refused: dict[torch.fx.Node, str] = {}  # nodes the front end or compiler refused
     for attempt in range(_MAX_REPARTITIONS + 1):
@@ -578,7 +671,8 @@ def _partitioned(gm: torch.fx.GraphModule, kind: str) -> Callable:
     fallbacks = [n for n in gm.graph.nodes
                  if n.op == "call_function" and n not in in_partitions
                  and _name(n.target) not in _SIZE_OPS and not _is_size_arithmetic(n)
-                 and n in support.reasons and _is_compute(n)]
+                 and n in support.reasons and support.reasons[n] != _OFF_DEVICE
+                 and _is_compute(n)]
     _report_fallbacks(kind, fallbacks, support.reasons)
     if not partitions:
         return gm.forward
@@ -592,12 +686,25 @@ def _partitioned(gm: torch.fx.GraphModule, kind: str) -> Callable:
         setattr(fused, name, trials[names].adopt(submodule, name))
         compiled_nodes += sum(1 for n in submodule.graph.nodes if n.op == "call_function")
     fused.recompile()
+    outer_finders = _size_finders(gm)
+    if outer_finders:
+        inner = fused.forward
+
+        def run(*args):
+            token = _CALL_SIZES.set(_read_sizes(outer_finders, args))
+            try:
+                return inner(*args)
+            finally:
+                _CALL_SIZES.reset(token)
+
+        call = run
+    else:
+        call = fused.forward
     with _STATS.lock:
         _STATS.partitions += len(partitions)
-        _STATS.backend_compiles += len(partitions)
         _STATS.compiled_nodes += compiled_nodes
         _STATS.backend_seconds += time.perf_counter() - started
-    return fused.forward
+    return call
 
 
 def _decompositions() -> dict:
