@@ -320,11 +320,12 @@ def bench_training(name: str, make_model, batch: tuple, quick: bool) -> None:
                        speedup("CPU eager"),
                        speedup("CPU inductor", " (target >= 1)" if targets else "")]))
     fallbacks = tern_stats["fallback_nodes"]
+    eager_ops = ", ".join(f"{op} x{n}" for op, n in fallbacks.items()) or "none"
     print(f"  tern backend: {graphs(tern_stats)} graphs {tern_stats['graphs_by_kind']}, "
-          f"{tern_stats['partitions']} partitions, {tern_stats['compiled_nodes']} nodes compiled, "
-          f"{sum(fallbacks.values())} run eagerly ({', '.join(f'{op} x{n}' for op, n in fallbacks.items()) or 'none'}), "
-          f"{tern_stats['executables']} executables; backend {tern_stats['backend_seconds']:.2f} s "
-          f"(of which tern compiler {tern_stats['compile_seconds']:.2f} s)")
+          f"{tern_stats['partitions']} partitions, {tern_stats['compiled_nodes']} nodes "
+          f"compiled, {sum(fallbacks.values())} run eagerly ({eager_ops}), "
+          f"{tern_stats['executables']} executables; backend {tern_stats['backend_seconds']:.2f} "
+          f"s, tern compiler {tern_stats['compile_seconds']:.2f} s")
     if any(recompiled):
         print(f"  NOTE: compiled during the timed rounds: {recompiled[0]} Dynamo frames, "
               f"{recompiled[1]} tern executables")
@@ -382,9 +383,9 @@ def bench_cold_warm(tmp: str) -> None:
         results[kind] = dict(json.loads(lines[-1][len(CHILD_MARK):]), process_s=process_s)
     print(f"GPT-2 training step, compile time (each in a fresh process; cache {cache}):")
     for kind, r in results.items():
-        print(f"  {kind}: first step {r['first_s']:.2f} s (second step {r['second_s'] * 1e3:.1f} ms, "
-              f"whole process {r['process_s']:.1f} s); Dynamo's entire_frame_compile "
-              f"{r['dynamo_s']:.2f} s; {r['frames']} Dynamo frames, "
+        print(f"  {kind}: first step {r['first_s']:.2f} s (second step "
+              f"{r['second_s'] * 1e3:.1f} ms, whole process {r['process_s']:.1f} s); Dynamo's "
+              f"entire_frame_compile {r['dynamo_s']:.2f} s; {r['frames']} Dynamo frames, "
               f"{r['graphs']} graphs, {r['partitions']} partitions, {r['executables']} "
               f"executables, tern cache hits {r['cache_hits']} / misses {r['cache_misses']}; "
               f"backend {r['backend_seconds']:.2f} s, tern compiler {r['compile_seconds']:.3f} s")
@@ -526,23 +527,31 @@ def main():
     print(f"CPU: {cpu_model_name()}, {os.cpu_count()} CPUs; torch {torch.__version__}; "
           f"tern device: simulated on the same CPUs; load average {load_average()}")
 
-    def wanted(part: str) -> bool:
-        return args.only in (None, part)
-
+    sections = {
+        "transformer": lambda tmp: bench_training(
+            "GPT-2 (2 layers, 128 wide, vocab 512), batch 4 x 64 tokens", gpt2_model,
+            gpt2_batch(64), args.quick),
+        "cnn": lambda tmp: bench_training(
+            "CNN (3 x conv-BN-ReLU-pool, linear), batch 8 x 3x32x32", cnn_model, cnn_batch(),
+            args.quick),
+        "cold": bench_cold_warm,
+        "varlen": lambda tmp: bench_varlen(args.varlen_steps or (20 if args.quick else 200),
+                                           128 if args.quick else MAX_LEN, tmp),
+    }
     with tempfile.TemporaryDirectory(prefix="compile-training-") as tmp:
-        if wanted("transformer") or wanted("cnn"):
-            set_cache_dir(os.path.join(tmp, "step-cache"))
-        if wanted("transformer"):
-            bench_training("GPT-2 (2 layers, 128 wide, vocab 512), batch 4 x 64 tokens",
-                           gpt2_model, gpt2_batch(64), args.quick)
-        if wanted("cnn"):
-            bench_training("CNN (3 x conv-BN-ReLU-pool, linear), batch 8 x 3x32x32",
-                           cnn_model, cnn_batch(), args.quick)
-        if wanted("cold"):
-            bench_cold_warm(tmp)
-        if wanted("varlen"):
-            steps = args.varlen_steps or (20 if args.quick else 200)
-            bench_varlen(steps, 128 if args.quick else MAX_LEN, tmp)
+        set_cache_dir(os.path.join(tmp, "step-cache"))
+        # Inductor's caches too start empty (its first-step figures are
+        # compiles, not cache hits of an earlier run).
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(tmp, "inductor-cache")
+        for part, run in sections.items():
+            if args.only not in (None, part):
+                continue
+            try:
+                run(tmp)
+            except Exception:  # one section's failure is printed; the others still run
+                print(f"{part}: FAILED:")
+                traceback.print_exc(file=sys.stdout)
+            sys.stdout.flush()
     # Other work on the machine shows in every figure: say how busy it was.
     print(f"load average at the end {load_average()}")
 

@@ -211,6 +211,15 @@ def test_unsupported_operator_runs_eagerly_between_partitions():
     assert stats["partitions"] == 2
 
 
+def test_number_minus_tensor_compiles():
+    def fn(x):
+        return (1.0 - torch.sigmoid(x)) * x
+
+    x = torch.randn(4, 6, device="tern")
+    _close(torch.compile(fn, backend="tern")(x), fn(x), tol=0)
+    assert ternc.stats()["fallback_nodes"] == {}
+
+
 def test_fallback_error_mode_names_the_operator(monkeypatch):
     monkeypatch.setenv("TORCH_TERN_FALLBACK", "error")
     x = torch.randn(4, 6, device="tern")

@@ -559,6 +559,13 @@ const std::vector<UnaryCase>& UnaryCases() {
       {TERN_UNARY_LEAKY_RELU, -4, 4, {0.2}},
       {TERN_UNARY_ELU, -4, 4, {1.5}},
       {TERN_UNARY_POW_SCALAR, 0.1, 4, {1.7}},
+      // The exponents computed without pow (as PyTorch's CPU kernel does).
+      {TERN_UNARY_POW_SCALAR, -4, 4, {2.0}},
+      {TERN_UNARY_POW_SCALAR, -4, 4, {3.0}},
+      {TERN_UNARY_POW_SCALAR, 0.1, 4, {0.5}},
+      {TERN_UNARY_POW_SCALAR, 0.1, 4, {-0.5}},
+      {TERN_UNARY_POW_SCALAR, 0.2, 4, {-1.0}},
+      {TERN_UNARY_POW_SCALAR, 0.2, 4, {-2.0}},
       {TERN_UNARY_CLAMP, -4, 4, {-1.0, 2.5}},
       {TERN_UNARY_AFFINE, -4, 4, {0.5, -1.25}},
       {TERN_UNARY_SOFTPLUS, -30, 30, {2.0, 20.0}},

@@ -40,7 +40,7 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.fx
 
-from ._frontend import _DTYPES, UnsupportedGraph, _compile_cache_directory, _Converter
+from ._frontend import _DTYPES, UnsupportedGraph, _compile_cache_directory, _Converter, _where
 
 __all__ = ["backend", "clear_cache", "reset_stats", "stats"]
 
@@ -217,9 +217,21 @@ def _canonical_target(node: torch.fx.Node):
     return _aliases().get(node.target, node.target)
 
 
+def _is_number_minus_tensor(node: torch.fx.Node) -> bool:
+    """sub(number, x) (rsub's decomposition, as in 1.0 - mask), which the
+    front end writes as add(mul(x, -1), number): the same single rounding."""
+    return (node.target is torch.ops.aten.sub.Tensor and len(node.args) == 2
+            and isinstance(node.args[0], (int, float)) and not isinstance(node.args[0], bool)
+            and isinstance(node.args[1], torch.fx.Node) and node.kwargs.get("alpha", 1) == 1
+            and all(isinstance(v, torch.Tensor) and v.dtype.is_floating_point
+                    for v in _values(node.args[1]) + _values(node)))
+
+
 def _number_for_first_tensor(node: torch.fx.Node) -> bool:
     """An ATen call whose first argument is a tensor in the schema but a
-    Python number here (rsub's decomposition: sub(1.0, x))."""
+    Python number here."""
+    if _is_number_minus_tensor(node):
+        return False
     if not isinstance(node.target, torch._ops.OpOverload) or not node.args:
         return False
     arguments = node.target._schema.arguments
@@ -346,6 +358,16 @@ class _PartitionConverter(_Converter):
         return super()._fold(node)
 
     def _call(self, node: torch.fx.Node) -> None:
+        if _is_number_minus_tensor(node):
+            number, tensor = node.args
+            where = _where(node)
+            negated = len(self.spec["nodes"])
+            self.spec["nodes"].append(("aten.mul.Scalar", [self._ref(tensor.name)],
+                                       {"other": -1.0}, f"{node.name}_negated", where))
+            self.spec["nodes"].append(("aten.add.Scalar", [("node", negated, 0)],
+                                       {"other": number}, node.name, where))
+            self.refs[node.name] = ("node", negated + 1, 0)
+            return
         canonical = _canonical_target(node)
         if canonical is not node.target:
             node.target = canonical  # the same computation, under the compiler's name
