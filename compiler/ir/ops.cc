@@ -724,8 +724,8 @@ absl::Status ScatterValue(const InferContext& c, Types* out) {
 absl::Status IndexPut(const InferContext& c, Types* out) {
   if (c.inputs.size() != 3 || c.inputs[1] == nullptr) {
     return c.Error(
-        "it indexes with several tensors or not on dim 0; only index_put with one index tensor "
-        "on dim 0 (x[index] += values) is supported");
+        "it indexes with several tensors or not on dim 0, which the compiler does not lower "
+        "yet; only index_put with one index tensor on dim 0 (x[index] += values) is supported");
   }
   if (auto s = RequireInput(c, 0, "self"); !s.ok()) return s;
   if (auto s = RequireInput(c, 2, "values"); !s.ok()) return s;
@@ -734,13 +734,21 @@ absl::Status IndexPut(const InferContext& c, Types* out) {
   if (!accumulate.ok()) return accumulate.status();
   if (!*accumulate) {
     return c.Error(
-        "it has accumulate=False, whose result with repeated indices PyTorch leaves undefined; "
-        "only accumulate=True (x[index] += values) is supported");
+        "it has accumulate=False, which the compiler does not lower yet (PyTorch leaves its "
+        "result with repeated indices undefined); only accumulate=True (x[index] += values) is "
+        "supported");
+  }
+  if (index.dtype == TERN_DTYPE_BOOL) {
+    return c.Error(
+        "its index is a bool mask, which the compiler does not lower yet (it selects a "
+        "data-dependent number of rows); index with i64 or i32 positions");
   }
   if (auto s = RequireIndexDtype(c, index, "index"); !s.ok()) return s;
   if (self.shape.empty() || self.dtype == TERN_DTYPE_BOOL) {
-    return c.Error(fmt::format("its input is {} {}; it must have rank 1 or more and not be bool",
-                               tern_dtype_name(self.dtype), Shp(c, self.shape)));
+    return c.Error(fmt::format(
+        "its input is {} {}, which the compiler does not lower yet: it must have rank 1 or "
+        "more and not be bool (scatter_add does not take bool)",
+        tern_dtype_name(self.dtype), Shp(c, self.shape)));
   }
   if (values.dtype != self.dtype) {
     return c.Error(fmt::format("its values are {} and its input {}; they must match",

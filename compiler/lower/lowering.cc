@@ -1032,12 +1032,12 @@ class Lowerer {
       // The instruction takes its bounds as doubles: exact up to 2^53.
       if (bound && bound->is_int &&
           (bound->i > (int64_t{1} << 53) || bound->i < -(int64_t{1} << 53))) {
-        return Error(node, fmt::format("its bound {} is beyond 2^53 in magnitude, which clamp "
-                                       "cannot take exactly",
+        return Error(node, fmt::format("its bound {} is beyond 2^53 in magnitude, which is not "
+                                       "lowered yet (clamp takes its bounds as doubles)",
                                        bound->i));
       }
       if (bound && !bound->is_int && std::isnan(bound->d)) {
-        return Error(node, "a NaN bound is not lowered (the clamp instruction takes numbers)");
+        return Error(node, "a NaN bound is not lowered yet (the clamp instruction takes numbers)");
       }
     }
     const uint32_t out = node.outputs[0];

@@ -355,7 +355,8 @@ TEST(Ops, ConstantPadNdScatterAndIndexPutShapes) {
             F32(S({10, 4})));
   auto overwrite = AddNode(&graph, "aten.index_put.default", {table, ids, grad}, {});
   ASSERT_FALSE(overwrite.ok());
-  EXPECT_CONTAINS(overwrite.status().message(), "it has accumulate=False");
+  EXPECT_CONTAINS(overwrite.status().message(),
+                  "it has accumulate=False, which the compiler does not lower yet");
   auto two =
       AddNode(&graph, "aten.index_put.default", {table, ids, ids, grad}, {A("accumulate", true)});
   ASSERT_FALSE(two.ok());
@@ -372,7 +373,8 @@ TEST(Ops, ConstantPadNdScatterAndIndexPutShapes) {
   auto by_mask =
       AddNode(&graph, "aten.index_put.default", {table, mask, row}, {A("accumulate", true)});
   ASSERT_FALSE(by_mask.ok());
-  EXPECT_CONTAINS(by_mask.status().message(), "its index has dtype bool; it must be i64 or i32");
+  EXPECT_CONTAINS(by_mask.status().message(),
+                  "its index is a bool mask, which the compiler does not lower yet");
   auto wrong_dtype = AddNode(&graph, "aten.index_put.default",
                              {table, ids, graph.AddInput("half", {TERN_DTYPE_BF16, S({4})})},
                              {A("accumulate", true)});
@@ -388,7 +390,8 @@ TEST(Ops, ConstantPadNdScatterAndIndexPutShapes) {
                         graph.AddInput("on", {TERN_DTYPE_BOOL, S({1})})},
                        {A("accumulate", true)});
   ASSERT_FALSE(flags.ok());
-  EXPECT_CONTAINS(flags.status().message(), "it must have rank 1 or more and not be bool");
+  EXPECT_CONTAINS(flags.status().message(),
+                  "which the compiler does not lower yet: it must have rank 1");
 }
 
 TEST(Ops, APythonNumberMayStandForEitherOperand) {
