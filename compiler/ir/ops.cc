@@ -10,6 +10,7 @@
 #include <array>
 #include <limits>
 #include <unordered_map>
+#include <utility>
 
 namespace tern::compiler {
 namespace {
@@ -138,31 +139,45 @@ absl::Status FloatUnary(const InferContext& c, Types* out) {
   return absl::OkStatus();
 }
 
-// self op other, where other may be a Python number (attribute "other").
+// A tensor with a Python number (attribute `name`, which stands for the
+// absent tensor input): the tensor's shape and dtype, or f32 for a float
+// number with an integer or bool tensor.
+absl::StatusOr<TensorType> WithNumber(const InferContext& c, const TensorType& tensor,
+                                      const char* name) {
+  const Attribute* scalar = FindAttr(c.node, name);
+  if (scalar == nullptr) {
+    return c.Error(
+        fmt::format("it has neither a tensor '{}' (input {}) nor a number attribute '{}'", name,
+                    std::string_view(name) == "self" ? 0 : 1, name));
+  }
+  TensorType result = tensor;
+  if (std::holds_alternative<double>(scalar->value) && !IsFloat(tensor.dtype)) {
+    result.dtype = TERN_DTYPE_F32;
+  } else if (!std::holds_alternative<double>(scalar->value) &&
+             !std::holds_alternative<int64_t>(scalar->value) &&
+             !std::holds_alternative<bool>(scalar->value)) {
+    return c.Error(fmt::format("its attribute '{}' must be a number", name));
+  }
+  return result;
+}
+
+// self op other, where either may be a Python number (attribute "other", or
+// "self" for `1 - x`, which core ATen writes as sub.Tensor(1, x)), not both.
 absl::Status Binary(const InferContext& c, Types* out, bool true_division) {
-  if (auto s = RequireInput(c, 0, "self"); !s.ok()) return s;
-  const TensorType& self = *c.inputs[0];
+  const TensorType* self = c.inputs.empty() ? nullptr : c.inputs[0];
   const TensorType* other = c.inputs.size() > 1 ? c.inputs[1] : nullptr;
   TensorType result;
-  if (other != nullptr) {
-    auto shape = Broadcast(c, {&self.shape, &other->shape});
+  if (self != nullptr && other != nullptr) {
+    auto shape = Broadcast(c, {&self->shape, &other->shape});
     if (!shape.ok()) return shape.status();
     result.shape = *shape;
-    result.dtype = Promote(self.dtype, other->dtype);
+    result.dtype = Promote(self->dtype, other->dtype);
+  } else if (self != nullptr || other != nullptr) {
+    auto mixed = self != nullptr ? WithNumber(c, *self, "other") : WithNumber(c, *other, "self");
+    if (!mixed.ok()) return mixed.status();
+    result = *mixed;
   } else {
-    const Attribute* scalar = FindAttr(c.node, "other");
-    if (scalar == nullptr) {
-      return c.Error("it has neither a tensor 'other' (input 1) nor a number attribute 'other'");
-    }
-    result.shape = self.shape;
-    result.dtype = self.dtype;
-    if (std::holds_alternative<double>(scalar->value) && !IsFloat(self.dtype)) {
-      result.dtype = TERN_DTYPE_F32;
-    } else if (!std::holds_alternative<double>(scalar->value) &&
-               !std::holds_alternative<int64_t>(scalar->value) &&
-               !std::holds_alternative<bool>(scalar->value)) {
-      return c.Error("its attribute 'other' must be a number");
-    }
+    return RequireInput(c, 0, "self");
   }
   if (true_division && !IsFloat(result.dtype)) result.dtype = TERN_DTYPE_F32;
   out->push_back(std::move(result));
@@ -542,6 +557,213 @@ absl::Status AnyDim(const InferContext& c, Types* out) {
 absl::Status LogicalNot(const InferContext& c, Types* out) {
   if (auto s = SameAsInput(c, out); !s.ok()) return s;
   out->back().dtype = TERN_DTYPE_BOOL;
+  return absl::OkStatus();
+}
+
+// Two tensors of any dtypes, broadcast; the result is bool (logical_and,
+// logical_or: a non-zero element, NaN included, is true).
+absl::Status Logical(const InferContext& c, Types* out) {
+  if (auto s = RequireInput(c, 0, "self"); !s.ok()) return s;
+  if (auto s = RequireInput(c, 1, "other"); !s.ok()) return s;
+  auto shape = Broadcast(c, {&c.inputs[0]->shape, &c.inputs[1]->shape});
+  if (!shape.ok()) return shape.status();
+  out->push_back({TERN_DTYPE_BOOL, *shape});
+  return absl::OkStatus();
+}
+
+// The bitwise ops take integer and bool tensors only, as in PyTorch (and the
+// ISA's bitwise functions).
+absl::Status RequireIntegerOrBool(const InferContext& c, const TensorType& t, const char* what) {
+  if (IsFloat(t.dtype)) {
+    return c.Error(fmt::format("its {} has dtype {}; bitwise ops take integer or bool tensors",
+                               what, tern_dtype_name(t.dtype)));
+  }
+  return absl::OkStatus();
+}
+
+// bitwise_and, bitwise_or: two integer or bool tensors, broadcast and
+// promoted (bool with an integer gives the integer).
+absl::Status Bitwise(const InferContext& c, Types* out) {
+  if (auto s = RequireInput(c, 0, "self"); !s.ok()) return s;
+  if (auto s = RequireInput(c, 1, "other"); !s.ok()) return s;
+  if (auto s = RequireIntegerOrBool(c, *c.inputs[0], "self"); !s.ok()) return s;
+  if (auto s = RequireIntegerOrBool(c, *c.inputs[1], "other"); !s.ok()) return s;
+  auto shape = Broadcast(c, {&c.inputs[0]->shape, &c.inputs[1]->shape});
+  if (!shape.ok()) return shape.status();
+  out->push_back({Promote(c.inputs[0]->dtype, c.inputs[1]->dtype), *shape});
+  return absl::OkStatus();
+}
+
+absl::Status BitwiseNot(const InferContext& c, Types* out) {
+  if (auto s = SameAsInput(c, out); !s.ok()) return s;
+  return RequireIntegerOrBool(c, out->back(), "input");
+}
+
+// clamp(self, min?, max?) with Python numbers as bounds. The result type is
+// PyTorch's promotion of the tensor with the bounds: a float bound makes an
+// integer or bool tensor f32, an integer bound makes a bool tensor i64
+// (clamping bool itself is refused by PyTorch, and here).
+absl::Status ClampBounds(const InferContext& c, Types* out, bool need_min, bool need_max) {
+  if (auto s = RequireInput(c, 0, "self"); !s.ok()) return s;
+  TensorType t = *c.inputs[0];
+  bool any = false;
+  const std::pair<const char*, bool> bounds[] = {{"min", need_min}, {"max", need_max}};
+  for (const auto& [name, required] : bounds) {
+    const Attribute* bound = FindAttr(c.node, name);
+    if (bound == nullptr) {
+      if (required) return c.Error(fmt::format("its number attribute '{}' is missing", name));
+      continue;
+    }
+    any = true;
+    if (std::holds_alternative<double>(bound->value)) {
+      if (!IsFloat(t.dtype)) t.dtype = TERN_DTYPE_F32;
+    } else if (std::holds_alternative<int64_t>(bound->value)) {
+      if (t.dtype == TERN_DTYPE_BOOL) t.dtype = TERN_DTYPE_I64;
+    } else if (!std::holds_alternative<bool>(bound->value)) {
+      return c.Error(fmt::format(
+          "its attribute '{}' must be a number (clamp with tensor bounds is clamp.Tensor)", name));
+    }
+  }
+  if (!any) return c.Error("it has neither 'min' nor 'max'; clamp needs at least one of them");
+  if (t.dtype == TERN_DTYPE_BOOL) {
+    return c.Error("it clamps a bool tensor with bool bounds, which PyTorch does not do either");
+  }
+  out->push_back(std::move(t));
+  return absl::OkStatus();
+}
+
+absl::Status Clamp(const InferContext& c, Types* out) { return ClampBounds(c, out, false, false); }
+absl::Status ClampMin(const InferContext& c, Types* out) {
+  return ClampBounds(c, out, true, false);
+}
+absl::Status ClampMax(const InferContext& c, Types* out) {
+  return ClampBounds(c, out, false, true);
+}
+
+// constant_pad_nd(self, pad, value=0): `pad` holds (before, after) pairs
+// starting from the last dim; negative amounts crop, as in PyTorch.
+absl::Status ConstantPadNd(const InferContext& c, Types* out) {
+  if (auto s = RequireInput(c, 0, "self"); !s.ok()) return s;
+  TensorType t = *c.inputs[0];
+  auto pad = c.Ints("pad", {});
+  if (!pad.ok()) return pad.status();
+  if (pad->size() % 2 != 0 || pad->size() > 2 * t.shape.size()) {
+    return c.Error(fmt::format(
+        "its pad has {} values; it takes (before, after) pairs for at most the {} dims of {}",
+        pad->size(), t.shape.size(), Shp(c, t.shape)));
+  }
+  const Attribute* value = FindAttr(c.node, "value");
+  if (value != nullptr && !std::holds_alternative<double>(value->value) &&
+      !std::holds_alternative<int64_t>(value->value) &&
+      !std::holds_alternative<bool>(value->value)) {
+    return c.Error("its attribute 'value' must be a number");
+  }
+  for (size_t pair = 0; pair < pad->size() / 2; ++pair) {
+    Dim& size = t.shape[t.shape.size() - 1 - pair];
+    const int64_t before = (*pad)[2 * pair], after = (*pad)[2 * pair + 1];
+    int64_t total = 0;
+    std::optional<Dim> padded;
+    if (!__builtin_add_overflow(before, after, &total)) padded = size.Plus(total);
+    if (!padded.has_value() || padded->Min(c.graph.symbols) < 0) {
+      return c.Error(fmt::format("its pad ({}, {}) makes dim {} of size {} negative", before, after,
+                                 t.shape.size() - 1 - pair, size.ToString(c.graph.symbols)));
+    }
+    size = *padded;
+  }
+  out->push_back(std::move(t));
+  return absl::OkStatus();
+}
+
+// An index tensor of gather-like ops: i64 or i32 (a bool mask would select
+// a data-dependent number of elements).
+absl::Status RequireIndexDtype(const InferContext& c, const TensorType& index, const char* what) {
+  if (index.dtype != TERN_DTYPE_I64 && index.dtype != TERN_DTYPE_I32) {
+    return c.Error(fmt::format("its {} has dtype {}; it must be i64 or i32", what,
+                               tern_dtype_name(index.dtype)));
+  }
+  return absl::OkStatus();
+}
+
+// scatter.value(self, dim, index, value): self with `value` written where
+// index points along dim; index has self's rank and no larger dims elsewhere.
+absl::Status ScatterValue(const InferContext& c, Types* out) {
+  if (auto s = RequireInput(c, 0, "self"); !s.ok()) return s;
+  if (auto s = RequireInput(c, 1, "index"); !s.ok()) return s;
+  const TensorType &self = *c.inputs[0], &index = *c.inputs[1];
+  auto dim = c.Int("dim", 0);
+  if (!dim.ok()) return dim.status();
+  auto n = NormalizeDim(c, *dim, self.shape.size());
+  if (!n.ok()) return n.status();
+  if (auto s = RequireIndexDtype(c, index, "index"); !s.ok()) return s;
+  const Attribute* value = FindAttr(c.node, "value");
+  if (value == nullptr || (!std::holds_alternative<double>(value->value) &&
+                           !std::holds_alternative<int64_t>(value->value) &&
+                           !std::holds_alternative<bool>(value->value))) {
+    return c.Error("its attribute 'value' must be a number");
+  }
+  // As PyTorch, a 0-d input or index counts as 1-d.
+  if (std::max<size_t>(index.shape.size(), 1) != std::max<size_t>(self.shape.size(), 1)) {
+    return c.Error(fmt::format("its index {} and input {} differ in rank", Shp(c, index.shape),
+                               Shp(c, self.shape)));
+  }
+  for (size_t d = 0; d < index.shape.size() && d < self.shape.size(); ++d) {
+    if (static_cast<int64_t>(d) != *n &&
+        index.shape[d].Max(c.graph.symbols) > self.shape[d].Min(c.graph.symbols)) {
+      return c.Error(fmt::format("its index {} is larger than its input {} in dim {}",
+                                 Shp(c, index.shape), Shp(c, self.shape), d));
+    }
+  }
+  out->push_back(self);
+  return absl::OkStatus();
+}
+
+// index_put(self, indices, values, accumulate): only the form of an
+// embedding's backward, index_put(zeros, [index], values, accumulate=True):
+// one integer index on dim 0, values added at the indexed rows (duplicates
+// sum). Inputs: self, the index, values.
+absl::Status IndexPut(const InferContext& c, Types* out) {
+  if (c.inputs.size() != 3 || c.inputs[1] == nullptr) {
+    return c.Error(
+        "it indexes with several tensors or not on dim 0, which the compiler does not lower "
+        "yet; only index_put with one index tensor on dim 0 (x[index] += values) is supported");
+  }
+  if (auto s = RequireInput(c, 0, "self"); !s.ok()) return s;
+  if (auto s = RequireInput(c, 2, "values"); !s.ok()) return s;
+  const TensorType &self = *c.inputs[0], &index = *c.inputs[1], &values = *c.inputs[2];
+  auto accumulate = c.Bool("accumulate", false);
+  if (!accumulate.ok()) return accumulate.status();
+  if (!*accumulate) {
+    return c.Error(
+        "it has accumulate=False, which the compiler does not lower yet (PyTorch leaves its "
+        "result with repeated indices undefined); only accumulate=True (x[index] += values) is "
+        "supported");
+  }
+  if (index.dtype == TERN_DTYPE_BOOL) {
+    return c.Error(
+        "its index is a bool mask, which the compiler does not lower yet (it selects a "
+        "data-dependent number of rows); index with i64 or i32 positions");
+  }
+  if (auto s = RequireIndexDtype(c, index, "index"); !s.ok()) return s;
+  if (self.shape.empty() || self.dtype == TERN_DTYPE_BOOL) {
+    return c.Error(fmt::format(
+        "its input is {} {}, which the compiler does not lower yet: it must have rank 1 or "
+        "more and not be bool (scatter_add does not take bool)",
+        tern_dtype_name(self.dtype), Shp(c, self.shape)));
+  }
+  if (values.dtype != self.dtype) {
+    return c.Error(fmt::format("its values are {} and its input {}; they must match",
+                               tern_dtype_name(values.dtype), tern_dtype_name(self.dtype)));
+  }
+  // values broadcast to index.shape + self.shape[1:], one slice per index.
+  Shape updates = index.shape;
+  updates.insert(updates.end(), self.shape.begin() + 1, self.shape.end());
+  auto shape = Broadcast(c, {&values.shape, &updates});
+  if (!shape.ok() || *shape != updates) {
+    return c.Error(fmt::format("its values {} do not broadcast to {} (index {} and input {})",
+                               Shp(c, values.shape), Shp(c, updates), Shp(c, index.shape),
+                               Shp(c, self.shape)));
+  }
+  out->push_back(self);
   return absl::OkStatus();
 }
 
@@ -961,9 +1183,16 @@ const std::vector<OpDef>& Table() {
         {"aten.addmm.default", 3, 3, 1, -1, Addmm},
         {"aten.amax.default", 1, 1, 1, -1, Sum},
         {"aten.bmm.default", 2, 2, 1, -1, Bmm},
+        {"aten.bitwise_and.Tensor", 2, 2, 1, -1, Bitwise},
+        {"aten.bitwise_not.default", 1, 1, 1, -1, BitwiseNot},
+        {"aten.bitwise_or.Tensor", 2, 2, 1, -1, Bitwise},
         {"aten.cat.default", 1, kVariadic, 1, -1, Cat},
+        {"aten.clamp.default", 1, 1, 1, -1, Clamp},
+        {"aten.clamp_max.default", 1, 1, 1, -1, ClampMax},
+        {"aten.clamp_min.default", 1, 1, 1, -1, ClampMin},
         {"aten.clone.default", 1, 1, 1, -1, SameAsInput},
         {"aten.alias.default", 1, 1, 1, -1, SameAsInput},
+        {"aten.constant_pad_nd.default", 1, 1, 1, -1, ConstantPadNd},
         {"aten.convolution.default", 2, 3, 1, -1, Convolution},
         {"aten.cos.default", 1, 1, 1, -1, FloatUnary},
         {"aten.div.Scalar", 1, 1, 1, -1, Division},
@@ -981,10 +1210,13 @@ const std::vector<OpDef>& Table() {
         {"aten.gelu.default", 1, 1, 1, -1, FloatUnary},
         {"aten.gt.Scalar", 1, 1, 1, -1, Comparison},
         {"aten.gt.Tensor", 1, 2, 1, -1, Comparison},
+        {"aten.index_put.default", 2, kVariadic, 1, -1, IndexPut},
         {"aten.log.default", 1, 1, 1, -1, FloatUnary},
         {"aten.le.Scalar", 1, 1, 1, -1, Comparison},
         {"aten.le.Tensor", 1, 2, 1, -1, Comparison},
+        {"aten.logical_and.default", 2, 2, 1, -1, Logical},
         {"aten.logical_not.default", 1, 1, 1, -1, LogicalNot},
+        {"aten.logical_or.default", 2, 2, 1, -1, Logical},
         {"aten.lt.Scalar", 1, 1, 1, -1, Comparison},
         {"aten.lt.Tensor", 1, 2, 1, -1, Comparison},
         {"aten.max_pool2d_with_indices.default", 1, 1, 2, -1, MaxPool2d},
@@ -1003,6 +1235,7 @@ const std::vector<OpDef>& Table() {
         {"aten.relu.default", 1, 1, 1, -1, SameAsInput},
         {"aten.rms_norm.default", 1, 2, 1, -1, RmsNorm},
         {"aten.rsqrt.default", 1, 1, 1, -1, FloatUnary},
+        {"aten.scatter.value", 2, 2, 1, -1, ScatterValue},
         {"aten.select.int", 1, 1, 1, 0, Select},
         {"aten.sigmoid.default", 1, 1, 1, -1, FloatUnary},
         {"aten.silu.default", 1, 1, 1, -1, FloatUnary},

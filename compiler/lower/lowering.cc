@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <map>
@@ -639,23 +640,41 @@ class Lowerer {
 
   absl::Status LowerBinary(const Node& node) {
     static const std::map<std::string_view, tern_binary_fn_t> kFns = {
-        {"aten.add.Tensor", TERN_BINARY_ADD},      {"aten.add.Scalar", TERN_BINARY_ADD},
-        {"aten.sub.Tensor", TERN_BINARY_SUB},      {"aten.sub.Scalar", TERN_BINARY_SUB},
-        {"aten.mul.Tensor", TERN_BINARY_MUL},      {"aten.mul.Scalar", TERN_BINARY_MUL},
-        {"aten.div.Tensor", TERN_BINARY_DIV},      {"aten.div.Scalar", TERN_BINARY_DIV},
-        {"aten.maximum.default", TERN_BINARY_MAX}, {"aten.minimum.default", TERN_BINARY_MIN},
-        {"aten.eq.Tensor", TERN_BINARY_EQ},        {"aten.gt.Tensor", TERN_BINARY_GT},
-        {"aten.lt.Tensor", TERN_BINARY_LT},        {"aten.ne.Tensor", TERN_BINARY_NE},
-        {"aten.ge.Tensor", TERN_BINARY_GE},        {"aten.le.Tensor", TERN_BINARY_LE},
-        {"aten.eq.Scalar", TERN_BINARY_EQ},        {"aten.ne.Scalar", TERN_BINARY_NE},
-        {"aten.gt.Scalar", TERN_BINARY_GT},        {"aten.ge.Scalar", TERN_BINARY_GE},
-        {"aten.lt.Scalar", TERN_BINARY_LT},        {"aten.le.Scalar", TERN_BINARY_LE},
+        {"aten.add.Tensor", TERN_BINARY_ADD},
+        {"aten.add.Scalar", TERN_BINARY_ADD},
+        {"aten.sub.Tensor", TERN_BINARY_SUB},
+        {"aten.sub.Scalar", TERN_BINARY_SUB},
+        {"aten.mul.Tensor", TERN_BINARY_MUL},
+        {"aten.mul.Scalar", TERN_BINARY_MUL},
+        {"aten.div.Tensor", TERN_BINARY_DIV},
+        {"aten.div.Scalar", TERN_BINARY_DIV},
+        {"aten.maximum.default", TERN_BINARY_MAX},
+        {"aten.minimum.default", TERN_BINARY_MIN},
+        {"aten.eq.Tensor", TERN_BINARY_EQ},
+        {"aten.gt.Tensor", TERN_BINARY_GT},
+        {"aten.lt.Tensor", TERN_BINARY_LT},
+        {"aten.ne.Tensor", TERN_BINARY_NE},
+        {"aten.ge.Tensor", TERN_BINARY_GE},
+        {"aten.le.Tensor", TERN_BINARY_LE},
+        {"aten.eq.Scalar", TERN_BINARY_EQ},
+        {"aten.ne.Scalar", TERN_BINARY_NE},
+        {"aten.gt.Scalar", TERN_BINARY_GT},
+        {"aten.ge.Scalar", TERN_BINARY_GE},
+        {"aten.lt.Scalar", TERN_BINARY_LT},
+        {"aten.le.Scalar", TERN_BINARY_LE},
+        {"aten.logical_and.default", TERN_BINARY_LOGICAL_AND},
+        {"aten.logical_or.default", TERN_BINARY_LOGICAL_OR},
+        {"aten.bitwise_and.Tensor", TERN_BINARY_BITWISE_AND},
+        {"aten.bitwise_or.Tensor", TERN_BINARY_BITWISE_OR},
     };
     tern_binary_fn_t fn = kFns.at(node.op);
     const uint32_t out = node.outputs[0];
     const bool comparison = fn == TERN_BINARY_EQ || fn == TERN_BINARY_NE || fn == TERN_BINARY_GT ||
                             fn == TERN_BINARY_GE || fn == TERN_BINARY_LT || fn == TERN_BINARY_LE;
-    const tern_dtype_t dtype = comparison ? CompareDtype(node) : DtypeOf(out);
+    const bool logical = fn == TERN_BINARY_LOGICAL_AND || fn == TERN_BINARY_LOGICAL_OR;
+    const tern_dtype_t dtype = comparison ? CompareDtype(node)
+                               : logical  ? LogicalDtype(node)
+                                          : DtypeOf(out);
     const std::vector<int64_t> shape = ShapeOf(out);
     const std::optional<Number> alpha = NumberAttr(node, "alpha");
     const bool scaled = alpha.has_value() && !alpha->IsOne();
@@ -705,11 +724,20 @@ class Lowerer {
         common = dtype;
       }
     }
-    const std::optional<Number> other = NumberAttr(node, "other");
-    if (common.has_value() && other.has_value() && !other->is_int && !IsFloat(*common)) {
+    std::optional<Number> number = NumberAttr(node, "other");
+    if (!number.has_value()) number = NumberAttr(node, "self");  // 2 < x as lt.Tensor(2, x)
+    if (common.has_value() && number.has_value() && !number->is_int && !IsFloat(*common)) {
       return TERN_DTYPE_F32;
     }
     return common.value_or(TERN_DTYPE_F32);
+  }
+
+  // The dtype logical_and/or read their tensors in: their own when they
+  // have one dtype; bool when they differ (a cast to bool is exactly "not
+  // zero", NaN included, where promoting could round a tiny value to 0).
+  tern_dtype_t LogicalDtype(const Node& node) const {
+    const tern_dtype_t a = DtypeOf(node.inputs[0]), b = DtypeOf(node.inputs[1]);
+    return a == b ? a : TERN_DTYPE_BOOL;
   }
 
   absl::Status LowerUnary(const Node& node) {
@@ -729,6 +757,7 @@ class Lowerer {
         {"aten.erf.default", TERN_UNARY_ERF},
         {"aten.silu.default", TERN_UNARY_SILU},
         {"aten.logical_not.default", TERN_UNARY_LOGICAL_NOT},
+        {"aten.bitwise_not.default", TERN_UNARY_BITWISE_NOT},
     };
     tern_unary_fn_t fn = kFns.at(node.op);
     std::vector<double> floats;
@@ -932,15 +961,159 @@ class Lowerer {
   absl::Status LowerFullLike(const Node& node) {
     const std::optional<Number> value = NumberAttr(node, "fill_value");
     if (!value.has_value()) return Error(node, "has no number 'fill_value'");
-    const uint32_t out = node.outputs[0];
-    if (IsFloat(DtypeOf(out))) {
-      Emit(TERN_OP_FILL, {Produce(out)}, {}, {value->AsDouble()});
-    } else if (DtypeOf(out) == TERN_DTYPE_BOOL) {
-      Emit(TERN_OP_FILL, {Produce(out)}, {value->AsDouble() != 0.0 ? 1 : 0});  // as bool(v)
-    } else {
-      Emit(TERN_OP_FILL, {Produce(out)},
-           {value->is_int ? value->i : static_cast<int64_t>(value->AsDouble())});
+    return Fill(node, Produce(node.outputs[0]), *value);
+  }
+
+  // A `fill` of `out` with a Python number converted as PyTorch converts a
+  // scalar to the tensor's dtype (bool(v), int(v)).
+  absl::Status Fill(const Node& node, const TensorRef& out, const Number& value) {
+    if (IsFloat(out.dtype)) {
+      Emit(TERN_OP_FILL, {out}, {}, {value.AsDouble()});
+      return absl::OkStatus();
     }
+    if (out.dtype == TERN_DTYPE_BOOL) {
+      Emit(TERN_OP_FILL, {out}, {value.AsDouble() != 0.0 ? 1 : 0});  // as bool(v)
+      return absl::OkStatus();
+    }
+    absl::StatusOr<int64_t> integer = IntegerFor(node, value, out.dtype);
+    if (!integer.ok()) return integer.status();
+    Emit(TERN_OP_FILL, {out}, {*integer});
+    return absl::OkStatus();
+  }
+
+  // A Python number as a value of an integer dtype, int(v) (truncation);
+  // refused when the dtype cannot hold it, rather than wrapped (and a float
+  // beyond int64 would have no defined conversion).
+  absl::StatusOr<int64_t> IntegerFor(const Node& node, const Number& value,
+                                     tern_dtype_t dtype) const {
+    const int64_t low = dtype == TERN_DTYPE_I8    ? INT8_MIN
+                        : dtype == TERN_DTYPE_I32 ? INT32_MIN
+                                                  : INT64_MIN;
+    const int64_t high = dtype == TERN_DTYPE_I8    ? INT8_MAX
+                         : dtype == TERN_DTYPE_I32 ? INT32_MAX
+                                                   : INT64_MAX;
+    // [-2^63, 2^63) as doubles: every double in it converts.
+    const bool fits_i64 =
+        value.is_int || (value.d >= -9223372036854775808.0 && value.d < 9223372036854775808.0);
+    const int64_t integer = value.is_int ? value.i : fits_i64 ? static_cast<int64_t>(value.d) : 0;
+    if (!fits_i64 || integer < low || integer > high) {
+      return Error(node,
+                   fmt::format("the value {} does not fit its dtype {}",
+                               value.is_int ? std::to_string(value.i) : fmt::format("{}", value.d),
+                               tern_dtype_name(dtype)));
+    }
+    return integer;
+  }
+
+  // A Python number as a one-element constant of a tensor's dtype, broadcast
+  // to `shape`, converted as PyTorch converts a scalar: bool(v) (Scalar
+  // would truncate 0.5 to false), int(v).
+  absl::StatusOr<TensorRef> NumberAs(const Node& node, const Number& number, tern_dtype_t dtype,
+                                     const std::vector<int64_t>& shape) {
+    if (IsFloat(dtype)) return Scalar(number, dtype, shape);
+    if (dtype == TERN_DTYPE_BOOL) {
+      return Scalar(Number{true, number.AsDouble() != 0.0 ? 1 : 0, 0.0}, dtype, shape);
+    }
+    absl::StatusOr<int64_t> integer = IntegerFor(node, number, dtype);
+    if (!integer.ok()) return integer.status();
+    return Scalar(Number{true, *integer, 0.0}, dtype, shape);
+  }
+
+  // clamp, clamp_min, clamp_max: one `unary clamp`, an absent bound ±inf.
+  // The input is converted first when a bound promotes it (an integer
+  // tensor with a float bound computes in f32).
+  absl::Status LowerClamp(const Node& node) {
+    const std::optional<Number> min = NumberAttr(node, "min");
+    const std::optional<Number> max = NumberAttr(node, "max");
+    const double infinity = std::numeric_limits<double>::infinity();
+    std::vector<double> bounds = {min ? min->AsDouble() : -infinity,
+                                  max ? max->AsDouble() : infinity};
+    for (const std::optional<Number>& bound : {min, max}) {
+      // The instruction takes its bounds as doubles: exact up to 2^53.
+      if (bound && bound->is_int &&
+          (bound->i > (int64_t{1} << 53) || bound->i < -(int64_t{1} << 53))) {
+        return Error(node, fmt::format("its bound {} is beyond 2^53 in magnitude, which is not "
+                                       "lowered yet (clamp takes its bounds as doubles)",
+                                       bound->i));
+      }
+      if (bound && !bound->is_int && std::isnan(bound->d)) {
+        return Error(node, "a NaN bound is not lowered yet (the clamp instruction takes numbers)");
+      }
+    }
+    const uint32_t out = node.outputs[0];
+    const TensorRef in = CastTo(In(node, 0), DtypeOf(out));
+    Emit(TERN_OP_UNARY, {ProduceElementwise(node, out, {in}), in}, {TERN_UNARY_CLAMP},
+         std::move(bounds));
+    return absl::OkStatus();
+  }
+
+  // constant_pad_nd: a `fill` of the output with the value, then a `copy`
+  // of the input (cropped where a pad is negative) into its interior.
+  absl::Status LowerConstantPad(const Node& node) {
+    absl::StatusOr<std::vector<int64_t>> pad = Context(node).Ints("pad", {});
+    if (!pad.ok()) return pad.status();
+    const Number value = NumberAttr(node, "value").value_or(Number{});
+    const TensorRef out = Produce(node.outputs[0]);
+    if (absl::Status status = Fill(node, out, value); !status.ok()) return status;
+    TensorRef interior = out, source = In(node, 0);
+    for (size_t pair = 0; pair < pad->size() / 2; ++pair) {
+      const int64_t dim = static_cast<int64_t>(source.shape.size() - 1 - pair);
+      const int64_t before = (*pad)[2 * pair], after = (*pad)[2 * pair + 1];
+      const int64_t length = source.shape[static_cast<size_t>(dim)] -
+                             std::max<int64_t>(0, -before) - std::max<int64_t>(0, -after);
+      if (length <= 0) return absl::OkStatus();  // cropped away: only the fill
+      source = source.Slice(dim, std::max<int64_t>(0, -before), length, 1);
+      interior = interior.Slice(dim, std::max<int64_t>(0, before), length, 1);
+    }
+    if (source.Elements() > 0) Emit(TERN_OP_COPY, {interior, source});
+    return absl::OkStatus();
+  }
+
+  // scatter.value: out = where(mask, value, self), the mask marking the
+  // positions index names. There is no scatter that overwrites, so the mask
+  // counts them: `scatter_add_along_axis` of ones into zeros, then a cast to
+  // bool (f32 counts never wrap back to 0, whatever the duplicates).
+  absl::Status LowerScatterValue(const Node& node) {
+    const std::optional<Number> value = NumberAttr(node, "value");
+    if (!value.has_value()) return Error(node, "has no number 'value'");
+    absl::StatusOr<int64_t> dim = Context(node).Int("dim", 0);
+    if (!dim.ok()) return dim.status();
+    absl::StatusOr<int64_t> d = NormalizeDim(node, *dim, In(node, 0).shape.size());
+    if (!d.ok()) return d.status();
+    // As PyTorch, a 0-d input or index is taken as 1-d (the instruction needs rank 1).
+    TensorRef self = In(node, 0), index = In(node, 1), out = Produce(node.outputs[0]);
+    if (self.shape.empty()) {
+      self = self.Unsqueeze(0);
+      out = out.Unsqueeze(0);
+    }
+    if (index.shape.empty()) index = index.Unsqueeze(0);
+    absl::StatusOr<TensorRef> written = NumberAs(node, *value, self.dtype, self.shape);
+    if (!written.ok()) return written.status();
+    const TensorRef counts = NewScratch(TERN_DTYPE_F32, self.shape);
+    Emit(TERN_OP_FILL, {counts}, {}, {0.0});
+    Emit(TERN_OP_SCATTER_ADD_ALONG_AXIS,
+         {counts, index, Scalar(Number{true, 1, 0.0}, TERN_DTYPE_F32, index.shape)}, {*d});
+    const TensorRef mask = NewScratch(TERN_DTYPE_BOOL, self.shape);
+    Emit(TERN_OP_CAST, {mask, counts});
+    Emit(TERN_OP_WHERE, {out, mask, *written, self});
+    return absl::OkStatus();
+  }
+
+  // index_put(self, [index], values, accumulate=True) (an embedding's
+  // backward): self copied into the output, then `scatter_add` on axis 0,
+  // which sums repeated indices in index order.
+  absl::Status LowerIndexPut(const Node& node) {
+    const TensorRef& self = In(node, 0);
+    const TensorRef& index = In(node, 1);
+    std::vector<int64_t> updates = index.shape;
+    updates.insert(updates.end(), self.shape.begin() + 1, self.shape.end());
+    const std::optional<TensorRef> values = In(node, 2).BroadcastTo(updates);
+    if (!values.has_value()) {
+      return Error(node, fmt::format("its values do not broadcast to {}", ShapeText(updates)));
+    }
+    const TensorRef out = Produce(node.outputs[0]);
+    CopyInto(out, self);
+    Emit(TERN_OP_SCATTER_ADD, {out, index, *values}, {0});
     return absl::OkStatus();
   }
 
@@ -1219,6 +1392,17 @@ const std::map<std::string_view, LowerFn>& Lowerer::Table() {
       {"aten.convolution.default", &Lowerer::LowerConvolution},
       {"aten._native_batch_norm_legit_no_training.default", &Lowerer::LowerBatchNorm},
       {"aten.max_pool2d_with_indices.default", &Lowerer::LowerMaxPool},
+      {"aten.logical_and.default", &Lowerer::LowerBinary},
+      {"aten.logical_or.default", &Lowerer::LowerBinary},
+      {"aten.bitwise_and.Tensor", &Lowerer::LowerBinary},
+      {"aten.bitwise_or.Tensor", &Lowerer::LowerBinary},
+      {"aten.bitwise_not.default", &Lowerer::LowerUnary},
+      {"aten.clamp.default", &Lowerer::LowerClamp},
+      {"aten.clamp_min.default", &Lowerer::LowerClamp},
+      {"aten.clamp_max.default", &Lowerer::LowerClamp},
+      {"aten.constant_pad_nd.default", &Lowerer::LowerConstantPad},
+      {"aten.scatter.value", &Lowerer::LowerScatterValue},
+      {"aten.index_put.default", &Lowerer::LowerIndexPut},
   };
   return table;
 }

@@ -77,9 +77,13 @@ OPINFOS = {
     "aten.addmm.default": ["addmm", "addmm.decomposed", "nn.functional.linear"],
     "aten.amax.default": ["amax", "logsumexp"],
     "aten.any.dim": ["any", "torch.ops.aten._safe_softmax.default"],
+    "aten.bitwise_and.Tensor": ["bitwise_and", "isclose"],  # float32: isclose (bool & bool)
+    "aten.bitwise_or.Tensor": ["bitwise_or", "isclose"],
     "aten.bmm.default": ["bmm", "matmul"],
     "aten.cat.default": ["cat", "stack"],
+    "aten.clamp.default": ["nn.functional.hardsigmoid", "nn.functional.hardswish"],
     "aten.clone.default": ["clone"],
+    "aten.constant_pad_nd.default": ["constant_pad_nd", "nn.functional.pad.constant"],
     "aten.convolution.default": ["nn.functional.conv2d"],
     "aten.cos.default": ["cos"],
     "aten.div.Scalar": ["gradient"],
@@ -97,10 +101,13 @@ OPINFOS = {
     "aten.gelu.default": ["nn.functional.gelu"],
     "aten.gt.Scalar": ["nn.functional.prelu"],
     "aten.gt.Tensor": ["gt"],
+    "aten.index_put.default": ["index_add", "index_put"],  # index_add: accumulate=True
     "aten.le.Scalar": ["nn.functional.threshold"],
     "aten.le.Tensor": ["le"],
     "aten.log.default": ["log"],
+    "aten.logical_and.default": ["logical_and"],
     "aten.logical_not.default": ["logical_not"],
+    "aten.logical_or.default": ["logical_or"],
     "aten.lt.Scalar": ["nn.functional.huber_loss"],
     "aten.lt.Tensor": ["lt"],
     "aten.max_pool2d_with_indices.default": ["nn.functional.max_pool2d"],
@@ -141,6 +148,16 @@ OPINFOS = {
 UNREACHED = {
     "aten._unsafe_view.default": "the core ATen decompositions turn it into aten.view (no "
                                  "OpInfo sample's exported graph has it)",
+    "aten.bitwise_not.default": "op_db has no bitwise_not OpInfo and no float32 sample of "
+                                "another reaches it (~x on an integer or bool tensor exports as "
+                                "it)",
+    "aten.clamp_max.default": "the core ATen decompositions turn it into aten.clamp (it is for "
+                              "graphs that keep it, torch.compile's)",
+    "aten.clamp_min.default": "the core ATen decompositions turn it into aten.clamp (it is for "
+                              "graphs that keep it, torch.compile's)",
+    "aten.scatter.value": "no float32 sample of scatter reaches it (they scatter tensors: "
+                          "aten.scatter.src); scatter(x, dim, index, number) exports as it, as "
+                          "in nll_loss's backward",
     "aten.silu.default": "the core ATen decompositions turn it into x * sigmoid(x) "
                          "(nn.functional.silu exports as aten.mul and aten.sigmoid)",
     "aten.sub.Scalar": "only nanquantile's decomposition has it, next to ops the compiler does "

@@ -212,6 +212,216 @@ TEST(Ops, ConvolutionBatchNormAndMaxPoolFollowPyTorchSizes) {
   EXPECT_CONTAINS(wrong_stats.status().message(), "its running_mean is f32 [8]; it must be");
 }
 
+// The type of node `n`'s single output.
+const TensorType& OutType(const Graph& graph, absl::StatusOr<uint32_t> n) {
+  EXPECT_TRUE(n.ok()) << n.status();
+  static const TensorType kNone;
+  return n.ok() ? graph.values[graph.nodes[*n].outputs[0]].type : kNone;
+}
+
+TEST(Ops, LogicalAndBitwiseOpsFollowPyTorchTypes) {
+  Graph graph;
+  const uint32_t m = graph.AddInput("m", {TERN_DTYPE_BOOL, S({4, 1})});
+  const uint32_t x = graph.AddInput("x", F32(S({3})));
+  const uint32_t i = graph.AddInput("i", {TERN_DTYPE_I32, S({3})});
+  // Logical ops take any dtypes and give bool; bitwise ones promote.
+  EXPECT_EQ(OutType(graph, AddNode(&graph, "aten.logical_and.default", {m, x}, {})),
+            (TensorType{TERN_DTYPE_BOOL, S({4, 3})}));
+  EXPECT_EQ(OutType(graph, AddNode(&graph, "aten.logical_or.default", {x, i}, {})),
+            (TensorType{TERN_DTYPE_BOOL, S({3})}));
+  EXPECT_EQ(OutType(graph, AddNode(&graph, "aten.bitwise_and.Tensor", {m, i}, {})),
+            (TensorType{TERN_DTYPE_I32, S({4, 3})}));
+  EXPECT_EQ(OutType(graph, AddNode(&graph, "aten.bitwise_or.Tensor", {m, m}, {})),
+            (TensorType{TERN_DTYPE_BOOL, S({4, 1})}));
+  EXPECT_EQ(OutType(graph, AddNode(&graph, "aten.bitwise_not.default", {i}, {})),
+            (TensorType{TERN_DTYPE_I32, S({3})}));
+
+  auto float_and = AddNode(&graph, "aten.bitwise_and.Tensor", {i, x}, {}, "band");
+  ASSERT_FALSE(float_and.ok());
+  EXPECT_CONTAINS(float_and.status().message(),
+                  "node 'band' (aten.bitwise_and.Tensor): its other has dtype f32; bitwise ops "
+                  "take integer or bool tensors");
+  auto float_not = AddNode(&graph, "aten.bitwise_not.default", {x}, {});
+  ASSERT_FALSE(float_not.ok());
+  EXPECT_CONTAINS(float_not.status().message(), "its input has dtype f32; bitwise ops take");
+  auto missing = AddNode(&graph, "aten.logical_or.default", {x, kNoValue}, {});
+  ASSERT_FALSE(missing.ok());
+  EXPECT_CONTAINS(missing.status().message(), "its other (input 1) is missing");
+  auto apart =
+      AddNode(&graph, "aten.logical_and.default", {x, graph.AddInput("y", F32(S({2})))}, {});
+  ASSERT_FALSE(apart.ok());
+  EXPECT_CONTAINS(apart.status().message(), "shapes [3] and [2] cannot broadcast");
+  auto one = AddNode(&graph, "aten.bitwise_or.Tensor", {i}, {});
+  ASSERT_FALSE(one.ok());
+  EXPECT_CONTAINS(one.status().message(), "it has 1 tensor inputs; aten.bitwise_or.Tensor takes 2");
+}
+
+TEST(Ops, ClampPromotesAsPyTorch) {
+  Graph graph;
+  const uint32_t x = graph.AddInput("x", {TERN_DTYPE_BF16, S({5})});
+  const uint32_t i = graph.AddInput("i", {TERN_DTYPE_I64, S({5})});
+  const uint32_t b = graph.AddInput("b", {TERN_DTYPE_BOOL, S({5})});
+  EXPECT_EQ(OutType(graph, AddNode(&graph, "aten.clamp.default", {x},
+                                   {A("min", -0.5), A("max", int64_t{2})})),
+            (TensorType{TERN_DTYPE_BF16, S({5})}));
+  // An integer tensor stays integer with integer bounds, f32 with a float one.
+  EXPECT_EQ(OutType(graph, AddNode(&graph, "aten.clamp.default", {i}, {A("max", int64_t{3})})),
+            (TensorType{TERN_DTYPE_I64, S({5})}));
+  EXPECT_EQ(OutType(graph, AddNode(&graph, "aten.clamp_min.default", {i}, {A("min", 0.5)})),
+            (TensorType{TERN_DTYPE_F32, S({5})}));
+  // bool with an integer bound is i64 (result_type(bool tensor, int) in PyTorch).
+  EXPECT_EQ(OutType(graph, AddNode(&graph, "aten.clamp_max.default", {b}, {A("max", int64_t{0})})),
+            (TensorType{TERN_DTYPE_I64, S({5})}));
+
+  auto bool_bounds = AddNode(&graph, "aten.clamp.default", {b}, {A("min", false)}, "cb");
+  ASSERT_FALSE(bool_bounds.ok());
+  EXPECT_CONTAINS(bool_bounds.status().message(),
+                  "node 'cb' (aten.clamp.default): it clamps a bool");
+  auto neither = AddNode(&graph, "aten.clamp.default", {x}, {});
+  ASSERT_FALSE(neither.ok());
+  EXPECT_CONTAINS(neither.status().message(), "it has neither 'min' nor 'max'");
+  auto no_min = AddNode(&graph, "aten.clamp_min.default", {x}, {A("max", 1.0)});
+  ASSERT_FALSE(no_min.ok());
+  EXPECT_CONTAINS(no_min.status().message(), "its number attribute 'min' is missing");
+  auto text = AddNode(&graph, "aten.clamp.default", {x}, {A("min", std::string("low"))});
+  ASSERT_FALSE(text.ok());
+  EXPECT_CONTAINS(text.status().message(), "its attribute 'min' must be a number");
+}
+
+TEST(Ops, ConstantPadNdScatterAndIndexPutShapes) {
+  using Ints = std::vector<int64_t>;
+  Graph graph;
+  graph.symbols.push_back({"s0", 1, 64});
+  const uint32_t x = graph.AddInput("x", F32(S({2, 3, 4})));
+  // (before, after) pairs from the last dim; negative amounts crop.
+  EXPECT_EQ(
+      OutType(graph, AddNode(&graph, "aten.constant_pad_nd.default", {x}, {A("pad", Ints{1, 2})})),
+      F32(S({2, 3, 7})));
+  EXPECT_EQ(OutType(graph, AddNode(&graph, "aten.constant_pad_nd.default", {x},
+                                   {A("pad", Ints{1, 1, -1, 0}), A("value", 0.5)})),
+            F32(S({2, 2, 6})));
+  const uint32_t tokens = graph.AddInput("tokens", F32({Dim::Of(0), Dim::Constant(4)}));
+  auto padded =
+      AddNode(&graph, "aten.constant_pad_nd.default", {tokens}, {A("pad", Ints{0, 0, 0, 3})});
+  ASSERT_TRUE(padded.ok()) << padded.status();
+  EXPECT_EQ(ShapeString(graph.values[graph.nodes[*padded].outputs[0]].type.shape, graph.symbols),
+            "[s0+3, 4]");
+  auto odd = AddNode(&graph, "aten.constant_pad_nd.default", {x}, {A("pad", Ints{1})});
+  ASSERT_FALSE(odd.ok());
+  EXPECT_CONTAINS(odd.status().message(), "its pad has 1 values; it takes (before, after) pairs");
+  auto too_many = AddNode(&graph, "aten.constant_pad_nd.default", {x},
+                          {A("pad", Ints{0, 0, 0, 0, 0, 0, 1, 1})});
+  ASSERT_FALSE(too_many.ok());
+  EXPECT_CONTAINS(too_many.status().message(), "for at most the 3 dims of [2, 3, 4]");
+  auto negative = AddNode(&graph, "aten.constant_pad_nd.default", {x}, {A("pad", Ints{-3, -2})});
+  ASSERT_FALSE(negative.ok());
+  EXPECT_CONTAINS(negative.status().message(), "its pad (-3, -2) makes dim 2 of size 4 negative");
+
+  // scatter.value: self's type; the index has self's rank and fits it
+  // outside `dim`.
+  const uint32_t self = graph.AddInput("self", F32(S({3, 5})));
+  const uint32_t index = graph.AddInput("index", {TERN_DTYPE_I64, S({2, 7})});
+  EXPECT_EQ(OutType(graph, AddNode(&graph, "aten.scatter.value", {self, index},
+                                   {A("dim", int64_t{-1}), A("value", -1.0)})),
+            F32(S({3, 5})));
+  auto wide = AddNode(&graph, "aten.scatter.value", {self, index}, {A("value", 1.0)}, "sc");
+  ASSERT_FALSE(wide.ok());
+  EXPECT_CONTAINS(wide.status().message(),
+                  "node 'sc' (aten.scatter.value): its index [2, 7] is larger than its input "
+                  "[3, 5] in dim 1");
+  auto float_index =
+      AddNode(&graph, "aten.scatter.value", {self, self}, {A("dim", int64_t{1}), A("value", 1.0)});
+  ASSERT_FALSE(float_index.ok());
+  EXPECT_CONTAINS(float_index.status().message(), "its index has dtype f32; it must be i64 or i32");
+  auto no_value = AddNode(&graph, "aten.scatter.value", {self, index}, {A("dim", int64_t{1})});
+  ASSERT_FALSE(no_value.ok());
+  EXPECT_CONTAINS(no_value.status().message(), "its attribute 'value' must be a number");
+  auto flat_index = AddNode(&graph, "aten.scatter.value",
+                            {self, graph.AddInput("flat", {TERN_DTYPE_I64, S({2})})},
+                            {A("dim", int64_t{1}), A("value", 1.0)});
+  ASSERT_FALSE(flat_index.ok());
+  EXPECT_CONTAINS(flat_index.status().message(), "its index [2] and input [3, 5] differ in rank");
+
+  // index_put(self, [index], values, accumulate=True): one index on dim 0.
+  const uint32_t table = graph.AddInput("table", F32(S({10, 4})));
+  const uint32_t ids = graph.AddInput("ids", {TERN_DTYPE_I64, S({2, 3})});
+  const uint32_t grad = graph.AddInput("grad", F32(S({2, 3, 4})));
+  EXPECT_EQ(OutType(graph, AddNode(&graph, "aten.index_put.default", {table, ids, grad},
+                                   {A("accumulate", true)})),
+            F32(S({10, 4})));
+  const uint32_t row = graph.AddInput("row", F32(S({4})));
+  EXPECT_EQ(OutType(graph, AddNode(&graph, "aten.index_put.default", {table, ids, row},
+                                   {A("accumulate", true)})),
+            F32(S({10, 4})));
+  auto overwrite = AddNode(&graph, "aten.index_put.default", {table, ids, grad}, {});
+  ASSERT_FALSE(overwrite.ok());
+  EXPECT_CONTAINS(overwrite.status().message(),
+                  "it has accumulate=False, which the compiler does not lower yet");
+  auto two =
+      AddNode(&graph, "aten.index_put.default", {table, ids, ids, grad}, {A("accumulate", true)});
+  ASSERT_FALSE(two.ok());
+  EXPECT_CONTAINS(two.status().message(), "only index_put with one index tensor on dim 0");
+  auto second_dim = AddNode(&graph, "aten.index_put.default", {table, kNoValue, ids, grad},
+                            {A("accumulate", true)});
+  ASSERT_FALSE(second_dim.ok());
+  EXPECT_CONTAINS(second_dim.status().message(), "only index_put with one index tensor on dim 0");
+  auto skipped =
+      AddNode(&graph, "aten.index_put.default", {table, kNoValue, grad}, {A("accumulate", true)});
+  ASSERT_FALSE(skipped.ok());
+  EXPECT_CONTAINS(skipped.status().message(), "only index_put with one index tensor on dim 0");
+  const uint32_t mask = graph.AddInput("mask", {TERN_DTYPE_BOOL, S({10})});
+  auto by_mask =
+      AddNode(&graph, "aten.index_put.default", {table, mask, row}, {A("accumulate", true)});
+  ASSERT_FALSE(by_mask.ok());
+  EXPECT_CONTAINS(by_mask.status().message(),
+                  "its index is a bool mask, which the compiler does not lower yet");
+  auto wrong_dtype = AddNode(&graph, "aten.index_put.default",
+                             {table, ids, graph.AddInput("half", {TERN_DTYPE_BF16, S({4})})},
+                             {A("accumulate", true)});
+  ASSERT_FALSE(wrong_dtype.ok());
+  EXPECT_CONTAINS(wrong_dtype.status().message(), "its values are bf16 and its input f32");
+  auto wrong_shape =
+      AddNode(&graph, "aten.index_put.default",
+              {table, ids, graph.AddInput("wide", F32(S({3, 1, 4})))}, {A("accumulate", true)});
+  ASSERT_FALSE(wrong_shape.ok());
+  EXPECT_CONTAINS(wrong_shape.status().message(), "its values [3, 1, 4] do not broadcast");
+  auto flags = AddNode(&graph, "aten.index_put.default",
+                       {mask, graph.AddInput("at", {TERN_DTYPE_I64, S({1})}),
+                        graph.AddInput("on", {TERN_DTYPE_BOOL, S({1})})},
+                       {A("accumulate", true)});
+  ASSERT_FALSE(flags.ok());
+  EXPECT_CONTAINS(flags.status().message(),
+                  "which the compiler does not lower yet: it must have rank 1");
+}
+
+TEST(Ops, APythonNumberMayStandForEitherOperand) {
+  Graph graph;
+  const uint32_t x = graph.AddInput("x", {TERN_DTYPE_BF16, S({2, 3})});
+  const uint32_t i = graph.AddInput("i", {TERN_DTYPE_I64, S({3})});
+  // 1 - x is sub.Tensor(1, x) after the core ATen decompositions (rsub).
+  EXPECT_EQ(
+      OutType(graph, AddNode(&graph, "aten.sub.Tensor", {kNoValue, x}, {A("self", int64_t{1})})),
+      (TensorType{TERN_DTYPE_BF16, S({2, 3})}));
+  EXPECT_EQ(
+      OutType(graph, AddNode(&graph, "aten.sub.Tensor", {kNoValue, i}, {A("self", int64_t{2})})),
+      (TensorType{TERN_DTYPE_I64, S({3})}));
+  EXPECT_EQ(OutType(graph, AddNode(&graph, "aten.sub.Tensor", {kNoValue, i}, {A("self", 2.5)})),
+            (TensorType{TERN_DTYPE_F32, S({3})}));
+  EXPECT_EQ(OutType(graph, AddNode(&graph, "aten.lt.Tensor", {kNoValue, i}, {A("self", 0.5)})),
+            (TensorType{TERN_DTYPE_BOOL, S({3})}));
+  auto neither = AddNode(&graph, "aten.sub.Tensor", {kNoValue, x}, {}, "rsub");
+  ASSERT_FALSE(neither.ok());
+  EXPECT_CONTAINS(neither.status().message(),
+                  "node 'rsub' (aten.sub.Tensor): it has neither a tensor 'self' (input 0) nor a "
+                  "number attribute 'self'");
+  auto text = AddNode(&graph, "aten.sub.Tensor", {kNoValue, x}, {A("self", std::string("one"))});
+  ASSERT_FALSE(text.ok());
+  EXPECT_CONTAINS(text.status().message(), "its attribute 'self' must be a number");
+  auto nothing = AddNode(&graph, "aten.sub.Tensor", {kNoValue, kNoValue}, {A("self", 1.0)});
+  ASSERT_FALSE(nothing.ok());
+  EXPECT_CONTAINS(nothing.status().message(), "its self (input 0) is missing");
+}
+
 TEST(Verify, NamesWhatIsWrong) {
   {
     Graph graph = Mlp();

@@ -489,6 +489,235 @@ TEST_F(LowerTest, EmbeddingReductionsAndWhere) {
   ExpectNear(outputs[1], want_sum, 1e-6, "sum");
 }
 
+// `value` converted to f32 (Run reads f32 outputs).
+uint32_t AsF32(Graph& g, uint32_t value, const std::string& name) {
+  return Out(g, AddNode(&g, "aten._to_copy.default", {value},
+                        {A("dtype", DTypeAttr{TERN_DTYPE_F32})}, name));
+}
+
+TEST_F(LowerTest, LogicalAndBitwiseOpsMatchTheReference) {
+  Graph g;
+  const uint32_t x = g.AddInput("x", F32(S({2, 3})));
+  const uint32_t y = g.AddInput("y", F32(S({2, 3})));
+  const uint32_t m = g.AddInput("m", {TERN_DTYPE_BOOL, S({3})});
+  const uint32_t i = g.AddInput("i", {TERN_DTYPE_I32, S({2, 3})});
+  const uint32_t j = g.AddInput("j", {TERN_DTYPE_I32, S({3})});
+  // Two dtypes (f32 and a broadcast bool: both read as bool), then one.
+  const uint32_t land = Out(g, AddNode(&g, "aten.logical_and.default", {x, m}, {}, "land"));
+  const uint32_t lor = Out(g, AddNode(&g, "aten.logical_or.default", {x, y}, {}, "lor"));
+  const uint32_t band = Out(g, AddNode(&g, "aten.bitwise_and.Tensor", {i, j}, {}, "band"));
+  const uint32_t bor = Out(g, AddNode(&g, "aten.bitwise_or.Tensor", {m, i}, {}, "bor"));
+  const uint32_t inot = Out(g, AddNode(&g, "aten.bitwise_not.default", {i}, {}, "inot"));
+  const uint32_t mnot = Out(g, AddNode(&g, "aten.bitwise_not.default", {m}, {}, "mnot"));
+  for (const auto& [name, value] : std::vector<std::pair<std::string, uint32_t>>{{"land", land},
+                                                                                 {"lor", lor},
+                                                                                 {"band", band},
+                                                                                 {"bor", bor},
+                                                                                 {"inot", inot},
+                                                                                 {"mnot", mnot}}) {
+    g.AddOutput(name, AsF32(g, value, name + "_f32"));
+  }
+  // -0 is false; NaN and a tiny 1e-30 are true.
+  const std::vector<float> xs = {0.0f, 1.5f, NAN, -0.0f, 1e-30f, 2.0f};
+  const std::vector<float> ys = {0.0f, 0.0f, 0.0f, 3.0f, 0.0f, -1.0f};
+  const std::vector<uint8_t> ms = {1, 0, 1};
+  const std::vector<int32_t> is = {0, 5, -1, 12, 7, -8}, js = {3, 6, 255};
+  const auto outputs = Run(g, {Bytes(xs), Bytes(ys), Bytes(ms), Bytes(is), Bytes(js)});
+  std::vector<double> want_and, want_or, want_band, want_bor, want_inot, want_mnot;
+  for (size_t k = 0; k < 6; ++k) {
+    const bool tx = xs[k] != 0.0f, ty = ys[k] != 0.0f, tm = ms[k % 3] != 0;  // NaN != 0
+    want_and.push_back(tx && tm);
+    want_or.push_back(tx || ty);
+    want_band.push_back(is[k] & js[k % 3]);
+    want_bor.push_back(static_cast<int32_t>(tm) | is[k]);
+    want_inot.push_back(~is[k]);
+  }
+  for (uint8_t v : ms) want_mnot.push_back(v == 0);
+  ASSERT_EQ(outputs.size(), 6u);
+  ExpectNear(outputs[0], want_and, 0, "logical_and");
+  ExpectNear(outputs[1], want_or, 0, "logical_or");
+  ExpectNear(outputs[2], want_band, 0, "bitwise_and");
+  ExpectNear(outputs[3], want_bor, 0, "bitwise_or");
+  ExpectNear(outputs[4], want_inot, 0, "bitwise_not i32");
+  ExpectNear(outputs[5], want_mnot, 0, "bitwise_not bool");
+}
+
+TEST_F(LowerTest, ClampMatchesTheReferenceFusedOrNot) {
+  Graph g;
+  const uint32_t x = g.AddInput("x", F32(S({8})));
+  const uint32_t i = g.AddInput("i", {TERN_DTYPE_I64, S({7})});
+  // clamp_min, clamp_max, mul: one elementwise program when fused.
+  const uint32_t low = Out(g, AddNode(&g, "aten.clamp_min.default", {x}, {A("min", -0.5)}, "lo"));
+  const uint32_t high =
+      Out(g, AddNode(&g, "aten.clamp_max.default", {low}, {A("max", 0.25)}, "hi"));
+  const uint32_t twice =
+      Out(g, AddNode(&g, "aten.mul.Tensor", {high, kNoValue}, {A("other", int64_t{2})}, "mul"));
+  const uint32_t both =
+      Out(g, AddNode(&g, "aten.clamp.default", {x}, {A("min", -0.1), A("max", 0.1)}, "clamp"));
+  const uint32_t ints = Out(g, AddNode(&g, "aten.clamp.default", {i},
+                                       {A("min", int64_t{-2}), A("max", int64_t{3})}, "ints"));
+  // A float bound makes the i64 tensor f32.
+  const uint32_t promoted =
+      Out(g, AddNode(&g, "aten.clamp_min.default", {i}, {A("min", 0.5)}, "promoted"));
+  g.AddOutput("twice", twice);
+  g.AddOutput("both", both);
+  g.AddOutput("ints", AsF32(g, ints, "ints_f32"));
+  g.AddOutput("promoted", promoted);
+  std::vector<float> xs = Values(8, 71);
+  xs[3] = NAN;  // propagates, as in PyTorch
+  xs[5] = INFINITY;
+  const std::vector<int64_t> is = {-5, -2, 0, 1, 3, 4, 100};
+  CompileStats fused, unfused;
+  const auto outputs = RunFusedAndUnfused(g, {Bytes(xs), Bytes(is)}, &fused, &unfused);
+  EXPECT_LT(fused.compute_instructions, unfused.compute_instructions);
+  ASSERT_EQ(outputs.size(), 4u);
+  for (size_t k = 0; k < xs.size(); ++k) {
+    const float a = std::min(std::max(xs[k], -0.5f), 0.25f) * 2.0f;
+    const float b = std::min(std::max(xs[k], -0.1f), 0.1f);
+    if (std::isnan(xs[k])) {
+      EXPECT_TRUE(std::isnan(outputs[0][k]) && std::isnan(outputs[1][k])) << k;
+      continue;
+    }
+    EXPECT_EQ(outputs[0][k], a) << k;
+    EXPECT_EQ(outputs[1][k], b) << k;
+  }
+  ExpectNear(outputs[2], {-2, -2, 0, 1, 3, 3, 3}, 0, "clamp i64");
+  ExpectNear(outputs[3], {0.5, 0.5, 0.5, 1, 3, 4, 100}, 0, "clamp_min i64 with 0.5");
+}
+
+TEST_F(LowerTest, ConstantPadNdFillsAndCrops) {
+  using Ints = std::vector<int64_t>;
+  Graph g;
+  const uint32_t x = g.AddInput("x", F32(S({2, 3})));
+  const uint32_t i = g.AddInput("i", {TERN_DTYPE_I64, S({3})});
+  const uint32_t wide = Out(g, AddNode(&g, "aten.constant_pad_nd.default", {x},
+                                       {A("pad", Ints{1, 2}), A("value", 0.5)}, "wide"));
+  // Crop one column in front, pad one behind and a row on top (value 0).
+  const uint32_t shifted = Out(
+      g, AddNode(&g, "aten.constant_pad_nd.default", {x}, {A("pad", Ints{-1, 1, 1, 0})}, "shift"));
+  const uint32_t ints = Out(g, AddNode(&g, "aten.constant_pad_nd.default", {i},
+                                       {A("pad", Ints{2, 0}), A("value", int64_t{7})}, "ints"));
+  g.AddOutput("wide", wide);
+  g.AddOutput("shifted", shifted);
+  g.AddOutput("ints", AsF32(g, ints, "ints_f32"));
+  const std::vector<float> xs = Values(6, 81);
+  const std::vector<int64_t> is = {4, -1, 9};
+  const auto outputs = Run(g, {Bytes(xs), Bytes(is)});
+  std::vector<double> want_wide, want_shifted = {0, 0, 0};
+  for (int r = 0; r < 2; ++r) {
+    want_wide.insert(want_wide.end(), {0.5, xs[r * 3], xs[r * 3 + 1], xs[r * 3 + 2], 0.5, 0.5});
+    want_shifted.insert(want_shifted.end(), {xs[r * 3 + 1], xs[r * 3 + 2], 0.0});
+  }
+  ASSERT_EQ(outputs.size(), 3u);
+  ExpectNear(outputs[0], want_wide, 0, "pad (1, 2) with 0.5");
+  ExpectNear(outputs[1], want_shifted, 0, "pad (-1, 1, 1, 0)");
+  ExpectNear(outputs[2], {7, 7, 4, -1, 9}, 0, "pad i64 with 7");
+}
+
+// What nll_loss's backward does: scatter(zeros, 1, target, -1.0); repeated
+// indices write the same value.
+TEST_F(LowerTest, ScatterValueWritesWhereTheIndexPoints) {
+  Graph g;
+  const uint32_t self = g.AddInput("self", F32(S({3, 4})));
+  const uint32_t rows = g.AddInput("rows", {TERN_DTYPE_I64, S({3, 2})});
+  const uint32_t cols = g.AddInput("cols", {TERN_DTYPE_I32, S({1, 3})});
+  const uint32_t flat = g.AddInput("flat", {TERN_DTYPE_I32, S({5})});
+  const uint32_t where = g.AddInput("where", {TERN_DTYPE_I64, S({2})});
+  const uint32_t along_rows = Out(g, AddNode(&g, "aten.scatter.value", {self, rows},
+                                             {A("dim", int64_t{1}), A("value", -1.0)}, "s1"));
+  const uint32_t along_cols =
+      Out(g, AddNode(&g, "aten.scatter.value", {self, cols}, {A("value", int64_t{7})}, "s0"));
+  // A float value into an integer tensor is truncated, as PyTorch converts it.
+  const uint32_t ints =
+      Out(g, AddNode(&g, "aten.scatter.value", {flat, where}, {A("value", 2.5)}, "s_int"));
+  g.AddOutput("along_rows", along_rows);
+  g.AddOutput("along_cols", along_cols);
+  g.AddOutput("ints", AsF32(g, ints, "ints_f32"));
+  const std::vector<float> xs = Values(12, 91);
+  const std::vector<int64_t> row_index = {2, 2, 0, 3, 1, 1};
+  const std::vector<int32_t> col_index = {2, 0, 1};
+  const std::vector<int32_t> fs = {10, 20, 30, 40, 50};
+  const std::vector<int64_t> at = {4, 1};
+  const auto outputs =
+      Run(g, {Bytes(xs), Bytes(row_index), Bytes(col_index), Bytes(fs), Bytes(at)});
+  std::vector<double> want_rows(xs.begin(), xs.end()), want_cols(xs.begin(), xs.end());
+  for (int r = 0; r < 3; ++r) {
+    for (int k = 0; k < 2; ++k) want_rows[r * 4 + row_index[r * 2 + k]] = -1.0;
+  }
+  for (int c = 0; c < 3; ++c) want_cols[col_index[c] * 4 + c] = 7.0;
+  ASSERT_EQ(outputs.size(), 3u);
+  ExpectNear(outputs[0], want_rows, 0, "scatter along dim 1");
+  ExpectNear(outputs[1], want_cols, 0, "scatter along dim 0");
+  ExpectNear(outputs[2], {10, 2, 30, 40, 2}, 0, "scatter into i32");
+}
+
+// An embedding's backward: index_put(zeros, [ids], grad, accumulate=True);
+// repeated ids sum.
+TEST_F(LowerTest, IndexPutAccumulatesRepeatedIndices) {
+  Graph g;
+  const uint32_t table = g.AddInput("table", F32(S({5, 3})));
+  const uint32_t ids = g.AddInput("ids", {TERN_DTYPE_I64, S({2, 2})});
+  const uint32_t grad = g.AddInput("grad", F32(S({2, 2, 3})));
+  const uint32_t few = g.AddInput("few", {TERN_DTYPE_I32, S({3})});
+  const uint32_t row = g.AddInput("row", F32(S({3})));
+  const uint32_t summed = Out(
+      g, AddNode(&g, "aten.index_put.default", {table, ids, grad}, {A("accumulate", true)}, "put"));
+  // values broadcast to index.shape + self.shape[1:].
+  const uint32_t broadcast = Out(g, AddNode(&g, "aten.index_put.default", {table, few, row},
+                                            {A("accumulate", true)}, "put_row"));
+  g.AddOutput("summed", summed);
+  g.AddOutput("broadcast", broadcast);
+  const std::vector<float> ts = Values(15, 101), gs = Values(12, 102), rs = {0.25f, -1.0f, 2.0f};
+  const std::vector<int64_t> id_values = {4, 1, 4, 0};
+  const std::vector<int32_t> few_values = {0, 0, 2};
+  const auto outputs =
+      Run(g, {Bytes(ts), Bytes(id_values), Bytes(gs), Bytes(few_values), Bytes(rs)});
+  std::vector<float> want_sum = ts, want_row = ts;  // f32 sums in index order
+  for (size_t k = 0; k < id_values.size(); ++k) {
+    for (size_t c = 0; c < 3; ++c) want_sum[id_values[k] * 3 + c] += gs[k * 3 + c];
+  }
+  for (int32_t id : few_values) {
+    for (size_t c = 0; c < 3; ++c) want_row[id * 3 + c] += rs[c];
+  }
+  ASSERT_EQ(outputs.size(), 2u);
+  ExpectNear(outputs[0], std::vector<double>(want_sum.begin(), want_sum.end()), 1e-6, "summed");
+  ExpectNear(outputs[1], std::vector<double>(want_row.begin(), want_row.end()), 1e-6, "broadcast");
+}
+
+// 1 - x is sub.Tensor(1, x) after the core ATen decompositions: the number
+// stands for self.
+TEST_F(LowerTest, APythonNumberOnTheLeft) {
+  Graph g;
+  const uint32_t x = g.AddInput("x", F32(S({4})));
+  const uint32_t i = g.AddInput("i", {TERN_DTYPE_I64, S({3})});
+  const uint32_t one_minus =
+      Out(g, AddNode(&g, "aten.sub.Tensor", {kNoValue, x}, {A("self", int64_t{1})}, "rsub"));
+  const uint32_t scaled = Out(g, AddNode(&g, "aten.sub.Tensor", {kNoValue, x},
+                                         {A("self", 2.0), A("alpha", int64_t{3})}, "rsub_alpha"));
+  const uint32_t less =
+      Out(g, AddNode(&g, "aten.lt.Tensor", {kNoValue, x}, {A("self", 0.25)}, "less"));
+  const uint32_t from_int =
+      Out(g, AddNode(&g, "aten.sub.Tensor", {kNoValue, i}, {A("self", 2.5)}, "rsub_int"));
+  g.AddOutput("one_minus", one_minus);
+  g.AddOutput("scaled", scaled);
+  g.AddOutput("less", AsF32(g, less, "less_f32"));
+  g.AddOutput("from_int", from_int);
+  const std::vector<float> xs = Values(4, 111);
+  const std::vector<int64_t> is = {-3, 0, 7};
+  const auto outputs = Run(g, {Bytes(xs), Bytes(is)});
+  std::vector<double> want_one, want_scaled, want_less;
+  for (float v : xs) {
+    want_one.push_back(1.0f - v);
+    want_scaled.push_back(2.0f - 3.0f * v);
+    want_less.push_back(0.25f < v);
+  }
+  ASSERT_EQ(outputs.size(), 4u);
+  ExpectNear(outputs[0], want_one, 0, "1 - x");
+  ExpectNear(outputs[1], want_scaled, 0, "2 - 3 * x");
+  ExpectNear(outputs[2], want_less, 0, "0.25 < x");
+  ExpectNear(outputs[3], {5.5, 2.5, -4.5}, 0, "2.5 - i");
+}
+
 // exp, neg (Scalar), cat (two DMA copies), relu in place (Scalar: cat's
 // result dies there), exp (Scalar), add (Vector) into the output:
 //   buffer  bytes  live (instructions)
@@ -698,6 +927,38 @@ TEST(LowerErrors, UnsupportedOpsAreNamedWithTheirSource) {
   EXPECT_CONTAINS(lowered.status().message(), "cumsum_3");
   EXPECT_CONTAINS(lowered.status().message(), "model.py:7");
   EXPECT_CONTAINS(lowered.status().message(), "not supported by the compiler yet");
+}
+
+TEST(LowerErrors, NewOpsRefuseWhatTheyCannotLower) {
+  Graph g;
+  const uint32_t small = g.AddInput("small", {TERN_DTYPE_I8, S({3})});
+  const uint32_t x = g.AddInput("x", F32(S({3})));
+  const uint32_t big = g.AddInput("big", {TERN_DTYPE_I64, S({3})});
+  auto lower = [](Graph graph, uint32_t value) {
+    graph.AddOutput("out", value);
+    return LowerGraph(graph).status();
+  };
+  const uint32_t pad =
+      Out(g, AddNode(&g, "aten.constant_pad_nd.default", {small},
+                     {A("pad", std::vector<int64_t>{1, 1}), A("value", int64_t{300})}, "pad"));
+  EXPECT_CONTAINS(lower(g, pad).message(),
+                  "node 'pad' (aten.constant_pad_nd.default): the value "
+                  "300 does not fit its dtype i8");
+  const uint32_t endless =
+      Out(g, AddNode(&g, "aten.constant_pad_nd.default", {big},
+                     {A("pad", std::vector<int64_t>{1, 0}), A("value", double(INFINITY))}, "inf"));
+  EXPECT_CONTAINS(lower(g, endless).message(), "the value inf does not fit its dtype i64");
+  const uint32_t at = g.AddInput("at", {TERN_DTYPE_I64, S({1})});
+  const uint32_t scatter = Out(
+      g, AddNode(&g, "aten.scatter.value", {small, at}, {A("value", int64_t{-129})}, "scatter"));
+  EXPECT_CONTAINS(lower(g, scatter).message(),
+                  "node 'scatter' (aten.scatter.value): the value -129 does not fit its dtype i8");
+  const uint32_t nan_bound =
+      Out(g, AddNode(&g, "aten.clamp_min.default", {x}, {A("min", double(NAN))}, "nan_min"));
+  EXPECT_CONTAINS(lower(g, nan_bound).message(), "a NaN bound is not lowered");
+  const uint32_t wide_bound = Out(
+      g, AddNode(&g, "aten.clamp_max.default", {big}, {A("max", int64_t{1} << 60)}, "wide_max"));
+  EXPECT_CONTAINS(lower(g, wide_bound).message(), "its bound 1152921504606846976 is beyond 2^53");
 }
 
 // ---- The ternc command ----------------------------------------------------------------
