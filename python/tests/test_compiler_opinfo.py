@@ -83,6 +83,7 @@ OPINFOS = {
     "aten.cat.default": ["cat", "stack"],
     "aten.clamp.default": ["nn.functional.hardsigmoid", "nn.functional.hardswish"],
     "aten.clone.default": ["clone"],
+    "aten.alias.default": ["alias_copy"],  # detach() exports as it too
     "aten.constant_pad_nd.default": ["constant_pad_nd", "nn.functional.pad.constant"],
     "aten.convolution.default": ["nn.functional.conv2d"],
     "aten.cos.default": ["cos"],

@@ -40,7 +40,7 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.fx
 
-from ._frontend import _DTYPES, UnsupportedGraph, _compile_cache_directory, _Converter, _where
+from ._frontend import _DTYPES, UnsupportedGraph, _compile_cache_directory, _Converter
 
 __all__ = ["backend", "clear_cache", "reset_stats", "stats"]
 
@@ -184,6 +184,25 @@ def _is_factory(node: torch.fx.Node) -> bool:
     return bool(vals) and all(isinstance(v, torch.Tensor) and v.dtype in _DTYPES for v in vals)
 
 
+# A factory folds into a constant of the executable up to this many elements;
+# a larger one (the zeros an embedding's gradient is summed into: vocabulary x
+# width) is made eagerly each call and passed in, not stored in every
+# executable and cache entry.
+_MAX_FOLDED_FACTORY = 1 << 16
+_LARGE_FACTORY = "a large tensor factory: made on the device each call, not stored as a constant"
+
+
+def _factory_elements(node: torch.fx.Node) -> int:
+    total = 0
+    for v in _values(node):
+        count = 1
+        for d in v.shape:
+            count *= int(d.node.hint) if isinstance(d, torch.SymInt) and d.node.has_hint() else (
+                int(d) if not isinstance(d, torch.SymInt) else 1 << 30)
+        total += count
+    return total
+
+
 def _has_symbolic_factory(module: torch.fx.GraphModule) -> bool:
     return any(n.op == "call_function" and _is_factory(n) and any(
         isinstance(d, torch.SymInt) for v in _values(n) for d in v.shape)
@@ -217,38 +236,16 @@ def _canonical_target(node: torch.fx.Node):
     return _aliases().get(node.target, node.target)
 
 
-def _is_number_minus_tensor(node: torch.fx.Node) -> bool:
-    """sub(number, x) (rsub's decomposition, as in 1.0 - mask), which the
-    front end writes as add(mul(x, -1), number): the same single rounding."""
-    return (node.target is torch.ops.aten.sub.Tensor and len(node.args) == 2
-            and isinstance(node.args[0], (int, float)) and not isinstance(node.args[0], bool)
-            and isinstance(node.args[1], torch.fx.Node) and node.kwargs.get("alpha", 1) == 1
-            and all(isinstance(v, torch.Tensor) and v.dtype.is_floating_point
-                    for v in _values(node.args[1]) + _values(node)))
-
-
-def _number_for_first_tensor(node: torch.fx.Node) -> bool:
-    """An ATen call whose first argument is a tensor in the schema but a
-    Python number here."""
-    if _is_number_minus_tensor(node):
-        return False
-    if not isinstance(node.target, torch._ops.OpOverload) or not node.args:
-        return False
-    arguments = node.target._schema.arguments
-    return (bool(arguments) and str(arguments[0].type) == "Tensor"
-            and isinstance(node.args[0], (int, float, bool)))
-
-
 def _unsupported_reason(node: torch.fx.Node) -> str | None:
     """Why tern's compiler cannot take `node` (None: it can)."""
     name = _name(_canonical_target(node))
-    if _number_for_first_tensor(node):
-        return "its first tensor argument is a Python number, which the compiler does not take"
     if node.target is operator.getitem:
         source = node.args[0]
         return _unsupported_reason(source) if isinstance(source, torch.fx.Node) else "getitem"
     if name not in _known_ops():
         if _is_factory(node):
+            if _factory_elements(node) > _MAX_FOLDED_FACTORY:
+                return _LARGE_FACTORY
             return None  # the front end folds it into a constant (per size when dynamic)
         return "the compiler has no lowering for it"
     for arg in node.all_input_nodes:
@@ -358,16 +355,6 @@ class _PartitionConverter(_Converter):
         return super()._fold(node)
 
     def _call(self, node: torch.fx.Node) -> None:
-        if _is_number_minus_tensor(node):
-            number, tensor = node.args
-            where = _where(node)
-            negated = len(self.spec["nodes"])
-            self.spec["nodes"].append(("aten.mul.Scalar", [self._ref(tensor.name)],
-                                       {"other": -1.0}, f"{node.name}_negated", where))
-            self.spec["nodes"].append(("aten.add.Scalar", [("node", negated, 0)],
-                                       {"other": number}, node.name, where))
-            self.refs[node.name] = ("node", negated + 1, 0)
-            return
         canonical = _canonical_target(node)
         if canonical is not node.target:
             node.target = canonical  # the same computation, under the compiler's name
@@ -693,7 +680,8 @@ def _partitioned(gm: torch.fx.GraphModule, kind: str) -> Callable:
     fallbacks = [n for n in gm.graph.nodes
                  if n.op == "call_function" and n not in in_partitions
                  and _name(n.target) not in _SIZE_OPS and not _is_size_arithmetic(n)
-                 and n in support.reasons and support.reasons[n] != _OFF_DEVICE
+                 and n in support.reasons
+                 and support.reasons[n] not in (_OFF_DEVICE, _LARGE_FACTORY)
                  and _is_compute(n)]
     _report_fallbacks(kind, fallbacks, support.reasons)
     if not partitions:
