@@ -155,8 +155,10 @@ class Device {
   virtual void ReleaseMemory(uint64_t bytes, tern_memory_category_t category) = 0;
   // Node-wide usage (bytes, all processes), for statistics and OOM reports.
   virtual uint64_t NodeMemoryUsed(uint64_t by_category[TERN_MEMORY_CATEGORY_COUNT]) const = 0;
-  // Tells the device an allocation ended: drop backing pages and any poison.
-  virtual void MemoryFreed(uint64_t offset, uint64_t size) = 0;
+  // Tells the device an allocation of `category` ended: drop any poison, and
+  // backing pages unless the category's memory is about to be used again
+  // (an execution's scratch: the next execution gets the same block).
+  virtual void MemoryFreed(uint64_t offset, uint64_t size, tern_memory_category_t category) = 0;
 
   // Creates a hardware queue on an open core.
   virtual Status CreateQueue(uint32_t core, const std::string& name,

@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "common/timeline.h"
+#include "driver_shim/sim/engines/run_instruction.h"
 
 namespace tern::sim {
 namespace {
@@ -37,6 +38,7 @@ class ComputeWorker {
   };
 
   void Loop() {
+    SizeKernelThreadsForHost();
     for (uint64_t next = 1;; ++next) {
       doorbell_.Wait(next, UINT64_MAX);
       Job job;

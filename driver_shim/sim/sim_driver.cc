@@ -167,7 +167,7 @@ uint64_t SimDevice::NodeMemoryUsed(uint64_t by_category[TERN_MEMORY_CATEGORY_COU
   return registry().NodeMemoryUsed(index(), by_category);
 }
 
-void SimDevice::MemoryFreed(uint64_t offset, uint64_t size) {
+void SimDevice::MemoryFreed(uint64_t offset, uint64_t size, tern_memory_category_t category) {
   if (armed_fault_count_.load(std::memory_order_acquire) != 0) {
     std::lock_guard<std::mutex> lock(fault_mutex_);
     std::erase_if(armed_faults_, [&](const Fault& f) {
@@ -177,6 +177,12 @@ void SimDevice::MemoryFreed(uint64_t offset, uint64_t size) {
                              std::memory_order_release);
   }
   if (size < kDiscardThreshold) return;
+  // An execution's scratch is freed when it completes and allocated again,
+  // at the same place (first fit), by the next: discarding its pages made
+  // every execution fault them in afresh (a 1.8 MiB scratch: ~450 faults,
+  // a GPT-2 block's matmuls 2x slower). They stay committed; a later free of
+  // another category over them gives them back.
+  if (category == TERN_MEMORY_SCRATCH) return;
   // Give whole pages inside the block back to the host: device memory stays
   // lazily committed after a large allocation is freed.
   uint64_t begin = (offset + kPageSize - 1) & ~(kPageSize - 1);

@@ -39,7 +39,7 @@ class SimDevice final : public driver::Device {
   Status ReserveMemory(uint64_t bytes, tern_memory_category_t category) override;
   void ReleaseMemory(uint64_t bytes, tern_memory_category_t category) override;
   uint64_t NodeMemoryUsed(uint64_t by_category[TERN_MEMORY_CATEGORY_COUNT]) const override;
-  void MemoryFreed(uint64_t offset, uint64_t size) override;
+  void MemoryFreed(uint64_t offset, uint64_t size, tern_memory_category_t category) override;
   Status CreateQueue(uint32_t core, const std::string& name,
                      std::unique_ptr<driver::HwQueue>* out_queue) override;
   Status ExecuteSync(const driver::Command& command) override;

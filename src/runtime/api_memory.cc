@@ -21,7 +21,7 @@ void ReleaseBuffer(const BufferObject& buffer) {
     dev->used_by_category[buffer.category] -= buffer.allocated;
   }
   dev->hw->ReleaseMemory(buffer.allocated, buffer.category);
-  dev->hw->MemoryFreed(buffer.offset, buffer.allocated);
+  dev->hw->MemoryFreed(buffer.offset, buffer.allocated, buffer.category);
 }
 
 namespace {

@@ -3,8 +3,11 @@
 #include "driver_shim/sim/engines/run_instruction.h"
 
 #include <fmt/format.h>
+#include <omp.h>
 #include <sched.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 
@@ -360,13 +363,32 @@ Status RunInstruction(const driver::Instruction& instruction,
 
 void KeepKernelsOnThisThread() { kernels::t_kernels_on_this_thread = true; }
 
-bool KernelsLeaveACpuFree() {
+namespace {
+
+int HostCpus() {
   static const int host_cpus = [] {
     cpu_set_t set;
     CPU_ZERO(&set);
     return sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
   }();
-  return kernels::KernelThreads() < host_cpus;
+  return host_cpus;
 }
+
+}  // namespace
+
+int SizeKernelThreadsForHost() {
+  int threads = std::max(1, HostCpus() - 1);
+  if (const char* value = std::getenv("TERN_SIM_KERNEL_THREADS"); value != nullptr && *value) {
+    char* end = nullptr;
+    const long requested = std::strtol(value, &end, 10);
+    if (end != value && *end == '\0' && requested >= 1 && requested <= 4096) {
+      threads = static_cast<int>(requested);
+    }
+  }
+  if (kernels::kUseThreads) omp_set_num_threads(threads);
+  return threads;
+}
+
+bool KernelsLeaveACpuFree() { return kernels::KernelThreads() < HostCpus(); }
 
 }  // namespace tern::sim
