@@ -718,9 +718,13 @@ def _partitioned(gm: torch.fx.GraphModule, kind: str) -> Callable:
 
 
 def _decompositions() -> dict:
+    """PyTorch's core ATen decompositions, less the operators tern's compiler
+    lowers itself: a layer norm's backward stays one node (one instruction)
+    instead of a dozen elementwise operators and reductions."""
     from torch._decomp import core_aten_decompositions
 
-    return core_aten_decompositions()
+    known = _known_ops()
+    return {op: fn for op, fn in core_aten_decompositions().items() if str(op) not in known}
 
 
 def _make_backend():
