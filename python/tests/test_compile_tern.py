@@ -75,6 +75,30 @@ def test_backend_and_device_interface_are_registered():
     assert interface.Worker.get_device_properties(0)["name"]
 
 
+def test_streams_in_compiled_code():
+    """A stream context and current_stream() inside a compiled function:
+    Dynamo traces current_stream() through torch.accelerator (it used to
+    fail inside Dynamo); the stream context may break the graph, the result
+    is eager's."""
+    side = torch.tern.Stream()
+
+    def fn(x):
+        with torch.tern.stream(side):
+            y = x * 2
+        torch.tern.current_stream().wait_stream(side)
+        return y + 1
+
+    x = torch.randn(4, device="tern")
+    _close(torch.compile(fn, backend="tern")(x), fn(x), tol=0)
+
+    def current(x):
+        stream = torch.tern.current_stream()
+        stream.wait_stream(side)
+        return x + 1
+
+    _close(torch.compile(current, backend="tern", fullgraph=True)(x), current(x), tol=0)
+
+
 def test_traced_tensors_carry_the_tern_device():
     seen = []
 

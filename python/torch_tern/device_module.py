@@ -202,6 +202,12 @@ def _make_stream(parts) -> torch.Stream:
 
 
 def current_stream(device: Any = None) -> torch.Stream:
+    if torch.compiler.is_compiling():
+        # Dynamo traces torch.accelerator's stream calls (a stream variable
+        # in the graph, ordered by its stream state); it cannot trace _C's.
+        if device is None:
+            return torch.accelerator.current_stream()
+        return torch.accelerator.current_stream(torch.device(_BACKEND, _device_index(device)))
     _lazy_init()
     return _make_stream(_C._current_stream(_device_index(device)))
 
