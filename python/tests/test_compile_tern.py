@@ -189,6 +189,27 @@ def test_dynamic_sizes_one_trace_an_executable_per_size_no_recompile():
     assert stats["specializations"] == 3 * stats["partitions"]
 
 
+def test_automatic_dynamic_after_the_first_recompile():
+    """Default torch.compile: the first size compiles static, a second size
+    recompiles once with the dimension dynamic (Dynamo's automatic dynamic
+    shapes), and later sizes reuse that graph: only new executables."""
+    counter = torch._dynamo.testing.CompileCounterWithBackend("tern")
+    model = _mlp()
+    compiled = torch.compile(model, backend=counter)
+    with torch.no_grad():
+        for n in (8, 12, 20, 33, 12):
+            x = torch.randn(n, 16, device="tern")
+            _close(compiled(x), model(x))
+    assert counter.frame_count == 2
+    stats = ternc.stats()
+    assert stats["recompiles"]["count"] == 1
+    assert stats["backend_compiles"] == 2
+    # One partition per graph. The static graph: size 8; the dynamic graph:
+    # 12 (with the graph), then 20 and 33 (specialisations).
+    assert stats["partitions"] == 2
+    assert stats["executables"] == 4 and stats["specializations"] == 2
+
+
 def test_graph_break_gives_two_graphs_and_the_right_answer():
     counter = torch._dynamo.testing.CompileCounterWithBackend("tern")
 
