@@ -5,6 +5,7 @@
 
 #include "aten/minimal.h"
 #include "aten/program.h"
+#include "runtime/allocator.h"
 #include "runtime/runtime.h"
 
 namespace torch_tern {
@@ -134,9 +135,23 @@ std::vector<at::Tensor> CompiledModel::Run(const std::vector<at::Tensor>& inputs
         ShapeOf(info), at::TensorOptions().dtype(ToScalarType(info.dtype)).device(device)));
     out.push_back(Bind(results.back(), &bound));
   }
-  TERN_CHECK(tern_queue_execute(CurrentQueue(device_), executable_, function_, in.data(),
-                                static_cast<uint32_t>(in.size()), out.data(),
-                                static_cast<uint32_t>(out.size()), nullptr));
+  auto execute = [&] {
+    return tern_queue_execute(CurrentQueue(device_), executable_, function_, in.data(),
+                              static_cast<uint32_t>(in.size()), out.data(),
+                              static_cast<uint32_t>(out.size()), nullptr);
+  };
+  tern_status_t status = execute();
+  if (status == TERN_ERROR_OUT_OF_MEMORY) {
+    // The execution's scratch comes from the runtime, beside the caching
+    // allocator, whose free blocks may hold the memory it needs (a model
+    // run at many sizes leaves blocks of each): release them, as the
+    // allocator does for its own requests, and try once more.
+    TernDeviceAllocator::Get().emptyCache();
+    status = execute();
+  }
+  if (status != TERN_OK) {
+    ThrowTernError(status, "tern_queue_execute(compiled model)", __FILE__, __LINE__);
+  }
   return results;
 }
 

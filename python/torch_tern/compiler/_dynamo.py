@@ -91,6 +91,8 @@ class _Stats:
         self.backend_seconds = 0.0  # in the backend: partitioning, conversion, compiles
         self.trial_seconds = 0.0  # of which: trial compiles of proposed partitions
         self.compile_seconds = 0.0  # the tern compiler (and cache lookups), at run time too
+        self.recompile_ids: set = set()  # Dynamo compile ids of recompiled frames
+        self.recompile_reasons: list = []
 
     def snapshot(self) -> dict:
         with self.lock:
@@ -108,22 +110,43 @@ class _Stats:
                 "backend_seconds": self.backend_seconds,
                 "trial_compile_seconds": self.trial_seconds,
                 "compile_seconds": self.compile_seconds,
-                "recompiles": _recompiles(),
+                "recompiles": {"count": len(self.recompile_reasons),
+                               "reasons": list(self.recompile_reasons)},
             }
 
 
 _STATS = _Stats()
 
 
-def _recompiles() -> dict:
-    """Dynamo's recompiles of this process: how many, and why (its guard
-    failure messages, newest last)."""
+def _note_compile_id() -> None:
+    """Records a recompile when Dynamo hands over a graph of a frame it
+    compiled before (its compile id's frame_compile_id > 0; a frame's
+    several graphs, split by graph breaks, share one id), with the guard
+    failure that caused it (Dynamo's newest message for the frame's code)."""
+    from torch._guards import CompileContext
+
+    compile_id = CompileContext.current_compile_id()
+    if compile_id is None or not getattr(compile_id, "frame_compile_id", 0):
+        return
+    key = (compile_id.frame_id, compile_id.frame_compile_id)
+    with _STATS.lock:
+        if key in _STATS.recompile_ids:
+            return
+        _STATS.recompile_ids.add(key)
+    reason = "(Dynamo gave no reason)"
     try:
         from torch._dynamo.utils import guard_failures
+
+        newest = [failures[-1] for failures in list(guard_failures.values()) if failures]
+        if newest:
+            reason = str(newest[-1])
     except ImportError:  # pragma: no cover - a torch without the table
-        return {"count": 0, "reasons": []}
-    reasons = [str(r) for failures in list(guard_failures.values()) for r in failures]
-    return {"count": len(reasons), "reasons": reasons}
+        pass
+    with _STATS.lock:
+        _STATS.recompile_reasons.append(reason)
+
+
+
 
 
 def stats() -> dict:
@@ -133,13 +156,14 @@ def stats() -> dict:
     first reason for each), executables made and how many were size
     specialisations, compile cache hits and misses, seconds in the backend
     (partitioning, conversion and the trial compiles that find what the
-    compiler refuses) and in the compiler, and Dynamo's recompiles with their
-    reasons."""
+    compiler refuses) and in the compiler, and the recompiles: frames Dynamo
+    compiled again for this backend, each with the guard failure that caused
+    it."""
     return _STATS.snapshot()
 
 
 def reset_stats() -> None:
-    """Zeroes stats() (Dynamo's recompile log is torch._dynamo.reset()'s)."""
+    """Zeroes stats(), the recompiles included."""
     with _STATS.lock:
         _STATS.reset()
 
@@ -746,6 +770,7 @@ def _make_backend():
 def backend(gm: torch.fx.GraphModule, example_inputs: Sequence):
     """The Dynamo backend registered as "tern" (torch.compile(model, backend="tern"))."""
     global _BACKEND
+    _note_compile_id()
     if _BACKEND is None:
         _BACKEND = _make_backend()
     return _BACKEND(gm, example_inputs)
