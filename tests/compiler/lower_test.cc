@@ -1870,5 +1870,81 @@ TEST_F(LowerTest, ActivationBackwardsMatchTheReference) {
   EXPECT_LT(fused.compute_instructions, unfused.compute_instructions);
 }
 
+// bf16 to f32 and back (nearest even; the tests' values are finite).
+float FromBf16(uint16_t bits) {
+  const uint32_t wide = uint32_t{bits} << 16;
+  float value;
+  std::memcpy(&value, &wide, sizeof(value));
+  return value;
+}
+uint16_t ToBf16(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof(bits));
+  return static_cast<uint16_t>((bits + 0x7fff + ((bits >> 16) & 1)) >> 16);
+}
+
+// bf16 gradients: the sequences compute in f32 and round once, the
+// instructions that take bf16 directly do too; an input_dtype other than
+// grad_output's converts the softmax's gradient at the end.
+TEST_F(LowerTest, HalfBackwardsConvertAtTheEnd) {
+  constexpr int kCount = 32;
+  std::vector<uint16_t> g(kCount), y_tanh(kCount), y_sigmoid(kCount), x(kCount);
+  const std::vector<float> gs = Values(kCount, 81), xs = Values(kCount, 82);
+  for (int i = 0; i < kCount; ++i) {
+    g[i] = ToBf16(gs[i]);
+    x[i] = ToBf16(3.0f * xs[i]);
+    y_tanh[i] = ToBf16(std::tanh(FromBf16(x[i])));
+    y_sigmoid[i] = ToBf16(static_cast<float>(1.0 / (1.0 + std::exp(-FromBf16(x[i])))));
+  }
+  const std::vector<float> soft_grad = Values(kCount, 83);
+  std::vector<float> soft(kCount);
+  for (int i = 0; i < kCount; ++i) soft[i] = 1.0f / kCount + 0.01f * xs[i];
+  Graph graph;
+  const TensorType bf16{TERN_DTYPE_BF16, S({kCount})};
+  const uint32_t gv = graph.AddInput("g", bf16);
+  const uint32_t tv = graph.AddInput("y_tanh", bf16);
+  const uint32_t sv = graph.AddInput("y_sigmoid", bf16);
+  const uint32_t xv = graph.AddInput("x", bf16);
+  const uint32_t sgv = graph.AddInput("soft_grad", F32(S({kCount})));
+  const uint32_t softv = graph.AddInput("soft", F32(S({kCount})));
+  auto to_f32 = [&](absl::StatusOr<uint32_t> node, const char* name) {
+    const uint32_t value = Out(graph, node);
+    EXPECT_EQ(graph.values[value].type.dtype, TERN_DTYPE_BF16) << name;
+    graph.AddOutput(name, Out(graph, AddNode(&graph, "aten._to_copy.default", {value},
+                                             {A("dtype", DTypeAttr{TERN_DTYPE_F32})})));
+  };
+  to_f32(AddNode(&graph, "aten.tanh_backward.default", {gv, tv}, {}), "tanh");
+  to_f32(AddNode(&graph, "aten.sigmoid_backward.default", {gv, sv}, {}), "sigmoid");
+  to_f32(AddNode(&graph, "aten.threshold_backward.default", {gv, xv}, {A("threshold", 0.25)}),
+         "threshold");
+  to_f32(AddNode(&graph, "aten.gelu_backward.default", {gv, xv}, {}), "gelu");
+  to_f32(AddNode(&graph, "aten._softmax_backward_data.default", {sgv, softv},
+                 {A("dim", int64_t{0}), A("input_dtype", DTypeAttr{TERN_DTYPE_BF16})}),
+         "softmax");
+  const auto outputs = Run(
+      graph, {Bytes(g), Bytes(y_tanh), Bytes(y_sigmoid), Bytes(x), Bytes(soft_grad), Bytes(soft)});
+  ASSERT_EQ(outputs.size(), 5u);
+  std::vector<std::vector<double>> want(5, std::vector<double>(kCount));
+  double dot = 0;
+  for (int i = 0; i < kCount; ++i) dot += double(soft_grad[i]) * soft[i];
+  for (int i = 0; i < kCount; ++i) {
+    const double gd = FromBf16(g[i]), v = FromBf16(x[i]);
+    const double t = FromBf16(y_tanh[i]), sg = FromBf16(y_sigmoid[i]);
+    const double cdf = 0.5 * std::erfc(-v / std::sqrt(2.0));
+    const double pdf = std::exp(-0.5 * v * v) / std::sqrt(2.0 * M_PI);
+    const double exact[5] = {gd * (1.0 - t * t), gd * (1.0 - sg) * sg, v <= 0.25 ? 0.0 : gd,
+                             gd * (cdf + v * pdf), soft[i] * (soft_grad[i] - dot)};
+    // Rounded once to bf16: within half a bf16 ulp (2^-9 relative).
+    for (int j = 0; j < 5; ++j) want[j][i] = FromBf16(ToBf16(static_cast<float>(exact[j])));
+  }
+  const char* const names[] = {"tanh", "sigmoid", "threshold", "gelu", "softmax"};
+  for (size_t j = 0; j < 5; ++j) {
+    for (int i = 0; i < kCount; ++i) {
+      EXPECT_NEAR(outputs[j][i], want[j][i], std::fabs(want[j][i]) / 128.0 + 1e-30)
+          << names[j] << " at " << i;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tern::compiler
