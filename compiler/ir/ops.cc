@@ -1017,6 +1017,39 @@ absl::Status Embedding(const InferContext& c, Types* out) {
   return absl::OkStatus();
 }
 
+// embedding_dense_backward(grad_output, indices, num_weights, padding_idx,
+// scale_grad_by_freq): the weight's gradient [num_weights, D], grad_output
+// being indices.shape + [D]. scale_grad_by_freq (a division by each index's
+// count) is not lowered yet.
+absl::Status EmbeddingDenseBackward(const InferContext& c, Types* out) {
+  if (auto s = RequireInput(c, 0, "grad_output"); !s.ok()) return s;
+  if (auto s = RequireInput(c, 1, "indices"); !s.ok()) return s;
+  const TensorType &grad = *c.inputs[0], &indices = *c.inputs[1];
+  if (auto s = RequireFloat(c, grad, "grad_output"); !s.ok()) return s;
+  if (auto s = RequireIndexDtype(c, indices, "indices"); !s.ok()) return s;
+  if (grad.shape.size() != indices.shape.size() + 1 ||
+      !std::equal(indices.shape.begin(), indices.shape.end(), grad.shape.begin())) {
+    return c.Error(fmt::format("its grad_output {} is not its indices' shape {} and one more dim",
+                               Shp(c, grad.shape), Shp(c, indices.shape)));
+  }
+  auto num_weights = c.Int("num_weights", -1);
+  auto padding_idx = c.Int("padding_idx", -1);
+  auto scale = c.Bool("scale_grad_by_freq", false);
+  if (!num_weights.ok()) return num_weights.status();
+  if (!padding_idx.ok()) return padding_idx.status();
+  if (!scale.ok()) return scale.status();
+  if (*num_weights < 0) {
+    return c.Error(fmt::format("its num_weights is {}; it must be given, >= 0", *num_weights));
+  }
+  if (*scale) {
+    return c.Error(
+        "it has scale_grad_by_freq=True, which the compiler does not lower yet; use an "
+        "embedding without scale_grad_by_freq");
+  }
+  out->push_back({grad.dtype, {Dim::Constant(*num_weights), grad.shape.back()}});
+  return absl::OkStatus();
+}
+
 absl::Status Cat(const InferContext& c, Types* out) {
   if (c.inputs.empty()) return c.Error("it concatenates no tensors");
   for (size_t i = 0; i < c.inputs.size(); ++i) {
@@ -1321,6 +1354,7 @@ const std::vector<OpDef>& Table() {
         {"aten.div.Scalar", 1, 1, 1, -1, Division},
         {"aten.div.Tensor", 1, 2, 1, -1, Division},
         {"aten.embedding.default", 2, 2, 1, -1, Embedding},
+        {"aten.embedding_dense_backward.default", 2, 2, 1, -1, EmbeddingDenseBackward},
         {"aten.eq.Scalar", 1, 1, 1, -1, Comparison},
         {"aten.eq.Tensor", 1, 2, 1, -1, Comparison},
         {"aten.erf.default", 1, 1, 1, -1, FloatUnary},

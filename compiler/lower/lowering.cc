@@ -1274,6 +1274,22 @@ class Lowerer {
     return absl::OkStatus();
   }
 
+  // embedding_dense_backward: a `fill` with 0, then `scatter_add` on axis 0
+  // (repeated indices sum in index order, as the CPU's kernel). The row of
+  // padding_idx gets no gradient: only its own index adds into it, so it is
+  // filled with 0 again afterwards.
+  absl::Status LowerEmbeddingDenseBackward(const Node& node) {
+    absl::StatusOr<int64_t> padding_idx = Context(node).Int("padding_idx", -1);
+    if (!padding_idx.ok()) return padding_idx.status();
+    const TensorRef out = Produce(node.outputs[0]);
+    Emit(TERN_OP_FILL, {out}, {}, {0.0});
+    Emit(TERN_OP_SCATTER_ADD, {out, In(node, 1), In(node, 0)}, {0});
+    if (*padding_idx >= 0 && *padding_idx < out.shape[0]) {
+      Emit(TERN_OP_FILL, {out.Slice(0, *padding_idx, 1, 1)}, {}, {0.0});
+    }
+    return absl::OkStatus();
+  }
+
   absl::Status LowerCat(const Node& node) {
     absl::StatusOr<int64_t> dim = Context(node).Int("dim", 0);
     if (!dim.ok()) return dim.status();
@@ -1548,6 +1564,7 @@ const std::map<std::string_view, LowerFn>& Lowerer::Table() {
       {"aten.rms_norm.default", &Lowerer::LowerRmsNorm},
       {"aten.where.self", &Lowerer::LowerWhere},
       {"aten.embedding.default", &Lowerer::LowerEmbedding},
+      {"aten.embedding_dense_backward.default", &Lowerer::LowerEmbeddingDenseBackward},
       {"aten.cat.default", &Lowerer::LowerCat},
       {"aten.convolution.default", &Lowerer::LowerConvolution},
       {"aten._native_batch_norm_legit_no_training.default", &Lowerer::LowerBatchNorm},

@@ -411,6 +411,44 @@ TEST(Ops, SoftmaxAndActivationBackwardsFollowPyTorchTypes) {
   }
 }
 
+TEST(Ops, EmbeddingDenseBackwardIsTheWeightsGradient) {
+  Graph graph;
+  const uint32_t g = graph.AddInput("g", {TERN_DTYPE_BF16, S({2, 5, 16})});
+  const uint32_t ids = graph.AddInput("ids", {TERN_DTYPE_I64, S({2, 5})});
+  const uint32_t fids = graph.AddInput("fids", F32(S({2, 5})));
+  const std::vector<Attribute> attrs = {A("num_weights", int64_t{100}),
+                                        A("padding_idx", int64_t{-1}),
+                                        A("scale_grad_by_freq", false)};
+  EXPECT_EQ(
+      OutType(graph, AddNode(&graph, "aten.embedding_dense_backward.default", {g, ids}, attrs)),
+      (TensorType{TERN_DTYPE_BF16, S({100, 16})}));
+  struct Wrong {
+    std::vector<uint32_t> inputs;
+    std::vector<Attribute> attrs;
+    const char* message;
+  };
+  const Wrong wrong[] = {
+      {{g, fids}, attrs, "its indices has dtype f32; it must be i64 or i32"},
+      {{g, g}, attrs, "its indices has dtype bf16"},
+      {{ids, ids}, attrs, "its grad_output has dtype i64"},
+      {{graph.AddInput("g3", F32(S({2, 4, 16}))), ids},
+       attrs,
+       "its grad_output [2, 4, 16] is not its indices' shape [2, 5] and one more dim"},
+      {{g, ids},
+       {A("padding_idx", int64_t{0}), A("scale_grad_by_freq", false)},
+       "its num_weights is -1; it must be given"},
+      {{g, ids},
+       {A("num_weights", int64_t{100}), A("scale_grad_by_freq", true)},
+       "node 'emb_bwd' (aten.embedding_dense_backward.default): it has scale_grad_by_freq=True, "
+       "which the compiler does not lower yet"},
+  };
+  for (const Wrong& w : wrong) {
+    auto n = AddNode(&graph, "aten.embedding_dense_backward.default", w.inputs, w.attrs, "emb_bwd");
+    ASSERT_FALSE(n.ok()) << w.message;
+    EXPECT_CONTAINS(n.status().message(), w.message);
+  }
+}
+
 TEST(Ops, ClampPromotesAsPyTorch) {
   Graph graph;
   const uint32_t x = graph.AddInput("x", {TERN_DTYPE_BF16, S({5})});

@@ -1946,5 +1946,32 @@ TEST_F(LowerTest, HalfBackwardsConvertAtTheEnd) {
   }
 }
 
+TEST_F(LowerTest, EmbeddingDenseBackwardSumsRepeatedIndicesAndSkipsThePadding) {
+  constexpr int64_t kVocab = 7, kWidth = 4;
+  // Repeated indices (3 three times), the padding index 5 twice, rows never
+  // used (0, 6).
+  const std::vector<int64_t> ids = {3, 1, 5, 3, 2, 5, 3, 4};
+  const std::vector<float> gs = Values(ids.size() * kWidth, 91);
+  Graph g;
+  const uint32_t grad = g.AddInput("grad", F32(S({2, 4, kWidth})));
+  const uint32_t idv = g.AddInput("ids", {TERN_DTYPE_I64, S({2, 4})});
+  for (int64_t padding : {int64_t{-1}, int64_t{5}}) {
+    g.AddOutput(padding < 0 ? "grad_weight" : "grad_weight_padded",
+                Out(g, AddNode(&g, "aten.embedding_dense_backward.default", {grad, idv},
+                               {A("num_weights", kVocab), A("padding_idx", padding),
+                                A("scale_grad_by_freq", false)})));
+  }
+  const auto outputs = Run(g, {Bytes(gs), Bytes(ids)});
+  ASSERT_EQ(outputs.size(), 2u);
+  std::vector<double> want(kVocab * kWidth, 0.0), want_padded;
+  for (size_t j = 0; j < ids.size(); ++j) {
+    for (int64_t d = 0; d < kWidth; ++d) want[ids[j] * kWidth + d] += gs[j * kWidth + d];
+  }
+  want_padded = want;
+  for (int64_t d = 0; d < kWidth; ++d) want_padded[5 * kWidth + d] = 0.0;
+  ExpectNear(outputs[0], want, 1e-6, "grad_weight");
+  ExpectNear(outputs[1], want_padded, 1e-6, "grad_weight_padded");
+}
+
 }  // namespace
 }  // namespace tern::compiler
