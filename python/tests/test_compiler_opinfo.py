@@ -165,6 +165,7 @@ UNREACHED = {
                               "graphs that keep it, torch.compile's)",
     "aten.clamp_min.default": "the core ATen decompositions turn it into aten.clamp (it is for "
                               "graphs that keep it, torch.compile's)",
+    "aten.embedding_dense_backward.default": _BACKWARD + " (embedding's gradient)",
     "aten.gelu_backward.default": _BACKWARD + " (gelu's gradient)",
     "aten.native_layer_norm_backward.default": _BACKWARD + " (layer_norm's gradient)",
     "aten.scatter.value": "no float32 sample of scatter reaches it (they scatter tensors: "
