@@ -879,6 +879,127 @@ absl::Status RmsNorm(const InferContext& c, Types* out) {
   return absl::OkStatus();
 }
 
+// native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd,
+// weight?, bias?, output_mask): inputs grad_out, input, mean, rstd, weight?,
+// bias?; outputs (grad_input, grad_weight, grad_bias) with the types of the
+// input, weight and bias, as PyTorch. An output that output_mask leaves out,
+// and grad_weight (grad_bias) without a weight (bias), is None in PyTorch:
+// here an empty [0] tensor of the input's dtype that lowering never computes.
+absl::Status LayerNormBackward(const InferContext& c, Types* out) {
+  static const char* const kNames[] = {"grad_out", "input", "mean", "rstd", "weight", "bias"};
+  for (size_t i = 0; i < 4; ++i) {
+    if (auto s = RequireInput(c, i, kNames[i]); !s.ok()) return s;
+  }
+  const TensorType &grad = *c.inputs[0], &input = *c.inputs[1];
+  if (auto s = RequireFloat(c, input, "input"); !s.ok()) return s;
+  if (grad.shape != input.shape || grad.dtype != input.dtype) {
+    return c.Error(fmt::format("its grad_out is {} {} but its input {} {}; they must match",
+                               tern_dtype_name(grad.dtype), Shp(c, grad.shape),
+                               tern_dtype_name(input.dtype), Shp(c, input.shape)));
+  }
+  absl::StatusOr<Shape> normalized = NormalizedDims(c, input);
+  if (!normalized.ok()) return normalized.status();
+  const Shape& last = *normalized;
+  const size_t k = last.size();
+  // mean and rstd as native_layer_norm makes them (the leading shape with
+  // k dims of size 1), or the leading shape itself.
+  const Shape leading(input.shape.begin(), input.shape.end() - static_cast<ptrdiff_t>(k));
+  Shape stats = leading;
+  stats.insert(stats.end(), k, Dim::Constant(1));
+  for (size_t i = 2; i < 4; ++i) {
+    const TensorType& t = *c.inputs[i];
+    if (auto s = RequireFloat(c, t, kNames[i]); !s.ok()) return s;
+    if (t.shape != stats && t.shape != leading) {
+      return c.Error(fmt::format("its {} has shape {}; it must be {} (or {})", kNames[i],
+                                 Shp(c, t.shape), Shp(c, stats), Shp(c, leading)));
+    }
+  }
+  for (size_t i = 4; i < 6 && i < c.inputs.size(); ++i) {
+    const TensorType* t = c.inputs[i];
+    if (t != nullptr && (t->shape != last || !IsFloat(t->dtype))) {
+      return c.Error(fmt::format("its {} is {} {}; it must be a float {}", kNames[i],
+                                 tern_dtype_name(t->dtype), Shp(c, t->shape), Shp(c, last)));
+    }
+  }
+  absl::StatusOr<std::vector<bool>> mask = c.Flags("output_mask", 3);
+  if (!mask.ok()) return mask.status();
+  const TensorType* weight = c.inputs.size() > 4 ? c.inputs[4] : nullptr;
+  const TensorType* bias = c.inputs.size() > 5 ? c.inputs[5] : nullptr;
+  const TensorType absent{input.dtype, {Dim::Constant(0)}};
+  out->push_back((*mask)[0] ? input : absent);
+  out->push_back((*mask)[1] && weight != nullptr ? *weight : absent);
+  out->push_back((*mask)[2] && bias != nullptr ? *bias : absent);
+  return absl::OkStatus();
+}
+
+// _softmax_backward_data, _log_softmax_backward_data(grad_output, output,
+// dim, input_dtype): the input's gradient, of input_dtype (the softmax's
+// input dtype; grad_output's when absent).
+absl::Status SoftmaxBackward(const InferContext& c, Types* out) {
+  if (auto s = RequireInput(c, 0, "grad_output"); !s.ok()) return s;
+  if (auto s = RequireInput(c, 1, "output"); !s.ok()) return s;
+  const TensorType &grad = *c.inputs[0], &output = *c.inputs[1];
+  if (auto s = RequireFloat(c, grad, "grad_output"); !s.ok()) return s;
+  if (grad.shape != output.shape || grad.dtype != output.dtype) {
+    return c.Error(fmt::format("its grad_output is {} {} but its output {} {}; they must match",
+                               tern_dtype_name(grad.dtype), Shp(c, grad.shape),
+                               tern_dtype_name(output.dtype), Shp(c, output.shape)));
+  }
+  auto dim = c.Int("dim", 0);
+  if (!dim.ok()) return dim.status();
+  if (auto n = NormalizeDim(c, *dim, grad.shape.size()); !n.ok()) return n.status();
+  auto dtype = c.DType("input_dtype");
+  if (!dtype.ok()) return dtype.status();
+  TensorType t = grad;
+  if (*dtype) {
+    if (!IsFloat(**dtype)) {
+      return c.Error(fmt::format("its input_dtype is {}; a softmax's input is f32, bf16 or f16",
+                                 tern_dtype_name(**dtype)));
+    }
+    t.dtype = **dtype;
+  }
+  out->push_back(std::move(t));
+  return absl::OkStatus();
+}
+
+// The backward functions of activations, (grad_output, x) with x the
+// forward's input (gelu_backward, silu_backward, threshold_backward) or
+// output (tanh_backward, sigmoid_backward): broadcast and promoted as a
+// binary op, as PyTorch; float results only (gradients are).
+absl::Status ActivationBackward(const InferContext& c, Types* out) {
+  if (auto s = RequireInput(c, 0, "grad_output"); !s.ok()) return s;
+  const bool of_output =
+      c.node.op == "aten.tanh_backward.default" || c.node.op == "aten.sigmoid_backward.default";
+  if (auto s = RequireInput(c, 1, of_output ? "output" : "self"); !s.ok()) return s;
+  const TensorType &grad = *c.inputs[0], &x = *c.inputs[1];
+  auto shape = Broadcast(c, {&grad.shape, &x.shape});
+  if (!shape.ok()) return shape.status();
+  TensorType t{Promote(grad.dtype, x.dtype), *shape};
+  if (!IsFloat(t.dtype)) {
+    return c.Error(fmt::format(
+        "its grad_output is {} and its {} {}; a gradient is f32, bf16 or f16",
+        tern_dtype_name(grad.dtype), of_output ? "output" : "self", tern_dtype_name(x.dtype)));
+  }
+  if (c.node.op == "aten.gelu_backward.default") {
+    auto approximate = c.String("approximate", "none");
+    if (!approximate.ok()) return approximate.status();
+    if (*approximate != "none" && *approximate != "tanh") {
+      return c.Error(
+          fmt::format("its approximate is '{}'; gelu takes 'none' or 'tanh'", *approximate));
+    }
+  }
+  if (c.node.op == "aten.threshold_backward.default") {
+    const Attribute* threshold = FindAttr(c.node, "threshold");
+    if (threshold == nullptr || (!std::holds_alternative<double>(threshold->value) &&
+                                 !std::holds_alternative<int64_t>(threshold->value) &&
+                                 !std::holds_alternative<bool>(threshold->value))) {
+      return c.Error("its attribute 'threshold' must be a number");
+    }
+  }
+  out->push_back(std::move(t));
+  return absl::OkStatus();
+}
+
 absl::Status Embedding(const InferContext& c, Types* out) {
   if (auto s = RequireInput(c, 0, "weight"); !s.ok()) return s;
   if (auto s = RequireInput(c, 1, "indices"); !s.ok()) return s;
@@ -893,6 +1014,39 @@ absl::Status Embedding(const InferContext& c, Types* out) {
   TensorType t{weight.dtype, indices.shape};
   t.shape.push_back(weight.shape[1]);
   out->push_back(std::move(t));
+  return absl::OkStatus();
+}
+
+// embedding_dense_backward(grad_output, indices, num_weights, padding_idx,
+// scale_grad_by_freq): the weight's gradient [num_weights, D], grad_output
+// being indices.shape + [D]. scale_grad_by_freq (a division by each index's
+// count) is not lowered yet.
+absl::Status EmbeddingDenseBackward(const InferContext& c, Types* out) {
+  if (auto s = RequireInput(c, 0, "grad_output"); !s.ok()) return s;
+  if (auto s = RequireInput(c, 1, "indices"); !s.ok()) return s;
+  const TensorType &grad = *c.inputs[0], &indices = *c.inputs[1];
+  if (auto s = RequireFloat(c, grad, "grad_output"); !s.ok()) return s;
+  if (auto s = RequireIndexDtype(c, indices, "indices"); !s.ok()) return s;
+  if (grad.shape.size() != indices.shape.size() + 1 ||
+      !std::equal(indices.shape.begin(), indices.shape.end(), grad.shape.begin())) {
+    return c.Error(fmt::format("its grad_output {} is not its indices' shape {} and one more dim",
+                               Shp(c, grad.shape), Shp(c, indices.shape)));
+  }
+  auto num_weights = c.Int("num_weights", -1);
+  auto padding_idx = c.Int("padding_idx", -1);
+  auto scale = c.Bool("scale_grad_by_freq", false);
+  if (!num_weights.ok()) return num_weights.status();
+  if (!padding_idx.ok()) return padding_idx.status();
+  if (!scale.ok()) return scale.status();
+  if (*num_weights < 0) {
+    return c.Error(fmt::format("its num_weights is {}; it must be given, >= 0", *num_weights));
+  }
+  if (*scale) {
+    return c.Error(
+        "it has scale_grad_by_freq=True, which the compiler does not lower yet; use an "
+        "embedding without scale_grad_by_freq");
+  }
+  out->push_back({grad.dtype, {Dim::Constant(*num_weights), grad.shape.back()}});
   return absl::OkStatus();
 }
 
@@ -1172,8 +1326,10 @@ const std::vector<OpDef>& Table() {
   static const std::vector<OpDef>* table = [] {
     auto* ops = new std::vector<OpDef>{
         {"aten._log_softmax.default", 1, 1, 1, -1, Softmax},
+        {"aten._log_softmax_backward_data.default", 2, 2, 1, -1, SoftmaxBackward},
         {"aten._native_batch_norm_legit_no_training.default", 5, 5, 3, -1, BatchNormInference},
         {"aten._softmax.default", 1, 1, 1, -1, Softmax},
+        {"aten._softmax_backward_data.default", 2, 2, 1, -1, SoftmaxBackward},
         {"aten._to_copy.default", 1, 1, 1, -1, ToCopy},
         {"aten._unsafe_view.default", 1, 1, 1, -1, View},
         {"aten.abs.default", 1, 1, 1, -1, SameAsInput},
@@ -1198,6 +1354,7 @@ const std::vector<OpDef>& Table() {
         {"aten.div.Scalar", 1, 1, 1, -1, Division},
         {"aten.div.Tensor", 1, 2, 1, -1, Division},
         {"aten.embedding.default", 2, 2, 1, -1, Embedding},
+        {"aten.embedding_dense_backward.default", 2, 2, 1, -1, EmbeddingDenseBackward},
         {"aten.eq.Scalar", 1, 1, 1, -1, Comparison},
         {"aten.eq.Tensor", 1, 2, 1, -1, Comparison},
         {"aten.erf.default", 1, 1, 1, -1, FloatUnary},
@@ -1208,6 +1365,7 @@ const std::vector<OpDef>& Table() {
         {"aten.ge.Scalar", 1, 1, 1, -1, Comparison},
         {"aten.ge.Tensor", 1, 2, 1, -1, Comparison},
         {"aten.gelu.default", 1, 1, 1, -1, FloatUnary},
+        {"aten.gelu_backward.default", 2, 2, 1, -1, ActivationBackward},
         {"aten.gt.Scalar", 1, 1, 1, -1, Comparison},
         {"aten.gt.Tensor", 1, 2, 1, -1, Comparison},
         {"aten.index_put.default", 2, kVariadic, 1, -1, IndexPut},
@@ -1229,6 +1387,7 @@ const std::vector<OpDef>& Table() {
         {"aten.ne.Scalar", 1, 1, 1, -1, Comparison},
         {"aten.ne.Tensor", 1, 2, 1, -1, Comparison},
         {"aten.native_layer_norm.default", 1, 3, 3, -1, LayerNorm},
+        {"aten.native_layer_norm_backward.default", 4, 6, 3, -1, LayerNormBackward},
         {"aten.neg.default", 1, 1, 1, -1, SameAsInput},
         {"aten.permute.default", 1, 1, 1, 0, Permute},
         {"aten.pow.Tensor_Scalar", 1, 1, 1, -1, PowScalar},
@@ -1238,7 +1397,9 @@ const std::vector<OpDef>& Table() {
         {"aten.scatter.value", 2, 2, 1, -1, ScatterValue},
         {"aten.select.int", 1, 1, 1, 0, Select},
         {"aten.sigmoid.default", 1, 1, 1, -1, FloatUnary},
+        {"aten.sigmoid_backward.default", 2, 2, 1, -1, ActivationBackward},
         {"aten.silu.default", 1, 1, 1, -1, FloatUnary},
+        {"aten.silu_backward.default", 2, 2, 1, -1, ActivationBackward},
         {"aten.sin.default", 1, 1, 1, -1, FloatUnary},
         {"aten.slice.Tensor", 1, 1, 1, 0, Slice},
         {"aten.sqrt.default", 1, 1, 1, -1, FloatUnary},
@@ -1248,6 +1409,8 @@ const std::vector<OpDef>& Table() {
         {"aten.sub.Tensor", 1, 2, 1, -1, Arithmetic},
         {"aten.sum.dim_IntList", 1, 1, 1, -1, SumDims},
         {"aten.tanh.default", 1, 1, 1, -1, FloatUnary},
+        {"aten.tanh_backward.default", 2, 2, 1, -1, ActivationBackward},
+        {"aten.threshold_backward.default", 2, 2, 1, -1, ActivationBackward},
         {"aten.unsqueeze.default", 1, 1, 1, 0, Unsqueeze},
         {"aten.view.default", 1, 1, 1, 0, View},
         {"aten.where.self", 3, 3, 1, -1, Where},
@@ -1325,6 +1488,29 @@ absl::StatusOr<Shape> InferContext::ShapeAttr(const std::string& name) const {
 absl::StatusOr<std::string> InferContext::String(const std::string& name,
                                                  std::string fallback) const {
   return Get<std::string>(*this, name, std::move(fallback), "a string");
+}
+
+absl::StatusOr<std::vector<bool>> InferContext::Flags(const std::string& name, size_t count) const {
+  const Attribute* attr = FindAttr(node, name);
+  if (attr == nullptr) return Error(fmt::format("its attribute '{}' is missing", name));
+  std::vector<int64_t> values;
+  if (const auto* ints = std::get_if<std::vector<int64_t>>(&attr->value)) {
+    values = *ints;
+  } else if (const Shape* shape = std::get_if<Shape>(&attr->value)) {
+    for (const Dim& dim : *shape) values.push_back(dim.constant().value_or(-1));
+  } else {
+    return Error(fmt::format("its attribute '{}' must be a list of {} bools", name, count));
+  }
+  std::vector<bool> flags;
+  for (int64_t v : values) {
+    if (v != 0 && v != 1) break;
+    flags.push_back(v == 1);
+  }
+  if (flags.size() != count || values.size() != count) {
+    return Error(
+        fmt::format("its attribute '{}' must be a list of {} bools (0 or 1)", name, count));
+  }
+  return flags;
 }
 
 absl::StatusOr<std::optional<tern_dtype_t>> InferContext::DType(const std::string& name) const {

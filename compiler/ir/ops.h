@@ -48,6 +48,10 @@ struct InferContext {
   // A required Shape attribute (an int[] is accepted too).
   absl::StatusOr<Shape> ShapeAttr(const std::string& name) const;
   absl::StatusOr<std::string> String(const std::string& name, std::string fallback) const;
+  // A required bool[] attribute of `count` flags (native_layer_norm_backward's
+  // output_mask): ints 0 or 1, or a Shape of the constant dims 0 or 1 (what
+  // the front end makes of a list of Python bools, which are ints there).
+  absl::StatusOr<std::vector<bool>> Flags(const std::string& name, size_t count) const;
   // A dtype attribute, or nullopt when absent.
   absl::StatusOr<std::optional<tern_dtype_t>> DType(const std::string& name) const;
   // An InvalidArgument error that starts with the node's description.

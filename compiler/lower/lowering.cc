@@ -902,6 +902,158 @@ class Lowerer {
     return absl::OkStatus();
   }
 
+  // `ref` viewed with `shape` (the same elements), copied into a contiguous
+  // scratch first when its strides cannot express that.
+  TensorRef ReshapedOrCopied(const TensorRef& ref, const std::vector<int64_t>& shape) {
+    if (std::optional<TensorRef> view = ref.Reshape(shape)) return *view;
+    const TensorRef copy = NewScratch(ref.dtype, ref.shape);
+    Emit(TERN_OP_COPY, {copy, ref});
+    return *copy.Reshape(shape);
+  }
+
+  // native_layer_norm_backward: one layer_norm_backward. grad_in is not
+  // optional in the instruction: when only the parameters' gradients are
+  // used it goes to scratch; grad_weight and grad_bias are left out when
+  // unused. Outputs that output_mask leaves out (None in PyTorch) are never
+  // computed, so using one is refused.
+  absl::Status LowerLayerNormBackward(const Node& node) {
+    const InferContext context = Context(node);
+    absl::StatusOr<std::vector<int64_t>> normalized_shape = context.Ints("normalized_shape", {});
+    absl::StatusOr<std::vector<bool>> mask = context.Flags("output_mask", 3);
+    if (!normalized_shape.ok()) return normalized_shape.status();
+    if (!mask.ok()) return mask.status();
+    const TensorRef& in = In(node, 1);
+    const size_t k = normalized_shape->size();
+    if (k < 1 || k > in.shape.size()) {
+      return Error(node, "normalized_shape must name 1 to rank trailing dims");
+    }
+    const std::vector<int64_t> leading(in.shape.begin(),
+                                       in.shape.end() - static_cast<ptrdiff_t>(k));
+    auto has = [&](size_t slot) {
+      return slot < node.inputs.size() && node.inputs[slot] != kNoValue;
+    };
+    const bool present[3] = {(*mask)[0], (*mask)[1] && has(4), (*mask)[2] && has(5)};
+    static const char* const kOutputs[3] = {"grad_input", "grad_weight", "grad_bias"};
+    std::vector<TensorRef> operands;
+    for (size_t i = 0; i < 3; ++i) {
+      const uint32_t value = node.outputs[i];
+      if (needed_[value] && !present[i]) {
+        return Error(node, fmt::format("uses its {} output, which is None in PyTorch (output_mask "
+                                       "leaves it out, or the {} is absent); use only the "
+                                       "outputs output_mask asks for",
+                                       kOutputs[i], i == 1 ? "weight" : "bias"));
+      }
+      if (needed_[value]) {
+        operands.push_back(Produce(value));
+      } else {
+        operands.push_back(i == 0 ? NewScratch(in.dtype, in.shape) : TensorRef::None());
+      }
+    }
+    operands.push_back(In(node, 0));
+    operands.push_back(in);
+    operands.push_back(ReshapedOrCopied(In(node, 2), leading));
+    operands.push_back(ReshapedOrCopied(In(node, 3), leading));
+    operands.push_back(has(4) ? In(node, 4) : TensorRef::None());
+    Emit(TERN_OP_LAYER_NORM_BACKWARD, std::move(operands), {static_cast<int64_t>(k)}, {}, 3);
+    return absl::OkStatus();
+  }
+
+  // _softmax_backward_data, _log_softmax_backward_data: softmax_backward in
+  // grad_output's dtype, converted when input_dtype differs.
+  absl::Status LowerSoftmaxBackward(const Node& node) {
+    absl::StatusOr<int64_t> dim = Context(node).Int("dim", -1);
+    if (!dim.ok()) return dim.status();
+    const uint32_t out = node.outputs[0];
+    const TensorRef& grad = In(node, 0);
+    int64_t axis = 0;  // a rank-0 tensor takes axis 0
+    if (!grad.shape.empty()) {
+      absl::StatusOr<int64_t> normalized = NormalizeDim(node, *dim, grad.shape.size());
+      if (!normalized.ok()) return normalized.status();
+      axis = *normalized;
+    }
+    const int64_t log = node.op == "aten._log_softmax_backward_data.default" ? 1 : 0;
+    const bool converted = DtypeOf(out) != grad.dtype;
+    const TensorRef result = converted ? NewScratch(grad.dtype, grad.shape) : Produce(out);
+    Emit(TERN_OP_SOFTMAX_BACKWARD, {result, grad, In(node, 1)}, {axis, log});
+    if (converted) Emit(TERN_OP_CAST, {Produce(out), result});
+    return absl::OkStatus();
+  }
+
+  // gelu_backward, silu_backward: unary_backward, which takes the forward's
+  // input, in the output's dtype (bf16/f16 compute in f32 and round once).
+  absl::Status LowerUnaryBackward(const Node& node) {
+    tern_unary_fn_t fn = TERN_UNARY_SILU;
+    if (node.op == "aten.gelu_backward.default") {
+      absl::StatusOr<std::string> approximate = Context(node).String("approximate", "none");
+      if (!approximate.ok()) return approximate.status();
+      if (*approximate != "none" && *approximate != "tanh") {
+        return Error(node,
+                     fmt::format("gelu approximate='{}' is not 'none' or 'tanh'", *approximate));
+      }
+      fn = *approximate == "tanh" ? TERN_UNARY_GELU_TANH : TERN_UNARY_GELU;
+    }
+    const uint32_t out = node.outputs[0];
+    const tern_dtype_t dtype = DtypeOf(out);
+    const std::vector<int64_t> shape = ShapeOf(out);
+    absl::StatusOr<TensorRef> grad = Operand(node, 0, "grad_output", dtype, shape);
+    if (!grad.ok()) return grad.status();
+    absl::StatusOr<TensorRef> x = Operand(node, 1, "self", dtype, shape);
+    if (!x.ok()) return x.status();
+    Emit(TERN_OP_UNARY_BACKWARD, {ProduceElementwise(node, out, {*grad, *x}), *grad, *x}, {fn});
+    return absl::OkStatus();
+  }
+
+  // tanh_backward, sigmoid_backward (given the forward's output y, which
+  // unary_backward does not take) and threshold_backward (relu's): the
+  // eager plugin's sequences, in PyTorch's CPU order and opmath (f32 for
+  // bf16/f16, rounded once at the end):
+  //   tanh:      g * (1 - y * y)
+  //   sigmoid:   (g * (1 - y)) * y
+  //   threshold: x <= threshold ? 0 : g, compared in f32 (as the CPU does).
+  absl::Status LowerOutputBackward(const Node& node) {
+    const uint32_t out = node.outputs[0];
+    const tern_dtype_t dtype = DtypeOf(out);
+    const tern_dtype_t compute = IsHalf(dtype) ? TERN_DTYPE_F32 : dtype;
+    const std::vector<int64_t> shape = ShapeOf(out);
+    absl::StatusOr<TensorRef> grad = Operand(node, 0, "grad_output", compute, shape);
+    if (!grad.ok()) return grad.status();
+    // The last instruction, straight into the output when it has the
+    // compute dtype, else into a scratch converted into it.
+    auto finish = [&](tern_opcode_t opcode, std::vector<TensorRef> operands,
+                      std::vector<int64_t> ints) {
+      const TensorRef result =
+          compute == dtype ? ProduceElementwise(node, out, operands) : NewScratch(compute, shape);
+      operands.insert(operands.begin(), result);
+      Emit(opcode, std::move(operands), std::move(ints));
+      if (compute != dtype) Emit(TERN_OP_CAST, {Produce(out), result});
+    };
+    if (node.op == "aten.threshold_backward.default") {
+      absl::StatusOr<TensorRef> x = Operand(node, 1, "self", TERN_DTYPE_F32, shape);
+      if (!x.ok()) return x.status();
+      std::optional<Number> threshold = NumberAttr(node, "threshold");
+      if (!threshold.has_value()) return Error(node, "needs the number attribute 'threshold'");
+      const TensorRef mask = NewScratch(TERN_DTYPE_BOOL, shape);
+      Emit(TERN_OP_BINARY,
+           {mask, *x, Scalar(Number{false, 0, threshold->AsDouble()}, TERN_DTYPE_F32, shape)},
+           {TERN_BINARY_LE});
+      finish(TERN_OP_WHERE, {mask, Scalar(Number{false, 0, 0.0}, compute, shape), *grad}, {});
+      return absl::OkStatus();
+    }
+    absl::StatusOr<TensorRef> y = Operand(node, 1, "output", compute, shape);
+    if (!y.ok()) return y.status();
+    const TensorRef scratch = NewScratch(compute, shape);
+    if (node.op == "aten.tanh_backward.default") {
+      Emit(TERN_OP_BINARY, {scratch, *y, *y}, {TERN_BINARY_MUL});
+      Emit(TERN_OP_UNARY, {scratch, scratch}, {TERN_UNARY_AFFINE}, {-1.0, 1.0});
+      finish(TERN_OP_BINARY, {*grad, scratch}, {TERN_BINARY_MUL});
+    } else {
+      Emit(TERN_OP_UNARY, {scratch, *y}, {TERN_UNARY_AFFINE}, {-1.0, 1.0});
+      Emit(TERN_OP_BINARY, {scratch, *grad, scratch}, {TERN_BINARY_MUL});
+      finish(TERN_OP_BINARY, {scratch, *y}, {TERN_BINARY_MUL});
+    }
+    return absl::OkStatus();
+  }
+
   // aten.rms_norm (what the pattern pass makes of a written-out RMSNorm):
   // rms_norm without its rstd output.
   absl::Status LowerRmsNorm(const Node& node) {
@@ -1119,6 +1271,22 @@ class Lowerer {
 
   absl::Status LowerEmbedding(const Node& node) {
     Emit(TERN_OP_GATHER, {Produce(node.outputs[0]), In(node, 0), In(node, 1)}, {0});
+    return absl::OkStatus();
+  }
+
+  // embedding_dense_backward: a `fill` with 0, then `scatter_add` on axis 0
+  // (repeated indices sum in index order, as the CPU's kernel). The row of
+  // padding_idx gets no gradient: only its own index adds into it, so it is
+  // filled with 0 again afterwards.
+  absl::Status LowerEmbeddingDenseBackward(const Node& node) {
+    absl::StatusOr<int64_t> padding_idx = Context(node).Int("padding_idx", -1);
+    if (!padding_idx.ok()) return padding_idx.status();
+    const TensorRef out = Produce(node.outputs[0]);
+    Emit(TERN_OP_FILL, {out}, {}, {0.0});
+    Emit(TERN_OP_SCATTER_ADD, {out, In(node, 1), In(node, 0)}, {0});
+    if (*padding_idx >= 0 && *padding_idx < out.shape[0]) {
+      Emit(TERN_OP_FILL, {out.Slice(0, *padding_idx, 1, 1)}, {}, {0.0});
+    }
     return absl::OkStatus();
   }
 
@@ -1385,9 +1553,18 @@ const std::map<std::string_view, LowerFn>& Lowerer::Table() {
       {"aten._softmax.default", &Lowerer::LowerSoftmax},
       {"aten._log_softmax.default", &Lowerer::LowerSoftmax},
       {"aten.native_layer_norm.default", &Lowerer::LowerLayerNorm},
+      {"aten.native_layer_norm_backward.default", &Lowerer::LowerLayerNormBackward},
+      {"aten._softmax_backward_data.default", &Lowerer::LowerSoftmaxBackward},
+      {"aten._log_softmax_backward_data.default", &Lowerer::LowerSoftmaxBackward},
+      {"aten.gelu_backward.default", &Lowerer::LowerUnaryBackward},
+      {"aten.silu_backward.default", &Lowerer::LowerUnaryBackward},
+      {"aten.tanh_backward.default", &Lowerer::LowerOutputBackward},
+      {"aten.sigmoid_backward.default", &Lowerer::LowerOutputBackward},
+      {"aten.threshold_backward.default", &Lowerer::LowerOutputBackward},
       {"aten.rms_norm.default", &Lowerer::LowerRmsNorm},
       {"aten.where.self", &Lowerer::LowerWhere},
       {"aten.embedding.default", &Lowerer::LowerEmbedding},
+      {"aten.embedding_dense_backward.default", &Lowerer::LowerEmbeddingDenseBackward},
       {"aten.cat.default", &Lowerer::LowerCat},
       {"aten.convolution.default", &Lowerer::LowerConvolution},
       {"aten._native_batch_norm_legit_no_training.default", &Lowerer::LowerBatchNorm},

@@ -142,11 +142,20 @@ OPINFOS = {
     "aten.where.self": ["where"],
 }
 
+# The reason of the backward ops (the gradients of layer_norm, softmax and the
+# activations): torch.export's core ATen decompositions write them out, so no
+# exported sample has them; torch.compile's backward graphs keep them when the
+# backend's decompositions leave them alone.
+_BACKWARD = ("a backward op: the core ATen decompositions write it out in exported graphs (it "
+             "is for graphs that keep it, torch.compile's backward graphs)")
+
 # Compiler ops no OpInfo sample reaches (the exported graph of a PyTorch
 # program never has them after the core ATen decompositions, or only inside
 # larger decompositions), and why; test_zz_summary checks that they stay
 # unreached, so that one that becomes reachable is moved into OPINFOS.
 UNREACHED = {
+    "aten._log_softmax_backward_data.default": _BACKWARD + " (log_softmax's gradient)",
+    "aten._softmax_backward_data.default": _BACKWARD + " (softmax's gradient)",
     "aten._unsafe_view.default": "the core ATen decompositions turn it into aten.view (no "
                                  "OpInfo sample's exported graph has it)",
     "aten.bitwise_not.default": "op_db has no bitwise_not OpInfo and no float32 sample of "
@@ -156,13 +165,20 @@ UNREACHED = {
                               "graphs that keep it, torch.compile's)",
     "aten.clamp_min.default": "the core ATen decompositions turn it into aten.clamp (it is for "
                               "graphs that keep it, torch.compile's)",
+    "aten.embedding_dense_backward.default": _BACKWARD + " (embedding's gradient)",
+    "aten.gelu_backward.default": _BACKWARD + " (gelu's gradient)",
+    "aten.native_layer_norm_backward.default": _BACKWARD + " (layer_norm's gradient)",
     "aten.scatter.value": "no float32 sample of scatter reaches it (they scatter tensors: "
                           "aten.scatter.src); scatter(x, dim, index, number) exports as it, as "
                           "in nll_loss's backward",
+    "aten.sigmoid_backward.default": _BACKWARD + " (sigmoid's gradient)",
     "aten.silu.default": "the core ATen decompositions turn it into x * sigmoid(x) "
                          "(nn.functional.silu exports as aten.mul and aten.sigmoid)",
+    "aten.silu_backward.default": _BACKWARD + " (silu's gradient)",
     "aten.sub.Scalar": "only nanquantile's decomposition has it, next to ops the compiler does "
                        "not know (sort, isnan); x - 1 exports as aten.sub.Tensor",
+    "aten.tanh_backward.default": _BACKWARD + " (tanh's gradient)",
+    "aten.threshold_backward.default": _BACKWARD + " (relu's gradient)",
 }
 
 # Compiler ops that the compiler's own passes form from the decomposed graph

@@ -3,6 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <iterator>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "compiler/ir/dim.h"
 #include "compiler/ir/graph.h"
@@ -254,6 +258,195 @@ TEST(Ops, LogicalAndBitwiseOpsFollowPyTorchTypes) {
   auto one = AddNode(&graph, "aten.bitwise_or.Tensor", {i}, {});
   ASSERT_FALSE(one.ok());
   EXPECT_CONTAINS(one.status().message(), "it has 1 tensor inputs; aten.bitwise_or.Tensor takes 2");
+}
+
+// What AOTAutograd's backward graphs keep when the core ATen decompositions
+// leave the backward ops alone (torch.compile's backend).
+TEST(Ops, LayerNormBackwardOutputsFollowTheMask) {
+  using Ints = std::vector<int64_t>;
+  Graph graph;
+  const TensorType bf16_x{TERN_DTYPE_BF16, S({2, 3, 8})};
+  const uint32_t x = graph.AddInput("x", bf16_x);
+  const uint32_t g = graph.AddInput("g", bf16_x);
+  const uint32_t mean = graph.AddInput("mean", F32(S({2, 3, 1})));
+  const uint32_t rstd = graph.AddInput("rstd", F32(S({2, 3})));  // the leading shape also
+  const uint32_t w = graph.AddInput("w", F32(S({8})));
+  const uint32_t b = graph.AddInput("b", {TERN_DTYPE_BF16, S({8})});
+  auto all = AddNode(&graph, "aten.native_layer_norm_backward.default", {g, x, mean, rstd, w, b},
+                     {A("normalized_shape", Ints{8}), A("output_mask", Ints{1, 1, 1})});
+  ASSERT_TRUE(all.ok()) << all.status();
+  ASSERT_EQ(graph.nodes[*all].outputs.size(), 3u);
+  auto type = [&](uint32_t n, size_t k) { return graph.values[graph.nodes[n].outputs[k]].type; };
+  // grad_input as the input, grad_weight and grad_bias as the parameters.
+  EXPECT_EQ(type(*all, 0), bf16_x);
+  EXPECT_EQ(type(*all, 1), F32(S({8})));
+  EXPECT_EQ(type(*all, 2), (TensorType{TERN_DTYPE_BF16, S({8})}));
+  // Left out by output_mask, or without a weight/bias (None in PyTorch):
+  // empty. The front end writes a list of Python bools as a shape of 0/1.
+  const TensorType absent{TERN_DTYPE_BF16, S({0})};
+  auto masked = AddNode(&graph, "aten.native_layer_norm_backward.default", {g, x, mean, rstd, w},
+                        {A("normalized_shape", Ints{8}), A("output_mask", S({0, 1, 1}))});
+  ASSERT_TRUE(masked.ok()) << masked.status();
+  EXPECT_EQ(type(*masked, 0), absent);
+  EXPECT_EQ(type(*masked, 1), F32(S({8})));
+  EXPECT_EQ(type(*masked, 2), absent);
+  const TensorType f32_x = F32(S({4, 2, 5}));
+  const uint32_t x2 = graph.AddInput("x2", f32_x);
+  const uint32_t stats2 = graph.AddInput("stats2", F32(S({4, 1, 1})));
+  auto two_dims = AddNode(&graph, "aten.native_layer_norm_backward.default",
+                          {x2, x2, stats2, stats2, kNoValue, kNoValue},
+                          {A("normalized_shape", Ints{2, 5}), A("output_mask", Ints{1, 1, 1})});
+  ASSERT_TRUE(two_dims.ok()) << two_dims.status();
+  EXPECT_EQ(type(*two_dims, 0), f32_x);
+  EXPECT_EQ(type(*two_dims, 1), F32(S({0})));
+
+  const std::pair<std::vector<uint32_t>, std::vector<Attribute>> wrong[] = {
+      {{g, x, mean, rstd}, {A("normalized_shape", Ints{8})}},
+      {{g, x, mean, rstd}, {A("normalized_shape", Ints{8}), A("output_mask", Ints{1, 1})}},
+      {{g, x, mean, rstd}, {A("normalized_shape", Ints{8}), A("output_mask", Ints{1, 2, 0})}},
+      {{g, x, mean, rstd}, {A("normalized_shape", Ints{8}), A("output_mask", true)}},
+      {{x2, x, mean, rstd}, {A("normalized_shape", Ints{8}), A("output_mask", Ints{1, 1, 1})}},
+      {{g, x, stats2, rstd}, {A("normalized_shape", Ints{8}), A("output_mask", Ints{1, 1, 1})}},
+      {{g, x, mean, rstd, x}, {A("normalized_shape", Ints{8}), A("output_mask", Ints{1, 1, 1})}},
+      {{g, x, mean, rstd}, {A("normalized_shape", Ints{2, 8}), A("output_mask", Ints{1, 1, 1})}},
+      {{g, x, mean}, {A("normalized_shape", Ints{8}), A("output_mask", Ints{1, 1, 1})}},
+  };
+  const char* const messages[] = {
+      "node 'ln_bwd' (aten.native_layer_norm_backward.default): its attribute 'output_mask' is "
+      "missing",
+      "its attribute 'output_mask' must be a list of 3 bools (0 or 1)",
+      "its attribute 'output_mask' must be a list of 3 bools (0 or 1)",
+      "its attribute 'output_mask' must be a list of 3 bools",
+      "its grad_out is f32 [4, 2, 5] but its input bf16 [2, 3, 8]; they must match",
+      "its mean has shape [4, 1, 1]; it must be [2, 3, 1] (or [2, 3])",
+      "its weight is bf16 [2, 3, 8]; it must be a float [8]",
+      "its normalized_shape does not match the input's last dims [3, 8]",
+      "it has 3 tensor inputs; aten.native_layer_norm_backward.default takes 4 to 6",
+  };
+  for (size_t i = 0; i < std::size(wrong); ++i) {
+    auto n = AddNode(&graph, "aten.native_layer_norm_backward.default", wrong[i].first,
+                     wrong[i].second, "ln_bwd");
+    ASSERT_FALSE(n.ok()) << i;
+    EXPECT_CONTAINS(n.status().message(), messages[i]);
+  }
+}
+
+TEST(Ops, SoftmaxAndActivationBackwardsFollowPyTorchTypes) {
+  Graph graph;
+  const TensorType bf16{TERN_DTYPE_BF16, S({4, 6})};
+  const uint32_t g = graph.AddInput("g", bf16);
+  const uint32_t y = graph.AddInput("y", bf16);
+  const uint32_t f = graph.AddInput("f", F32(S({4, 6})));
+  const uint32_t row = graph.AddInput("row", F32(S({6})));
+  const uint32_t i = graph.AddInput("i", {TERN_DTYPE_I64, S({4, 6})});
+  // The input's gradient has input_dtype (grad_output's without it).
+  EXPECT_EQ(OutType(graph,
+                    AddNode(&graph, "aten._softmax_backward_data.default", {g, y},
+                            {A("dim", int64_t{-1}), A("input_dtype", DTypeAttr{TERN_DTYPE_BF16})})),
+            bf16);
+  EXPECT_EQ(
+      OutType(graph, AddNode(&graph, "aten._log_softmax_backward_data.default", {f, f},
+                             {A("dim", int64_t{0}), A("input_dtype", DTypeAttr{TERN_DTYPE_F16})})),
+      (TensorType{TERN_DTYPE_F16, S({4, 6})}));
+  EXPECT_EQ(OutType(graph, AddNode(&graph, "aten._softmax_backward_data.default", {f, f},
+                                   {A("dim", int64_t{1})})),
+            F32(S({4, 6})));
+  // Activations: broadcast and promoted as binary ops.
+  for (const char* op : {"aten.tanh_backward.default", "aten.sigmoid_backward.default",
+                         "aten.silu_backward.default", "aten.gelu_backward.default"}) {
+    EXPECT_EQ(OutType(graph, AddNode(&graph, op, {g, y}, {})), bf16) << op;
+    EXPECT_EQ(OutType(graph, AddNode(&graph, op, {g, row}, {})), F32(S({4, 6}))) << op;
+  }
+  EXPECT_EQ(OutType(graph, AddNode(&graph, "aten.gelu_backward.default", {f, f},
+                                   {A("approximate", std::string("tanh"))})),
+            F32(S({4, 6})));
+  EXPECT_EQ(OutType(graph, AddNode(&graph, "aten.threshold_backward.default", {g, f},
+                                   {A("threshold", int64_t{0})})),
+            F32(S({4, 6})));
+
+  struct Wrong {
+    const char* op;
+    std::vector<uint32_t> inputs;
+    std::vector<Attribute> attrs;
+    const char* message;
+  };
+  const Wrong wrong[] = {
+      {"aten._softmax_backward_data.default",
+       {g, f},
+       {A("dim", int64_t{1})},
+       "node 'bwd' (aten._softmax_backward_data.default): its grad_output is bf16 [4, 6] but its "
+       "output f32 [4, 6]; they must match"},
+      {"aten._softmax_backward_data.default",
+       {f, f},
+       {A("dim", int64_t{2})},
+       "dim 2 is out of range for a tensor of rank 2"},
+      {"aten._log_softmax_backward_data.default",
+       {f, f},
+       {A("dim", int64_t{1}), A("input_dtype", DTypeAttr{TERN_DTYPE_I32})},
+       "its input_dtype is i32; a softmax's input is f32, bf16 or f16"},
+      {"aten._softmax_backward_data.default", {i, i}, {}, "its grad_output has dtype i64"},
+      {"aten.tanh_backward.default",
+       {i, i},
+       {},
+       "its grad_output is i64 and its output i64; a gradient is f32, bf16 or f16"},
+      {"aten.sigmoid_backward.default",
+       {f, graph.AddInput("short", F32(S({5})))},
+       {},
+       "shapes [4, 6] and [5] cannot broadcast"},
+      {"aten.gelu_backward.default",
+       {f, f},
+       {A("approximate", std::string("erf"))},
+       "its approximate is 'erf'; gelu takes 'none' or 'tanh'"},
+      {"aten.threshold_backward.default", {f, f}, {}, "its attribute 'threshold' must be a number"},
+      {"aten.silu_backward.default", {f}, {}, "it has 1 tensor inputs"},
+      {"aten.threshold_backward.default",
+       {f, kNoValue},
+       {A("threshold", 0.0)},
+       "its self (input 1) is missing"},
+  };
+  for (const Wrong& w : wrong) {
+    auto n = AddNode(&graph, w.op, w.inputs, w.attrs, "bwd");
+    ASSERT_FALSE(n.ok()) << w.op;
+    EXPECT_CONTAINS(n.status().message(), w.message);
+  }
+}
+
+TEST(Ops, EmbeddingDenseBackwardIsTheWeightsGradient) {
+  Graph graph;
+  const uint32_t g = graph.AddInput("g", {TERN_DTYPE_BF16, S({2, 5, 16})});
+  const uint32_t ids = graph.AddInput("ids", {TERN_DTYPE_I64, S({2, 5})});
+  const uint32_t fids = graph.AddInput("fids", F32(S({2, 5})));
+  const std::vector<Attribute> attrs = {A("num_weights", int64_t{100}),
+                                        A("padding_idx", int64_t{-1}),
+                                        A("scale_grad_by_freq", false)};
+  EXPECT_EQ(
+      OutType(graph, AddNode(&graph, "aten.embedding_dense_backward.default", {g, ids}, attrs)),
+      (TensorType{TERN_DTYPE_BF16, S({100, 16})}));
+  struct Wrong {
+    std::vector<uint32_t> inputs;
+    std::vector<Attribute> attrs;
+    const char* message;
+  };
+  const Wrong wrong[] = {
+      {{g, fids}, attrs, "its indices has dtype f32; it must be i64 or i32"},
+      {{g, g}, attrs, "its indices has dtype bf16"},
+      {{ids, ids}, attrs, "its grad_output has dtype i64"},
+      {{graph.AddInput("g3", F32(S({2, 4, 16}))), ids},
+       attrs,
+       "its grad_output [2, 4, 16] is not its indices' shape [2, 5] and one more dim"},
+      {{g, ids},
+       {A("padding_idx", int64_t{0}), A("scale_grad_by_freq", false)},
+       "its num_weights is -1; it must be given"},
+      {{g, ids},
+       {A("num_weights", int64_t{100}), A("scale_grad_by_freq", true)},
+       "node 'emb_bwd' (aten.embedding_dense_backward.default): it has scale_grad_by_freq=True, "
+       "which the compiler does not lower yet"},
+  };
+  for (const Wrong& w : wrong) {
+    auto n = AddNode(&graph, "aten.embedding_dense_backward.default", w.inputs, w.attrs, "emb_bwd");
+    ASSERT_FALSE(n.ok()) << w.message;
+    EXPECT_CONTAINS(n.status().message(), w.message);
+  }
 }
 
 TEST(Ops, ClampPromotesAsPyTorch) {

@@ -17,6 +17,8 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "compiler/graph_file/graph_file.h"
@@ -1624,6 +1626,351 @@ TEST_F(LowerTest, FusionKeepsGraphOutputsAndMatmulsThatReadTheirOutput) {
   }
   ExpectNear(a[0], want_s, 1e-5, "s");
   ExpectNear(a[2], want_t, 1e-5, "t");
+}
+
+// ---- Backward ops (what torch.compile's backward graphs keep) -------------------------
+
+// Inputs of a layer norm's backward: x, grad_out, and mean/rstd computed
+// from x as the forward does (f32, biased variance, eps 1e-5).
+struct LayerNormBackwardCase {
+  int64_t rows, len;
+  std::vector<float> x, grad, mean, rstd, weight;
+
+  LayerNormBackwardCase(int64_t rows_, int64_t len_, uint32_t seed)
+      : rows(rows_),
+        len(len_),
+        x(Values(rows_ * len_, seed)),
+        grad(Values(rows_ * len_, seed + 1)),
+        weight(Values(len_, seed + 2)) {
+    for (int64_t r = 0; r < rows; ++r) {
+      double m = 0, var = 0;
+      for (int64_t i = 0; i < len; ++i) m += x[r * len + i] / double(len);
+      for (int64_t i = 0; i < len; ++i) {
+        var += (x[r * len + i] - m) * (x[r * len + i] - m) / double(len);
+      }
+      mean.push_back(static_cast<float>(m));
+      rstd.push_back(static_cast<float>(1.0 / std::sqrt(var + 1e-5)));
+    }
+  }
+
+  // PyTorch's formulas, in double: grad_input, grad_weight, grad_bias.
+  std::vector<std::vector<double>> Reference(bool weighted) const {
+    std::vector<double> gi(rows * len), gw(len, 0.0), gb(len, 0.0);
+    for (int64_t r = 0; r < rows; ++r) {
+      std::vector<double> xhat(len), gh(len);
+      double mean_gh = 0, mean_ghx = 0;
+      for (int64_t i = 0; i < len; ++i) {
+        const double g = grad[r * len + i];
+        xhat[i] = (double(x[r * len + i]) - mean[r]) * rstd[r];
+        gh[i] = weighted ? g * weight[i] : g;
+        mean_gh += gh[i] / double(len);
+        mean_ghx += gh[i] * xhat[i] / double(len);
+        gw[i] += g * xhat[i];
+        gb[i] += g;
+      }
+      for (int64_t i = 0; i < len; ++i) {
+        gi[r * len + i] = rstd[r] * (gh[i] - mean_gh - xhat[i] * mean_ghx);
+      }
+    }
+    return {gi, gw, gb};
+  }
+};
+
+TEST_F(LowerTest, LayerNormBackwardMatchesTheReference) {
+  const LayerNormBackwardCase c(6, 8, 41);
+  const std::vector<float> bias = Values(8, 45);
+  Graph g;
+  const uint32_t grad = g.AddInput("grad", F32(S({2, 3, 8})));
+  const uint32_t x = g.AddInput("x", F32(S({2, 3, 8})));
+  const uint32_t mean = g.AddInput("mean", F32(S({2, 3, 1})));
+  const uint32_t rstd = g.AddInput("rstd", F32(S({2, 3, 1})));
+  const uint32_t w = g.AddConstant("ln.weight", F32(S({8})), Bytes(c.weight));
+  const uint32_t b = g.AddConstant("ln.bias", F32(S({8})), Bytes(bias));
+  absl::StatusOr<uint32_t> n =
+      AddNode(&g, "aten.native_layer_norm_backward.default", {grad, x, mean, rstd, w, b},
+              {A("normalized_shape", std::vector<int64_t>{8}),
+               A("output_mask", std::vector<int64_t>{1, 1, 1})},
+              "ln_bwd");
+  ASSERT_TRUE(n.ok()) << n.status();
+  g.AddOutput("grad_input", g.nodes[*n].outputs[0]);
+  g.AddOutput("grad_weight", g.nodes[*n].outputs[1]);
+  g.AddOutput("grad_bias", g.nodes[*n].outputs[2]);
+  CompileStats stats;
+  const auto outputs = Run(g, {Bytes(c.grad), Bytes(c.x), Bytes(c.mean), Bytes(c.rstd)}, &stats);
+  ASSERT_EQ(outputs.size(), 3u);
+  const auto want = c.Reference(true);
+  ExpectNear(outputs[0], want[0], 1e-5, "grad_input");
+  ExpectNear(outputs[1], want[1], 1e-5, "grad_weight");
+  ExpectNear(outputs[2], want[2], 1e-5, "grad_bias");
+  // One instruction (the bias is not an operand: its gradient needs none).
+  EXPECT_EQ(stats.compute_instructions, 1u);
+  EXPECT_EQ(stats.scratch_peak, 0u);
+}
+
+TEST_F(LowerTest, LayerNormBackwardComputesOnlyWhatTheMaskAsksFor) {
+  // Two normalised dims; the statistics in the leading shape; no bias.
+  const LayerNormBackwardCase c(4, 10, 51);
+  auto build = [&](std::vector<int64_t> mask, bool weighted) {
+    Graph g;
+    const uint32_t grad = g.AddInput("grad", F32(S({4, 2, 5})));
+    const uint32_t x = g.AddInput("x", F32(S({4, 2, 5})));
+    const uint32_t mean = g.AddInput("mean", F32(S({4})));
+    const uint32_t rstd = g.AddInput("rstd", F32(S({4})));
+    std::vector<uint32_t> inputs = {grad, x, mean, rstd};
+    if (weighted) inputs.push_back(g.AddConstant("w", F32(S({2, 5})), Bytes(c.weight)));
+    absl::StatusOr<uint32_t> n = AddNode(
+        &g, "aten.native_layer_norm_backward.default", inputs,
+        {A("normalized_shape", std::vector<int64_t>{2, 5}), A("output_mask", std::move(mask))},
+        "ln_bwd");
+    EXPECT_TRUE(n.ok()) << n.status();
+    return std::make_pair(std::move(g), n.ok() ? *n : 0u);
+  };
+  const std::vector<std::vector<uint8_t>> inputs = {Bytes(c.grad), Bytes(c.x), Bytes(c.mean),
+                                                    Bytes(c.rstd)};
+  {
+    // Only grad_weight: grad_input goes to scratch, grad_bias is not computed.
+    auto [g, n] = build({0, 1, 0}, true);
+    EXPECT_EQ(g.values[g.nodes[n].outputs[0]].type, F32(S({0})));
+    g.AddOutput("grad_weight", g.nodes[n].outputs[1]);
+    CompileStats stats;
+    const auto outputs = Run(g, inputs, &stats);
+    ASSERT_EQ(outputs.size(), 1u);
+    ExpectNear(outputs[0], c.Reference(true)[1], 1e-5, "grad_weight");
+    EXPECT_EQ(stats.scratch_peak, 192u);  // grad_input's 160 bytes, 64-byte aligned
+  }
+  {
+    // Only grad_input, without a weight.
+    auto [g, n] = build({1, 0, 0}, false);
+    g.AddOutput("grad_input", g.nodes[n].outputs[0]);
+    const auto outputs = Run(g, inputs);
+    ASSERT_EQ(outputs.size(), 1u);
+    ExpectNear(outputs[0], c.Reference(false)[0], 1e-5, "grad_input");
+  }
+  // An output PyTorch gives as None cannot be used.
+  for (const auto& [mask, weighted, used, what] :
+       {std::make_tuple(std::vector<int64_t>{1, 1, 0}, true, 2, "grad_bias"),
+        std::make_tuple(std::vector<int64_t>{1, 1, 1}, false, 1, "grad_weight"),
+        std::make_tuple(std::vector<int64_t>{0, 1, 1}, true, 0, "grad_input")}) {
+    auto [g, n] = build(mask, weighted);
+    g.AddOutput("used", g.nodes[n].outputs[static_cast<size_t>(used)]);
+    absl::StatusOr<std::vector<uint8_t>> compiled = CompileGraph(g, {}, nullptr);
+    ASSERT_FALSE(compiled.ok()) << what;
+    EXPECT_CONTAINS(compiled.status().message(), "node 'ln_bwd'");
+    EXPECT_CONTAINS(compiled.status().message(),
+                    std::string("uses its ") + what + " output, which is None in PyTorch");
+  }
+}
+
+TEST_F(LowerTest, SoftmaxBackwardsMatchTheReference) {
+  // Along dim 0 of [3, 5]: a strided axis.
+  constexpr int kRows = 3, kCols = 5;
+  const std::vector<float> xs = Values(kRows * kCols, 61), gs = Values(kRows * kCols, 62);
+  std::vector<float> soft(kRows * kCols), logsoft(kRows * kCols);
+  for (int c = 0; c < kCols; ++c) {
+    double max = -1e300, total = 0;
+    for (int r = 0; r < kRows; ++r) max = std::max(max, double(xs[r * kCols + c]));
+    for (int r = 0; r < kRows; ++r) total += std::exp(xs[r * kCols + c] - max);
+    for (int r = 0; r < kRows; ++r) {
+      soft[r * kCols + c] = static_cast<float>(std::exp(xs[r * kCols + c] - max) / total);
+      logsoft[r * kCols + c] = static_cast<float>(xs[r * kCols + c] - max - std::log(total));
+    }
+  }
+  Graph g;
+  const uint32_t grad = g.AddInput("grad", F32(S({kRows, kCols})));
+  const uint32_t y = g.AddInput("y", F32(S({kRows, kCols})));
+  const uint32_t logy = g.AddInput("logy", F32(S({kRows, kCols})));
+  const std::vector<Attribute> attrs = {A("dim", int64_t{0}),
+                                        A("input_dtype", DTypeAttr{TERN_DTYPE_F32})};
+  g.AddOutput("soft", Out(g, AddNode(&g, "aten._softmax_backward_data.default", {grad, y}, attrs,
+                                     "softmax_bwd")));
+  g.AddOutput("log", Out(g, AddNode(&g, "aten._log_softmax_backward_data.default", {grad, logy},
+                                    attrs, "log_softmax_bwd")));
+  const auto outputs = Run(g, {Bytes(gs), Bytes(soft), Bytes(logsoft)});
+  ASSERT_EQ(outputs.size(), 2u);
+  std::vector<double> want_soft(kRows * kCols), want_log(kRows * kCols);
+  for (int c = 0; c < kCols; ++c) {
+    double dot = 0, total = 0;
+    for (int r = 0; r < kRows; ++r) {
+      dot += double(gs[r * kCols + c]) * soft[r * kCols + c];
+      total += gs[r * kCols + c];
+    }
+    for (int r = 0; r < kRows; ++r) {
+      const int i = r * kCols + c;
+      want_soft[i] = soft[i] * (gs[i] - dot);
+      want_log[i] = gs[i] - std::exp(double(logsoft[i])) * total;
+    }
+  }
+  ExpectNear(outputs[0], want_soft, 1e-5, "softmax backward");
+  ExpectNear(outputs[1], want_log, 1e-5, "log_softmax backward");
+}
+
+TEST_F(LowerTest, ActivationBackwardsMatchTheReference) {
+  constexpr int kRows = 2, kCols = 16, kCount = kRows * kCols;
+  const std::vector<float> gs = Values(kCount, 71);
+  std::vector<float> xs = Values(kCount, 72), row = Values(kCols, 73);
+  for (float& v : xs) v *= 4.0f;  // [-4, 4): gelu's and silu's curved parts
+  std::vector<float> ts(kCount), ss(kCount), relu_in = xs;
+  for (int i = 0; i < kCount; ++i) {
+    ts[i] = std::tanh(xs[i]);
+    ss[i] = static_cast<float>(1.0 / (1.0 + std::exp(-double(xs[i]))));
+  }
+  // threshold_backward at the threshold gives 0; NaN passes the gradient.
+  relu_in[3] = 0.0f;
+  relu_in[4] = -0.0f;
+  relu_in[5] = std::nanf("");
+  Graph g;
+  const uint32_t grad = g.AddInput("grad", F32(S({kRows, kCols})));
+  const uint32_t x = g.AddInput("x", F32(S({kRows, kCols})));
+  const uint32_t y_tanh = g.AddInput("y_tanh", F32(S({kRows, kCols})));
+  const uint32_t y_sigmoid = g.AddInput("y_sigmoid", F32(S({kRows, kCols})));
+  const uint32_t relu_x = g.AddInput("relu_x", F32(S({kRows, kCols})));
+  const uint32_t x_row = g.AddInput("x_row", F32(S({kCols})));
+  g.AddOutput("tanh", Out(g, AddNode(&g, "aten.tanh_backward.default", {grad, y_tanh}, {})));
+  g.AddOutput("sigmoid",
+              Out(g, AddNode(&g, "aten.sigmoid_backward.default", {grad, y_sigmoid}, {})));
+  g.AddOutput("relu", Out(g, AddNode(&g, "aten.threshold_backward.default", {grad, relu_x},
+                                     {A("threshold", int64_t{0})})));
+  g.AddOutput("gelu", Out(g, AddNode(&g, "aten.gelu_backward.default", {grad, x}, {})));
+  g.AddOutput("gelu_tanh", Out(g, AddNode(&g, "aten.gelu_backward.default", {grad, x},
+                                          {A("approximate", std::string("tanh"))})));
+  g.AddOutput("silu", Out(g, AddNode(&g, "aten.silu_backward.default", {grad, x}, {})));
+  g.AddOutput("silu_row", Out(g, AddNode(&g, "aten.silu_backward.default", {grad, x_row}, {})));
+  CompileStats fused, unfused;
+  const auto outputs = RunFusedAndUnfused(
+      g, {Bytes(gs), Bytes(xs), Bytes(ts), Bytes(ss), Bytes(relu_in), Bytes(row)}, &fused,
+      &unfused);
+  ASSERT_EQ(outputs.size(), 7u);
+  const double pi = std::acos(-1.0), k = std::sqrt(2.0 / pi), c = 0.044715;
+  auto silu = [](double v) {
+    const double s = 1.0 / (1.0 + std::exp(-v));
+    return s * (1.0 + v * (1.0 - s));
+  };
+  std::vector<std::vector<double>> want(7, std::vector<double>(kCount));
+  for (int i = 0; i < kCount; ++i) {
+    const double gv = gs[i], v = xs[i];
+    want[0][i] = gv * (1.0 - double(ts[i]) * ts[i]);
+    want[1][i] = gv * (1.0 - ss[i]) * ss[i];
+    want[2][i] = relu_in[i] <= 0.0f ? 0.0 : gv;
+    const double cdf = 0.5 * std::erfc(-v / std::sqrt(2.0));
+    const double pdf = std::exp(-0.5 * v * v) / std::sqrt(2.0 * pi);
+    want[3][i] = gv * (cdf + v * pdf);
+    const double t = std::tanh(k * (v + c * v * v * v));
+    want[4][i] = gv * (0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * k * (1.0 + 3.0 * c * v * v));
+    want[5][i] = gv * silu(v);
+    want[6][i] = gv * silu(row[i % kCols]);
+  }
+  EXPECT_EQ(outputs[2][5], gs[5]);  // NaN input: the gradient passes
+  EXPECT_EQ(outputs[2][3], 0.0f);
+  EXPECT_EQ(outputs[2][4], 0.0f);
+  const char* const names[] = {"tanh", "sigmoid", "relu", "gelu", "gelu_tanh", "silu", "silu_row"};
+  for (size_t j = 0; j < 7; ++j) ExpectNear(outputs[j], want[j], 2e-6, names[j]);
+  // gelu and silu are unary_backward on the Scalar engine; the others a
+  // few elementwise instructions that fusion turns into programs.
+  EXPECT_GE(unfused.instructions_per_engine[TERN_ENGINE_SCALAR], 4u);
+  EXPECT_LT(fused.compute_instructions, unfused.compute_instructions);
+}
+
+// bf16 to f32 and back (nearest even; the tests' values are finite).
+float FromBf16(uint16_t bits) {
+  const uint32_t wide = uint32_t{bits} << 16;
+  float value;
+  std::memcpy(&value, &wide, sizeof(value));
+  return value;
+}
+uint16_t ToBf16(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof(bits));
+  return static_cast<uint16_t>((bits + 0x7fff + ((bits >> 16) & 1)) >> 16);
+}
+
+// bf16 gradients: the sequences compute in f32 and round once, the
+// instructions that take bf16 directly do too; an input_dtype other than
+// grad_output's converts the softmax's gradient at the end.
+TEST_F(LowerTest, HalfBackwardsConvertAtTheEnd) {
+  constexpr int kCount = 32;
+  std::vector<uint16_t> g(kCount), y_tanh(kCount), y_sigmoid(kCount), x(kCount);
+  const std::vector<float> gs = Values(kCount, 81), xs = Values(kCount, 82);
+  for (int i = 0; i < kCount; ++i) {
+    g[i] = ToBf16(gs[i]);
+    x[i] = ToBf16(3.0f * xs[i]);
+    y_tanh[i] = ToBf16(std::tanh(FromBf16(x[i])));
+    y_sigmoid[i] = ToBf16(static_cast<float>(1.0 / (1.0 + std::exp(-FromBf16(x[i])))));
+  }
+  const std::vector<float> soft_grad = Values(kCount, 83);
+  std::vector<float> soft(kCount);
+  for (int i = 0; i < kCount; ++i) soft[i] = 1.0f / kCount + 0.01f * xs[i];
+  Graph graph;
+  const TensorType bf16{TERN_DTYPE_BF16, S({kCount})};
+  const uint32_t gv = graph.AddInput("g", bf16);
+  const uint32_t tv = graph.AddInput("y_tanh", bf16);
+  const uint32_t sv = graph.AddInput("y_sigmoid", bf16);
+  const uint32_t xv = graph.AddInput("x", bf16);
+  const uint32_t sgv = graph.AddInput("soft_grad", F32(S({kCount})));
+  const uint32_t softv = graph.AddInput("soft", F32(S({kCount})));
+  auto to_f32 = [&](absl::StatusOr<uint32_t> node, const char* name) {
+    const uint32_t value = Out(graph, node);
+    EXPECT_EQ(graph.values[value].type.dtype, TERN_DTYPE_BF16) << name;
+    graph.AddOutput(name, Out(graph, AddNode(&graph, "aten._to_copy.default", {value},
+                                             {A("dtype", DTypeAttr{TERN_DTYPE_F32})})));
+  };
+  to_f32(AddNode(&graph, "aten.tanh_backward.default", {gv, tv}, {}), "tanh");
+  to_f32(AddNode(&graph, "aten.sigmoid_backward.default", {gv, sv}, {}), "sigmoid");
+  to_f32(AddNode(&graph, "aten.threshold_backward.default", {gv, xv}, {A("threshold", 0.25)}),
+         "threshold");
+  to_f32(AddNode(&graph, "aten.gelu_backward.default", {gv, xv}, {}), "gelu");
+  to_f32(AddNode(&graph, "aten._softmax_backward_data.default", {sgv, softv},
+                 {A("dim", int64_t{0}), A("input_dtype", DTypeAttr{TERN_DTYPE_BF16})}),
+         "softmax");
+  const auto outputs = Run(
+      graph, {Bytes(g), Bytes(y_tanh), Bytes(y_sigmoid), Bytes(x), Bytes(soft_grad), Bytes(soft)});
+  ASSERT_EQ(outputs.size(), 5u);
+  std::vector<std::vector<double>> want(5, std::vector<double>(kCount));
+  double dot = 0;
+  for (int i = 0; i < kCount; ++i) dot += double(soft_grad[i]) * soft[i];
+  for (int i = 0; i < kCount; ++i) {
+    const double gd = FromBf16(g[i]), v = FromBf16(x[i]);
+    const double t = FromBf16(y_tanh[i]), sg = FromBf16(y_sigmoid[i]);
+    const double cdf = 0.5 * std::erfc(-v / std::sqrt(2.0));
+    const double pdf = std::exp(-0.5 * v * v) / std::sqrt(2.0 * M_PI);
+    const double exact[5] = {gd * (1.0 - t * t), gd * (1.0 - sg) * sg, v <= 0.25 ? 0.0 : gd,
+                             gd * (cdf + v * pdf), soft[i] * (soft_grad[i] - dot)};
+    // Rounded once to bf16: within half a bf16 ulp (2^-9 relative).
+    for (int j = 0; j < 5; ++j) want[j][i] = FromBf16(ToBf16(static_cast<float>(exact[j])));
+  }
+  const char* const names[] = {"tanh", "sigmoid", "threshold", "gelu", "softmax"};
+  for (size_t j = 0; j < 5; ++j) {
+    for (int i = 0; i < kCount; ++i) {
+      EXPECT_NEAR(outputs[j][i], want[j][i], std::fabs(want[j][i]) / 128.0 + 1e-30)
+          << names[j] << " at " << i;
+    }
+  }
+}
+
+TEST_F(LowerTest, EmbeddingDenseBackwardSumsRepeatedIndicesAndSkipsThePadding) {
+  constexpr int64_t kVocab = 7, kWidth = 4;
+  // Repeated indices (3 three times), the padding index 5 twice, rows never
+  // used (0, 6).
+  const std::vector<int64_t> ids = {3, 1, 5, 3, 2, 5, 3, 4};
+  const std::vector<float> gs = Values(ids.size() * kWidth, 91);
+  Graph g;
+  const uint32_t grad = g.AddInput("grad", F32(S({2, 4, kWidth})));
+  const uint32_t idv = g.AddInput("ids", {TERN_DTYPE_I64, S({2, 4})});
+  for (int64_t padding : {int64_t{-1}, int64_t{5}}) {
+    g.AddOutput(padding < 0 ? "grad_weight" : "grad_weight_padded",
+                Out(g, AddNode(&g, "aten.embedding_dense_backward.default", {grad, idv},
+                               {A("num_weights", kVocab), A("padding_idx", padding),
+                                A("scale_grad_by_freq", false)})));
+  }
+  const auto outputs = Run(g, {Bytes(gs), Bytes(ids)});
+  ASSERT_EQ(outputs.size(), 2u);
+  std::vector<double> want(kVocab * kWidth, 0.0), want_padded;
+  for (size_t j = 0; j < ids.size(); ++j) {
+    for (int64_t d = 0; d < kWidth; ++d) want[ids[j] * kWidth + d] += gs[j * kWidth + d];
+  }
+  want_padded = want;
+  for (int64_t d = 0; d < kWidth; ++d) want_padded[5 * kWidth + d] = 0.0;
+  ExpectNear(outputs[0], want, 1e-6, "grad_weight");
+  ExpectNear(outputs[1], want_padded, 1e-6, "grad_weight_padded");
 }
 
 }  // namespace
