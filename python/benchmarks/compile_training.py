@@ -21,7 +21,9 @@ One run prints everything:
    ends with a synchronize (tern is asynchronous) and is timed on its own.
    Printed: the median ms per step of each, and the speedups of compiled tern
    (other time / compiled time) beside the targets: >= 2x eager tern and
-   >= 1x CPU inductor on the transformer.
+   >= 1x CPU inductor on the transformer. Then one more round, apart, that
+   synchronizes after the backward too, to split each step into forward +
+   backward and AdamW, and what the tern backend compiled and left eager.
 
 2. Compile time of the GPT-2 step, cold and warm: the first step of the
    compiled model in a fresh process with an empty tern compile cache
@@ -38,8 +40,11 @@ One run prints everything:
    recompiles). See ``varlen_run`` for what "compile time" measures.
 
 Every tern compile cache this script uses is a fresh directory of its own,
-whatever TORCH_TERN_CACHE_DIR says, so that no earlier run's executables turn
-a compile into a cache hit.
+whatever TORCH_TERN_CACHE_DIR says, and so is inductor's, so that no earlier
+run's artifacts turn a compile into a cache hit. On the simulated device the
+script runs on a node of its own (TERN_SIM_NODE, unless set; one device with
+one core and 8 GiB), as do its child processes. Between sections the device's
+cached free memory is released (torch.tern.empty_cache()).
 
     python python/benchmarks/compile_training.py [--quick]
         [--only transformer|cnn|cold|varlen] [--varlen-steps N]
@@ -72,7 +77,7 @@ import traceback
 OWN_NODE = __name__ == "__main__" and "TERN_SIM_NODE" not in os.environ
 if OWN_NODE:
     os.environ["TERN_SIM_NODE"] = f"compile-training-{os.getpid()}"
-    os.environ.setdefault("TERN_SIM_TOPOLOGY", "1x1x4G")
+    os.environ.setdefault("TERN_SIM_TOPOLOGY", "1x1x8G")
 
 
 def remove_node(node: str) -> None:
@@ -123,6 +128,16 @@ def load_average() -> str:
         return "/".join(f"{x:.2f}" for x in os.getloadavg()) + " (1/5/15 min)"
     except OSError:
         return "n/a"
+
+
+def fresh_device_memory() -> None:
+    """Returns the tern caching allocator's free blocks to the device, and
+    zeroes the peaks. Called between independent runs: blocks cached for one
+    run's sizes would otherwise count against the next (executables'
+    scratch is allocated beside the caching allocator, which keeps them)."""
+    torch.tern.synchronize()
+    torch.tern.empty_cache()
+    torch.tern.reset_peak_memory_stats()
 
 
 def set_cache_dir(path: str) -> str:
@@ -208,8 +223,10 @@ class Trainer:
                                                                           **compile_kwargs)
         self.batch = tuple(t.to(device) for t in batch)
         self.loss = None
+        self.steps = 0
 
     def step(self) -> None:
+        self.steps += 1
         self.loss = self.fn(*self.batch)
         self.loss.backward()
         self.opt.step()
@@ -219,6 +236,7 @@ class Trainer:
     def split_step(self) -> tuple:
         """step(), waiting for the backward before the optimizer: the seconds
         of forward + backward and of the AdamW step."""
+        self.steps += 1
         t0 = time.perf_counter()
         self.loss = self.fn(*self.batch)
         self.loss.backward()
@@ -244,7 +262,9 @@ def dynamo_frames() -> int:
     return counters["frames"]["ok"]
 
 
-def bench_training(name: str, make_model, batch: tuple, quick: bool) -> None:
+def bench_training(name: str, make_model, batch: tuple, quick: bool, targets: bool) -> None:
+    """Times the four configurations' training steps; `targets`: print the
+    P10 targets beside the speedups."""
     base = make_model()
     configs = {
         "compiled tern": lambda: Trainer(copy.deepcopy(base), batch, "tern", {"backend": "tern"}),
@@ -302,7 +322,7 @@ def bench_training(name: str, make_model, batch: tuple, quick: bool) -> None:
             t = times[label]
             print(f"  {label:14s} {med[label]:9.2f} ms  (min {min(t) * 1e3:.2f}, max "
                   f"{max(t) * 1e3:.2f}; first step, compiles included: {first[label]:.2f} s; "
-                  f"loss after {warmup + len(t)} steps {trainers[label].loss.item():.5f})")
+                  f"loss after {trainers[label].steps} steps {trainers[label].loss.item():.5f})")
         else:
             print(f"  {label:14s}       n/a  ({failed[label].splitlines()[0][:300]})")
 
@@ -311,14 +331,13 @@ def bench_training(name: str, make_model, batch: tuple, quick: bool) -> None:
             return f"vs {other}: n/a"
         return f"vs {other}: {med[other] / med['compiled tern']:.2f}x{target}"
 
-    print("  split, synchronizing after the backward too (median ms): " + "; ".join(
-        f"{label} {statistics.median(f for f, _ in v) * 1e3:.2f} forward + backward, "
-        f"{statistics.median(o for _, o in v) * 1e3:.2f} AdamW" for label, v in split.items()))
-    targets = name.startswith("GPT-2")
     print("  speedup of compiled tern (other time / compiled time): "
           + "; ".join([speedup("eager tern", " (target >= 2)" if targets else ""),
                        speedup("CPU eager"),
                        speedup("CPU inductor", " (target >= 1)" if targets else "")]))
+    print("  split, synchronizing after the backward too (median ms): " + "; ".join(
+        f"{label} {statistics.median(f for f, _ in v) * 1e3:.2f} forward + backward, "
+        f"{statistics.median(o for _, o in v) * 1e3:.2f} AdamW" for label, v in split.items()))
     fallbacks = tern_stats["fallback_nodes"]
     eager_ops = ", ".join(f"{op} x{n}" for op, n in fallbacks.items()) or "none"
     print(f"  tern backend: {graphs(tern_stats)} graphs {tern_stats['graphs_by_kind']}, "
@@ -419,6 +438,7 @@ def varlen_run(label: str, lengths: list, dynamic: bool, cache: str) -> dict:
 
     torch._dynamo.reset()
     tc.reset_stats()
+    fresh_device_memory()
     set_cache_dir(cache)
     trainer = Trainer(gpt2_model(), gpt2_batch(8), "tern",
                       {"backend": "tern", "dynamic": dynamic})
@@ -466,6 +486,8 @@ def varlen_run(label: str, lengths: list, dynamic: bool, cache: str) -> dict:
         "tern_compile": stats["compile_seconds"], "backend": stats["backend_seconds"],
         "recompiles": stats["recompiles"]["count"], "loss": loss.item(),
         "repeat_compiled": repeat_compiled,
+        "reserved_mib": torch.tern.max_memory_reserved() / 2**20,
+        "allocated_mib": torch.tern.max_memory_allocated() / 2**20,
     }
     print(f"  {label}: wall {wall:.1f} s; compile {compile_s:.1f} s, in the {compiling_steps} "
           f"steps that compiled (the first {first_compile:.1f} s, the others "
@@ -474,7 +496,9 @@ def varlen_run(label: str, lengths: list, dynamic: bool, cache: str) -> dict:
           f"({result['graphs']} graphs); {result['executables']} tern executables "
           f"({result['specializations']} size specialisations; tern compiler "
           f"{result['tern_compile']:.2f} s, backend {result['backend']:.2f} s); "
-          f"stats()['recompiles'] count {result['recompiles']}; last loss {result['loss']:.4f}")
+          f"stats()['recompiles'] count {result['recompiles']}; tern memory peak: "
+          f"{result['allocated_mib']:.0f} MiB allocated, {result['reserved_mib']:.0f} MiB "
+          f"reserved; last loss {result['loss']:.4f}")
     if repeat_compiled:
         print(f"  NOTE: {repeat_compiled} repeats compiled again: their compile time is "
               f"underestimated")
@@ -492,17 +516,27 @@ def bench_varlen(steps: int, max_len: int, tmp: str) -> None:
     torch._dynamo.reset()
     set_cache_dir(os.path.join(tmp, "varlen-prime-cache"))
     Trainer(gpt2_model(), gpt2_batch(8), "tern", {"backend": "tern"}).step()
-    dynamic = varlen_run("dynamic=True", lengths, True, os.path.join(tmp, "varlen-dynamic"))
-    # Static shapes: every new length is a recompile. Dynamo would otherwise
-    # make the length dynamic at its second value (automatic dynamic shapes)
-    # and stop recompiling a frame after recompile_limit (8) versions, or
-    # after accumulated_recompile_limit (256) over all frames.
-    limits = {"automatic_dynamic_shapes": False, "recompile_limit": 1024,
-              "accumulated_recompile_limit": 1 << 16}
-    with torch._dynamo.config.patch(**limits):
-        static = varlen_run("static (dynamic=False)", lengths, False,
-                            os.path.join(tmp, "varlen-static"))
+    runs = {}
+    for label, dynamic in (("dynamic=True", True), ("static (dynamic=False)", False)):
+        # Static shapes: every new length is a recompile. Dynamo would
+        # otherwise make the length dynamic at its second value (automatic
+        # dynamic shapes) and stop recompiling a frame after recompile_limit
+        # (8) versions, or after accumulated_recompile_limit (256) over all.
+        limits = {} if dynamic else {"automatic_dynamic_shapes": False,
+                                     "recompile_limit": 1024,
+                                     "accumulated_recompile_limit": 1 << 16}
+        try:
+            with torch._dynamo.config.patch(**limits):
+                runs[dynamic] = varlen_run(label, lengths, dynamic,
+                                           os.path.join(tmp, f"varlen-{dynamic}"))
+        except Exception:  # printed; the other run still runs
+            print(f"  {label}: FAILED:")
+            traceback.print_exc(file=sys.stdout)
     torch._dynamo.reset()
+    if len(runs) < 2:
+        print("  compile time static / dynamic: n/a (target >= 5)")
+        return
+    dynamic, static = runs[True], runs[False]
     ratio = static["compile"] / dynamic["compile"] if dynamic["compile"] > 0 else float("inf")
     print(f"  compile time static / dynamic: {ratio:.1f}x (target >= 5); wall time static / "
           f"dynamic: {static['wall'] / dynamic['wall']:.2f}x; Dynamo entire_frame_compile "
@@ -530,10 +564,10 @@ def main():
     sections = {
         "transformer": lambda tmp: bench_training(
             "GPT-2 (2 layers, 128 wide, vocab 512), batch 4 x 64 tokens", gpt2_model,
-            gpt2_batch(64), args.quick),
+            gpt2_batch(64), args.quick, targets=True),
         "cnn": lambda tmp: bench_training(
             "CNN (3 x conv-BN-ReLU-pool, linear), batch 8 x 3x32x32", cnn_model, cnn_batch(),
-            args.quick),
+            args.quick, targets=False),
         "cold": bench_cold_warm,
         "varlen": lambda tmp: bench_varlen(args.varlen_steps or (20 if args.quick else 200),
                                            128 if args.quick else MAX_LEN, tmp),
@@ -552,6 +586,8 @@ def main():
                 print(f"{part}: FAILED:")
                 traceback.print_exc(file=sys.stdout)
             sys.stdout.flush()
+            torch._dynamo.reset()  # drops the section's compiled models (and their tensors)
+            fresh_device_memory()
     # Other work on the machine shows in every figure: say how busy it was.
     print(f"load average at the end {load_average()}")
 
