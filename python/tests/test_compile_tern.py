@@ -78,8 +78,9 @@ def test_backend_and_device_interface_are_registered():
 def test_streams_in_compiled_code():
     """A stream context and current_stream() inside a compiled function:
     Dynamo traces current_stream() through torch.accelerator (it used to
-    fail inside Dynamo); the stream context may break the graph, the result
-    is eager's."""
+    fail inside Dynamo); the stream context runs eagerly (a graph break; it
+    used to leave its stream current after the block); the result is
+    eager's."""
     side = torch.tern.Stream()
 
     def fn(x):
@@ -89,7 +90,9 @@ def test_streams_in_compiled_code():
         return y + 1
 
     x = torch.randn(4, device="tern")
+    before = torch.tern.current_stream()
     _close(torch.compile(fn, backend="tern")(x), fn(x), tol=0)
+    assert torch.tern.current_stream() == before  # the block's stream did not stay current
 
     def current(x):
         stream = torch.tern.current_stream()

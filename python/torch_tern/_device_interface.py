@@ -66,7 +66,11 @@ def _make_interface():
         set_device = staticmethod(_tern.set_device)
         device_count = staticmethod(_tern.device_count)
         is_available = staticmethod(_tern.is_available)
-        stream = staticmethod(_tern.stream)
+        # `stream` stays DeviceInterface's: Dynamo turns every registered
+        # interface's `stream` function into a stream context it traces, and
+        # with torch.tern.stream that left the stream of a `with` block with
+        # a graph break inside it current after the block. Unregistered,
+        # Dynamo runs such a block eagerly, correctly.
         current_stream = staticmethod(_tern.current_stream)
         set_stream = staticmethod(_tern.set_stream)
         synchronize = staticmethod(_tern.synchronize)
@@ -107,11 +111,28 @@ def _make_interface():
 TernInterface = None
 
 
+def _run_stream_contexts_eagerly() -> None:
+    """`with torch.tern.stream(s):` inside a compiled function: Dynamo traced
+    into the context's __enter__ and __exit__ and left `s` current after the
+    block. They run eagerly now (a graph break at each, the stream switch
+    exact); Dynamo is imported by now, so this costs importing torch_tern
+    nothing."""
+    from torch._dynamo import disable
+
+    context = _tern.StreamContext
+    if not getattr(context.__enter__, "_tern_eager", False):
+        for name in ("__enter__", "__exit__"):
+            method = disable(getattr(context, name))
+            method._tern_eager = True
+            setattr(context, name, method)
+
+
 def register() -> None:
     """Registers the interface for "tern" and every "tern:N" (idempotent)."""
     global TernInterface
     from torch._dynamo.device_interface import register_interface_for_device
 
+    _run_stream_contexts_eagerly()
     if TernInterface is None:
         TernInterface = _make_interface()
     register_interface_for_device("tern", TernInterface)
