@@ -1242,6 +1242,57 @@ absl::Status Convolution(const InferContext& c, Types* out) {
   return absl::OkStatus();
 }
 
+// convolution_backward(grad_output, input, weight; bias_sizes, stride,
+// padding, dilation, transposed, output_padding, groups, output_mask):
+// 2-D, non-transposed only (as convolution). Outputs (grad_input,
+// grad_weight, grad_bias) with the types of the input, the weight and a [O]
+// bias of grad_output's dtype; one that output_mask leaves out (None in
+// PyTorch) is an empty [0] tensor of the input's dtype, never computed.
+absl::Status ConvolutionBackward(const InferContext& c, Types* out) {
+  static const char* const kNames[] = {"grad_output", "input", "weight"};
+  for (size_t i = 0; i < 3; ++i) {
+    if (auto s = RequireInput(c, i, kNames[i]); !s.ok()) return s;
+  }
+  auto transposed = c.Bool("transposed", false);
+  if (!transposed.ok()) return transposed.status();
+  if (*transposed) {
+    return c.Error(
+        "it is the backward of a transposed convolution (ConvTranspose), which the compiler "
+        "does not lower yet; it runs outside the compiled graph");
+  }
+  const TensorType &grad = *c.inputs[0], &input = *c.inputs[1], &weight = *c.inputs[2];
+  if (input.shape.size() != 4 || weight.shape.size() != 4) {
+    return c.Error(fmt::format(
+        "its input {} and weight {} are not 4-D: the compiler does not lower yet the backward "
+        "of Conv1d and Conv3d, only of 2-D convolutions (NCHW input, OIHW weight)",
+        Shp(c, input.shape), Shp(c, weight.shape)));
+  }
+  // The forward's output type, checked as convolution checks its operands.
+  Types forward;
+  const InferContext conv{c.graph, c.node, {c.inputs[1], c.inputs[2]}};
+  if (auto s = Convolution(conv, &forward); !s.ok()) return s;
+  if (grad.shape != forward[0].shape || grad.dtype != input.dtype) {
+    return c.Error(fmt::format("its grad_output is {} {}; the convolution's output is {} {}",
+                               tern_dtype_name(grad.dtype), Shp(c, grad.shape),
+                               tern_dtype_name(forward[0].dtype), Shp(c, forward[0].shape)));
+  }
+  if (FindAttr(c.node, "bias_sizes") != nullptr) {
+    auto bias_sizes = c.ShapeAttr("bias_sizes");
+    if (!bias_sizes.ok()) return bias_sizes.status();
+    if (*bias_sizes != Shape{weight.shape[0]}) {
+      return c.Error(fmt::format("its bias_sizes is {}; the bias of this convolution is {}",
+                                 Shp(c, *bias_sizes), Shp(c, Shape{weight.shape[0]})));
+    }
+  }
+  absl::StatusOr<std::vector<bool>> mask = c.Flags("output_mask", 3);
+  if (!mask.ok()) return mask.status();
+  const TensorType absent{input.dtype, {Dim::Constant(0)}};
+  out->push_back((*mask)[0] ? input : absent);
+  out->push_back((*mask)[1] ? weight : absent);
+  out->push_back((*mask)[2] ? TensorType{grad.dtype, {weight.shape[0]}} : absent);
+  return absl::OkStatus();
+}
+
 // _native_batch_norm_legit_no_training(input, weight?, bias?, running_mean,
 // running_var; momentum, eps): batch norm in eval mode over channel dim 1.
 // Outputs: the normalised input and two empty statistics ([0]).
@@ -1319,6 +1370,34 @@ absl::Status MaxPool2d(const InferContext& c, Types* out) {
   return absl::OkStatus();
 }
 
+// max_pool2d_with_indices_backward(grad_output, self, indices; kernel_size,
+// stride, padding, dilation, ceil_mode): the gradient of self (its type),
+// grad_output added at the forward's indices (each into its own plane's
+// H * W elements). The window is checked as max_pool2d_with_indices checks it.
+absl::Status MaxPool2dBackward(const InferContext& c, Types* out) {
+  static const char* const kNames[] = {"grad_output", "self", "indices"};
+  for (size_t i = 0; i < 3; ++i) {
+    if (auto s = RequireInput(c, i, kNames[i]); !s.ok()) return s;
+  }
+  const TensorType &grad = *c.inputs[0], &self = *c.inputs[1], &indices = *c.inputs[2];
+  Types forward;
+  const InferContext pool{c.graph, c.node, {c.inputs[1]}};
+  if (auto s = MaxPool2d(pool, &forward); !s.ok()) return s;
+  if (auto s = RequireFloat(c, self, "self"); !s.ok()) return s;
+  if (grad.shape != forward[0].shape || grad.dtype != self.dtype) {
+    return c.Error(fmt::format("its grad_output is {} {}; the pool's output is {} {}",
+                               tern_dtype_name(grad.dtype), Shp(c, grad.shape),
+                               tern_dtype_name(self.dtype), Shp(c, forward[0].shape)));
+  }
+  if (indices.shape != forward[0].shape || indices.dtype != TERN_DTYPE_I64) {
+    return c.Error(fmt::format("its indices are {} {}; they must be i64 {}",
+                               tern_dtype_name(indices.dtype), Shp(c, indices.shape),
+                               Shp(c, forward[0].shape)));
+  }
+  out->push_back(self);
+  return absl::OkStatus();
+}
+
 constexpr uint32_t kVariadic = UINT32_MAX;
 
 // The table, sorted by name (KnownOps returns it in this order).
@@ -1350,6 +1429,7 @@ const std::vector<OpDef>& Table() {
         {"aten.alias.default", 1, 1, 1, -1, SameAsInput},
         {"aten.constant_pad_nd.default", 1, 1, 1, -1, ConstantPadNd},
         {"aten.convolution.default", 2, 3, 1, -1, Convolution},
+        {"aten.convolution_backward.default", 3, 3, 3, -1, ConvolutionBackward},
         {"aten.cos.default", 1, 1, 1, -1, FloatUnary},
         {"aten.div.Scalar", 1, 1, 1, -1, Division},
         {"aten.div.Tensor", 1, 2, 1, -1, Division},
@@ -1378,6 +1458,7 @@ const std::vector<OpDef>& Table() {
         {"aten.lt.Scalar", 1, 1, 1, -1, Comparison},
         {"aten.lt.Tensor", 1, 2, 1, -1, Comparison},
         {"aten.max_pool2d_with_indices.default", 1, 1, 2, -1, MaxPool2d},
+        {"aten.max_pool2d_with_indices_backward.default", 3, 3, 1, -1, MaxPool2dBackward},
         {"aten.maximum.default", 2, 2, 1, -1, Arithmetic},
         {"aten.mean.dim", 1, 1, 1, -1, Mean},
         {"aten.minimum.default", 2, 2, 1, -1, Arithmetic},

@@ -1367,6 +1367,48 @@ class Lowerer {
     return absl::OkStatus();
   }
 
+  // convolution_backward: conv2d_backward_input and conv2d_backward_weight
+  // (ints as conv2d, groups included) and grad_bias a reduce sum of
+  // grad_output over N, H, W, each only when something uses it, as the eager
+  // plugin runs it. Outputs that output_mask leaves out (None in PyTorch)
+  // are never computed, so using one is refused.
+  absl::Status LowerConvolutionBackward(const Node& node) {
+    absl::StatusOr<std::array<int64_t, 2>> stride = WindowPair(node, "stride", {1});
+    absl::StatusOr<std::array<int64_t, 2>> padding = WindowPair(node, "padding", {0});
+    absl::StatusOr<std::array<int64_t, 2>> dilation = WindowPair(node, "dilation", {1});
+    const InferContext context = Context(node);
+    absl::StatusOr<int64_t> groups = context.Int("groups", 1);
+    absl::StatusOr<std::vector<bool>> mask = context.Flags("output_mask", 3);
+    for (const auto* v : {&stride, &padding, &dilation}) {
+      if (!v->ok()) return v->status();
+    }
+    if (!groups.ok()) return groups.status();
+    if (!mask.ok()) return mask.status();
+    const std::vector<int64_t> ints = {(*stride)[0],   (*stride)[1],   (*padding)[0], (*padding)[1],
+                                       (*dilation)[0], (*dilation)[1], *groups};
+    static const char* const kOutputs[3] = {"grad_input", "grad_weight", "grad_bias"};
+    for (size_t i = 0; i < 3; ++i) {
+      if (needed_[node.outputs[i]] && !(*mask)[i]) {
+        return Error(node, fmt::format("uses its {} output, which is None in PyTorch (output_mask "
+                                       "leaves it out); use only the outputs output_mask asks for",
+                                       kOutputs[i]));
+      }
+    }
+    const TensorRef& grad = In(node, 0);
+    if (needed_[node.outputs[0]]) {
+      Emit(TERN_OP_CONV2D_BACKWARD_INPUT, {Produce(node.outputs[0]), grad, In(node, 2)}, ints);
+    }
+    if (needed_[node.outputs[1]]) {
+      Emit(TERN_OP_CONV2D_BACKWARD_WEIGHT, {Produce(node.outputs[1]), grad, In(node, 1)}, ints);
+    }
+    if (needed_[node.outputs[2]]) {
+      const TensorRef bias = Produce(node.outputs[2]);
+      Emit(TERN_OP_REDUCE, {*bias.Reshape({1, bias.shape[0], 1, 1}), grad},
+           {TERN_REDUCE_SUM, 0, 2, 3});
+    }
+    return absl::OkStatus();
+  }
+
   absl::Status LowerBatchNorm(const Node& node) {
     if (needed_[node.outputs[1]] || needed_[node.outputs[2]]) {
       return Error(node,
@@ -1462,6 +1504,26 @@ class Lowerer {
                        s[2] * (*dilation)[0],
                        s[3] * (*dilation)[1]};
     Emit(TERN_OP_REDUCE, {*out.Reshape({n, c, oh, ow, 1, 1}), windows}, {TERN_REDUCE_MAX, 4, 5});
+    return absl::OkStatus();
+  }
+
+  // max_pool2d_with_indices_backward: the eager plugin's fill 0 and
+  // scatter_add_along_axis of grad_output at the forward's indices, over the
+  // [N * C, H * W] planes (the indices count within a plane's H * W).
+  absl::Status LowerMaxPoolBackward(const Node& node) {
+    const TensorRef out = Produce(node.outputs[0]);
+    const std::vector<int64_t>& shape = out.shape;
+    const size_t rank = shape.size();
+    int64_t planes = 1;
+    for (size_t i = 0; i + 2 < rank; ++i) planes *= shape[i];
+    const TensorRef& grad = In(node, 0);
+    const int64_t pooled = grad.shape[rank - 2] * grad.shape[rank - 1];
+    const TensorRef flat = *out.Reshape({planes, shape[rank - 2] * shape[rank - 1]});
+    Emit(TERN_OP_FILL, {flat}, {}, {0.0});
+    Emit(TERN_OP_SCATTER_ADD_ALONG_AXIS,
+         {flat, ReshapedOrCopied(In(node, 2), {planes, pooled}),
+          ReshapedOrCopied(grad, {planes, pooled})},
+         {1});
     return absl::OkStatus();
   }
 
@@ -1567,8 +1629,10 @@ const std::map<std::string_view, LowerFn>& Lowerer::Table() {
       {"aten.embedding_dense_backward.default", &Lowerer::LowerEmbeddingDenseBackward},
       {"aten.cat.default", &Lowerer::LowerCat},
       {"aten.convolution.default", &Lowerer::LowerConvolution},
+      {"aten.convolution_backward.default", &Lowerer::LowerConvolutionBackward},
       {"aten._native_batch_norm_legit_no_training.default", &Lowerer::LowerBatchNorm},
       {"aten.max_pool2d_with_indices.default", &Lowerer::LowerMaxPool},
+      {"aten.max_pool2d_with_indices_backward.default", &Lowerer::LowerMaxPoolBackward},
       {"aten.logical_and.default", &Lowerer::LowerBinary},
       {"aten.logical_or.default", &Lowerer::LowerBinary},
       {"aten.bitwise_and.Tensor", &Lowerer::LowerBinary},
