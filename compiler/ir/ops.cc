@@ -1325,6 +1325,52 @@ absl::Status BatchNormInference(const InferContext& c, Types* out) {
   return absl::OkStatus();
 }
 
+// _native_batch_norm_legit_functional(input, weight?, bias?, running_mean,
+// running_var; training, momentum, eps): batch norm in training mode over
+// channel dim 1, the running statistics returned updated instead of written
+// in place. Outputs (output, save_mean, save_rstd, new_running_mean,
+// new_running_var): the input's type and four f32 [C]. f32 only, as the
+// eager plugin; eval mode is _native_batch_norm_legit_no_training.
+absl::Status BatchNormTraining(const InferContext& c, Types* out) {
+  static const char* const kNames[] = {"input", "weight", "bias", "running_mean", "running_var"};
+  for (size_t i : {size_t{0}, size_t{3}, size_t{4}}) {
+    if (auto s = RequireInput(c, i, kNames[i]); !s.ok()) return s;
+  }
+  const TensorType& input = *c.inputs[0];
+  if (input.dtype != TERN_DTYPE_F32) {
+    return c.Error(fmt::format(
+        "its input is {}; the compiler does not lower yet a training batch norm of other dtypes "
+        "than f32",
+        tern_dtype_name(input.dtype)));
+  }
+  if (input.shape.size() < 2) {
+    return c.Error(fmt::format("its input {} has no channel dim (batch norm takes [N, C, ...])",
+                               Shp(c, input.shape)));
+  }
+  const Shape per_channel{input.shape[1]};
+  for (size_t i = 1; i < 5; ++i) {
+    if (c.inputs[i] == nullptr) continue;
+    if (c.inputs[i]->shape != per_channel || c.inputs[i]->dtype != TERN_DTYPE_F32) {
+      return c.Error(fmt::format("its {} is {} {}; it must be f32 {} (one per channel)", kNames[i],
+                                 tern_dtype_name(c.inputs[i]->dtype), Shp(c, c.inputs[i]->shape),
+                                 Shp(c, per_channel)));
+    }
+  }
+  auto training = c.Bool("training", true);
+  if (!training.ok()) return training.status();
+  if (!*training) {
+    return c.Error(
+        "it has training=False, which the compiler does not lower yet in this op; eval graphs "
+        "have _native_batch_norm_legit_no_training");
+  }
+  for (const char* name : {"momentum", "eps"}) {
+    if (auto v = c.Float(name, 0.0); !v.ok()) return v.status();
+  }
+  out->push_back(input);
+  for (int i = 0; i < 4; ++i) out->push_back({TERN_DTYPE_F32, per_channel});
+  return absl::OkStatus();
+}
+
 // max_pool2d_with_indices(self; kernel_size, stride=kernel_size, padding=0,
 // dilation=1, ceil_mode=False) over the last two dims of a CHW or NCHW input.
 absl::Status MaxPool2d(const InferContext& c, Types* out) {
@@ -1406,6 +1452,7 @@ const std::vector<OpDef>& Table() {
     auto* ops = new std::vector<OpDef>{
         {"aten._log_softmax.default", 1, 1, 1, -1, Softmax},
         {"aten._log_softmax_backward_data.default", 2, 2, 1, -1, SoftmaxBackward},
+        {"aten._native_batch_norm_legit_functional.default", 5, 5, 5, -1, BatchNormTraining},
         {"aten._native_batch_norm_legit_no_training.default", 5, 5, 3, -1, BatchNormInference},
         {"aten._softmax.default", 1, 1, 1, -1, Softmax},
         {"aten._softmax_backward_data.default", 2, 2, 1, -1, SoftmaxBackward},

@@ -1460,6 +1460,84 @@ class Lowerer {
     return absl::OkStatus();
   }
 
+  // _native_batch_norm_legit_functional (training, f32): the eager plugin's
+  // sequence. mean and the biased var are reduce means over every dim but
+  // 1, written straight into save_mean (and var into scratch); rstd =
+  // rsqrt(var + eps) into save_rstd; output = (x - mean) * rstd * weight +
+  // bias; new_running_mean = momentum * mean + (1 - momentum) * running_mean
+  // and new_running_var the same with the unbiased var (var * n / (n - 1),
+  // n the elements per channel), as PyTorch. Outputs nothing uses are not
+  // computed.
+  absl::Status LowerBatchNormTraining(const Node& node) {
+    const InferContext context = Context(node);
+    absl::StatusOr<double> momentum = context.Float("momentum", 0.1);
+    absl::StatusOr<double> eps = context.Float("eps", 1e-5);
+    if (!momentum.ok()) return momentum.status();
+    if (!eps.ok()) return eps.status();
+    const TensorRef& x = In(node, 0);
+    const std::vector<int64_t>& shape = x.shape;
+    const int64_t channels = shape[1];
+    std::vector<int64_t> kept(shape.size(), 1);
+    kept[1] = channels;
+    std::vector<int64_t> reduce_mean = {TERN_REDUCE_MEAN};
+    for (size_t d = 0; d < shape.size(); ++d) {
+      if (d != 1) reduce_mean.push_back(static_cast<int64_t>(d));
+    }
+    const int64_t count = channels > 0 ? x.Elements() / channels : 0;
+    if (count == 0) return Error(node, "its input has no elements per channel");
+    const std::vector<int64_t> per_channel = {channels};
+    auto per_channel_output = [&](size_t k) {
+      return needed_[node.outputs[k]] ? *Produce(node.outputs[k]).Reshape(kept)
+                                      : NewScratch(TERN_DTYPE_F32, kept);
+    };
+    const TensorRef mean = per_channel_output(1);
+    Emit(TERN_OP_REDUCE, {mean, x}, reduce_mean);
+    const TensorRef dev = NewScratch(TERN_DTYPE_F32, shape);
+    Emit(TERN_OP_BINARY, {dev, x, *mean.BroadcastTo(shape)}, {TERN_BINARY_SUB});
+    const TensorRef var = NewScratch(TERN_DTYPE_F32, kept);
+    {
+      const TensorRef squares = NewScratch(TERN_DTYPE_F32, shape);
+      Emit(TERN_OP_BINARY, {squares, dev, dev}, {TERN_BINARY_MUL});
+      Emit(TERN_OP_REDUCE, {var, squares}, reduce_mean);
+    }
+    if (needed_[node.outputs[0]] || needed_[node.outputs[2]]) {
+      const TensorRef rstd = per_channel_output(2);
+      Emit(TERN_OP_BINARY, {rstd, var, Scalar(Number{false, 0, *eps}, TERN_DTYPE_F32, kept)},
+           {TERN_BINARY_ADD});
+      Emit(TERN_OP_UNARY, {rstd, rstd}, {TERN_UNARY_RSQRT});
+      if (needed_[node.outputs[0]]) {
+        const TensorRef out = Produce(node.outputs[0]);
+        Emit(TERN_OP_BINARY, {out, dev, *rstd.BroadcastTo(shape)}, {TERN_BINARY_MUL});
+        if (node.inputs[1] != kNoValue) {
+          Emit(TERN_OP_BINARY, {out, out, *In(node, 1).Reshape(kept)->BroadcastTo(shape)},
+               {TERN_BINARY_MUL});
+        }
+        if (node.inputs[2] != kNoValue) {
+          Emit(TERN_OP_BINARY, {out, out, *In(node, 2).Reshape(kept)->BroadcastTo(shape)},
+               {TERN_BINARY_ADD});
+        }
+      }
+    }
+    // new = momentum * batch + (1 - momentum) * running.
+    const double unbias =
+        count > 1 ? static_cast<double>(count) / static_cast<double>(count - 1) : 1.0;
+    const struct {
+      size_t output;
+      const TensorRef& batch;
+      double scale;
+      size_t running;
+    } updates[] = {{3, mean, *momentum, 3}, {4, var, *momentum * unbias, 4}};
+    for (const auto& u : updates) {
+      if (!needed_[node.outputs[u.output]]) continue;
+      const TensorRef a = NewScratch(TERN_DTYPE_F32, per_channel);
+      const TensorRef b = NewScratch(TERN_DTYPE_F32, per_channel);
+      Emit(TERN_OP_UNARY, {a, *u.batch.Reshape(per_channel)}, {TERN_UNARY_AFFINE}, {u.scale, 0.0});
+      Emit(TERN_OP_UNARY, {b, In(node, u.running)}, {TERN_UNARY_AFFINE}, {1.0 - *momentum, 0.0});
+      Emit(TERN_OP_BINARY, {Produce(node.outputs[u.output]), a, b}, {TERN_BINARY_ADD});
+    }
+    return absl::OkStatus();
+  }
+
   // One reduce max over a 6-D view [N, C, OH, OW, KH, KW] of the input whose
   // last two dims walk each window (overlapping reads are fine); padding
   // goes through a copy into a scratch filled with -inf.
@@ -1631,6 +1709,7 @@ const std::map<std::string_view, LowerFn>& Lowerer::Table() {
       {"aten.convolution.default", &Lowerer::LowerConvolution},
       {"aten.convolution_backward.default", &Lowerer::LowerConvolutionBackward},
       {"aten._native_batch_norm_legit_no_training.default", &Lowerer::LowerBatchNorm},
+      {"aten._native_batch_norm_legit_functional.default", &Lowerer::LowerBatchNormTraining},
       {"aten.max_pool2d_with_indices.default", &Lowerer::LowerMaxPool},
       {"aten.max_pool2d_with_indices_backward.default", &Lowerer::LowerMaxPoolBackward},
       {"aten.logical_and.default", &Lowerer::LowerBinary},

@@ -417,6 +417,43 @@ TEST(Ops, ConvolutionAndMaxPoolBackwardsFollowTheForward) {
   }
 }
 
+TEST(Ops, TrainingBatchNormReturnsTheStatistics) {
+  Graph graph;
+  const uint32_t x = graph.AddInput("x", F32(S({4, 3, 5, 5})));
+  const uint32_t c = graph.AddInput("c", F32(S({3})));
+  const std::vector<Attribute> attrs = {A("training", true), A("momentum", 0.1), A("eps", 1e-5)};
+  auto bn = AddNode(&graph, "aten._native_batch_norm_legit_functional.default",
+                    {x, c, kNoValue, c, c}, attrs);
+  ASSERT_TRUE(bn.ok()) << bn.status();
+  ASSERT_EQ(graph.nodes[*bn].outputs.size(), 5u);
+  EXPECT_EQ(graph.values[graph.nodes[*bn].outputs[0]].type, F32(S({4, 3, 5, 5})));
+  for (size_t k = 1; k < 5; ++k) {
+    EXPECT_EQ(graph.values[graph.nodes[*bn].outputs[k]].type, F32(S({3}))) << k;
+  }
+  const uint32_t half = graph.AddInput("half", {TERN_DTYPE_BF16, S({4, 3, 5, 5})});
+  const uint32_t c4 = graph.AddInput("c4", F32(S({4})));
+  const std::pair<std::vector<uint32_t>, std::vector<Attribute>> wrong[] = {
+      {{x, c, c, c, c}, {A("training", false), A("momentum", 0.1), A("eps", 1e-5)}},
+      {{half, c, c, c, c}, attrs},
+      {{x, c, c, c4, c}, attrs},
+      {{x, c, c, c, kNoValue}, attrs},
+  };
+  const char* const messages[] = {
+      "node 'bn' (aten._native_batch_norm_legit_functional.default): it has training=False, "
+      "which the compiler does not lower yet in this op",
+      "its input is bf16; the compiler does not lower yet a training batch norm of other dtypes "
+      "than f32",
+      "its running_mean is f32 [4]; it must be f32 [3] (one per channel)",
+      "its running_var (input 4) is missing",
+  };
+  for (size_t i = 0; i < std::size(wrong); ++i) {
+    auto n = AddNode(&graph, "aten._native_batch_norm_legit_functional.default", wrong[i].first,
+                     wrong[i].second, "bn");
+    ASSERT_FALSE(n.ok()) << i;
+    EXPECT_CONTAINS(n.status().message(), messages[i]);
+  }
+}
+
 TEST(Ops, SoftmaxAndActivationBackwardsFollowPyTorchTypes) {
   Graph graph;
   const TensorType bf16{TERN_DTYPE_BF16, S({4, 6})};

@@ -1938,6 +1938,70 @@ TEST_F(LowerTest, MaxPoolBackwardAddsTheGradientAtTheIndices) {
   EXPECT_EQ(stats.scratch_peak, 0u);
 }
 
+TEST_F(LowerTest, TrainingBatchNormMatchesPyTorch) {
+  // PyTorch's CPU semantics, in double: the batch statistics over N, H, W
+  // (the biased variance normalises), the running statistics updated with
+  // the unbiased one.
+  const int64_t n = 3, c = 4, h = 5, w = 2, inner = h * w, count = n * h * w;
+  const double momentum = 0.1, eps = 1e-5;
+  std::vector<float> x = Values(static_cast<size_t>(n * c * inner), 740);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = x[i] * 3.0f + float(i % 7);  // mean away from 0
+  const BatchNormParams bn(static_cast<size_t>(c), 741);
+  std::vector<double> mean(c, 0.0), var(c, 0.0), want(x.size());
+  for (size_t i = 0; i < x.size(); ++i) mean[(i / inner) % c] += x[i] / double(count);
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double d = x[i] - mean[(i / inner) % c];
+    var[(i / inner) % c] += d * d / double(count);
+  }
+  std::vector<double> rstd(c), new_mean(c), new_var(c);
+  for (int64_t k = 0; k < c; ++k) {
+    rstd[k] = 1.0 / std::sqrt(var[k] + eps);
+    new_mean[k] = momentum * mean[k] + (1 - momentum) * bn.mean[k];
+    new_var[k] = momentum * var[k] * count / (count - 1) + (1 - momentum) * bn.var[k];
+  }
+  for (size_t i = 0; i < x.size(); ++i) {
+    const size_t k = (i / inner) % c;
+    want[i] = (x[i] - mean[k]) * rstd[k] * bn.weight[k] + bn.bias[k];
+  }
+  Graph g;
+  const uint32_t xv = g.AddInput("x", F32(S({n, c, h, w})));
+  const uint32_t rm = g.AddInput("running_mean", F32(S({c})));
+  const uint32_t rv = g.AddInput("running_var", F32(S({c})));
+  const std::vector<uint32_t> params = bn.Constants(&g, "bn");
+  absl::StatusOr<uint32_t> node = AddNode(
+      &g, "aten._native_batch_norm_legit_functional.default", {xv, params[0], params[1], rm, rv},
+      {A("training", true), A("momentum", momentum), A("eps", eps)}, "bn");
+  ASSERT_TRUE(node.ok()) << node.status();
+  static const char* const kNames[] = {"output", "save_mean", "save_rstd", "new_running_mean",
+                                       "new_running_var"};
+  for (size_t k = 0; k < 5; ++k) g.AddOutput(kNames[k], g.nodes[*node].outputs[k]);
+  const auto outputs = Run(g, {Bytes(x), Bytes(bn.mean), Bytes(bn.var)});
+  ASSERT_EQ(outputs.size(), 5u);
+  ExpectNear(outputs[0], want, 1e-5, "output");
+  ExpectNear(outputs[1], mean, 1e-5, "save_mean");
+  ExpectNear(outputs[2], rstd, 1e-5, "save_rstd");
+  ExpectNear(outputs[3], new_mean, 1e-5, "new_running_mean");
+  ExpectNear(outputs[4], new_var, 1e-5, "new_running_var");
+
+  // Without weight and bias, only the output used: (x - mean) * rstd.
+  Graph plain;
+  const uint32_t px = plain.AddInput("x", F32(S({n, c, h, w})));
+  const uint32_t prm = plain.AddInput("running_mean", F32(S({c})));
+  const uint32_t prv = plain.AddInput("running_var", F32(S({c})));
+  plain.AddOutput(
+      "y",
+      Out(plain, AddNode(&plain, "aten._native_batch_norm_legit_functional.default",
+                         {px, kNoValue, kNoValue, prm, prv},
+                         {A("training", true), A("momentum", momentum), A("eps", eps)}, "bn")));
+  const auto normalised = Run(plain, {Bytes(x), Bytes(bn.mean), Bytes(bn.var)});
+  ASSERT_EQ(normalised.size(), 1u);
+  for (size_t i = 0; i < x.size(); ++i) {
+    const size_t k = (i / inner) % c;
+    want[i] = (x[i] - mean[k]) * rstd[k];
+  }
+  ExpectNear(normalised[0], want, 1e-5, "plain output");
+}
+
 TEST_F(LowerTest, SoftmaxBackwardsMatchTheReference) {
   // Along dim 0 of [3, 5]: a strided axis.
   constexpr int kRows = 3, kCols = 5;
