@@ -1371,6 +1371,54 @@ absl::Status BatchNormTraining(const InferContext& c, Types* out) {
   return absl::OkStatus();
 }
 
+// native_batch_norm_backward(grad_out, input, weight?, running_mean?,
+// running_var?, save_mean?, save_invstd?; train, eps, output_mask): f32
+// only, as the eager plugin. Training reads save_mean and save_invstd, eval
+// running_mean and running_var. Outputs (grad_input, grad_weight,
+// grad_bias): the input's type and f32 [C] (as PyTorch's CPU kernel, with or
+// without a weight); one that output_mask leaves out (None in PyTorch) is an
+// empty f32 [0], never computed.
+absl::Status BatchNormBackward(const InferContext& c, Types* out) {
+  static const char* const kNames[] = {"grad_out",    "input",     "weight",     "running_mean",
+                                       "running_var", "save_mean", "save_invstd"};
+  for (size_t i = 0; i < 2; ++i) {
+    if (auto s = RequireInput(c, i, kNames[i]); !s.ok()) return s;
+  }
+  const TensorType &grad = *c.inputs[0], &input = *c.inputs[1];
+  if (input.dtype != TERN_DTYPE_F32 || grad.dtype != TERN_DTYPE_F32) {
+    return c.Error(fmt::format(
+        "its grad_out is {} and its input {}; the compiler does not lower yet a batch norm "
+        "backward of other dtypes than f32",
+        tern_dtype_name(grad.dtype), tern_dtype_name(input.dtype)));
+  }
+  if (input.shape.size() < 2 || grad.shape != input.shape) {
+    return c.Error(fmt::format("its grad_out {} and input {} must be the same [N, C, ...]",
+                               Shp(c, grad.shape), Shp(c, input.shape)));
+  }
+  const Shape per_channel{input.shape[1]};
+  for (size_t i = 2; i < 7 && i < c.inputs.size(); ++i) {
+    if (c.inputs[i] == nullptr) continue;
+    if (c.inputs[i]->shape != per_channel || c.inputs[i]->dtype != TERN_DTYPE_F32) {
+      return c.Error(fmt::format("its {} is {} {}; it must be f32 {} (one per channel)", kNames[i],
+                                 tern_dtype_name(c.inputs[i]->dtype), Shp(c, c.inputs[i]->shape),
+                                 Shp(c, per_channel)));
+    }
+  }
+  auto train = c.Bool("train", true);
+  if (!train.ok()) return train.status();
+  for (size_t i : *train ? std::vector<size_t>{5, 6} : std::vector<size_t>{3, 4}) {
+    if (auto s = RequireInput(c, i, kNames[i]); !s.ok()) return s;
+  }
+  if (auto eps = c.Float("eps", 1e-5); !eps.ok()) return eps.status();
+  absl::StatusOr<std::vector<bool>> mask = c.Flags("output_mask", 3);
+  if (!mask.ok()) return mask.status();
+  const TensorType absent{TERN_DTYPE_F32, {Dim::Constant(0)}};
+  out->push_back((*mask)[0] ? input : absent);
+  out->push_back((*mask)[1] ? TensorType{TERN_DTYPE_F32, per_channel} : absent);
+  out->push_back((*mask)[2] ? TensorType{TERN_DTYPE_F32, per_channel} : absent);
+  return absl::OkStatus();
+}
+
 // max_pool2d_with_indices(self; kernel_size, stride=kernel_size, padding=0,
 // dilation=1, ceil_mode=False) over the last two dims of a CHW or NCHW input.
 absl::Status MaxPool2d(const InferContext& c, Types* out) {
@@ -1514,6 +1562,7 @@ const std::vector<OpDef>& Table() {
         {"aten.mul.Tensor", 1, 2, 1, -1, Arithmetic},
         {"aten.ne.Scalar", 1, 1, 1, -1, Comparison},
         {"aten.ne.Tensor", 1, 2, 1, -1, Comparison},
+        {"aten.native_batch_norm_backward.default", 2, 7, 3, -1, BatchNormBackward},
         {"aten.native_layer_norm.default", 1, 3, 3, -1, LayerNorm},
         {"aten.native_layer_norm_backward.default", 4, 6, 3, -1, LayerNormBackward},
         {"aten.neg.default", 1, 1, 1, -1, SameAsInput},

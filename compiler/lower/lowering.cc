@@ -1538,6 +1538,96 @@ class Lowerer {
     return absl::OkStatus();
   }
 
+  // native_batch_norm_backward (f32): the eager plugin's sequence, with
+  // xhat = (x - mean) * invstd, gsum = Σ g and gxsum = Σ g · xhat over every
+  // dim but 1 (written straight into grad_bias and grad_weight when used):
+  //   training: grad_input = (g - gsum / n - xhat · gxsum / n) · invstd · weight
+  //   eval:     grad_input = g · invstd · weight, invstd = rsqrt(running_var + eps)
+  // Outputs that output_mask leaves out (None in PyTorch) are never
+  // computed, so using one is refused.
+  absl::Status LowerBatchNormBackward(const Node& node) {
+    const InferContext context = Context(node);
+    absl::StatusOr<bool> train = context.Bool("train", true);
+    absl::StatusOr<double> eps = context.Float("eps", 1e-5);
+    absl::StatusOr<std::vector<bool>> mask = context.Flags("output_mask", 3);
+    if (!train.ok()) return train.status();
+    if (!eps.ok()) return eps.status();
+    if (!mask.ok()) return mask.status();
+    static const char* const kOutputs[3] = {"grad_input", "grad_weight", "grad_bias"};
+    for (size_t i = 0; i < 3; ++i) {
+      if (needed_[node.outputs[i]] && !(*mask)[i]) {
+        return Error(node, fmt::format("uses its {} output, which is None in PyTorch (output_mask "
+                                       "leaves it out); use only the outputs output_mask asks for",
+                                       kOutputs[i]));
+      }
+    }
+    const TensorRef &g = In(node, 0), &x = In(node, 1);
+    const std::vector<int64_t>& shape = x.shape;
+    const int64_t channels = shape[1];
+    std::vector<int64_t> kept(shape.size(), 1);
+    kept[1] = channels;
+    std::vector<int64_t> reduce_sum = {TERN_REDUCE_SUM};
+    for (size_t d = 0; d < shape.size(); ++d) {
+      if (d != 1) reduce_sum.push_back(static_cast<int64_t>(d));
+    }
+    const int64_t count = channels > 0 ? x.Elements() / channels : 0;
+    if (count == 0) return Error(node, "its input has no elements per channel");
+    TensorRef mean, invstd;
+    if (*train) {
+      mean = *In(node, 5).Reshape(kept);
+      invstd = *In(node, 6).Reshape(kept);
+    } else {
+      mean = *In(node, 3).Reshape(kept);
+      invstd = NewScratch(TERN_DTYPE_F32, kept);
+      Emit(TERN_OP_BINARY,
+           {invstd, *In(node, 4).Reshape(kept),
+            Scalar(Number{false, 0, *eps}, TERN_DTYPE_F32, kept)},
+           {TERN_BINARY_ADD});
+      Emit(TERN_OP_UNARY, {invstd, invstd}, {TERN_UNARY_RSQRT});
+    }
+    const bool grad_input = needed_[node.outputs[0]];
+    auto per_channel = [&](size_t k) {
+      return needed_[node.outputs[k]] ? *Produce(node.outputs[k]).Reshape(kept)
+                                      : NewScratch(TERN_DTYPE_F32, kept);
+    };
+    TensorRef xhat, gsum, gxsum;
+    const bool statistics = (grad_input && *train) || needed_[node.outputs[1]];
+    if (statistics) {
+      xhat = NewScratch(TERN_DTYPE_F32, shape);
+      Emit(TERN_OP_BINARY, {xhat, x, *mean.BroadcastTo(shape)}, {TERN_BINARY_SUB});
+      Emit(TERN_OP_BINARY, {xhat, xhat, *invstd.BroadcastTo(shape)}, {TERN_BINARY_MUL});
+      gxsum = per_channel(1);
+      const TensorRef product = NewScratch(TERN_DTYPE_F32, shape);
+      Emit(TERN_OP_BINARY, {product, g, xhat}, {TERN_BINARY_MUL});
+      Emit(TERN_OP_REDUCE, {gxsum, product}, reduce_sum);
+    }
+    if ((grad_input && *train) || needed_[node.outputs[2]]) {
+      gsum = per_channel(2);
+      Emit(TERN_OP_REDUCE, {gsum, g}, reduce_sum);
+    }
+    if (!grad_input) return absl::OkStatus();
+    TensorRef scale = invstd;
+    if (node.inputs[2] != kNoValue) {
+      scale = NewScratch(TERN_DTYPE_F32, kept);
+      Emit(TERN_OP_BINARY, {scale, invstd, *In(node, 2).Reshape(kept)}, {TERN_BINARY_MUL});
+    }
+    const TensorRef out = Produce(node.outputs[0]);
+    if (!*train) {
+      Emit(TERN_OP_BINARY, {out, g, *scale.BroadcastTo(shape)}, {TERN_BINARY_MUL});
+      return absl::OkStatus();
+    }
+    const double inv_n = 1.0 / static_cast<double>(count);
+    const TensorRef mg = NewScratch(TERN_DTYPE_F32, kept), mgx = NewScratch(TERN_DTYPE_F32, kept);
+    Emit(TERN_OP_UNARY, {mg, gsum}, {TERN_UNARY_AFFINE}, {inv_n, 0.0});
+    Emit(TERN_OP_UNARY, {mgx, gxsum}, {TERN_UNARY_AFFINE}, {inv_n, 0.0});
+    const TensorRef u = NewScratch(TERN_DTYPE_F32, shape);
+    Emit(TERN_OP_BINARY, {u, g, *mg.BroadcastTo(shape)}, {TERN_BINARY_SUB});
+    Emit(TERN_OP_BINARY, {xhat, xhat, *mgx.BroadcastTo(shape)}, {TERN_BINARY_MUL});
+    Emit(TERN_OP_BINARY, {u, u, xhat}, {TERN_BINARY_SUB});
+    Emit(TERN_OP_BINARY, {out, u, *scale.BroadcastTo(shape)}, {TERN_BINARY_MUL});
+    return absl::OkStatus();
+  }
+
   // One reduce max over a 6-D view [N, C, OH, OW, KH, KW] of the input whose
   // last two dims walk each window (overlapping reads are fine); padding
   // goes through a copy into a scratch filled with -inf.
@@ -1709,6 +1799,7 @@ const std::map<std::string_view, LowerFn>& Lowerer::Table() {
       {"aten.convolution.default", &Lowerer::LowerConvolution},
       {"aten.convolution_backward.default", &Lowerer::LowerConvolutionBackward},
       {"aten._native_batch_norm_legit_no_training.default", &Lowerer::LowerBatchNorm},
+      {"aten.native_batch_norm_backward.default", &Lowerer::LowerBatchNormBackward},
       {"aten._native_batch_norm_legit_functional.default", &Lowerer::LowerBatchNormTraining},
       {"aten.max_pool2d_with_indices.default", &Lowerer::LowerMaxPool},
       {"aten.max_pool2d_with_indices_backward.default", &Lowerer::LowerMaxPoolBackward},

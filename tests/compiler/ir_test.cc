@@ -454,6 +454,55 @@ TEST(Ops, TrainingBatchNormReturnsTheStatistics) {
   }
 }
 
+TEST(Ops, BatchNormBackwardOutputsFollowTheMask) {
+  using Ints = std::vector<int64_t>;
+  Graph graph;
+  const uint32_t x = graph.AddInput("x", F32(S({4, 3, 5, 5})));
+  const uint32_t c = graph.AddInput("c", F32(S({3})));
+  auto attrs = [](bool train, Ints mask) {
+    return std::vector<Attribute>{A("train", train), A("eps", 1e-5),
+                                  A("output_mask", std::move(mask))};
+  };
+  auto type = [&](uint32_t n, size_t k) { return graph.values[graph.nodes[n].outputs[k]].type; };
+  // grad_weight without a weight, as PyTorch's CPU kernel.
+  auto all = AddNode(&graph, "aten.native_batch_norm_backward.default",
+                     {x, x, kNoValue, c, c, c, c}, attrs(true, {1, 1, 1}));
+  ASSERT_TRUE(all.ok()) << all.status();
+  ASSERT_EQ(graph.nodes[*all].outputs.size(), 3u);
+  EXPECT_EQ(type(*all, 0), F32(S({4, 3, 5, 5})));
+  EXPECT_EQ(type(*all, 1), F32(S({3})));
+  EXPECT_EQ(type(*all, 2), F32(S({3})));
+  auto eval = AddNode(&graph, "aten.native_batch_norm_backward.default",
+                      {x, x, c, c, c, kNoValue, kNoValue}, attrs(false, {1, 0, 0}));
+  ASSERT_TRUE(eval.ok()) << eval.status();
+  EXPECT_EQ(type(*eval, 0), F32(S({4, 3, 5, 5})));
+  EXPECT_EQ(type(*eval, 1), F32(S({0})));
+
+  const uint32_t half = graph.AddInput("half", {TERN_DTYPE_BF16, S({4, 3, 5, 5})});
+  const uint32_t c4 = graph.AddInput("c4", F32(S({4})));
+  const std::pair<std::vector<uint32_t>, std::vector<Attribute>> wrong[] = {
+      {{half, half, c, c, c, c, c}, attrs(true, {1, 1, 1})},
+      {{x, x, c, c, c, kNoValue, c}, attrs(true, {1, 1, 1})},
+      {{x, x, c, c, kNoValue, c, c}, attrs(false, {1, 1, 1})},
+      {{x, x, c4, c, c, c, c}, attrs(true, {1, 1, 1})},
+      {{x, x, c, c, c, c, c}, attrs(true, {1, 1})},
+  };
+  const char* const messages[] = {
+      "node 'bn_bwd' (aten.native_batch_norm_backward.default): its grad_out is bf16 and its "
+      "input bf16; the compiler does not lower yet a batch norm backward of other dtypes than f32",
+      "its save_mean (input 5) is missing",
+      "its running_var (input 4) is missing",
+      "its weight is f32 [4]; it must be f32 [3] (one per channel)",
+      "its attribute 'output_mask' must be a list of 3 bools (0 or 1)",
+  };
+  for (size_t i = 0; i < std::size(wrong); ++i) {
+    auto n = AddNode(&graph, "aten.native_batch_norm_backward.default", wrong[i].first,
+                     wrong[i].second, "bn_bwd");
+    ASSERT_FALSE(n.ok()) << i;
+    EXPECT_CONTAINS(n.status().message(), messages[i]);
+  }
+}
+
 TEST(Ops, SoftmaxAndActivationBackwardsFollowPyTorchTypes) {
   Graph graph;
   const TensorType bf16{TERN_DTYPE_BF16, S({4, 6})};

@@ -2002,6 +2002,108 @@ TEST_F(LowerTest, TrainingBatchNormMatchesPyTorch) {
   ExpectNear(normalised[0], want, 1e-5, "plain output");
 }
 
+TEST_F(LowerTest, BatchNormBackwardMatchesPyTorch) {
+  // PyTorch's CPU formulas, in double, per channel k with n elements:
+  //   training: grad_input = (g - Σg / n - xhat · Σ(g · xhat) / n) · invstd · weight
+  //   eval:     grad_input = g · rsqrt(running_var + eps) · weight
+  // grad_weight = Σ g · xhat, grad_bias = Σ g.
+  const int64_t n = 2, c = 3, h = 4, w = 5, inner = h * w, count = n * h * w;
+  const double eps = 1e-5;
+  std::vector<float> x = Values(static_cast<size_t>(n * c * inner), 750);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = x[i] * 2.0f + float(i % 3);
+  const std::vector<float> grad = Values(x.size(), 751);
+  const BatchNormParams bn(static_cast<size_t>(c), 752);
+  std::vector<float> save_mean(c, 0.0f), save_invstd(c, 0.0f);
+  {
+    std::vector<double> mean(c, 0.0), var(c, 0.0);
+    for (size_t i = 0; i < x.size(); ++i) mean[(i / inner) % c] += x[i] / double(count);
+    for (size_t i = 0; i < x.size(); ++i) {
+      const double d = x[i] - mean[(i / inner) % c];
+      var[(i / inner) % c] += d * d / double(count);
+    }
+    for (int64_t k = 0; k < c; ++k) {
+      save_mean[k] = static_cast<float>(mean[k]);
+      save_invstd[k] = static_cast<float>(1.0 / std::sqrt(var[k] + eps));
+    }
+  }
+  auto reference = [&](bool train) {
+    std::vector<double> mean(c), invstd(c), gsum(c, 0.0), gxsum(c, 0.0), gi(x.size());
+    for (int64_t k = 0; k < c; ++k) {
+      mean[k] = train ? save_mean[k] : bn.mean[k];
+      invstd[k] = train ? save_invstd[k] : 1.0 / std::sqrt(double(bn.var[k]) + eps);
+    }
+    auto xhat = [&](size_t i) {
+      const size_t k = (i / inner) % c;
+      return (x[i] - mean[k]) * invstd[k];
+    };
+    for (size_t i = 0; i < x.size(); ++i) {
+      gsum[(i / inner) % c] += grad[i];
+      gxsum[(i / inner) % c] += grad[i] * xhat(i);
+    }
+    for (size_t i = 0; i < x.size(); ++i) {
+      const size_t k = (i / inner) % c;
+      const double centred =
+          train ? grad[i] - gsum[k] / double(count) - xhat(i) * gxsum[k] / double(count) : grad[i];
+      gi[i] = centred * invstd[k] * bn.weight[k];
+    }
+    return std::vector<std::vector<double>>{gi, gxsum, gsum};
+  };
+  auto build = [&](bool train, std::vector<int64_t> mask) {
+    Graph g;
+    const uint32_t gv = g.AddInput("grad", F32(S({n, c, h, w})));
+    const uint32_t xv = g.AddInput("x", F32(S({n, c, h, w})));
+    const uint32_t sm = g.AddInput("save_mean", F32(S({c})));
+    const uint32_t si = g.AddInput("save_invstd", F32(S({c})));
+    const std::vector<uint32_t> params = bn.Constants(&g, "bn");
+    absl::StatusOr<uint32_t> node = AddNode(
+        &g, "aten.native_batch_norm_backward.default",
+        {gv, xv, params[0], params[2], params[3], train ? sm : kNoValue, train ? si : kNoValue},
+        {A("train", train), A("eps", eps), A("output_mask", std::move(mask))}, "bn_bwd");
+    EXPECT_TRUE(node.ok()) << node.status();
+    return std::make_pair(std::move(g), node.ok() ? *node : 0u);
+  };
+  const std::vector<std::vector<uint8_t>> inputs = {Bytes(grad), Bytes(x), Bytes(save_mean),
+                                                    Bytes(save_invstd)};
+  {
+    auto [g, node] = build(true, {1, 1, 1});
+    for (size_t k = 0; k < 3; ++k) g.AddOutput("out" + std::to_string(k), g.nodes[node].outputs[k]);
+    const auto outputs = Run(g, inputs);
+    ASSERT_EQ(outputs.size(), 3u);
+    const auto want = reference(true);
+    ExpectNear(outputs[0], want[0], 1e-5, "grad_input");
+    ExpectNear(outputs[1], want[1], 1e-5, "grad_weight");
+    ExpectNear(outputs[2], want[2], 1e-5, "grad_bias");
+  }
+  {
+    // Eval: only grad_input (the statistics are the running ones).
+    auto [g, node] = build(false, {1, 0, 0});
+    g.AddOutput("grad_input", g.nodes[node].outputs[0]);
+    const auto outputs = Run(g, inputs);
+    ASSERT_EQ(outputs.size(), 1u);
+    ExpectNear(outputs[0], reference(false)[0], 1e-5, "eval grad_input");
+  }
+  {
+    // Only the parameters' gradients.
+    auto [g, node] = build(true, {0, 1, 1});
+    g.AddOutput("grad_weight", g.nodes[node].outputs[1]);
+    g.AddOutput("grad_bias", g.nodes[node].outputs[2]);
+    const auto outputs = Run(g, inputs);
+    ASSERT_EQ(outputs.size(), 2u);
+    ExpectNear(outputs[0], reference(true)[1], 1e-5, "grad_weight");
+    ExpectNear(outputs[1], reference(true)[2], 1e-5, "grad_bias");
+  }
+  {
+    // An output PyTorch gives as None cannot be used.
+    auto [g, node] = build(true, {1, 0, 1});
+    g.AddOutput("grad_weight", g.nodes[node].outputs[1]);
+    absl::StatusOr<std::vector<uint8_t>> compiled = CompileGraph(g, {}, nullptr);
+    ASSERT_FALSE(compiled.ok());
+    EXPECT_CONTAINS(compiled.status().message(), "node 'bn_bwd'");
+    EXPECT_CONTAINS(compiled.status().message(),
+                    "uses its grad_weight output, which is None in PyTorch");
+  }
+}
+
 TEST_F(LowerTest, SoftmaxBackwardsMatchTheReference) {
   // Along dim 0 of [3, 5]: a strided axis.
   constexpr int kRows = 3, kCols = 5;
