@@ -176,6 +176,7 @@ UNREACHED = {
     "aten.embedding_dense_backward.default": _BACKWARD + " (embedding's gradient)",
     "aten.gelu_backward.default": _BACKWARD + " (gelu's gradient)",
     "aten.max_pool2d_with_indices_backward.default": _BACKWARD + " (max_pool2d's gradient)",
+    "aten.native_batch_norm_backward.default": _BACKWARD + " (batch_norm's gradient)",
     "aten.native_layer_norm_backward.default": _BACKWARD + " (layer_norm's gradient)",
     "aten.scatter.value": "no float32 sample of scatter reaches it (they scatter tensors: "
                           "aten.scatter.src); scatter(x, dim, index, number) exports as it, as "
