@@ -1437,7 +1437,12 @@ absl::Status MaxPool2d(const InferContext& c, Types* out) {
   }
   auto kernel = Pair(c, "kernel_size", {}, 1);
   if (!kernel.ok()) return kernel.status();
-  auto stride = Pair(c, "stride", {(*kernel)[0], (*kernel)[1]}, 1);
+  // An empty stride is the kernel, as PyTorch: max_pool2d_with_indices_backward's
+  // schema has no default for it, so there it comes as [].
+  auto given_stride = c.Ints("stride", {});
+  if (!given_stride.ok()) return given_stride.status();
+  auto stride = given_stride->empty() ? absl::StatusOr<std::array<int64_t, 2>>(*kernel)
+                                      : Pair(c, "stride", {}, 1);
   auto padding = Pair(c, "padding", {0}, 0);
   auto dilation = Pair(c, "dilation", {1}, 1);
   for (const auto* v : {&stride, &padding, &dilation}) {

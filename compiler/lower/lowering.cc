@@ -1311,8 +1311,10 @@ class Lowerer {
   // A 2-D window attribute (one value for H and W, or two).
   absl::StatusOr<std::array<int64_t, 2>> WindowPair(const Node& node, const std::string& name,
                                                     std::vector<int64_t> fallback) const {
-    absl::StatusOr<std::vector<int64_t>> values = Context(node).Ints(name, std::move(fallback));
+    absl::StatusOr<std::vector<int64_t>> values = Context(node).Ints(name, fallback);
     if (!values.ok()) return values.status();
+    // An empty list is the default (a max pool's stride [] is its kernel).
+    if (values->empty()) *values = std::move(fallback);
     if (values->size() == 1) values->push_back(values->front());
     if (values->size() != 2) {
       return Error(node, fmt::format("attribute '{}' must have 1 or 2 values", name));

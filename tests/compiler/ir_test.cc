@@ -397,6 +397,16 @@ TEST(Ops, ConvolutionAndMaxPoolBackwardsFollowTheForward) {
       AddNode(&graph, "aten.max_pool2d_with_indices_backward.default", {pg, x, pi}, pool);
   ASSERT_TRUE(pool_bwd.ok()) << pool_bwd.status();
   EXPECT_EQ(type(*pool_bwd, 0), F32(S({2, 4, 9, 9})));
+  // The backward's schema has no default stride: an empty one is the kernel.
+  const uint32_t pg2 = graph.AddInput("pg2", F32(S({2, 4, 3, 3})));
+  const uint32_t pi2 = graph.AddInput("pi2", {TERN_DTYPE_I64, S({2, 4, 3, 3})});
+  std::vector<Attribute> no_stride = pool;
+  no_stride[1] = A("stride", Ints{});
+  no_stride[2] = A("padding", Ints{0, 0});
+  auto strided_as_kernel =
+      AddNode(&graph, "aten.max_pool2d_with_indices_backward.default", {pg2, x, pi2}, no_stride);
+  ASSERT_TRUE(strided_as_kernel.ok()) << strided_as_kernel.status();
+  EXPECT_EQ(type(*strided_as_kernel, 0), F32(S({2, 4, 9, 9})));
   std::vector<Attribute> ceil = pool;
   ceil.back() = A("ceil_mode", true);
   const std::pair<std::vector<uint32_t>, std::vector<Attribute>> wrong_pool[] = {
