@@ -1242,6 +1242,57 @@ absl::Status Convolution(const InferContext& c, Types* out) {
   return absl::OkStatus();
 }
 
+// convolution_backward(grad_output, input, weight; bias_sizes, stride,
+// padding, dilation, transposed, output_padding, groups, output_mask):
+// 2-D, non-transposed only (as convolution). Outputs (grad_input,
+// grad_weight, grad_bias) with the types of the input, the weight and a [O]
+// bias of grad_output's dtype; one that output_mask leaves out (None in
+// PyTorch) is an empty [0] tensor of the input's dtype, never computed.
+absl::Status ConvolutionBackward(const InferContext& c, Types* out) {
+  static const char* const kNames[] = {"grad_output", "input", "weight"};
+  for (size_t i = 0; i < 3; ++i) {
+    if (auto s = RequireInput(c, i, kNames[i]); !s.ok()) return s;
+  }
+  auto transposed = c.Bool("transposed", false);
+  if (!transposed.ok()) return transposed.status();
+  if (*transposed) {
+    return c.Error(
+        "it is the backward of a transposed convolution (ConvTranspose), which the compiler "
+        "does not lower yet; it runs outside the compiled graph");
+  }
+  const TensorType &grad = *c.inputs[0], &input = *c.inputs[1], &weight = *c.inputs[2];
+  if (input.shape.size() != 4 || weight.shape.size() != 4) {
+    return c.Error(fmt::format(
+        "its input {} and weight {} are not 4-D: the compiler does not lower yet the backward "
+        "of Conv1d and Conv3d, only of 2-D convolutions (NCHW input, OIHW weight)",
+        Shp(c, input.shape), Shp(c, weight.shape)));
+  }
+  // The forward's output type, checked as convolution checks its operands.
+  Types forward;
+  const InferContext conv{c.graph, c.node, {c.inputs[1], c.inputs[2]}};
+  if (auto s = Convolution(conv, &forward); !s.ok()) return s;
+  if (grad.shape != forward[0].shape || grad.dtype != input.dtype) {
+    return c.Error(fmt::format("its grad_output is {} {}; the convolution's output is {} {}",
+                               tern_dtype_name(grad.dtype), Shp(c, grad.shape),
+                               tern_dtype_name(forward[0].dtype), Shp(c, forward[0].shape)));
+  }
+  if (FindAttr(c.node, "bias_sizes") != nullptr) {
+    auto bias_sizes = c.ShapeAttr("bias_sizes");
+    if (!bias_sizes.ok()) return bias_sizes.status();
+    if (*bias_sizes != Shape{weight.shape[0]}) {
+      return c.Error(fmt::format("its bias_sizes is {}; the bias of this convolution is {}",
+                                 Shp(c, *bias_sizes), Shp(c, Shape{weight.shape[0]})));
+    }
+  }
+  absl::StatusOr<std::vector<bool>> mask = c.Flags("output_mask", 3);
+  if (!mask.ok()) return mask.status();
+  const TensorType absent{input.dtype, {Dim::Constant(0)}};
+  out->push_back((*mask)[0] ? input : absent);
+  out->push_back((*mask)[1] ? weight : absent);
+  out->push_back((*mask)[2] ? TensorType{grad.dtype, {weight.shape[0]}} : absent);
+  return absl::OkStatus();
+}
+
 // _native_batch_norm_legit_no_training(input, weight?, bias?, running_mean,
 // running_var; momentum, eps): batch norm in eval mode over channel dim 1.
 // Outputs: the normalised input and two empty statistics ([0]).
@@ -1274,6 +1325,100 @@ absl::Status BatchNormInference(const InferContext& c, Types* out) {
   return absl::OkStatus();
 }
 
+// _native_batch_norm_legit_functional(input, weight?, bias?, running_mean,
+// running_var; training, momentum, eps): batch norm in training mode over
+// channel dim 1, the running statistics returned updated instead of written
+// in place. Outputs (output, save_mean, save_rstd, new_running_mean,
+// new_running_var): the input's type and four f32 [C]. f32 only, as the
+// eager plugin; eval mode is _native_batch_norm_legit_no_training.
+absl::Status BatchNormTraining(const InferContext& c, Types* out) {
+  static const char* const kNames[] = {"input", "weight", "bias", "running_mean", "running_var"};
+  for (size_t i : {size_t{0}, size_t{3}, size_t{4}}) {
+    if (auto s = RequireInput(c, i, kNames[i]); !s.ok()) return s;
+  }
+  const TensorType& input = *c.inputs[0];
+  if (input.dtype != TERN_DTYPE_F32) {
+    return c.Error(fmt::format(
+        "its input is {}; the compiler does not lower yet a training batch norm of other dtypes "
+        "than f32",
+        tern_dtype_name(input.dtype)));
+  }
+  if (input.shape.size() < 2) {
+    return c.Error(fmt::format("its input {} has no channel dim (batch norm takes [N, C, ...])",
+                               Shp(c, input.shape)));
+  }
+  const Shape per_channel{input.shape[1]};
+  for (size_t i = 1; i < 5; ++i) {
+    if (c.inputs[i] == nullptr) continue;
+    if (c.inputs[i]->shape != per_channel || c.inputs[i]->dtype != TERN_DTYPE_F32) {
+      return c.Error(fmt::format("its {} is {} {}; it must be f32 {} (one per channel)", kNames[i],
+                                 tern_dtype_name(c.inputs[i]->dtype), Shp(c, c.inputs[i]->shape),
+                                 Shp(c, per_channel)));
+    }
+  }
+  auto training = c.Bool("training", true);
+  if (!training.ok()) return training.status();
+  if (!*training) {
+    return c.Error(
+        "it has training=False, which the compiler does not lower yet in this op; eval graphs "
+        "have _native_batch_norm_legit_no_training");
+  }
+  for (const char* name : {"momentum", "eps"}) {
+    if (auto v = c.Float(name, 0.0); !v.ok()) return v.status();
+  }
+  out->push_back(input);
+  for (int i = 0; i < 4; ++i) out->push_back({TERN_DTYPE_F32, per_channel});
+  return absl::OkStatus();
+}
+
+// native_batch_norm_backward(grad_out, input, weight?, running_mean?,
+// running_var?, save_mean?, save_invstd?; train, eps, output_mask): f32
+// only, as the eager plugin. Training reads save_mean and save_invstd, eval
+// running_mean and running_var. Outputs (grad_input, grad_weight,
+// grad_bias): the input's type and f32 [C] (as PyTorch's CPU kernel, with or
+// without a weight); one that output_mask leaves out (None in PyTorch) is an
+// empty f32 [0], never computed.
+absl::Status BatchNormBackward(const InferContext& c, Types* out) {
+  static const char* const kNames[] = {"grad_out",    "input",     "weight",     "running_mean",
+                                       "running_var", "save_mean", "save_invstd"};
+  for (size_t i = 0; i < 2; ++i) {
+    if (auto s = RequireInput(c, i, kNames[i]); !s.ok()) return s;
+  }
+  const TensorType &grad = *c.inputs[0], &input = *c.inputs[1];
+  if (input.dtype != TERN_DTYPE_F32 || grad.dtype != TERN_DTYPE_F32) {
+    return c.Error(fmt::format(
+        "its grad_out is {} and its input {}; the compiler does not lower yet a batch norm "
+        "backward of other dtypes than f32",
+        tern_dtype_name(grad.dtype), tern_dtype_name(input.dtype)));
+  }
+  if (input.shape.size() < 2 || grad.shape != input.shape) {
+    return c.Error(fmt::format("its grad_out {} and input {} must be the same [N, C, ...]",
+                               Shp(c, grad.shape), Shp(c, input.shape)));
+  }
+  const Shape per_channel{input.shape[1]};
+  for (size_t i = 2; i < 7 && i < c.inputs.size(); ++i) {
+    if (c.inputs[i] == nullptr) continue;
+    if (c.inputs[i]->shape != per_channel || c.inputs[i]->dtype != TERN_DTYPE_F32) {
+      return c.Error(fmt::format("its {} is {} {}; it must be f32 {} (one per channel)", kNames[i],
+                                 tern_dtype_name(c.inputs[i]->dtype), Shp(c, c.inputs[i]->shape),
+                                 Shp(c, per_channel)));
+    }
+  }
+  auto train = c.Bool("train", true);
+  if (!train.ok()) return train.status();
+  for (size_t i : *train ? std::vector<size_t>{5, 6} : std::vector<size_t>{3, 4}) {
+    if (auto s = RequireInput(c, i, kNames[i]); !s.ok()) return s;
+  }
+  if (auto eps = c.Float("eps", 1e-5); !eps.ok()) return eps.status();
+  absl::StatusOr<std::vector<bool>> mask = c.Flags("output_mask", 3);
+  if (!mask.ok()) return mask.status();
+  const TensorType absent{TERN_DTYPE_F32, {Dim::Constant(0)}};
+  out->push_back((*mask)[0] ? input : absent);
+  out->push_back((*mask)[1] ? TensorType{TERN_DTYPE_F32, per_channel} : absent);
+  out->push_back((*mask)[2] ? TensorType{TERN_DTYPE_F32, per_channel} : absent);
+  return absl::OkStatus();
+}
+
 // max_pool2d_with_indices(self; kernel_size, stride=kernel_size, padding=0,
 // dilation=1, ceil_mode=False) over the last two dims of a CHW or NCHW input.
 absl::Status MaxPool2d(const InferContext& c, Types* out) {
@@ -1292,7 +1437,12 @@ absl::Status MaxPool2d(const InferContext& c, Types* out) {
   }
   auto kernel = Pair(c, "kernel_size", {}, 1);
   if (!kernel.ok()) return kernel.status();
-  auto stride = Pair(c, "stride", {(*kernel)[0], (*kernel)[1]}, 1);
+  // An empty stride is the kernel, as PyTorch: max_pool2d_with_indices_backward's
+  // schema has no default for it, so there it comes as [].
+  auto given_stride = c.Ints("stride", {});
+  if (!given_stride.ok()) return given_stride.status();
+  auto stride = given_stride->empty() ? absl::StatusOr<std::array<int64_t, 2>>(*kernel)
+                                      : Pair(c, "stride", {}, 1);
   auto padding = Pair(c, "padding", {0}, 0);
   auto dilation = Pair(c, "dilation", {1}, 1);
   for (const auto* v : {&stride, &padding, &dilation}) {
@@ -1319,6 +1469,34 @@ absl::Status MaxPool2d(const InferContext& c, Types* out) {
   return absl::OkStatus();
 }
 
+// max_pool2d_with_indices_backward(grad_output, self, indices; kernel_size,
+// stride, padding, dilation, ceil_mode): the gradient of self (its type),
+// grad_output added at the forward's indices (each into its own plane's
+// H * W elements). The window is checked as max_pool2d_with_indices checks it.
+absl::Status MaxPool2dBackward(const InferContext& c, Types* out) {
+  static const char* const kNames[] = {"grad_output", "self", "indices"};
+  for (size_t i = 0; i < 3; ++i) {
+    if (auto s = RequireInput(c, i, kNames[i]); !s.ok()) return s;
+  }
+  const TensorType &grad = *c.inputs[0], &self = *c.inputs[1], &indices = *c.inputs[2];
+  Types forward;
+  const InferContext pool{c.graph, c.node, {c.inputs[1]}};
+  if (auto s = MaxPool2d(pool, &forward); !s.ok()) return s;
+  if (auto s = RequireFloat(c, self, "self"); !s.ok()) return s;
+  if (grad.shape != forward[0].shape || grad.dtype != self.dtype) {
+    return c.Error(fmt::format("its grad_output is {} {}; the pool's output is {} {}",
+                               tern_dtype_name(grad.dtype), Shp(c, grad.shape),
+                               tern_dtype_name(self.dtype), Shp(c, forward[0].shape)));
+  }
+  if (indices.shape != forward[0].shape || indices.dtype != TERN_DTYPE_I64) {
+    return c.Error(fmt::format("its indices are {} {}; they must be i64 {}",
+                               tern_dtype_name(indices.dtype), Shp(c, indices.shape),
+                               Shp(c, forward[0].shape)));
+  }
+  out->push_back(self);
+  return absl::OkStatus();
+}
+
 constexpr uint32_t kVariadic = UINT32_MAX;
 
 // The table, sorted by name (KnownOps returns it in this order).
@@ -1327,6 +1505,7 @@ const std::vector<OpDef>& Table() {
     auto* ops = new std::vector<OpDef>{
         {"aten._log_softmax.default", 1, 1, 1, -1, Softmax},
         {"aten._log_softmax_backward_data.default", 2, 2, 1, -1, SoftmaxBackward},
+        {"aten._native_batch_norm_legit_functional.default", 5, 5, 5, -1, BatchNormTraining},
         {"aten._native_batch_norm_legit_no_training.default", 5, 5, 3, -1, BatchNormInference},
         {"aten._softmax.default", 1, 1, 1, -1, Softmax},
         {"aten._softmax_backward_data.default", 2, 2, 1, -1, SoftmaxBackward},
@@ -1350,6 +1529,7 @@ const std::vector<OpDef>& Table() {
         {"aten.alias.default", 1, 1, 1, -1, SameAsInput},
         {"aten.constant_pad_nd.default", 1, 1, 1, -1, ConstantPadNd},
         {"aten.convolution.default", 2, 3, 1, -1, Convolution},
+        {"aten.convolution_backward.default", 3, 3, 3, -1, ConvolutionBackward},
         {"aten.cos.default", 1, 1, 1, -1, FloatUnary},
         {"aten.div.Scalar", 1, 1, 1, -1, Division},
         {"aten.div.Tensor", 1, 2, 1, -1, Division},
@@ -1378,6 +1558,7 @@ const std::vector<OpDef>& Table() {
         {"aten.lt.Scalar", 1, 1, 1, -1, Comparison},
         {"aten.lt.Tensor", 1, 2, 1, -1, Comparison},
         {"aten.max_pool2d_with_indices.default", 1, 1, 2, -1, MaxPool2d},
+        {"aten.max_pool2d_with_indices_backward.default", 3, 3, 1, -1, MaxPool2dBackward},
         {"aten.maximum.default", 2, 2, 1, -1, Arithmetic},
         {"aten.mean.dim", 1, 1, 1, -1, Mean},
         {"aten.minimum.default", 2, 2, 1, -1, Arithmetic},
@@ -1386,6 +1567,7 @@ const std::vector<OpDef>& Table() {
         {"aten.mul.Tensor", 1, 2, 1, -1, Arithmetic},
         {"aten.ne.Scalar", 1, 1, 1, -1, Comparison},
         {"aten.ne.Tensor", 1, 2, 1, -1, Comparison},
+        {"aten.native_batch_norm_backward.default", 2, 7, 3, -1, BatchNormBackward},
         {"aten.native_layer_norm.default", 1, 3, 3, -1, LayerNorm},
         {"aten.native_layer_norm_backward.default", 4, 6, 3, -1, LayerNormBackward},
         {"aten.neg.default", 1, 1, 1, -1, SameAsInput},

@@ -1311,8 +1311,10 @@ class Lowerer {
   // A 2-D window attribute (one value for H and W, or two).
   absl::StatusOr<std::array<int64_t, 2>> WindowPair(const Node& node, const std::string& name,
                                                     std::vector<int64_t> fallback) const {
-    absl::StatusOr<std::vector<int64_t>> values = Context(node).Ints(name, std::move(fallback));
+    absl::StatusOr<std::vector<int64_t>> values = Context(node).Ints(name, fallback);
     if (!values.ok()) return values.status();
+    // An empty list is the default (a max pool's stride [] is its kernel).
+    if (values->empty()) *values = std::move(fallback);
     if (values->size() == 1) values->push_back(values->front());
     if (values->size() != 2) {
       return Error(node, fmt::format("attribute '{}' must have 1 or 2 values", name));
@@ -1367,6 +1369,48 @@ class Lowerer {
     return absl::OkStatus();
   }
 
+  // convolution_backward: conv2d_backward_input and conv2d_backward_weight
+  // (ints as conv2d, groups included) and grad_bias a reduce sum of
+  // grad_output over N, H, W, each only when something uses it, as the eager
+  // plugin runs it. Outputs that output_mask leaves out (None in PyTorch)
+  // are never computed, so using one is refused.
+  absl::Status LowerConvolutionBackward(const Node& node) {
+    absl::StatusOr<std::array<int64_t, 2>> stride = WindowPair(node, "stride", {1});
+    absl::StatusOr<std::array<int64_t, 2>> padding = WindowPair(node, "padding", {0});
+    absl::StatusOr<std::array<int64_t, 2>> dilation = WindowPair(node, "dilation", {1});
+    const InferContext context = Context(node);
+    absl::StatusOr<int64_t> groups = context.Int("groups", 1);
+    absl::StatusOr<std::vector<bool>> mask = context.Flags("output_mask", 3);
+    for (const auto* v : {&stride, &padding, &dilation}) {
+      if (!v->ok()) return v->status();
+    }
+    if (!groups.ok()) return groups.status();
+    if (!mask.ok()) return mask.status();
+    const std::vector<int64_t> ints = {(*stride)[0],   (*stride)[1],   (*padding)[0], (*padding)[1],
+                                       (*dilation)[0], (*dilation)[1], *groups};
+    static const char* const kOutputs[3] = {"grad_input", "grad_weight", "grad_bias"};
+    for (size_t i = 0; i < 3; ++i) {
+      if (needed_[node.outputs[i]] && !(*mask)[i]) {
+        return Error(node, fmt::format("uses its {} output, which is None in PyTorch (output_mask "
+                                       "leaves it out); use only the outputs output_mask asks for",
+                                       kOutputs[i]));
+      }
+    }
+    const TensorRef& grad = In(node, 0);
+    if (needed_[node.outputs[0]]) {
+      Emit(TERN_OP_CONV2D_BACKWARD_INPUT, {Produce(node.outputs[0]), grad, In(node, 2)}, ints);
+    }
+    if (needed_[node.outputs[1]]) {
+      Emit(TERN_OP_CONV2D_BACKWARD_WEIGHT, {Produce(node.outputs[1]), grad, In(node, 1)}, ints);
+    }
+    if (needed_[node.outputs[2]]) {
+      const TensorRef bias = Produce(node.outputs[2]);
+      Emit(TERN_OP_REDUCE, {*bias.Reshape({1, bias.shape[0], 1, 1}), grad},
+           {TERN_REDUCE_SUM, 0, 2, 3});
+    }
+    return absl::OkStatus();
+  }
+
   absl::Status LowerBatchNorm(const Node& node) {
     if (needed_[node.outputs[1]] || needed_[node.outputs[2]]) {
       return Error(node,
@@ -1418,6 +1462,174 @@ class Lowerer {
     return absl::OkStatus();
   }
 
+  // _native_batch_norm_legit_functional (training, f32): the eager plugin's
+  // sequence. mean and the biased var are reduce means over every dim but
+  // 1, written straight into save_mean (and var into scratch); rstd =
+  // rsqrt(var + eps) into save_rstd; output = (x - mean) * rstd * weight +
+  // bias; new_running_mean = momentum * mean + (1 - momentum) * running_mean
+  // and new_running_var the same with the unbiased var (var * n / (n - 1),
+  // n the elements per channel), as PyTorch. Outputs nothing uses are not
+  // computed.
+  absl::Status LowerBatchNormTraining(const Node& node) {
+    const InferContext context = Context(node);
+    absl::StatusOr<double> momentum = context.Float("momentum", 0.1);
+    absl::StatusOr<double> eps = context.Float("eps", 1e-5);
+    if (!momentum.ok()) return momentum.status();
+    if (!eps.ok()) return eps.status();
+    const TensorRef& x = In(node, 0);
+    const std::vector<int64_t>& shape = x.shape;
+    const int64_t channels = shape[1];
+    std::vector<int64_t> kept(shape.size(), 1);
+    kept[1] = channels;
+    std::vector<int64_t> reduce_mean = {TERN_REDUCE_MEAN};
+    for (size_t d = 0; d < shape.size(); ++d) {
+      if (d != 1) reduce_mean.push_back(static_cast<int64_t>(d));
+    }
+    const int64_t count = channels > 0 ? x.Elements() / channels : 0;
+    if (count == 0) return Error(node, "its input has no elements per channel");
+    const std::vector<int64_t> per_channel = {channels};
+    auto per_channel_output = [&](size_t k) {
+      return needed_[node.outputs[k]] ? *Produce(node.outputs[k]).Reshape(kept)
+                                      : NewScratch(TERN_DTYPE_F32, kept);
+    };
+    const TensorRef mean = per_channel_output(1);
+    Emit(TERN_OP_REDUCE, {mean, x}, reduce_mean);
+    const TensorRef dev = NewScratch(TERN_DTYPE_F32, shape);
+    Emit(TERN_OP_BINARY, {dev, x, *mean.BroadcastTo(shape)}, {TERN_BINARY_SUB});
+    const TensorRef var = NewScratch(TERN_DTYPE_F32, kept);
+    {
+      const TensorRef squares = NewScratch(TERN_DTYPE_F32, shape);
+      Emit(TERN_OP_BINARY, {squares, dev, dev}, {TERN_BINARY_MUL});
+      Emit(TERN_OP_REDUCE, {var, squares}, reduce_mean);
+    }
+    if (needed_[node.outputs[0]] || needed_[node.outputs[2]]) {
+      const TensorRef rstd = per_channel_output(2);
+      Emit(TERN_OP_BINARY, {rstd, var, Scalar(Number{false, 0, *eps}, TERN_DTYPE_F32, kept)},
+           {TERN_BINARY_ADD});
+      Emit(TERN_OP_UNARY, {rstd, rstd}, {TERN_UNARY_RSQRT});
+      if (needed_[node.outputs[0]]) {
+        const TensorRef out = Produce(node.outputs[0]);
+        Emit(TERN_OP_BINARY, {out, dev, *rstd.BroadcastTo(shape)}, {TERN_BINARY_MUL});
+        if (node.inputs[1] != kNoValue) {
+          Emit(TERN_OP_BINARY, {out, out, *In(node, 1).Reshape(kept)->BroadcastTo(shape)},
+               {TERN_BINARY_MUL});
+        }
+        if (node.inputs[2] != kNoValue) {
+          Emit(TERN_OP_BINARY, {out, out, *In(node, 2).Reshape(kept)->BroadcastTo(shape)},
+               {TERN_BINARY_ADD});
+        }
+      }
+    }
+    // new = momentum * batch + (1 - momentum) * running.
+    const double unbias =
+        count > 1 ? static_cast<double>(count) / static_cast<double>(count - 1) : 1.0;
+    const struct {
+      size_t output;
+      const TensorRef& batch;
+      double scale;
+      size_t running;
+    } updates[] = {{3, mean, *momentum, 3}, {4, var, *momentum * unbias, 4}};
+    for (const auto& u : updates) {
+      if (!needed_[node.outputs[u.output]]) continue;
+      const TensorRef a = NewScratch(TERN_DTYPE_F32, per_channel);
+      const TensorRef b = NewScratch(TERN_DTYPE_F32, per_channel);
+      Emit(TERN_OP_UNARY, {a, *u.batch.Reshape(per_channel)}, {TERN_UNARY_AFFINE}, {u.scale, 0.0});
+      Emit(TERN_OP_UNARY, {b, In(node, u.running)}, {TERN_UNARY_AFFINE}, {1.0 - *momentum, 0.0});
+      Emit(TERN_OP_BINARY, {Produce(node.outputs[u.output]), a, b}, {TERN_BINARY_ADD});
+    }
+    return absl::OkStatus();
+  }
+
+  // native_batch_norm_backward (f32): the eager plugin's sequence, with
+  // xhat = (x - mean) * invstd, gsum = Σ g and gxsum = Σ g · xhat over every
+  // dim but 1 (written straight into grad_bias and grad_weight when used):
+  //   training: grad_input = (g - gsum / n - xhat · gxsum / n) · invstd · weight
+  //   eval:     grad_input = g · invstd · weight, invstd = rsqrt(running_var + eps)
+  // Outputs that output_mask leaves out (None in PyTorch) are never
+  // computed, so using one is refused.
+  absl::Status LowerBatchNormBackward(const Node& node) {
+    const InferContext context = Context(node);
+    absl::StatusOr<bool> train = context.Bool("train", true);
+    absl::StatusOr<double> eps = context.Float("eps", 1e-5);
+    absl::StatusOr<std::vector<bool>> mask = context.Flags("output_mask", 3);
+    if (!train.ok()) return train.status();
+    if (!eps.ok()) return eps.status();
+    if (!mask.ok()) return mask.status();
+    static const char* const kOutputs[3] = {"grad_input", "grad_weight", "grad_bias"};
+    for (size_t i = 0; i < 3; ++i) {
+      if (needed_[node.outputs[i]] && !(*mask)[i]) {
+        return Error(node, fmt::format("uses its {} output, which is None in PyTorch (output_mask "
+                                       "leaves it out); use only the outputs output_mask asks for",
+                                       kOutputs[i]));
+      }
+    }
+    const TensorRef &g = In(node, 0), &x = In(node, 1);
+    const std::vector<int64_t>& shape = x.shape;
+    const int64_t channels = shape[1];
+    std::vector<int64_t> kept(shape.size(), 1);
+    kept[1] = channels;
+    std::vector<int64_t> reduce_sum = {TERN_REDUCE_SUM};
+    for (size_t d = 0; d < shape.size(); ++d) {
+      if (d != 1) reduce_sum.push_back(static_cast<int64_t>(d));
+    }
+    const int64_t count = channels > 0 ? x.Elements() / channels : 0;
+    if (count == 0) return Error(node, "its input has no elements per channel");
+    TensorRef mean, invstd;
+    if (*train) {
+      mean = *In(node, 5).Reshape(kept);
+      invstd = *In(node, 6).Reshape(kept);
+    } else {
+      mean = *In(node, 3).Reshape(kept);
+      invstd = NewScratch(TERN_DTYPE_F32, kept);
+      Emit(TERN_OP_BINARY,
+           {invstd, *In(node, 4).Reshape(kept),
+            Scalar(Number{false, 0, *eps}, TERN_DTYPE_F32, kept)},
+           {TERN_BINARY_ADD});
+      Emit(TERN_OP_UNARY, {invstd, invstd}, {TERN_UNARY_RSQRT});
+    }
+    const bool grad_input = needed_[node.outputs[0]];
+    auto per_channel = [&](size_t k) {
+      return needed_[node.outputs[k]] ? *Produce(node.outputs[k]).Reshape(kept)
+                                      : NewScratch(TERN_DTYPE_F32, kept);
+    };
+    TensorRef xhat, gsum, gxsum;
+    const bool statistics = (grad_input && *train) || needed_[node.outputs[1]];
+    if (statistics) {
+      xhat = NewScratch(TERN_DTYPE_F32, shape);
+      Emit(TERN_OP_BINARY, {xhat, x, *mean.BroadcastTo(shape)}, {TERN_BINARY_SUB});
+      Emit(TERN_OP_BINARY, {xhat, xhat, *invstd.BroadcastTo(shape)}, {TERN_BINARY_MUL});
+      gxsum = per_channel(1);
+      const TensorRef product = NewScratch(TERN_DTYPE_F32, shape);
+      Emit(TERN_OP_BINARY, {product, g, xhat}, {TERN_BINARY_MUL});
+      Emit(TERN_OP_REDUCE, {gxsum, product}, reduce_sum);
+    }
+    if ((grad_input && *train) || needed_[node.outputs[2]]) {
+      gsum = per_channel(2);
+      Emit(TERN_OP_REDUCE, {gsum, g}, reduce_sum);
+    }
+    if (!grad_input) return absl::OkStatus();
+    TensorRef scale = invstd;
+    if (node.inputs[2] != kNoValue) {
+      scale = NewScratch(TERN_DTYPE_F32, kept);
+      Emit(TERN_OP_BINARY, {scale, invstd, *In(node, 2).Reshape(kept)}, {TERN_BINARY_MUL});
+    }
+    const TensorRef out = Produce(node.outputs[0]);
+    if (!*train) {
+      Emit(TERN_OP_BINARY, {out, g, *scale.BroadcastTo(shape)}, {TERN_BINARY_MUL});
+      return absl::OkStatus();
+    }
+    const double inv_n = 1.0 / static_cast<double>(count);
+    const TensorRef mg = NewScratch(TERN_DTYPE_F32, kept), mgx = NewScratch(TERN_DTYPE_F32, kept);
+    Emit(TERN_OP_UNARY, {mg, gsum}, {TERN_UNARY_AFFINE}, {inv_n, 0.0});
+    Emit(TERN_OP_UNARY, {mgx, gxsum}, {TERN_UNARY_AFFINE}, {inv_n, 0.0});
+    const TensorRef u = NewScratch(TERN_DTYPE_F32, shape);
+    Emit(TERN_OP_BINARY, {u, g, *mg.BroadcastTo(shape)}, {TERN_BINARY_SUB});
+    Emit(TERN_OP_BINARY, {xhat, xhat, *mgx.BroadcastTo(shape)}, {TERN_BINARY_MUL});
+    Emit(TERN_OP_BINARY, {u, u, xhat}, {TERN_BINARY_SUB});
+    Emit(TERN_OP_BINARY, {out, u, *scale.BroadcastTo(shape)}, {TERN_BINARY_MUL});
+    return absl::OkStatus();
+  }
+
   // One reduce max over a 6-D view [N, C, OH, OW, KH, KW] of the input whose
   // last two dims walk each window (overlapping reads are fine); padding
   // goes through a copy into a scratch filled with -inf.
@@ -1462,6 +1674,26 @@ class Lowerer {
                        s[2] * (*dilation)[0],
                        s[3] * (*dilation)[1]};
     Emit(TERN_OP_REDUCE, {*out.Reshape({n, c, oh, ow, 1, 1}), windows}, {TERN_REDUCE_MAX, 4, 5});
+    return absl::OkStatus();
+  }
+
+  // max_pool2d_with_indices_backward: the eager plugin's fill 0 and
+  // scatter_add_along_axis of grad_output at the forward's indices, over the
+  // [N * C, H * W] planes (the indices count within a plane's H * W).
+  absl::Status LowerMaxPoolBackward(const Node& node) {
+    const TensorRef out = Produce(node.outputs[0]);
+    const std::vector<int64_t>& shape = out.shape;
+    const size_t rank = shape.size();
+    int64_t planes = 1;
+    for (size_t i = 0; i + 2 < rank; ++i) planes *= shape[i];
+    const TensorRef& grad = In(node, 0);
+    const int64_t pooled = grad.shape[rank - 2] * grad.shape[rank - 1];
+    const TensorRef flat = *out.Reshape({planes, shape[rank - 2] * shape[rank - 1]});
+    Emit(TERN_OP_FILL, {flat}, {}, {0.0});
+    Emit(TERN_OP_SCATTER_ADD_ALONG_AXIS,
+         {flat, ReshapedOrCopied(In(node, 2), {planes, pooled}),
+          ReshapedOrCopied(grad, {planes, pooled})},
+         {1});
     return absl::OkStatus();
   }
 
@@ -1567,8 +1799,12 @@ const std::map<std::string_view, LowerFn>& Lowerer::Table() {
       {"aten.embedding_dense_backward.default", &Lowerer::LowerEmbeddingDenseBackward},
       {"aten.cat.default", &Lowerer::LowerCat},
       {"aten.convolution.default", &Lowerer::LowerConvolution},
+      {"aten.convolution_backward.default", &Lowerer::LowerConvolutionBackward},
       {"aten._native_batch_norm_legit_no_training.default", &Lowerer::LowerBatchNorm},
+      {"aten.native_batch_norm_backward.default", &Lowerer::LowerBatchNormBackward},
+      {"aten._native_batch_norm_legit_functional.default", &Lowerer::LowerBatchNormTraining},
       {"aten.max_pool2d_with_indices.default", &Lowerer::LowerMaxPool},
+      {"aten.max_pool2d_with_indices_backward.default", &Lowerer::LowerMaxPoolBackward},
       {"aten.logical_and.default", &Lowerer::LowerBinary},
       {"aten.logical_or.default", &Lowerer::LowerBinary},
       {"aten.bitwise_and.Tensor", &Lowerer::LowerBinary},

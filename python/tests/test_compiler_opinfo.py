@@ -149,12 +149,19 @@ OPINFOS = {
 _BACKWARD = ("a backward op: the core ATen decompositions write it out in exported graphs (it "
              "is for graphs that keep it, torch.compile's backward graphs)")
 
+# The reason of the training-mode forward ops (batch norm updating its running
+# statistics): likewise written out by the core ATen decompositions, kept in
+# the forward graphs torch.compile makes of a model in training mode.
+_TRAINING = ("a training-mode op: the core ATen decompositions write it out in exported graphs "
+             "(it is for graphs that keep it, torch.compile's forward graphs in training mode)")
+
 # Compiler ops no OpInfo sample reaches (the exported graph of a PyTorch
 # program never has them after the core ATen decompositions, or only inside
 # larger decompositions), and why; test_zz_summary checks that they stay
 # unreached, so that one that becomes reachable is moved into OPINFOS.
 UNREACHED = {
     "aten._log_softmax_backward_data.default": _BACKWARD + " (log_softmax's gradient)",
+    "aten._native_batch_norm_legit_functional.default": _TRAINING + " (batch norm in training)",
     "aten._softmax_backward_data.default": _BACKWARD + " (softmax's gradient)",
     "aten._unsafe_view.default": "the core ATen decompositions turn it into aten.view (no "
                                  "OpInfo sample's exported graph has it)",
@@ -165,8 +172,11 @@ UNREACHED = {
                               "graphs that keep it, torch.compile's)",
     "aten.clamp_min.default": "the core ATen decompositions turn it into aten.clamp (it is for "
                               "graphs that keep it, torch.compile's)",
+    "aten.convolution_backward.default": _BACKWARD + " (convolution's gradient)",
     "aten.embedding_dense_backward.default": _BACKWARD + " (embedding's gradient)",
     "aten.gelu_backward.default": _BACKWARD + " (gelu's gradient)",
+    "aten.max_pool2d_with_indices_backward.default": _BACKWARD + " (max_pool2d's gradient)",
+    "aten.native_batch_norm_backward.default": _BACKWARD + " (batch_norm's gradient)",
     "aten.native_layer_norm_backward.default": _BACKWARD + " (layer_norm's gradient)",
     "aten.scatter.value": "no float32 sample of scatter reaches it (they scatter tensors: "
                           "aten.scatter.src); scatter(x, dim, index, number) exports as it, as "

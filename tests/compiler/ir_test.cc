@@ -331,6 +331,188 @@ TEST(Ops, LayerNormBackwardOutputsFollowTheMask) {
   }
 }
 
+TEST(Ops, ConvolutionAndMaxPoolBackwardsFollowTheForward) {
+  using Ints = std::vector<int64_t>;
+  Graph graph;
+  const uint32_t x = graph.AddInput("x", F32(S({2, 4, 9, 9})));
+  const uint32_t w = graph.AddInput("w", F32(S({6, 2, 3, 3})));  // groups 2
+  const uint32_t g = graph.AddInput("g", F32(S({2, 6, 5, 5})));  // stride 2, padding 1
+  auto attrs = [](std::vector<int64_t> mask, bool transposed) {
+    return std::vector<Attribute>{A("bias_sizes", Ints{6}),    A("stride", Ints{2, 2}),
+                                  A("padding", Ints{1, 1}),    A("dilation", Ints{1, 1}),
+                                  A("transposed", transposed), A("output_padding", Ints{0, 0}),
+                                  A("groups", int64_t{2}),     A("output_mask", std::move(mask))};
+  };
+  auto type = [&](uint32_t n, size_t k) { return graph.values[graph.nodes[n].outputs[k]].type; };
+  auto all =
+      AddNode(&graph, "aten.convolution_backward.default", {g, x, w}, attrs({1, 1, 1}, false));
+  ASSERT_TRUE(all.ok()) << all.status();
+  ASSERT_EQ(graph.nodes[*all].outputs.size(), 3u);
+  EXPECT_EQ(type(*all, 0), F32(S({2, 4, 9, 9})));
+  EXPECT_EQ(type(*all, 1), F32(S({6, 2, 3, 3})));
+  EXPECT_EQ(type(*all, 2), F32(S({6})));
+  // Left out by output_mask (None in PyTorch): empty. A mask of Python bools
+  // comes as a shape.
+  std::vector<Attribute> as_shape = attrs({}, false);
+  as_shape.back() = A("output_mask", S({0, 1, 0}));
+  auto masked = AddNode(&graph, "aten.convolution_backward.default", {g, x, w}, as_shape);
+  ASSERT_TRUE(masked.ok()) << masked.status();
+  EXPECT_EQ(type(*masked, 0), F32(S({0})));
+  EXPECT_EQ(type(*masked, 1), F32(S({6, 2, 3, 3})));
+  EXPECT_EQ(type(*masked, 2), F32(S({0})));
+
+  const uint32_t x1d = graph.AddInput("x1d", F32(S({2, 4, 9})));
+  const uint32_t w1d = graph.AddInput("w1d", F32(S({6, 2, 3})));
+  std::vector<Attribute> bad_bias = attrs({1, 1, 1}, false);
+  bad_bias.front() = A("bias_sizes", Ints{4});
+  const std::pair<std::vector<uint32_t>, std::vector<Attribute>> wrong[] = {
+      {{g, x, w}, attrs({1, 1, 1}, true)},  {{g, x1d, w1d}, attrs({1, 1, 1}, false)},
+      {{x, x, w}, attrs({1, 1, 1}, false)}, {{g, x, w}, bad_bias},
+      {{g, x, w}, attrs({1, 1}, false)},    {{g, x}, attrs({1, 1, 1}, false)},
+  };
+  const char* const messages[] = {
+      "node 'conv_bwd' (aten.convolution_backward.default): it is the backward of a transposed "
+      "convolution (ConvTranspose), which the compiler does not lower yet",
+      "its input [2, 4, 9] and weight [6, 2, 3] are not 4-D: the compiler does not lower yet",
+      "its grad_output is f32 [2, 4, 9, 9]; the convolution's output is f32 [2, 6, 5, 5]",
+      "its bias_sizes is [4]; the bias of this convolution is [6]",
+      "its attribute 'output_mask' must be a list of 3 bools (0 or 1)",
+      "it has 2 tensor inputs; aten.convolution_backward.default takes 3",
+  };
+  for (size_t i = 0; i < std::size(wrong); ++i) {
+    auto n = AddNode(&graph, "aten.convolution_backward.default", wrong[i].first, wrong[i].second,
+                     "conv_bwd");
+    ASSERT_FALSE(n.ok()) << i;
+    EXPECT_CONTAINS(n.status().message(), messages[i]);
+  }
+
+  // max_pool2d_with_indices_backward: self's type; grad_output and the
+  // indices have the pool's output shape, (9 + 2 - 3) / 2 + 1 = 5.
+  const uint32_t pg = graph.AddInput("pg", F32(S({2, 4, 5, 5})));
+  const uint32_t pi = graph.AddInput("pi", {TERN_DTYPE_I64, S({2, 4, 5, 5})});
+  const std::vector<Attribute> pool = {A("kernel_size", Ints{3}), A("stride", Ints{2}),
+                                       A("padding", Ints{1}), A("dilation", Ints{1}),
+                                       A("ceil_mode", false)};
+  auto pool_bwd =
+      AddNode(&graph, "aten.max_pool2d_with_indices_backward.default", {pg, x, pi}, pool);
+  ASSERT_TRUE(pool_bwd.ok()) << pool_bwd.status();
+  EXPECT_EQ(type(*pool_bwd, 0), F32(S({2, 4, 9, 9})));
+  // The backward's schema has no default stride: an empty one is the kernel.
+  const uint32_t pg2 = graph.AddInput("pg2", F32(S({2, 4, 3, 3})));
+  const uint32_t pi2 = graph.AddInput("pi2", {TERN_DTYPE_I64, S({2, 4, 3, 3})});
+  std::vector<Attribute> no_stride = pool;
+  no_stride[1] = A("stride", Ints{});
+  no_stride[2] = A("padding", Ints{0, 0});
+  auto strided_as_kernel =
+      AddNode(&graph, "aten.max_pool2d_with_indices_backward.default", {pg2, x, pi2}, no_stride);
+  ASSERT_TRUE(strided_as_kernel.ok()) << strided_as_kernel.status();
+  EXPECT_EQ(type(*strided_as_kernel, 0), F32(S({2, 4, 9, 9})));
+  std::vector<Attribute> ceil = pool;
+  ceil.back() = A("ceil_mode", true);
+  const std::pair<std::vector<uint32_t>, std::vector<Attribute>> wrong_pool[] = {
+      {{pg, x, pi}, ceil},
+      {{pg, x, pg}, pool},
+      {{pi, x, pi}, pool},
+  };
+  const char* const pool_messages[] = {
+      "it uses ceil_mode=True, which the compiler does not lower yet",
+      "its indices are f32 [2, 4, 5, 5]; they must be i64 [2, 4, 5, 5]",
+      "its grad_output is i64 [2, 4, 5, 5]; the pool's output is f32 [2, 4, 5, 5]",
+  };
+  for (size_t i = 0; i < std::size(wrong_pool); ++i) {
+    auto n = AddNode(&graph, "aten.max_pool2d_with_indices_backward.default", wrong_pool[i].first,
+                     wrong_pool[i].second, "pool_bwd");
+    ASSERT_FALSE(n.ok()) << i;
+    EXPECT_CONTAINS(n.status().message(), pool_messages[i]);
+  }
+}
+
+TEST(Ops, TrainingBatchNormReturnsTheStatistics) {
+  Graph graph;
+  const uint32_t x = graph.AddInput("x", F32(S({4, 3, 5, 5})));
+  const uint32_t c = graph.AddInput("c", F32(S({3})));
+  const std::vector<Attribute> attrs = {A("training", true), A("momentum", 0.1), A("eps", 1e-5)};
+  auto bn = AddNode(&graph, "aten._native_batch_norm_legit_functional.default",
+                    {x, c, kNoValue, c, c}, attrs);
+  ASSERT_TRUE(bn.ok()) << bn.status();
+  ASSERT_EQ(graph.nodes[*bn].outputs.size(), 5u);
+  EXPECT_EQ(graph.values[graph.nodes[*bn].outputs[0]].type, F32(S({4, 3, 5, 5})));
+  for (size_t k = 1; k < 5; ++k) {
+    EXPECT_EQ(graph.values[graph.nodes[*bn].outputs[k]].type, F32(S({3}))) << k;
+  }
+  const uint32_t half = graph.AddInput("half", {TERN_DTYPE_BF16, S({4, 3, 5, 5})});
+  const uint32_t c4 = graph.AddInput("c4", F32(S({4})));
+  const std::pair<std::vector<uint32_t>, std::vector<Attribute>> wrong[] = {
+      {{x, c, c, c, c}, {A("training", false), A("momentum", 0.1), A("eps", 1e-5)}},
+      {{half, c, c, c, c}, attrs},
+      {{x, c, c, c4, c}, attrs},
+      {{x, c, c, c, kNoValue}, attrs},
+  };
+  const char* const messages[] = {
+      "node 'bn' (aten._native_batch_norm_legit_functional.default): it has training=False, "
+      "which the compiler does not lower yet in this op",
+      "its input is bf16; the compiler does not lower yet a training batch norm of other dtypes "
+      "than f32",
+      "its running_mean is f32 [4]; it must be f32 [3] (one per channel)",
+      "its running_var (input 4) is missing",
+  };
+  for (size_t i = 0; i < std::size(wrong); ++i) {
+    auto n = AddNode(&graph, "aten._native_batch_norm_legit_functional.default", wrong[i].first,
+                     wrong[i].second, "bn");
+    ASSERT_FALSE(n.ok()) << i;
+    EXPECT_CONTAINS(n.status().message(), messages[i]);
+  }
+}
+
+TEST(Ops, BatchNormBackwardOutputsFollowTheMask) {
+  using Ints = std::vector<int64_t>;
+  Graph graph;
+  const uint32_t x = graph.AddInput("x", F32(S({4, 3, 5, 5})));
+  const uint32_t c = graph.AddInput("c", F32(S({3})));
+  auto attrs = [](bool train, Ints mask) {
+    return std::vector<Attribute>{A("train", train), A("eps", 1e-5),
+                                  A("output_mask", std::move(mask))};
+  };
+  auto type = [&](uint32_t n, size_t k) { return graph.values[graph.nodes[n].outputs[k]].type; };
+  // grad_weight without a weight, as PyTorch's CPU kernel.
+  auto all = AddNode(&graph, "aten.native_batch_norm_backward.default",
+                     {x, x, kNoValue, c, c, c, c}, attrs(true, {1, 1, 1}));
+  ASSERT_TRUE(all.ok()) << all.status();
+  ASSERT_EQ(graph.nodes[*all].outputs.size(), 3u);
+  EXPECT_EQ(type(*all, 0), F32(S({4, 3, 5, 5})));
+  EXPECT_EQ(type(*all, 1), F32(S({3})));
+  EXPECT_EQ(type(*all, 2), F32(S({3})));
+  auto eval = AddNode(&graph, "aten.native_batch_norm_backward.default",
+                      {x, x, c, c, c, kNoValue, kNoValue}, attrs(false, {1, 0, 0}));
+  ASSERT_TRUE(eval.ok()) << eval.status();
+  EXPECT_EQ(type(*eval, 0), F32(S({4, 3, 5, 5})));
+  EXPECT_EQ(type(*eval, 1), F32(S({0})));
+
+  const uint32_t half = graph.AddInput("half", {TERN_DTYPE_BF16, S({4, 3, 5, 5})});
+  const uint32_t c4 = graph.AddInput("c4", F32(S({4})));
+  const std::pair<std::vector<uint32_t>, std::vector<Attribute>> wrong[] = {
+      {{half, half, c, c, c, c, c}, attrs(true, {1, 1, 1})},
+      {{x, x, c, c, c, kNoValue, c}, attrs(true, {1, 1, 1})},
+      {{x, x, c, c, kNoValue, c, c}, attrs(false, {1, 1, 1})},
+      {{x, x, c4, c, c, c, c}, attrs(true, {1, 1, 1})},
+      {{x, x, c, c, c, c, c}, attrs(true, {1, 1})},
+  };
+  const char* const messages[] = {
+      "node 'bn_bwd' (aten.native_batch_norm_backward.default): its grad_out is bf16 and its "
+      "input bf16; the compiler does not lower yet a batch norm backward of other dtypes than f32",
+      "its save_mean (input 5) is missing",
+      "its running_var (input 4) is missing",
+      "its weight is f32 [4]; it must be f32 [3] (one per channel)",
+      "its attribute 'output_mask' must be a list of 3 bools (0 or 1)",
+  };
+  for (size_t i = 0; i < std::size(wrong); ++i) {
+    auto n = AddNode(&graph, "aten.native_batch_norm_backward.default", wrong[i].first,
+                     wrong[i].second, "bn_bwd");
+    ASSERT_FALSE(n.ok()) << i;
+    EXPECT_CONTAINS(n.status().message(), messages[i]);
+  }
+}
+
 TEST(Ops, SoftmaxAndActivationBackwardsFollowPyTorchTypes) {
   Graph graph;
   const TensorType bf16{TERN_DTYPE_BF16, S({4, 6})};

@@ -1761,6 +1761,349 @@ TEST_F(LowerTest, LayerNormBackwardComputesOnlyWhatTheMaskAsksFor) {
   }
 }
 
+// The gradients of a convolution, in double: grad_input, grad_weight and
+// grad_bias (the sum of grad_out over N, H, W).
+std::vector<std::vector<double>> ConvBackwardReference(const std::vector<float>& grad, Ints g_shape,
+                                                       const std::vector<float>& x, Ints x_shape,
+                                                       const std::vector<float>& w, Ints w_shape,
+                                                       Conv2dParams p) {
+  const int64_t n = x_shape[0], c = x_shape[1], h = x_shape[2], wd = x_shape[3];
+  const int64_t o = w_shape[0], cpg = w_shape[1], kh = w_shape[2], kw = w_shape[3];
+  const int64_t oh = g_shape[2], ow = g_shape[3], opg = o / p.groups;
+  std::vector<double> gi(x.size(), 0.0), gw(w.size(), 0.0), gb(static_cast<size_t>(o), 0.0);
+  for (int64_t b = 0; b < n; ++b) {
+    for (int64_t oc = 0; oc < o; ++oc) {
+      const int64_t group = oc / opg;
+      for (int64_t i = 0; i < oh; ++i) {
+        for (int64_t j = 0; j < ow; ++j) {
+          const double go = grad[static_cast<size_t>(((b * o + oc) * oh + i) * ow + j)];
+          gb[static_cast<size_t>(oc)] += go;
+          for (int64_t ci = 0; ci < cpg; ++ci) {
+            const int64_t ic = group * cpg + ci;
+            for (int64_t u = 0; u < kh; ++u) {
+              for (int64_t v = 0; v < kw; ++v) {
+                const int64_t row = i * p.stride - p.padding + u * p.dilation;
+                const int64_t col = j * p.stride - p.padding + v * p.dilation;
+                if (row < 0 || row >= h || col < 0 || col >= wd) continue;
+                const size_t xi = static_cast<size_t>(((b * c + ic) * h + row) * wd + col);
+                const size_t wi = static_cast<size_t>(((oc * cpg + ci) * kh + u) * kw + v);
+                gi[xi] += go * w[wi];
+                gw[wi] += go * x[xi];
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  return {gi, gw, gb};
+}
+
+std::vector<Attribute> ConvBackwardAttrs(Conv2dParams p, int64_t out_channels,
+                                         std::vector<int64_t> mask) {
+  std::vector<Attribute> attrs = ConvAttrs(p);
+  attrs.push_back(A("bias_sizes", Ints{out_channels}));
+  attrs.push_back(A("output_mask", std::move(mask)));
+  return attrs;
+}
+
+TEST_F(LowerTest, ConvolutionBackwardMatchesTheReference) {
+  struct Case {
+    Ints x_shape, w_shape, g_shape;
+    Conv2dParams params;
+  };
+  const Case cases[] = {
+      {{2, 3, 7, 7}, {4, 3, 3, 3}, {2, 4, 4, 4}, {2, 1, 1, 1}},  // strided, padded
+      {{1, 4, 7, 6}, {6, 2, 3, 2}, {1, 6, 5, 6}, {1, 1, 2, 2}},  // grouped, dilated
+  };
+  uint32_t seed = 700;
+  for (const Case& c : cases) {
+    auto count = [](const Ints& s) { return static_cast<size_t>(s[0] * s[1] * s[2] * s[3]); };
+    const std::vector<float> x = Values(count(c.x_shape), seed++);
+    const std::vector<float> w = Values(count(c.w_shape), seed++);
+    const std::vector<float> grad = Values(count(c.g_shape), seed++);
+    auto shape = [](const Ints& s) { return S({s[0], s[1], s[2], s[3]}); };
+    Graph g;
+    const uint32_t gv = g.AddInput("grad", F32(shape(c.g_shape)));
+    const uint32_t xv = g.AddInput("x", F32(shape(c.x_shape)));
+    const uint32_t wv = g.AddInput("w", F32(shape(c.w_shape)));
+    absl::StatusOr<uint32_t> n =
+        AddNode(&g, "aten.convolution_backward.default", {gv, xv, wv},
+                ConvBackwardAttrs(c.params, c.w_shape[0], {1, 1, 1}), "conv_bwd");
+    ASSERT_TRUE(n.ok()) << n.status();
+    g.AddOutput("grad_input", g.nodes[*n].outputs[0]);
+    g.AddOutput("grad_weight", g.nodes[*n].outputs[1]);
+    g.AddOutput("grad_bias", g.nodes[*n].outputs[2]);
+    CompileStats stats;
+    const auto outputs = Run(g, {Bytes(grad), Bytes(x), Bytes(w)}, &stats);
+    ASSERT_EQ(outputs.size(), 3u);
+    const auto want = ConvBackwardReference(grad, c.g_shape, x, c.x_shape, w, c.w_shape, c.params);
+    ExpectNear(outputs[0], want[0], 1e-5, "grad_input");
+    ExpectNear(outputs[1], want[1], 1e-5, "grad_weight");
+    ExpectNear(outputs[2], want[2], 1e-5, "grad_bias");
+    // conv2d_backward_input, conv2d_backward_weight and a reduce sum.
+    EXPECT_EQ(stats.compute_instructions, 3u);
+    EXPECT_EQ(stats.scratch_peak, 0u);
+  }
+}
+
+TEST_F(LowerTest, ConvolutionBackwardComputesOnlyWhatTheMaskAsksFor) {
+  const Ints x_shape = {2, 3, 6, 6}, w_shape = {4, 3, 3, 3}, g_shape = {2, 4, 6, 6};
+  const Conv2dParams p{1, 1, 1, 1};
+  const std::vector<float> x = Values(2 * 3 * 36, 720), w = Values(4 * 27, 721),
+                           grad = Values(2 * 4 * 36, 722);
+  auto build = [&](std::vector<int64_t> mask) {
+    Graph g;
+    const uint32_t gv = g.AddInput("grad", F32(S({2, 4, 6, 6})));
+    const uint32_t xv = g.AddInput("x", F32(S({2, 3, 6, 6})));
+    const uint32_t wv = g.AddInput("w", F32(S({4, 3, 3, 3})));
+    absl::StatusOr<uint32_t> n = AddNode(&g, "aten.convolution_backward.default", {gv, xv, wv},
+                                         ConvBackwardAttrs(p, 4, std::move(mask)), "conv_bwd");
+    EXPECT_TRUE(n.ok()) << n.status();
+    return std::make_pair(std::move(g), n.ok() ? *n : 0u);
+  };
+  const auto want = ConvBackwardReference(grad, g_shape, x, x_shape, w, w_shape, p);
+  {
+    // The first layer of a network: no grad_input.
+    auto [g, n] = build({0, 1, 1});
+    EXPECT_EQ(g.values[g.nodes[n].outputs[0]].type, F32(S({0})));
+    g.AddOutput("grad_weight", g.nodes[n].outputs[1]);
+    g.AddOutput("grad_bias", g.nodes[n].outputs[2]);
+    CompileStats stats;
+    const auto outputs = Run(g, {Bytes(grad), Bytes(x), Bytes(w)}, &stats);
+    ASSERT_EQ(outputs.size(), 2u);
+    ExpectNear(outputs[0], want[1], 1e-5, "grad_weight");
+    ExpectNear(outputs[1], want[2], 1e-5, "grad_bias");
+    EXPECT_EQ(stats.compute_instructions, 2u);
+  }
+  for (const auto& [mask, used, what] :
+       {std::make_tuple(std::vector<int64_t>{1, 1, 0}, 2, "grad_bias"),
+        std::make_tuple(std::vector<int64_t>{0, 1, 1}, 0, "grad_input"),
+        std::make_tuple(std::vector<int64_t>{1, 0, 1}, 1, "grad_weight")}) {
+    auto [g, n] = build(mask);
+    g.AddOutput("used", g.nodes[n].outputs[static_cast<size_t>(used)]);
+    absl::StatusOr<std::vector<uint8_t>> compiled = CompileGraph(g, {}, nullptr);
+    ASSERT_FALSE(compiled.ok()) << what;
+    EXPECT_CONTAINS(compiled.status().message(), "node 'conv_bwd'");
+    EXPECT_CONTAINS(compiled.status().message(),
+                    std::string("uses its ") + what + " output, which is None in PyTorch");
+  }
+}
+
+TEST_F(LowerTest, MaxPoolBackwardAddsTheGradientAtTheIndices) {
+  // Overlapping windows (kernel 3, stride 2) with padding: an input element
+  // that is the maximum of several windows gets the sum of their gradients.
+  const int64_t n = 2, c = 3, h = 7, w = 6, kernel = 3, stride = 2, padding = 1;
+  const int64_t oh = (h + 2 * padding - kernel) / stride + 1;
+  const int64_t ow = (w + 2 * padding - kernel) / stride + 1;
+  std::vector<float> x = Values(static_cast<size_t>(n * c * h * w), 730);
+  for (size_t i = 0; i < x.size(); i += 5) x[i] = 2.0f;  // ties: the first one wins
+  const std::vector<float> grad = Values(static_cast<size_t>(n * c * oh * ow), 731);
+  // The forward's indices as PyTorch's CPU kernel picks them (the first
+  // maximum in row-major window order), and the reference gradient.
+  std::vector<int64_t> indices(grad.size());
+  std::vector<double> want(x.size(), 0.0);
+  for (int64_t plane = 0; plane < n * c; ++plane) {
+    for (int64_t i = 0; i < oh; ++i) {
+      for (int64_t j = 0; j < ow; ++j) {
+        int64_t best = -1;
+        for (int64_t u = 0; u < kernel; ++u) {
+          for (int64_t v = 0; v < kernel; ++v) {
+            const int64_t row = i * stride - padding + u, col = j * stride - padding + v;
+            if (row < 0 || row >= h || col < 0 || col >= w) continue;
+            if (best < 0 || x[plane * h * w + row * w + col] > x[plane * h * w + best]) {
+              best = row * w + col;
+            }
+          }
+        }
+        const size_t k = static_cast<size_t>((plane * oh + i) * ow + j);
+        indices[k] = best;
+        want[static_cast<size_t>(plane * h * w + best)] += grad[k];
+      }
+    }
+  }
+  Graph g;
+  const uint32_t gv = g.AddInput("grad", F32(S({n, c, oh, ow})));
+  const uint32_t xv = g.AddInput("x", F32(S({n, c, h, w})));
+  const uint32_t iv = g.AddInput("indices", {TERN_DTYPE_I64, S({n, c, oh, ow})});
+  std::vector<Attribute> attrs = PoolAttrs(kernel, stride, padding);
+  attrs.push_back(A("dilation", Ints{1, 1}));
+  attrs.push_back(A("ceil_mode", false));
+  g.AddOutput("grad_input", Out(g, AddNode(&g, "aten.max_pool2d_with_indices_backward.default",
+                                           {gv, xv, iv}, attrs, "pool_bwd")));
+  CompileStats stats;
+  const auto outputs = Run(g, {Bytes(grad), Bytes(x), Bytes(indices)}, &stats);
+  ASSERT_EQ(outputs.size(), 1u);
+  ExpectNear(outputs[0], want, 1e-6, "grad_input");
+  EXPECT_EQ(stats.scratch_peak, 0u);
+}
+
+TEST_F(LowerTest, TrainingBatchNormMatchesPyTorch) {
+  // PyTorch's CPU semantics, in double: the batch statistics over N, H, W
+  // (the biased variance normalises), the running statistics updated with
+  // the unbiased one.
+  const int64_t n = 3, c = 4, h = 5, w = 2, inner = h * w, count = n * h * w;
+  const double momentum = 0.1, eps = 1e-5;
+  std::vector<float> x = Values(static_cast<size_t>(n * c * inner), 740);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = x[i] * 3.0f + float(i % 7);  // mean away from 0
+  const BatchNormParams bn(static_cast<size_t>(c), 741);
+  std::vector<double> mean(c, 0.0), var(c, 0.0), want(x.size());
+  for (size_t i = 0; i < x.size(); ++i) mean[(i / inner) % c] += x[i] / double(count);
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double d = x[i] - mean[(i / inner) % c];
+    var[(i / inner) % c] += d * d / double(count);
+  }
+  std::vector<double> rstd(c), new_mean(c), new_var(c);
+  for (int64_t k = 0; k < c; ++k) {
+    rstd[k] = 1.0 / std::sqrt(var[k] + eps);
+    new_mean[k] = momentum * mean[k] + (1 - momentum) * bn.mean[k];
+    new_var[k] = momentum * var[k] * count / (count - 1) + (1 - momentum) * bn.var[k];
+  }
+  for (size_t i = 0; i < x.size(); ++i) {
+    const size_t k = (i / inner) % c;
+    want[i] = (x[i] - mean[k]) * rstd[k] * bn.weight[k] + bn.bias[k];
+  }
+  Graph g;
+  const uint32_t xv = g.AddInput("x", F32(S({n, c, h, w})));
+  const uint32_t rm = g.AddInput("running_mean", F32(S({c})));
+  const uint32_t rv = g.AddInput("running_var", F32(S({c})));
+  const std::vector<uint32_t> params = bn.Constants(&g, "bn");
+  absl::StatusOr<uint32_t> node = AddNode(
+      &g, "aten._native_batch_norm_legit_functional.default", {xv, params[0], params[1], rm, rv},
+      {A("training", true), A("momentum", momentum), A("eps", eps)}, "bn");
+  ASSERT_TRUE(node.ok()) << node.status();
+  static const char* const kNames[] = {"output", "save_mean", "save_rstd", "new_running_mean",
+                                       "new_running_var"};
+  for (size_t k = 0; k < 5; ++k) g.AddOutput(kNames[k], g.nodes[*node].outputs[k]);
+  const auto outputs = Run(g, {Bytes(x), Bytes(bn.mean), Bytes(bn.var)});
+  ASSERT_EQ(outputs.size(), 5u);
+  ExpectNear(outputs[0], want, 1e-5, "output");
+  ExpectNear(outputs[1], mean, 1e-5, "save_mean");
+  ExpectNear(outputs[2], rstd, 1e-5, "save_rstd");
+  ExpectNear(outputs[3], new_mean, 1e-5, "new_running_mean");
+  ExpectNear(outputs[4], new_var, 1e-5, "new_running_var");
+
+  // Without weight and bias, only the output used: (x - mean) * rstd.
+  Graph plain;
+  const uint32_t px = plain.AddInput("x", F32(S({n, c, h, w})));
+  const uint32_t prm = plain.AddInput("running_mean", F32(S({c})));
+  const uint32_t prv = plain.AddInput("running_var", F32(S({c})));
+  plain.AddOutput(
+      "y",
+      Out(plain, AddNode(&plain, "aten._native_batch_norm_legit_functional.default",
+                         {px, kNoValue, kNoValue, prm, prv},
+                         {A("training", true), A("momentum", momentum), A("eps", eps)}, "bn")));
+  const auto normalised = Run(plain, {Bytes(x), Bytes(bn.mean), Bytes(bn.var)});
+  ASSERT_EQ(normalised.size(), 1u);
+  for (size_t i = 0; i < x.size(); ++i) {
+    const size_t k = (i / inner) % c;
+    want[i] = (x[i] - mean[k]) * rstd[k];
+  }
+  ExpectNear(normalised[0], want, 1e-5, "plain output");
+}
+
+TEST_F(LowerTest, BatchNormBackwardMatchesPyTorch) {
+  // PyTorch's CPU formulas, in double, per channel k with n elements:
+  //   training: grad_input = (g - Σg / n - xhat · Σ(g · xhat) / n) · invstd · weight
+  //   eval:     grad_input = g · rsqrt(running_var + eps) · weight
+  // grad_weight = Σ g · xhat, grad_bias = Σ g.
+  const int64_t n = 2, c = 3, h = 4, w = 5, inner = h * w, count = n * h * w;
+  const double eps = 1e-5;
+  std::vector<float> x = Values(static_cast<size_t>(n * c * inner), 750);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = x[i] * 2.0f + float(i % 3);
+  const std::vector<float> grad = Values(x.size(), 751);
+  const BatchNormParams bn(static_cast<size_t>(c), 752);
+  std::vector<float> save_mean(c, 0.0f), save_invstd(c, 0.0f);
+  {
+    std::vector<double> mean(c, 0.0), var(c, 0.0);
+    for (size_t i = 0; i < x.size(); ++i) mean[(i / inner) % c] += x[i] / double(count);
+    for (size_t i = 0; i < x.size(); ++i) {
+      const double d = x[i] - mean[(i / inner) % c];
+      var[(i / inner) % c] += d * d / double(count);
+    }
+    for (int64_t k = 0; k < c; ++k) {
+      save_mean[k] = static_cast<float>(mean[k]);
+      save_invstd[k] = static_cast<float>(1.0 / std::sqrt(var[k] + eps));
+    }
+  }
+  auto reference = [&](bool train) {
+    std::vector<double> mean(c), invstd(c), gsum(c, 0.0), gxsum(c, 0.0), gi(x.size());
+    for (int64_t k = 0; k < c; ++k) {
+      mean[k] = train ? save_mean[k] : bn.mean[k];
+      invstd[k] = train ? save_invstd[k] : 1.0 / std::sqrt(double(bn.var[k]) + eps);
+    }
+    auto xhat = [&](size_t i) {
+      const size_t k = (i / inner) % c;
+      return (x[i] - mean[k]) * invstd[k];
+    };
+    for (size_t i = 0; i < x.size(); ++i) {
+      gsum[(i / inner) % c] += grad[i];
+      gxsum[(i / inner) % c] += grad[i] * xhat(i);
+    }
+    for (size_t i = 0; i < x.size(); ++i) {
+      const size_t k = (i / inner) % c;
+      const double centred =
+          train ? grad[i] - gsum[k] / double(count) - xhat(i) * gxsum[k] / double(count) : grad[i];
+      gi[i] = centred * invstd[k] * bn.weight[k];
+    }
+    return std::vector<std::vector<double>>{gi, gxsum, gsum};
+  };
+  auto build = [&](bool train, std::vector<int64_t> mask) {
+    Graph g;
+    const uint32_t gv = g.AddInput("grad", F32(S({n, c, h, w})));
+    const uint32_t xv = g.AddInput("x", F32(S({n, c, h, w})));
+    const uint32_t sm = g.AddInput("save_mean", F32(S({c})));
+    const uint32_t si = g.AddInput("save_invstd", F32(S({c})));
+    const std::vector<uint32_t> params = bn.Constants(&g, "bn");
+    absl::StatusOr<uint32_t> node = AddNode(
+        &g, "aten.native_batch_norm_backward.default",
+        {gv, xv, params[0], params[2], params[3], train ? sm : kNoValue, train ? si : kNoValue},
+        {A("train", train), A("eps", eps), A("output_mask", std::move(mask))}, "bn_bwd");
+    EXPECT_TRUE(node.ok()) << node.status();
+    return std::make_pair(std::move(g), node.ok() ? *node : 0u);
+  };
+  const std::vector<std::vector<uint8_t>> inputs = {Bytes(grad), Bytes(x), Bytes(save_mean),
+                                                    Bytes(save_invstd)};
+  {
+    auto [g, node] = build(true, {1, 1, 1});
+    for (size_t k = 0; k < 3; ++k) g.AddOutput("out" + std::to_string(k), g.nodes[node].outputs[k]);
+    const auto outputs = Run(g, inputs);
+    ASSERT_EQ(outputs.size(), 3u);
+    const auto want = reference(true);
+    ExpectNear(outputs[0], want[0], 1e-5, "grad_input");
+    ExpectNear(outputs[1], want[1], 1e-5, "grad_weight");
+    ExpectNear(outputs[2], want[2], 1e-5, "grad_bias");
+  }
+  {
+    // Eval: only grad_input (the statistics are the running ones).
+    auto [g, node] = build(false, {1, 0, 0});
+    g.AddOutput("grad_input", g.nodes[node].outputs[0]);
+    const auto outputs = Run(g, inputs);
+    ASSERT_EQ(outputs.size(), 1u);
+    ExpectNear(outputs[0], reference(false)[0], 1e-5, "eval grad_input");
+  }
+  {
+    // Only the parameters' gradients.
+    auto [g, node] = build(true, {0, 1, 1});
+    g.AddOutput("grad_weight", g.nodes[node].outputs[1]);
+    g.AddOutput("grad_bias", g.nodes[node].outputs[2]);
+    const auto outputs = Run(g, inputs);
+    ASSERT_EQ(outputs.size(), 2u);
+    ExpectNear(outputs[0], reference(true)[1], 1e-5, "grad_weight");
+    ExpectNear(outputs[1], reference(true)[2], 1e-5, "grad_bias");
+  }
+  {
+    // An output PyTorch gives as None cannot be used.
+    auto [g, node] = build(true, {1, 0, 1});
+    g.AddOutput("grad_weight", g.nodes[node].outputs[1]);
+    absl::StatusOr<std::vector<uint8_t>> compiled = CompileGraph(g, {}, nullptr);
+    ASSERT_FALSE(compiled.ok());
+    EXPECT_CONTAINS(compiled.status().message(), "node 'bn_bwd'");
+    EXPECT_CONTAINS(compiled.status().message(),
+                    "uses its grad_weight output, which is None in PyTorch");
+  }
+}
+
 TEST_F(LowerTest, SoftmaxBackwardsMatchTheReference) {
   // Along dim 0 of [3, 5]: a strided axis.
   constexpr int kRows = 3, kCols = 5;
