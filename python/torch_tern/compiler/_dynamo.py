@@ -309,16 +309,19 @@ class _TernSupport:
 # --- one partition ------------------------------------------------------------------
 
 
-def _shape_env(module: torch.fx.GraphModule):
-    """The ShapeEnv of the graph's symbolic sizes (None: all sizes static)."""
+def _symbolic_sizes(module: torch.fx.GraphModule):
+    """Every symbolic size among the graph's values: SymInt values and the
+    SymInt dims of tensor values."""
     for node in module.graph.nodes:
         for v in _values(node):
             sizes = [v] if isinstance(v, torch.SymInt) else (
                 list(v.shape) if isinstance(v, torch.Tensor) else [])
-            for d in sizes:
-                if isinstance(d, torch.SymInt):
-                    return d.node.shape_env
-    return None
+            yield from (d for d in sizes if isinstance(d, torch.SymInt))
+
+
+def _shape_env(module: torch.fx.GraphModule):
+    """The ShapeEnv of the graph's symbolic sizes (None: all sizes static)."""
+    return next((d.node.shape_env for d in _symbolic_sizes(module)), None)
 
 
 class _PartitionConverter(_Converter):
@@ -402,13 +405,8 @@ class _PartitionConverter(_Converter):
 def _symbols_used(module: torch.fx.GraphModule) -> set:
     """The symbolic sizes any value of the graph depends on."""
     used: set = set()
-    for node in module.graph.nodes:
-        for v in _values(node):
-            sizes = [v] if isinstance(v, torch.SymInt) else (
-                list(v.shape) if isinstance(v, torch.Tensor) else [])
-            for d in sizes:
-                if isinstance(d, torch.SymInt):
-                    used.update(d.node.expr.free_symbols)
+    for d in _symbolic_sizes(module):
+        used.update(d.node.expr.free_symbols)
     return used
 
 
