@@ -1462,6 +1462,33 @@ class Lowerer {
     return absl::OkStatus();
   }
 
+  // A batch norm's per-channel geometry over x ([N, C, ...]): C, the shape
+  // [1, C, 1, ...] its statistics are kept in, the REDUCE ints (`fn`, then
+  // every dim but 1) and the elements per channel (0 when there are none).
+  struct ChannelGeometry {
+    int64_t channels = 0, count = 0;
+    std::vector<int64_t> kept, reduce;
+  };
+  static ChannelGeometry PerChannel(const TensorRef& x, int64_t fn) {
+    ChannelGeometry geometry;
+    geometry.channels = x.shape[1];
+    geometry.kept.assign(x.shape.size(), 1);
+    geometry.kept[1] = geometry.channels;
+    geometry.reduce = {fn};
+    for (size_t d = 0; d < x.shape.size(); ++d) {
+      if (d != 1) geometry.reduce.push_back(static_cast<int64_t>(d));
+    }
+    geometry.count = geometry.channels > 0 ? x.Elements() / geometry.channels : 0;
+    return geometry;
+  }
+
+  // Output k of `node` in the per-channel shape `kept` when the graph uses
+  // it, else scratch of that shape (the instruction writes it either way).
+  TensorRef StatisticOutput(const Node& node, size_t k, const std::vector<int64_t>& kept) {
+    return needed_[node.outputs[k]] ? *Produce(node.outputs[k]).Reshape(kept)
+                                    : NewScratch(TERN_DTYPE_F32, kept);
+  }
+
   // _native_batch_norm_legit_functional (training, f32): the eager plugin's
   // sequence. mean and the biased var are reduce means over every dim but
   // 1, written straight into save_mean (and var into scratch); rstd =
@@ -1478,20 +1505,12 @@ class Lowerer {
     if (!eps.ok()) return eps.status();
     const TensorRef& x = In(node, 0);
     const std::vector<int64_t>& shape = x.shape;
-    const int64_t channels = shape[1];
-    std::vector<int64_t> kept(shape.size(), 1);
-    kept[1] = channels;
-    std::vector<int64_t> reduce_mean = {TERN_REDUCE_MEAN};
-    for (size_t d = 0; d < shape.size(); ++d) {
-      if (d != 1) reduce_mean.push_back(static_cast<int64_t>(d));
-    }
-    const int64_t count = channels > 0 ? x.Elements() / channels : 0;
+    const ChannelGeometry geometry = PerChannel(x, TERN_REDUCE_MEAN);
+    const int64_t channels = geometry.channels, count = geometry.count;
+    const std::vector<int64_t>&kept = geometry.kept, &reduce_mean = geometry.reduce;
     if (count == 0) return Error(node, "its input has no elements per channel");
     const std::vector<int64_t> per_channel = {channels};
-    auto per_channel_output = [&](size_t k) {
-      return needed_[node.outputs[k]] ? *Produce(node.outputs[k]).Reshape(kept)
-                                      : NewScratch(TERN_DTYPE_F32, kept);
-    };
+    auto per_channel_output = [&](size_t k) { return StatisticOutput(node, k, kept); };
     const TensorRef mean = per_channel_output(1);
     Emit(TERN_OP_REDUCE, {mean, x}, reduce_mean);
     const TensorRef dev = NewScratch(TERN_DTYPE_F32, shape);
@@ -1565,14 +1584,9 @@ class Lowerer {
     }
     const TensorRef &g = In(node, 0), &x = In(node, 1);
     const std::vector<int64_t>& shape = x.shape;
-    const int64_t channels = shape[1];
-    std::vector<int64_t> kept(shape.size(), 1);
-    kept[1] = channels;
-    std::vector<int64_t> reduce_sum = {TERN_REDUCE_SUM};
-    for (size_t d = 0; d < shape.size(); ++d) {
-      if (d != 1) reduce_sum.push_back(static_cast<int64_t>(d));
-    }
-    const int64_t count = channels > 0 ? x.Elements() / channels : 0;
+    const ChannelGeometry geometry = PerChannel(x, TERN_REDUCE_SUM);
+    const int64_t count = geometry.count;
+    const std::vector<int64_t>&kept = geometry.kept, &reduce_sum = geometry.reduce;
     if (count == 0) return Error(node, "its input has no elements per channel");
     TensorRef mean, invstd;
     if (*train) {
@@ -1588,10 +1602,7 @@ class Lowerer {
       Emit(TERN_OP_UNARY, {invstd, invstd}, {TERN_UNARY_RSQRT});
     }
     const bool grad_input = needed_[node.outputs[0]];
-    auto per_channel = [&](size_t k) {
-      return needed_[node.outputs[k]] ? *Produce(node.outputs[k]).Reshape(kept)
-                                      : NewScratch(TERN_DTYPE_F32, kept);
-    };
+    auto per_channel = [&](size_t k) { return StatisticOutput(node, k, kept); };
     TensorRef xhat, gsum, gxsum;
     const bool statistics = (grad_input && *train) || needed_[node.outputs[1]];
     if (statistics) {
