@@ -72,7 +72,7 @@ def test_backend_and_device_interface_are_registered():
     assert stream.device.type == "tern"
     assert interface.get_raw_stream(0) == torch.tern.current_stream(0).stream_id
     interface.synchronize()
-    assert interface.Worker.get_device_properties(0)["name"]
+    assert interface.Worker.get_device_properties(0).name
 
 
 def test_streams_in_compiled_code():

@@ -185,9 +185,9 @@ def test_accelerator_api():
 
 def test_device_properties():
     props = torch.tern.get_device_properties(0)
-    assert props["core_count"] == 2 and props["memory_bytes"] == 2 << 30
-    assert props["driver"] == "sim"
-    assert torch.tern.get_device_name(1) == props["name"]
+    assert props.core_count == 2 and props.total_memory == 2 << 30
+    assert props.driver == "sim"
+    assert torch.tern.get_device_name(1) == props.name
 
 
 def test_autoload_in_fresh_process(node_env):

@@ -103,7 +103,7 @@ def _make_interface():
 
         @staticmethod
         def get_compute_capability(device: Any = None) -> Any:
-            return _tern.get_device_properties(_index(device)).get("name", "tern")
+            return _tern.get_device_properties(_index(device)).arch
 
     return TernInterface
 

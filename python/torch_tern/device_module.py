@@ -35,6 +35,31 @@ __all__ = [
     "get_amp_supported_dtype",
     "get_device_name",
     "get_device_properties",
+    "get_device_capability",
+    "get_arch_list",
+    "get_per_process_memory_fraction",
+    "ipc_collect",
+    "memory_snapshot",
+    "memory_summary",
+    "set_per_process_memory_fraction",
+    "utilization",
+    "TernDeviceProperties",
+    "amp",
+    "memory",
+    "random",
+    "device_memory_used",
+    "device_of",
+    "get_allocator_backend",
+    "has_half",
+    "host_memory_stats",
+    "host_memory_stats_as_nested_dict",
+    "is_current_stream_capturing",
+    "is_tf32_supported",
+    "max_memory_cached",
+    "memory_cached",
+    "memory_stats_as_nested_dict",
+    "reset_max_memory_allocated",
+    "reset_max_memory_cached",
     "get_rng_state",
     "get_rng_state_all",
     "init",
@@ -135,6 +160,24 @@ def set_device(device: Any) -> None:
         _C._set_device(index)
 
 
+class device_of:
+    """Context manager that makes the tensor's device current (nothing for a
+    tensor that is not on tern)."""
+
+    def __init__(self, obj: torch.Tensor):
+        self.idx = obj.get_device() if obj.device.type == _BACKEND else -1
+        self.prev_idx = -1
+
+    def __enter__(self):
+        if self.idx >= 0:
+            self.prev_idx = _C._exchange_device(self.idx)
+
+    def __exit__(self, *exc):
+        if self.prev_idx >= 0:
+            _C._set_device(self.prev_idx)
+        return False
+
+
 class device:
     """Context manager that makes ``device`` the current tern device."""
 
@@ -157,14 +200,92 @@ def synchronize(device: Any = None) -> None:
     _C._synchronize(_device_index(device))
 
 
-def get_device_properties(device: Any = None) -> dict:
-    """Static information about a tern device (name, cores, HBM, ...)."""
+class TernDeviceProperties:
+    """What ``torch.tern.get_device_properties`` returns: attributes, like
+    ``torch.cuda``'s device properties.
+
+    ``name``, ``total_memory`` (bytes), ``major`` and ``minor`` (the
+    architecture generation: "trn2" is 2.0), ``multi_processor_count`` (the
+    cores this process sees: a core is the unit that runs a queue's work, as
+    a multiprocessor is CUDA's), and tern's own: ``core_count``,
+    ``physical_core_count``, ``index``, ``physical_index``, ``driver``,
+    ``numa_node``, ``memory_alignment``, ``cpu_affinity``, ``opened_core``.
+    """
+
+    def __init__(self, info: dict):
+        self.name: str = info["name"]
+        self.total_memory: int = int(info["memory_bytes"])
+        self.arch: str = _architecture(self.name)
+        self.major, self.minor = _capability_of(self.arch)
+        self.multi_processor_count: int = int(info["core_count"])
+        self.core_count: int = int(info["core_count"])
+        self.physical_core_count: int = int(info["physical_core_count"])
+        self.index: int = int(info["index"])
+        self.physical_index: int = int(info["physical_index"])
+        self.driver: str = info["driver"]
+        self.numa_node: int = int(info["numa_node"])
+        self.memory_alignment: int = int(info["memory_alignment"])
+        self.cpu_affinity: str = info["cpu_affinity"]
+        self.opened_core: int = int(info["opened_core"])
+        self.is_integrated: bool = False
+
+    def __repr__(self) -> str:
+        return (f"TernDeviceProperties(name='{self.name}', major={self.major}, "
+                f"minor={self.minor}, total_memory={self.total_memory // (1 << 20)}MB, "
+                f"core_count={self.core_count}, driver='{self.driver}')")
+
+
+def _architecture(name: str) -> str:
+    """The architecture a device name ends with ("tern-sim trn2" -> "trn2")."""
+    return name.split()[-1] if name.split() else name
+
+
+def _capability_of(arch: str) -> tuple[int, int]:
+    digits = "".join(ch for ch in arch if ch.isdigit())
+    return (int(digits), 0) if digits else (0, 0)
+
+
+def get_device_properties(device: Any = None) -> TernDeviceProperties:
+    """Static information about a tern device: name, memory, cores, ... as attributes."""
     _lazy_init()
-    return dict(_C._device_info(_device_index(device)))
+    return TernDeviceProperties(dict(_C._device_info(_device_index(device))))
 
 
 def get_device_name(device: Any = None) -> str:
-    return get_device_properties(device)["name"]
+    return get_device_properties(device).name
+
+
+def get_device_capability(device: Any = None) -> tuple[int, int]:
+    """(major, minor) of the device's architecture generation: (2, 0) for trn2."""
+    props = get_device_properties(device)
+    return props.major, props.minor
+
+
+def get_arch_list() -> list[str]:
+    """The architectures tern's compiler and builder emit executables for."""
+    return ["trn2"]
+
+
+_utilization_samples: dict[int, tuple[float, int]] = {}
+
+
+def utilization(device: Any = None) -> int:
+    """Percent of time the device's cores ran commands (any process), like
+    ``torch.cuda.utilization``: over the time since the previous call for the
+    device, or over a 50 ms window sampled now when that was less than 20 ms
+    ago or there was none."""
+    import time
+
+    index = _device_index(device)
+    now, busy = time.monotonic(), _C._core_busy(index)
+    previous = _utilization_samples.get(index)
+    if previous is None or now - previous[0] < 0.02:
+        previous = (now, busy["busy_ns"])
+        time.sleep(0.05)
+        now, busy = time.monotonic(), _C._core_busy(index)
+    _utilization_samples[index] = (now, busy["busy_ns"])
+    elapsed_ns = (now - previous[0]) * 1e9 * max(1, busy["core_count"])
+    return max(0, min(100, round(100 * (busy["busy_ns"] - previous[1]) / elapsed_ns)))
 
 
 # ---- Streams and events -----------------------------------------------------
@@ -301,6 +422,147 @@ def empty_cache() -> None:
         _C._empty_cache()
 
 
+def set_per_process_memory_fraction(fraction: float, device: Any = None) -> None:
+    """Caps what this process's caching allocator reserves on ``device`` at
+    ``fraction`` of the device's memory; past it, allocations first release the
+    cached blocks, then raise ``torch.OutOfMemoryError``. 1.0 removes the cap."""
+    _lazy_init()
+    if not isinstance(fraction, (int, float)):
+        raise TypeError(f"the fraction must be a number, got {type(fraction).__name__}")
+    _C._set_memory_fraction(float(fraction), _device_index(device))
+
+
+def get_per_process_memory_fraction(device: Any = None) -> float:
+    _lazy_init()
+    return _C._get_memory_fraction(_device_index(device))
+
+
+def memory_snapshot() -> list[dict]:
+    """The caching allocator's segments, shaped like ``torch.cuda.memory_snapshot()``:
+    one segment per block (tern's allocator never splits blocks)."""
+    if not _C._is_initialized():
+        return []
+    segments = []
+    for block in _C._memory_snapshot():
+        active = block["state"] == "active_allocated"
+        segments.append({
+            "device": block["device"],
+            "address": block["address"],
+            "total_size": block["size"],
+            "allocated_size": block["size"] if active else 0,
+            "active_size": block["size"] if active else 0,
+            "requested_size": block["requested_size"],
+            "stream": block["stream"],
+            "segment_type": "small" if block["size"] <= (1 << 20) else "large",
+            "segment_pool_id": (0, 0),
+            "is_expandable": False,
+            "frames": [],
+            "blocks": [{
+                "address": block["address"],
+                "size": block["size"],
+                "requested_size": block["requested_size"],
+                "state": block["state"],
+                "frames": [],
+            }],
+        })
+    return segments
+
+
+def _format_size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1024
+    return f"{n:.2f} GiB"
+
+
+def memory_summary(device: Any = None, abbreviated: bool = False) -> str:
+    """A readable table of the caching allocator's statistics for ``device``."""
+    stats = memory_stats(device)
+    index = _device_index(device)
+    rows = [("Allocated memory", "allocated_bytes", True),
+            ("Active memory", "active_bytes", True),
+            ("Requested memory", "requested_bytes", True),
+            ("Reserved memory", "reserved_bytes", True),
+            ("Allocations", "allocation", False),
+            ("Active allocs", "active", False),
+            ("Segments (tern buffers)", "segment", False)]
+    pools = ["all"] if abbreviated else ["all", "small_pool", "large_pool"]
+    lines = [f"tern caching allocator, device tern:{index}",
+             f"{'metric':<28}{'pool':<12}{'current':>14}{'peak':>14}{'allocated':>14}{'freed':>14}"]
+    for title, key, is_bytes in rows:
+        for pool in pools:
+            values = [stats.get(f"{key}.{pool}.{what}", 0)
+                      for what in ("current", "peak", "allocated", "freed")]
+            text = [_format_size(v) if is_bytes else str(v) for v in values]
+            lines.append(f"{title if pool == 'all' else '':<28}{pool:<12}"
+                         + "".join(f"{t:>14}" for t in text))
+    lines.append(f"tern buffers allocated / freed: {stats.get('num_device_alloc', 0)} / "
+                 f"{stats.get('num_device_free', 0)}; OOMs: {stats.get('num_ooms', 0)}; "
+                 f"retries after releasing the cache: {stats.get('num_alloc_retries', 0)}")
+    if _C._is_initialized():
+        lines.append(f"per-process memory fraction: {get_per_process_memory_fraction(index)}")
+    return "\n".join(lines) + "\n"
+
+
+def memory_stats_as_nested_dict(device: Any = None) -> dict:
+    """``memory_stats`` with its dotted keys as nested dictionaries."""
+    return _nest(memory_stats(device))
+
+
+def _nest(flat: dict) -> dict:
+    nested: dict = {}
+    for key, value in flat.items():
+        node = nested
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return nested
+
+
+def host_memory_stats() -> dict[str, int]:
+    """Statistics of the pinned host-memory allocator (``pin_memory()`` on tern)."""
+    return dict(_C._host_memory_stats())
+
+
+def host_memory_stats_as_nested_dict() -> dict:
+    return _nest(host_memory_stats())
+
+
+def device_memory_used(device: Any = None) -> int:
+    """Bytes of the device's memory in use by every process on the node."""
+    _lazy_init()
+    return int(_C._tern_memory_info(_device_index(device))["node_used_bytes"])
+
+
+def get_allocator_backend() -> str:
+    """tern's caching allocator is the only one ("native", as torch.cuda names its own)."""
+    return "native"
+
+
+# Names torch.cuda keeps for old code.
+def memory_cached(device: Any = None) -> int:
+    return memory_reserved(device)
+
+
+def max_memory_cached(device: Any = None) -> int:
+    return max_memory_reserved(device)
+
+
+def reset_max_memory_allocated(device: Any = None) -> None:
+    reset_peak_memory_stats(device)
+
+
+def reset_max_memory_cached(device: Any = None) -> None:
+    reset_peak_memory_stats(device)
+
+
+def ipc_collect() -> None:
+    """Nothing to collect: tern tensors are not shared between processes yet
+    (device memory export is planned with the runtime's IPC handles)."""
+
+
 def mem_get_info(device: Any = None) -> tuple[int, int]:
     """(free, total) bytes of the device's memory, as tern accounts it node-wide."""
     _lazy_init()
@@ -371,9 +633,36 @@ def is_bf16_supported(including_emulation: bool = True) -> bool:
     return True
 
 
+def is_tf32_supported() -> bool:
+    """False: tern's engines compute float32 matmuls in float32, never in TF32."""
+    return False
+
+
+# torch.cuda.has_half: the engines compute float16.
+has_half = True
+
+
+def is_current_stream_capturing() -> bool:
+    """False: tern has no stream capture (recorded command sequences are planned)."""
+    return False
+
+
+def __getattr__(name: str) -> Any:
+    # torch.cuda.default_generators is a tuple made at initialisation; here it
+    # is made when first asked for, which initialises tern.
+    if name == "default_generators":
+        return tuple(_generator(i) for i in range(device_count()))
+    raise AttributeError(f"module 'torch.tern' has no attribute '{name}'")
+
+
 def is_autocast_enabled() -> bool:
     return torch.is_autocast_enabled(_BACKEND)
 
 
 def get_autocast_dtype() -> torch.dtype:
     return torch.get_autocast_dtype(_BACKEND)
+
+
+# ---- Submodules, as torch.cuda has them ----------------------------------------
+# Imported last: they take their functions from this module.
+from . import amp, memory, random  # noqa: E402,F401

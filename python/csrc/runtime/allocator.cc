@@ -41,6 +41,8 @@ struct DeviceCache {
   std::map<std::pair<c10::StreamId, size_t>, std::vector<Block*>> free;
   std::vector<PendingFree> pending;
   DeviceStats stats;
+  double fraction = 1.0;     // set_per_process_memory_fraction
+  uint64_t reserve_cap = 0;  // fraction x capacity in bytes; 0: no cap
 };
 
 std::mutex g_mutex;
@@ -179,6 +181,30 @@ std::string FormatBytes(size_t bytes) {
   return text;
 }
 
+size_t Reserved(const DeviceCache& cache) {
+  return cache.stats.reserved_bytes[static_cast<size_t>(StatType::AGGREGATE)].current;
+}
+
+// Keeps a new segment of `size` bytes within the per-process cap: releases
+// the cached blocks when that makes room, raises OutOfMemoryError otherwise.
+void EnforceReserveCap(c10::DeviceIndex device, DeviceCache& cache, size_t nbytes, size_t size) {
+  if (Reserved(cache) + size <= cache.reserve_cap) return;
+  if (!cache.free.empty() || !cache.pending.empty()) {
+    ++cache.stats.num_alloc_retries;
+    ReleaseCached(device, cache);
+    if (Reserved(cache) + size <= cache.reserve_cap) return;
+  }
+  ++cache.stats.num_ooms;
+  TORCH_CHECK_WITH(
+      OutOfMemoryError, false, "tern out of memory on device tern:", static_cast<int>(device),
+      ": tried to allocate ", FormatBytes(nbytes), " (rounded to ", FormatBytes(size),
+      "), and this process may reserve only ", FormatBytes(cache.reserve_cap),
+      " (torch.tern.set_per_process_memory_fraction(", cache.fraction,
+      ")), of which live tensors hold ",
+      FormatBytes(cache.stats.allocated_bytes[static_cast<size_t>(StatType::AGGREGATE)].current),
+      "; free tensors or raise the fraction");
+}
+
 }  // namespace
 
 TernDeviceAllocator& TernDeviceAllocator::Get() {
@@ -212,6 +238,7 @@ c10::DataPtr TernDeviceAllocator::allocate(size_t nbytes) {
     block = it->second.back();
     it->second.pop_back();
   } else {
+    if (cache.reserve_cap != 0) EnforceReserveCap(device, cache, nbytes, size);
     tern_buffer_params_t params{};
     params.struct_size = sizeof(params);
     params.size = size;
@@ -383,6 +410,56 @@ std::optional<c10::DeviceIndex> TernDeviceAllocator::FindDevice(const void* ptr)
   } catch (const c10::Error&) {
     return std::nullopt;
   }
+}
+
+void TernDeviceAllocator::SetMemoryFraction(c10::DeviceIndex device, double fraction) {
+  TORCH_CHECK(fraction > 0.0 && fraction <= 1.0,
+              "set_per_process_memory_fraction: the fraction must be in (0, 1], got ", fraction);
+  EnsureInitialized();
+  if (device < 0) device = CurrentDevice();
+  tern_memory_stats_t stats{};
+  stats.struct_size = sizeof(stats);
+  TERN_CHECK(tern_device_memory_stats(GetTernDevice(device), &stats));
+  std::lock_guard<std::mutex> lock(g_mutex);
+  DeviceCache& cache = Cache(device);
+  cache.fraction = fraction;
+  cache.reserve_cap =
+      fraction >= 1.0 ? 0
+                      : static_cast<uint64_t>(static_cast<double>(stats.capacity_bytes) * fraction);
+}
+
+double TernDeviceAllocator::GetMemoryFraction(c10::DeviceIndex device) {
+  EnsureInitialized();
+  if (device < 0) device = CurrentDevice();
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return Cache(device).fraction;
+}
+
+std::vector<TernDeviceAllocator::BlockSnapshot> TernDeviceAllocator::Snapshot() {
+  std::vector<BlockSnapshot> out;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  for (size_t d = 0; d < g_caches.size(); ++d) {
+    const DeviceCache& cache = g_caches[d];
+    auto add = [&](const Block& block, const char* state) {
+      BlockSnapshot snap;
+      snap.device = static_cast<c10::DeviceIndex>(d);
+      snap.address = block.address;
+      snap.size = block.size;
+      snap.requested = state[0] == 'a' ? block.requested : 0;
+      snap.stream = block.stream;
+      snap.state = state;
+      out.push_back(snap);
+    };
+    for (const auto& [address, block] : cache.live) add(*block, "active_allocated");
+    for (const auto& [key, blocks] : cache.free) {
+      for (const Block* block : blocks) add(*block, "inactive");
+    }
+    for (const PendingFree& pending : cache.pending) add(*pending.block, "pending_free");
+  }
+  std::sort(out.begin(), out.end(), [](const BlockSnapshot& a, const BlockSnapshot& b) {
+    return a.device != b.device ? a.device < b.device : a.address < b.address;
+  });
+  return out;
 }
 
 // The allocator torch uses for every tern tensor (and torch.accelerator's

@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "tern/tern.h"
 
@@ -58,6 +59,31 @@ class TernDeviceAllocator final : public c10::DeviceAllocator {
 
   // The size class a request of `nbytes` is rounded to.
   static size_t RoundSize(size_t nbytes);
+
+  // Caps what this process's caching allocator reserves on `device` at
+  // `fraction` (0..1] of the device's memory (torch.cuda's
+  // set_per_process_memory_fraction): an allocation that would reserve more
+  // first releases the cached blocks, then raises OutOfMemoryError naming
+  // the cap. 1 removes the cap. Thread-safety: any thread.
+  void SetMemoryFraction(c10::DeviceIndex device, double fraction);
+  // The cap set with SetMemoryFraction (1.0 when none). Thread-safety: any thread.
+  double GetMemoryFraction(c10::DeviceIndex device);
+
+  // One block of the caching allocator (each block is one tern buffer: no
+  // splitting, so a segment is one block).
+  struct BlockSnapshot {
+    c10::DeviceIndex device = 0;
+    uintptr_t address = 0;
+    size_t size = 0;       // the size class tern allocated
+    size_t requested = 0;  // what the tensor asked for (0 when cached)
+    c10::StreamId stream = 0;
+    // "active_allocated" (a live tensor), "inactive" (cached, reusable) or
+    // "pending_free" (freed, waiting for other streams' work: record_stream).
+    const char* state = "";
+  };
+  // Every block of every device, by device and address.
+  // Thread-safety: any thread (a consistent view under the allocator's lock).
+  std::vector<BlockSnapshot> Snapshot();
 
  private:
   TernDeviceAllocator() = default;

@@ -97,6 +97,38 @@ py::dict DeviceInfo(int device) {
   return out;
 }
 
+// The device's cores as the node's telemetry sees them: busy time summed
+// over every core (any process), the core count, and the monotonic clock.
+py::dict CoreBusy(int device) {
+  Init();
+  tern_device_telemetry_t telemetry{};
+  telemetry.struct_size = sizeof(telemetry);
+  TERN_CHECK(tern_device_get_telemetry(GetTernDevice(Resolve(device)), &telemetry));
+  uint64_t busy_ns = 0;
+  for (uint32_t c = 0; c < telemetry.core_count && c < TERN_TELEMETRY_MAX_CORES; ++c) {
+    busy_ns += telemetry.cores[c].busy_ns;
+  }
+  py::dict out;
+  out["busy_ns"] = busy_ns;
+  out["core_count"] = telemetry.core_count;
+  return out;
+}
+
+py::list MemorySnapshot() {
+  py::list out;
+  for (const TernDeviceAllocator::BlockSnapshot& block : TernDeviceAllocator::Get().Snapshot()) {
+    py::dict entry;
+    entry["device"] = static_cast<int>(block.device);
+    entry["address"] = block.address;
+    entry["size"] = block.size;
+    entry["requested_size"] = block.requested;
+    entry["stream"] = block.stream;
+    entry["state"] = std::string(block.state);
+    out.append(entry);
+  }
+  return out;
+}
+
 py::dict Version() {
   tern_version_t version{};
   version.struct_size = sizeof(version);
@@ -169,6 +201,15 @@ PYBIND11_MODULE(_C, m) {
     py::gil_scoped_release release;
     TernDeviceAllocator::Get().emptyCache();
   });
+  m.def("_set_memory_fraction", [](double fraction, int device) {
+    TernDeviceAllocator::Get().SetMemoryFraction(Resolve(device), fraction);
+  });
+  m.def("_get_memory_fraction",
+        [](int device) { return TernDeviceAllocator::Get().GetMemoryFraction(Resolve(device)); });
+  m.def("_memory_snapshot", &MemorySnapshot,
+        "Every block of the caching allocator: device, address, size, requested_size, stream, "
+        "state.");
+  m.def("_core_busy", &CoreBusy, py::arg("device") = -1);
   m.def("_host_empty_cache", [] { TernHostAllocator::Get().empty_cache(); });
   m.def("_host_memory_stats", [] {
     const at::HostStats s = TernHostAllocator::Get().get_stats();
