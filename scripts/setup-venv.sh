@@ -24,7 +24,7 @@ fi
 missing="$(TORCH_DEVICE_BACKEND_AUTOLOAD=0 "$py" - <<'PY'
 import importlib.metadata as md
 want = {"torch": "2.13.0", "numpy": None, "pytest": None, "expecttest": None,
-        "scikit-build-core": None, "transformers": None}
+        "scikit-build-core": None, "transformers": None, "pyyaml": None}
 out = []
 for name, version in want.items():
     try:

@@ -81,6 +81,11 @@ ELSEWHERE = {
     "_foreach_sqrt": "test_foreach_and_fused_adamw",
     "_foreach_zero": "test_foreach_and_fused_adamw",
     "_fused_adam": "test_foreach_and_fused_adamw", "_fused_adamw": "test_foreach_and_fused_adamw",
+    # What PyTorch sends to accelerators only (test_accelerator_only_ops.py).
+    "_thnn_fused_lstm_cell": "test_rnn_cells", "_thnn_fused_gru_cell": "test_rnn_cells",
+    "_thnn_fused_lstm_cell_backward_impl": "test_rnn_cells",
+    "_thnn_fused_gru_cell_backward": "test_rnn_cells",
+    "histc": "test_integer_histc",
 }
 
 
@@ -351,6 +356,24 @@ def test_integer_ops():
     torch._dynamo.reset()
     compiled = torch.compile(fn, backend="aot_eager", fullgraph=True)
     assert harness.compare(harness.to_cpu(compiled(a, b)), harness.to_cpu(fn(a, b))) is None
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("cell", [torch.nn.LSTMCell, torch.nn.GRUCell])
+def test_rnn_cells(cell, fallback_log):
+    """ATen's cells call the fused cell ops for a tern tensor: traced, they must
+    keep them (their meta kernels) and match eager tern, gradients included."""
+    x = torch.randn(3, 8).to("tern")
+    compile_and_compare(lambda: cell(8, 16), x, steps=2)
+    assert fallback_log.get_fallback_ops() == {}
+
+
+def test_integer_histc():
+    x = torch.randint(0, 8, (300,), dtype=torch.int32).to("tern")
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda t: torch.histc(t, bins=8, min=0, max=7), backend="aot_eager",
+                             fullgraph=True)
+    assert torch.equal(compiled(x).cpu(), torch.histc(x, bins=8, min=0, max=7).cpu())
     torch._dynamo.reset()
 
 
