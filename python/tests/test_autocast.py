@@ -42,3 +42,37 @@ def test_autocast_default_dtype_and_backward():
     assert layer.weight.grad.device.type == "tern"
     with torch.autocast("tern", enabled=False):
         assert layer(x).dtype == torch.float32
+
+
+def test_grad_scaler_matches_cpu(fallback_log):
+    """GradScaler on tern and on the CPU through 12 steps with growth_interval 3
+    and an inf planted in the gradients at steps 4 and 9: the same scales,
+    trackers, skipped steps and parameters. The unscale and the update run on
+    tern (only the float64 reciprocal of the scale falls back: tern computes
+    no float64)."""
+    import copy
+
+    torch.manual_seed(0)
+    models = {"cpu": torch.nn.Linear(6, 3)}
+    models["tern"] = copy.deepcopy(models["cpu"]).to("tern")
+    opts = {d: torch.optim.SGD(m.parameters(), lr=0.05) for d, m in models.items()}
+    scalers = {d: torch.amp.GradScaler(d, init_scale=64.0, growth_interval=3) for d in models}
+    history = []
+    for step in range(12):
+        x = torch.randn(5, 6)
+        for d, model in models.items():
+            opts[d].zero_grad()
+            loss = model(x.to(d)).square().mean()
+            scalers[d].scale(loss).backward()
+            if step in (4, 9):
+                model.weight.grad[0, 0] = float("inf") if step == 4 else float("nan")
+            scalers[d].step(opts[d])
+            scalers[d].update()
+        assert scalers["tern"].get_scale() == scalers["cpu"].get_scale(), step
+        assert (scalers["tern"]._growth_tracker.item()
+                == scalers["cpu"]._growth_tracker.item()), step
+        history.append(scalers["cpu"].get_scale())
+    assert 128.0 in history and history[4] == 64.0  # it grew, and backed off at the inf
+    for p, q in zip(models["cpu"].parameters(), models["tern"].parameters()):
+        torch.testing.assert_close(q.detach().cpu(), p.detach(), rtol=1e-6, atol=1e-6)
+    assert set(fallback_log.get_fallback_ops()) <= {"aten::reciprocal.out"}
