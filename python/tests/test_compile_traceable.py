@@ -43,7 +43,7 @@ TOL = 1e-4
 # subset's fallback-only ops are left out) and a few more native ones.
 OPS = [k for k in harness.SUBSET if k not in ("cumsum", "sort", "topk", "lgamma")] + [
     "nn.functional.threshold", "nn.functional.relu6", "nn.functional.embedding",
-    "masked_select", "isnan",
+    "masked_select", "isnan", "flip",
     "isneginf", "isposinf", "nn.functional.normalize", "nn.functional.instance_norm",
     "nn.functional.max_pool1d", "__getitem__", "index_put", "rsub", "zero_",
 ]
@@ -94,6 +94,7 @@ ELSEWHERE = {
 
 # Native ops that traced graphs hold under another name.
 ALIASES = {
+    "_index_put_impl": {"index_put"},
     "native_batch_norm": {"_native_batch_norm_legit_functional",
                           "_native_batch_norm_legit_no_training", "_native_batch_norm_legit"},
 }

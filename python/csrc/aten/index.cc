@@ -181,6 +181,96 @@ at::Tensor& IndexAddOut(const at::Tensor& self, int64_t dim, const at::Tensor& i
 }
 TERN_ATEN_IMPL("index_add.out", IndexAddOut);
 
+// self[..., index, ...] += values with one integer index tensor at `axis`
+// (the indices before it None, none after): the backward of x[:, :, idx]
+// and what index_put_(accumulate=True) does in models. One SCATTER_ADD along
+// the axis; values broadcast to the indexed shape. Anything else (several
+// index tensors, boolean masks, assignment without accumulate) falls back.
+at::Tensor& IndexPutImpl(at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices,
+                         const at::Tensor& values, bool accumulate, bool unsafe) {
+  bool done = false;
+  int64_t axis = -1, defined = 0;
+  at::Tensor index;
+  for (size_t i = 0; i < indices.size(); ++i) {
+    const std::optional<at::Tensor> t = indices.get(i);
+    if (t.has_value() && t->defined()) {
+      axis = static_cast<int64_t>(i);
+      index = *t;
+      ++defined;
+    }
+  }
+  const at::ScalarType dtype = self.scalar_type();
+  if (accumulate && defined == 1 && IsTern(self) && IsTern(values) && IndexDtype(index) &&
+      axis < self.dim() && dtype != at::kBool && Supported(dtype) &&
+      values.scalar_type() == dtype && !values.storage().is_alias_of(self.storage()) &&
+      !index.storage().is_alias_of(self.storage()) && OutputOk(self, {})) {
+    std::vector<int64_t> shape(self.sizes().begin(), self.sizes().begin() + axis);
+    shape.insert(shape.end(), index.sizes().begin(), index.sizes().end());
+    shape.insert(shape.end(), self.sizes().begin() + axis + 1, self.sizes().end());
+    if (at::is_expandable_to(values.sizes(), shape)) {
+      Program p("aten::_index_put_impl_");
+      Operand idx = p.In(index);
+      if (index.dim() == 0) idx = idx.Unsqueeze(0);
+      Operand src = p.In(values).Expand(shape);
+      // A 0-dim index removes the axis from the indexed shape; the
+      // instruction wants it back, of size 1.
+      if (index.dim() == 0) src = src.Unsqueeze(axis);
+      p.Emit(TERN_OP_SCATTER_ADD, {p.Out(self), idx, src}, {axis});
+      done = p.ok() && p.Run();
+    }
+  }
+  if (done) return self;
+  return TERN_FALLBACK(_index_put_impl_, self, indices, values, accumulate, unsafe);
+}
+TERN_ATEN_IMPL("_index_put_impl_", IndexPutImpl);
+
+// flip: one GATHER per flipped dimension, with the indices n-1, ..., 0 made
+// on the device (IOTA). Never in place (the output must not overlap self).
+at::Tensor& FlipOut(const at::Tensor& self, at::IntArrayRef dims, at::Tensor& out) {
+  bool done = false;
+  const at::ScalarType dtype = self.scalar_type();
+  std::vector<int64_t> axes;
+  bool axes_ok = self.dim() > 0;
+  for (int64_t d : dims) {
+    if (!axes_ok || d < -self.dim() || d >= self.dim()) {
+      axes_ok = false;
+      break;
+    }
+    const int64_t axis = c10::maybe_wrap_dim(d, self.dim());
+    for (int64_t seen : axes) axes_ok = axes_ok && seen != axis;
+    if (self.size(axis) > 1) axes.push_back(axis);
+  }
+  if (axes_ok && IsTern(self) && Supported(dtype) && out.scalar_type() == dtype &&
+      (!IsTern(out) || !out.storage().is_alias_of(self.storage()))) {
+    ResizeOut(out, self.sizes());
+    if (OutputOk(out, {self})) {
+      Program p("aten::flip");
+      Operand current = p.In(self);
+      if (axes.empty() || self.numel() == 0) {
+        p.Emit(TERN_OP_COPY, {p.Out(out), current});
+      }
+      for (size_t i = 0; i < axes.size() && self.numel() > 0; ++i) {
+        const int64_t n = self.size(axes[i]);
+        Operand reversed = p.Temp(TERN_DTYPE_I64, {n});
+        p.Emit(TERN_OP_IOTA, {reversed}, {0}, {static_cast<double>(n - 1), -1.0});
+        Operand next = i + 1 == axes.size() ? p.Out(out) : p.Temp(*TD(dtype), self.sizes());
+        p.Emit(TERN_OP_GATHER, {next, current, reversed}, {axes[i]});
+        current = next;
+      }
+      done = p.ok() && p.Run();
+    }
+  }
+  if (done) return out;
+  return TERN_FALLBACK(flip_out, self, dims, out);
+}
+TERN_ATEN_IMPL("flip.out", FlipOut);
+
+at::Tensor Flip(const at::Tensor& self, at::IntArrayRef dims) {
+  at::Tensor out = at::empty({0}, self.options());
+  return FlipOut(self, dims, out);
+}
+TERN_ATEN_IMPL("flip", Flip);
+
 // The gradient of an embedding lookup: zeros, then every row of grad added
 // at its index (in index order), the padding row left at zero.
 at::Tensor EmbeddingDenseBackward(const at::Tensor& grad_output, const at::Tensor& indices,
