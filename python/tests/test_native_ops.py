@@ -145,6 +145,15 @@ CASES = [
      (X4, W4, B4), 1e-4),
     ("conv2d groups", lambda x, w: F.conv2d(x, w, groups=3), (r(2, 6, 5, 5), r(6, 2, 3, 3)), 1e-4),
     ("conv1d", lambda x, w: F.conv1d(x, w, padding=2), (r(2, 3, 10), r(4, 3, 3)), 1e-4),
+    ("depthwise conv", lambda x, w, b, y, v: (
+        F.conv1d(x, w, b, padding=3, groups=128),
+        F.conv2d(y, v, stride=2, padding=1, groups=96),
+        F.conv2d(y, v, dilation=2, padding=2, groups=96)),
+     (r(2, 128, 12), r(128, 1, 4), r(128), r(2, 96, 9, 9), r(96, 1, 3, 3)), 1e-4),
+    ("depthwise conv grads", grads(lambda x, w, b: F.conv1d(x, w, b, padding=3, groups=128)),
+     (r(2, 128, 12), r(128, 1, 4), r(128)), 1e-4),
+    ("depthwise conv2d grads", grads(lambda x, w: F.conv2d(x, w, stride=2, padding=1, groups=72)),
+     (r(2, 72, 7, 7), r(72, 1, 3, 3)), 1e-4),
     ("conv2d grads", grads(lambda x, w, b: F.conv2d(x, w, b, padding=1)), (X4, W4, B4), 1e-4),
     # indexing and assembly
     ("embedding grads", lambda i, e: grads(lambda e: F.embedding(i, e, padding_idx=3))(e),

@@ -208,6 +208,7 @@ struct ConvGeometry {
   bool one_d = false;              // a 1-D convolution run as 2-D with H = 1
   std::vector<int64_t> ints;       // stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, groups
   std::vector<int64_t> out_shape;  // in the caller's rank
+  bool depthwise = false;          // groups == channels == outputs: one filter per channel
 };
 
 ConvGeometry Geometry(const at::Tensor& input, const at::Tensor& weight, at::IntArrayRef stride,
@@ -215,9 +216,7 @@ ConvGeometry Geometry(const at::Tensor& input, const at::Tensor& weight, at::Int
                       int64_t groups) {
   ConvGeometry g;
   const int64_t rank = weight.dim();
-  if (transposed || (rank != 3 && rank != 4) || input.dim() != rank || groups < 1 || groups > 64) {
-    return g;
-  }
+  if (transposed || (rank != 3 && rank != 4) || input.dim() != rank || groups < 1) return g;
   const int64_t spatial = rank - 2;
   auto param = [&](at::IntArrayRef v, int64_t i, int64_t dflt) {
     if (v.empty()) return dflt;
@@ -254,6 +253,10 @@ ConvGeometry Geometry(const at::Tensor& input, const at::Tensor& weight, at::Int
     return g;
   }
   g.ints = {sh, sw, ph, pw, dh, dw, groups};
+  g.depthwise = groups > 1 && groups == c && o == c && weight.size(1) == 1;
+  // Grouped convolutions other than depthwise take one instruction per
+  // group (GroupSlices): up to 64.
+  if (!g.depthwise && groups > 64) return g;
   g.out_shape = g.one_d ? std::vector<int64_t>{n, o, ow} : std::vector<int64_t>{n, o, oh, ow};
   g.ok = true;
   return g;
@@ -293,6 +296,73 @@ Operand Nchw(Program& p, const at::Tensor& t, bool output, bool one_d) {
   return one_d ? o.Unsqueeze(2) : o;
 }
 
+// Depthwise convolutions (one filter per channel: Mamba's causal conv1d,
+// MobileNet's 3x3) as elementwise products of shifted views, one per filter
+// tap, instead of one CONV2D per channel: with 128 or more channels that was
+// 128 instructions, and the plugin fell back to the CPU. All in NCHW (1-D as
+// H = 1), float32.
+struct DepthwiseTaps {
+  int64_t kh, kw, oh, ow, sh, sw, ph, pw, dh, dw;
+
+  DepthwiseTaps(const ConvGeometry& g, const at::Tensor& weight)
+      : kh(g.one_d ? 1 : weight.size(2)),
+        kw(weight.size(-1)),
+        oh(g.one_d ? 1 : g.out_shape[2]),
+        ow(g.out_shape.back()),
+        sh(g.ints[0]),
+        sw(g.ints[1]),
+        ph(g.ints[2]),
+        pw(g.ints[3]),
+        dh(g.ints[4]),
+        dw(g.ints[5]) {}
+
+  // The input elements tap (i, j) multiplies, from the padded input.
+  Operand Window(const Operand& padded, int64_t i, int64_t j) const {
+    return padded.Slice(2, i * dh, oh, sh).Slice(3, j * dw, ow, sw);
+  }
+  // Weight [C, 1, kh, kw] at tap (i, j) as [1, C, 1, 1], broadcast to `shape`.
+  static Operand Tap(const Operand& weight, int64_t i, int64_t j, c10::IntArrayRef shape) {
+    return weight.Select(1, 0)
+        .Select(2, j)
+        .Select(1, i)
+        .Unsqueeze(0)
+        .Unsqueeze(2)
+        .Unsqueeze(3)
+        .Expand(shape);
+  }
+};
+
+// A zero-padded copy of `x` (NCHW operand) in scratch, or `x` itself.
+Operand Padded(Program& p, const Operand& x, int64_t ph, int64_t pw) {
+  if (ph == 0 && pw == 0) return x;
+  Operand padded =
+      p.Temp(x.dtype, {x.shape[0], x.shape[1], x.shape[2] + 2 * ph, x.shape[3] + 2 * pw});
+  p.Emit(TERN_OP_FILL, {padded}, {}, {0.0});
+  p.Emit(TERN_OP_COPY, {padded.Slice(2, ph, x.shape[2]).Slice(3, pw, x.shape[3]), x});
+  return padded;
+}
+
+void EmitDepthwiseForward(Program& p, const ConvGeometry& g, const at::Tensor& weight,
+                          const Operand& out, const Operand& x, const Operand& w,
+                          const Operand& bias) {
+  const DepthwiseTaps t(g, weight);
+  const Operand padded = Padded(p, x, t.ph, t.pw);
+  const Operand product = p.Temp(out.dtype, out.shape);
+  if (bias.present()) {
+    p.Emit(TERN_OP_COPY, {out, bias.Unsqueeze(0).Unsqueeze(2).Unsqueeze(3).Expand(out.shape)});
+  } else {
+    p.Emit(TERN_OP_FILL, {out}, {}, {0.0});
+  }
+  for (int64_t i = 0; i < t.kh; ++i) {
+    for (int64_t j = 0; j < t.kw; ++j) {
+      p.Emit(TERN_OP_BINARY,
+             {product, t.Window(padded, i, j), DepthwiseTaps::Tap(w, i, j, out.shape)},
+             {TERN_BINARY_MUL});
+      p.Emit(TERN_OP_BINARY, {out, out, product}, {TERN_BINARY_ADD});
+    }
+  }
+}
+
 at::Tensor Convolution(const at::Tensor& input, const at::Tensor& weight,
                        const std::optional<at::Tensor>& bias, at::IntArrayRef stride,
                        at::IntArrayRef padding, at::IntArrayRef dilation, bool transposed,
@@ -308,6 +378,16 @@ at::Tensor Convolution(const at::Tensor& input, const at::Tensor& weight,
       const Operand O = Nchw(p, out, true, g.one_d), X = Nchw(p, input, false, g.one_d),
                     W = Nchw(p, weight, false, g.one_d);
       const Operand B = has_bias ? p.In(*bias) : program::None();
+      if (g.depthwise && dtype == at::kFloat) {
+        EmitDepthwiseForward(p, g, weight, O, X, W, B);
+        if (p.ok() && p.Run()) return out;
+        return TERN_FALLBACK(convolution, input, weight, bias, stride, padding, dilation,
+                             transposed, output_padding, groups);
+      }
+      if (groups > 64) {
+        return TERN_FALLBACK(convolution, input, weight, bias, stride, padding, dilation,
+                             transposed, output_padding, groups);
+      }
       // One instruction per group (see GroupSlices).
       for (const GroupSlice& s : GroupSlices(g, input.size(1), weight.size(0))) {
         p.Emit(TERN_OP_CONV2D,
@@ -323,6 +403,63 @@ at::Tensor Convolution(const at::Tensor& input, const at::Tensor& weight,
 }
 TERN_ATEN_IMPL("convolution", Convolution);
 
+// The depthwise backward, tap by tap: grad_input accumulates each tap's
+// grad_output * weight into its window of a padded gradient; grad_weight's
+// tap is the sum of grad_output * window over batch and positions.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> DepthwiseBackward(
+    Program& p, const ConvGeometry& g, const Operand& go, const at::Tensor& input,
+    const at::Tensor& weight, std::array<bool, 3> output_mask, const at::Tensor& grad_output,
+    at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, bool transposed,
+    at::IntArrayRef output_padding, at::OptionalIntArrayRef bias_sizes) {
+  const DepthwiseTaps t(g, weight);
+  at::Tensor grad_input, grad_weight, grad_bias;
+  const Operand X = Nchw(p, input, false, g.one_d), W = Nchw(p, weight, false, g.one_d);
+  const Operand product = p.Temp(go.dtype, go.shape);
+  if (output_mask[0]) {
+    grad_input = EmptyIn(input.sizes(), input);
+    const Operand GI = Nchw(p, grad_input, true, g.one_d);
+    Operand padded = GI;
+    if (t.ph != 0 || t.pw != 0) {
+      padded = p.Temp(GI.dtype,
+                      {GI.shape[0], GI.shape[1], GI.shape[2] + 2 * t.ph, GI.shape[3] + 2 * t.pw});
+    }
+    p.Emit(TERN_OP_FILL, {padded}, {}, {0.0});
+    for (int64_t i = 0; i < t.kh; ++i) {
+      for (int64_t j = 0; j < t.kw; ++j) {
+        const Operand window = t.Window(padded, i, j);
+        p.Emit(TERN_OP_BINARY, {product, go, DepthwiseTaps::Tap(W, i, j, go.shape)},
+               {TERN_BINARY_MUL});
+        p.Emit(TERN_OP_BINARY, {window, window, product}, {TERN_BINARY_ADD});
+      }
+    }
+    if (t.ph != 0 || t.pw != 0) {
+      p.Emit(TERN_OP_COPY, {GI, padded.Slice(2, t.ph, GI.shape[2]).Slice(3, t.pw, GI.shape[3])});
+    }
+  }
+  if (output_mask[1]) {
+    grad_weight = EmptyIn(weight.sizes(), weight);
+    const Operand GW = Nchw(p, grad_weight, true, g.one_d);
+    const Operand padded = Padded(p, X, t.ph, t.pw);
+    for (int64_t i = 0; i < t.kh; ++i) {
+      for (int64_t j = 0; j < t.kw; ++j) {
+        p.Emit(TERN_OP_BINARY, {product, go, t.Window(padded, i, j)}, {TERN_BINARY_MUL});
+        const Operand tap =
+            GW.Select(1, 0).Select(2, j).Select(1, i).Unsqueeze(0).Unsqueeze(2).Unsqueeze(3);
+        p.Emit(TERN_OP_REDUCE, {tap, product}, {TERN_REDUCE_SUM, 0, 2, 3});
+      }
+    }
+  }
+  if (output_mask[2]) {
+    grad_bias = at::empty({weight.size(0)}, weight.options());
+    p.Emit(TERN_OP_REDUCE, {p.Out(grad_bias).View({1, weight.size(0), 1, 1}), go},
+           {TERN_REDUCE_SUM, 0, 2, 3});
+  }
+  if (!output_mask[0] && !output_mask[1] && !output_mask[2]) return {};
+  if (p.ok() && p.Run()) return {grad_input, grad_weight, grad_bias};
+  return TERN_FALLBACK(convolution_backward, grad_output, input, weight, bias_sizes, stride,
+                       padding, dilation, transposed, output_padding, weight.size(0), output_mask);
+}
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor> ConvolutionBackward(
     const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight,
     at::OptionalIntArrayRef bias_sizes, at::IntArrayRef stride, at::IntArrayRef padding,
@@ -335,6 +472,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> ConvolutionBackward(
       at::Tensor grad_input, grad_weight, grad_bias;
       Program p("aten::convolution_backward");
       const Operand go = Nchw(p, grad_output, false, g.one_d);
+      if (g.depthwise && dtype == at::kFloat) {
+        return DepthwiseBackward(p, g, go, input, weight, output_mask, grad_output, stride, padding,
+                                 dilation, transposed, output_padding, bias_sizes);
+      }
+      if (groups > 64) {
+        return TERN_FALLBACK(convolution_backward, grad_output, input, weight, bias_sizes, stride,
+                             padding, dilation, transposed, output_padding, groups, output_mask);
+      }
       const std::vector<GroupSlice> slices = GroupSlices(g, input.size(1), weight.size(0));
       if (output_mask[0]) {
         grad_input = EmptyIn(input.sizes(), input);
