@@ -144,6 +144,42 @@ at::Tensor& ScatterAddOut(const at::Tensor& self, int64_t dim, const at::Tensor&
 }
 TERN_ATEN_IMPL("scatter_add.out", ScatterAddOut);
 
+// scatter(dim, index, value) with a number: every position that `index`
+// names along `dim` becomes `value`. Duplicate indices write the same value,
+// so counting the hits (a SCATTER_ADD_ALONG_AXIS of ones) and a WHERE gives
+// exactly what the CPU writes, without an overwriting scatter instruction.
+at::Tensor& ScatterValueOut(const at::Tensor& self, int64_t dim, const at::Tensor& index,
+                            const at::Scalar& value, at::Tensor& out) {
+  bool done = false;
+  const at::ScalarType dtype = self.scalar_type();
+  if (IsTern(self) && self.dim() > 0 && Supported(dtype) && out.scalar_type() == dtype &&
+      IndexDtype(index) && index.dim() == self.dim()) {
+    dim = c10::maybe_wrap_dim(dim, self.dim());
+    bool shapes_ok = true;
+    for (int64_t d = 0; d < self.dim(); ++d) {
+      shapes_ok = shapes_ok && (d == dim || index.size(d) <= self.size(d));
+    }
+    ResizeOut(out, self.sizes());
+    if (shapes_ok && !index.storage().is_alias_of(out.storage()) && OutputOk(out, {self})) {
+      Program p("aten::scatter.value_out");
+      Operand O = p.Out(out);
+      CopyUnlessSame(p, self, out, O);
+      Operand hits = p.Temp(TERN_DTYPE_F32, self.sizes());
+      p.Emit(TERN_OP_FILL, {hits}, {}, {0.0});
+      p.Emit(TERN_OP_SCATTER_ADD_ALONG_AXIS,
+             {hits, p.In(index), p.Const(1.0, TERN_DTYPE_F32).Expand(index.sizes())}, {dim});
+      Operand hit = p.Temp(TERN_DTYPE_BOOL, self.sizes());
+      p.Emit(TERN_OP_BINARY, {hit, hits, p.Const(0.0, TERN_DTYPE_F32).Expand(self.sizes())},
+             {TERN_BINARY_GT});
+      p.Emit(TERN_OP_WHERE, {O, hit, ScalarArg(p, value, dtype).Expand(self.sizes()), O});
+      done = p.ok() && p.Run();
+    }
+  }
+  if (done) return out;
+  return TERN_FALLBACK(scatter_value_out, self, dim, index, value, out);
+}
+TERN_ATEN_IMPL("scatter.value_out", ScatterValueOut);
+
 at::Tensor& IndexAddOut(const at::Tensor& self, int64_t dim, const at::Tensor& index,
                         const at::Tensor& source, const at::Scalar& alpha, at::Tensor& out) {
   bool done = false;
