@@ -106,6 +106,8 @@ CASES = [
                                F.hardsigmoid(x), F.mish(x)], (A,), 1e-5),
     ("activation grads", grads(lambda x: F.relu(x) + F.gelu(x) + F.silu(x) + torch.tanh(x) +
                                torch.sigmoid(x)), (A,), 1e-5),
+    ("logsigmoid", lambda x: F.logsigmoid(x * 30), (A,), 1e-5),
+    ("logsigmoid grad", grads(lambda x: F.logsigmoid(x * 30)), (A,), 1e-5),
     ("mse_loss", lambda x, y: (F.mse_loss(x, y), F.mse_loss(x, y, reduction="sum")), (A, A * 0.5),
      1e-5),
     ("mse_loss grad", grads(lambda x, y: F.mse_loss(x, y)), (A, r(4, 5)), 1e-6),

@@ -947,6 +947,42 @@ at::Tensor MseLossBackward(const at::Tensor& grad_output, const at::Tensor& self
 }
 TERN_ATEN_IMPL("mse_loss_backward", MseLossBackward);
 
+// log_sigmoid, with the CPU's formula min(x, 0) - log1p(exp(-|x|)). The
+// buffer the CPU's forward fills for its backward is empty here, as CUDA's:
+// the backward below reads only x.
+std::tuple<at::Tensor, at::Tensor> LogSigmoidForward(const at::Tensor& self) {
+  at::Tensor out = at::empty_like(self);
+  if (RunFloatOp("aten::log_sigmoid_forward", out, {self}, [&](FloatOp& f) {
+        Operand X = f.In(self), low = f.Temp(), tail = f.Temp();
+        f.p.Emit(TERN_OP_BINARY, {low, X, f.Const(0.0)}, {TERN_BINARY_MIN});
+        f.p.Emit(TERN_OP_UNARY, {tail, X}, {TERN_UNARY_ABS});
+        f.p.Emit(TERN_OP_UNARY, {tail, tail}, {TERN_UNARY_NEG});
+        f.p.Emit(TERN_OP_UNARY, {tail, tail}, {TERN_UNARY_EXP});
+        f.p.Emit(TERN_OP_UNARY, {tail, tail}, {TERN_UNARY_LOG1P});
+        f.EmitOut(TERN_OP_BINARY, {low, tail}, {TERN_BINARY_SUB});
+      })) {
+    return {out, at::empty({0}, self.options())};
+  }
+  return TERN_FALLBACK(log_sigmoid_forward, self);
+}
+TERN_ATEN_IMPL("log_sigmoid_forward", LogSigmoidForward);
+
+// d/dx log_sigmoid(x) = sigmoid(-x).
+at::Tensor LogSigmoidBackward(const at::Tensor& grad_output, const at::Tensor& self,
+                              const at::Tensor& buffer) {
+  at::Tensor out = at::empty_like(self);
+  if (RunFloatOp("aten::log_sigmoid_backward", out, {grad_output, self}, [&](FloatOp& f) {
+        Operand G = f.In(grad_output), X = f.In(self), slope = f.Temp();
+        f.p.Emit(TERN_OP_UNARY, {slope, X}, {TERN_UNARY_NEG});
+        f.p.Emit(TERN_OP_UNARY, {slope, slope}, {TERN_UNARY_SIGMOID});
+        f.EmitOut(TERN_OP_BINARY, {G, slope}, {TERN_BINARY_MUL});
+      })) {
+    return out;
+  }
+  return TERN_FALLBACK(log_sigmoid_backward, grad_output, self, buffer);
+}
+TERN_ATEN_IMPL("log_sigmoid_backward", LogSigmoidBackward);
+
 // grad * mask * scale.
 at::Tensor& NativeDropoutBackwardOut(const at::Tensor& grad_output, const at::Tensor& mask,
                                      double scale, at::Tensor& out) {
