@@ -106,6 +106,10 @@ CASES = [
                                F.hardsigmoid(x), F.mish(x)], (A,), 1e-5),
     ("activation grads", grads(lambda x: F.relu(x) + F.gelu(x) + F.silu(x) + torch.tanh(x) +
                                torch.sigmoid(x)), (A,), 1e-5),
+    ("integer trunc division", lambda a, b: (torch.div(a, b, rounding_mode="trunc"),
+                                             torch.div(a, 3, rounding_mode="trunc"),
+                                             torch.div(a, -4, rounding_mode="trunc")),
+     (torch.arange(-12, 12), torch.tensor([5, -5, 3, -3] * 6)), 0),
     ("logsigmoid", lambda x: F.logsigmoid(x * 30), (A,), 1e-5),
     ("logsigmoid grad", grads(lambda x: F.logsigmoid(x * 30)), (A,), 1e-5),
     ("mse_loss", lambda x, y: (F.mse_loss(x, y), F.mse_loss(x, y, reduction="sum")), (A, A * 0.5),

@@ -190,6 +190,20 @@ at::Tensor& DivModeOut(const at::Tensor& self, const at::Tensor& other,
     at::Tensor quotient = at::empty_like(out);
     done = Binary("aten::div.out_mode", TERN_BINARY_DIV, Kind::kArith, self, other, quotient) &&
            Unary("aten::div.out_mode", TERN_UNARY_TRUNC, quotient, out);
+  } else if (*mode == "trunc" && IsTern(self) &&
+             at::isIntegralType(ResultType(self, other), /*includeBool=*/false) &&
+             out.scalar_type() == ResultType(self, other)) {
+    // Integers: the floor quotient, plus one where it was rounded down past
+    // zero (a remainder, and operands of opposite signs).
+    at::Tensor quotient = at::empty_like(out);
+    if (Binary("aten::div.out_mode", TERN_BINARY_FLOOR_DIVIDE, Kind::kArith, self, other,
+               quotient)) {
+      const at::Tensor rounded_down =
+          at::remainder(self, other).ne(0).logical_and(self.lt(0).logical_xor(other.lt(0)));
+      ResizeOut(out, quotient.sizes());
+      at::add_out(out, quotient, rounded_down.to(quotient.scalar_type()));
+      done = true;
+    }
   }
   if (done) return out;
   return TERN_FALLBACK(div_out_mode, self, other, mode, out);
