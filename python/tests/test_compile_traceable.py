@@ -43,7 +43,7 @@ TOL = 1e-4
 # subset's fallback-only ops are left out) and a few more native ones.
 OPS = [k for k in harness.SUBSET if k not in ("cumsum", "sort", "topk", "lgamma")] + [
     "nn.functional.threshold", "nn.functional.relu6", "nn.functional.embedding",
-    "masked_select", "isnan", "flip", "nn.functional.logsigmoid", "scatter",
+    "masked_select", "isnan", "flip", "nn.functional.logsigmoid", "scatter", "eye",
     "isneginf", "isposinf", "nn.functional.normalize", "nn.functional.instance_norm",
     "nn.functional.max_pool1d", "__getitem__", "index_put", "rsub", "zero_",
 ]

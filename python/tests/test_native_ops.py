@@ -182,6 +182,10 @@ CASES = [
      (A, idx(5, 3, 4)), 0),
     ("cat stack tril", lambda x, y: (torch.cat([x, y], 1), torch.stack([x, x]), x.tril(), x.triu(1)),
      (A, C), 0),
+    ("eye", lambda x: (torch.eye(4, device=x.device), torch.eye(3, 5, device=x.device),
+                       torch.eye(5, 2, dtype=torch.int64, device=x.device),
+                       torch.eye(0, 3, device=x.device), torch.eye(3, dtype=torch.bool,
+                                                                  device=x.device)), (A,), 0),
     ("arange", lambda x: (torch.arange(2, 10, 3, device=x.device),
                           torch.arange(0, 1, 0.1, device=x.device)), (A,), 0),
     ("nll_loss", lambda x, t, w: [F.nll_loss(x, t, reduction=red) for red in ("mean", "sum", "none")]

@@ -454,6 +454,42 @@ at::Tensor& ArangeStartOut(const at::Scalar& start, const at::Scalar& end, const
 }
 TERN_ATEN_IMPL("arange.start_out", ArangeStartOut);
 
+// eye(n, m): zeros, then ones along the diagonal (a view of stride m + 1).
+at::Tensor& EyeMOut(int64_t n, int64_t m, at::Tensor& out) {
+  bool done = false;
+  const at::ScalarType dtype = out.scalar_type();
+  if (n >= 0 && m >= 0 && IsTern(out) && Supported(dtype)) {
+    ResizeOut(out, {n, m});
+    if (OutputOk(out, {})) {
+      Program p("aten::eye.m_out");
+      Operand O = p.Out(out);
+      // FILL takes an integer dtype's value exactly in ints[0].
+      const bool integral = at::isIntegralType(dtype, /*includeBool=*/true);
+      auto fill = [&](const Operand& o, int64_t value) {
+        if (integral) {
+          p.Emit(TERN_OP_FILL, {o}, {value});
+        } else {
+          p.Emit(TERN_OP_FILL, {o}, {}, {static_cast<double>(value)});
+        }
+      };
+      fill(O, 0);
+      if (std::min(n, m) > 0) {
+        Operand diagonal = O;
+        diagonal.shape = {std::min(n, m)};
+        diagonal.strides = {O.strides[0] + O.strides[1]};
+        fill(diagonal, 1);
+      }
+      done = p.ok() && p.Run();
+    }
+  }
+  if (done) return out;
+  return TERN_FALLBACK(eye_m_out, n, m, out);
+}
+TERN_ATEN_IMPL("eye.m_out", EyeMOut);
+
+at::Tensor& EyeOut(int64_t n, at::Tensor& out) { return EyeMOut(n, n, out); }
+TERN_ATEN_IMPL("eye.out", EyeOut);
+
 // The CPU's linspace: start + i*step for the first half, end - (steps-1-i)*step
 // for the second (two IOTAs).
 at::Tensor& LinspaceOut(const at::Scalar& start, const at::Scalar& end, int64_t steps,
