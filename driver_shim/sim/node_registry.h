@@ -80,10 +80,11 @@ class NodeRegistry {
   // fails with TERN_ERROR_INCOMPATIBLE naming the live processes otherwise; a
   // file truncated under live processes is grown back (so they do not die of
   // SIGBUS) and the call fails with TERN_ERROR_FAILED_PRECONDITION. Slots of
-  // dead processes, and garbage in free slots, are cleared. A participant claims one of
-  // kMaxProcesses slots (TERN_ERROR_UNAVAILABLE when all are live). An observer may pass an
-  // all-zero `topology` to adopt whatever the file holds; it then fails with
-  // TERN_ERROR_UNAVAILABLE when no process has created the node yet.
+  // dead processes, and garbage in free slots, are cleared. A participant
+  // claims one of kMaxProcesses slots (TERN_ERROR_UNAVAILABLE when all are
+  // live). An observer may pass an all-zero `topology` to adopt whatever the
+  // file holds; it then fails with TERN_ERROR_UNAVAILABLE when no process has
+  // created the node yet.
   // Thread-safety: safe from any thread; waits while another process opens
   // the same node (a short critical section), at most 5 s
   // (TERN_SIM_NODE_LOCK_TIMEOUT_MS), then fails with TERN_ERROR_TIMEOUT naming
@@ -128,10 +129,11 @@ class NodeRegistry {
   // Thread-safety: safe from any thread; lock-free.
   uint64_t NodeMemoryUsed(uint32_t device, uint64_t by_category[TERN_MEMORY_CATEGORY_COUNT]) const;
 
-  // Frees the slots of dead processes (and clears garbage in free slots): their
-  // memory leaves the node's sum and their core records are cleared. Safe when several processes
-  // reap at once (only the holder of a slot's lock reaps it). Thread-safety: safe from any thread;
-  // never blocks on other processes.
+  // Frees the slots of dead processes (and clears garbage in free slots):
+  // their memory leaves the node's sum and their core records are cleared.
+  // Safe when several processes reap at once (only the holder of a slot's
+  // lock reaps it).
+  // Thread-safety: safe from any thread; never blocks on other processes.
   void ReapDeadProcesses();
 
   // The live counters of a core, in shared memory. `device` and `core` must
