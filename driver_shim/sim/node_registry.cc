@@ -792,17 +792,17 @@ Status NodeRegistry::OutOfMemoryError(uint32_t device, uint64_t bytes,
     if (held > capacity) {
       char command[32];
       LoadCommand(s.command, command);
-      corrupt.push_back(fmt::format("{} ({}) claims {}", s.pid.load(), command, FormatBytes(held)));
+      corrupt.push_back(fmt::format("{} ({}): {}", s.pid.load(), command, FormatBytes(held)));
     }
   }
   if (!corrupt.empty()) {
     return MakeStatus(TERN_ERROR_OUT_OF_MEMORY,
                       "cannot reserve {} of {} memory on device {}: the ledger of sim node '{}' "
-                      "({}) is corrupt: process slot(s) of live process(es) {} claim more than the "
-                      "device's {}; something other than tern wrote the file. Stop those "
-                      "processes; their slots are then cleared",
+                      "({}) is corrupt: the slots of live processes hold more than the "
+                      "device's {}: {}; something other than tern wrote the file. Stop "
+                      "those processes; their slots are then cleared",
                       FormatBytes(bytes), CategoryName(category), device, node_name_, path_,
-                      fmt::join(corrupt, ", "), FormatBytes(capacity));
+                      FormatBytes(capacity), fmt::join(corrupt, ", "));
   }
   return MakeStatus(TERN_ERROR_OUT_OF_MEMORY,
                     "cannot reserve {} ({} bytes) of {} memory on device {}: {} of its {} are in "

@@ -991,6 +991,55 @@ TEST_F(NodeRegistryTest, GarbageLedgerWithoutLiveProcessIsRecovered) {
   }
 }
 
+// A live process's ledger that claims more than the device has can only be
+// corrupt: a failed reservation names that process and says to stop it, and
+// stopping it recovers the node.
+TEST_F(NodeRegistryTest, CorruptLedgerOfLiveProcessIsNamed) {
+  const std::string node = NewNode();
+  const uint64_t marker = 0x1234567;  // an amount to find in the file: the child's ledger
+  ChildProcess child([&](ChildProcess::Channel& channel) {
+    std::unique_ptr<NodeRegistry> registry;
+    if (!NodeRegistry::Open(node, kSmall, Role::kParticipant, &registry).ok()) return 1;
+    if (!registry->ReserveMemory(1, marker, TERN_MEMORY_SCRATCH).ok()) return 2;
+    channel.Ready(0);
+    pause();
+    return 3;
+  });
+  ASSERT_EQ(child.WaitReady(), 0);
+
+  const int fd = open(NodePath(node).c_str(), O_RDWR | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  struct stat st;
+  ASSERT_EQ(fstat(fd, &st), 0);
+  std::vector<uint64_t> words(static_cast<size_t>(st.st_size) / 8);
+  ASSERT_EQ(pread(fd, words.data(), words.size() * 8, 0), static_cast<ssize_t>(words.size() * 8));
+  int found = 0;
+  for (size_t i = 0; i < words.size(); ++i) {
+    if (words[i] != marker) continue;
+    const uint64_t huge = uint64_t{1} << 60;
+    ASSERT_EQ(pwrite(fd, &huge, 8, static_cast<off_t>(i * 8)), 8);
+    ++found;
+  }
+  close(fd);
+  ASSERT_EQ(found, 1);
+
+  auto registry = MustOpen(node, kSmall);
+  ASSERT_NE(registry, nullptr);
+  EXPECT_TRUE(registry->ReserveMemory(0, kGiB, TERN_MEMORY_TENSORS).ok());  // device 0 is fine
+  Status oom = registry->ReserveMemory(1, 1, TERN_MEMORY_TENSORS);
+  EXPECT_EQ(oom.code(), TERN_ERROR_OUT_OF_MEMORY);
+  EXPECT_NE(oom.message().find("is corrupt"), std::string::npos) << oom.message();
+  EXPECT_NE(oom.message().find(std::to_string(child.pid()) + " (" + kChildName + "): "),
+            std::string::npos)
+      << oom.message();
+  EXPECT_NE(oom.message().find("Stop those processes"), std::string::npos) << oom.message();
+
+  child.Kill();
+  EXPECT_EQ(child.Wait(), 128 + SIGKILL);
+  EXPECT_TRUE(registry->ReserveMemory(1, kSmall.hbm_bytes, TERN_MEMORY_TENSORS).ok());
+  EXPECT_EQ(registry->NodeMemoryUsed(1, nullptr), kSmall.hbm_bytes);
+}
+
 TEST_F(NodeRegistryTest, HeaderBeyondTheLimitsIsNotAdopted) {
   std::unique_ptr<NodeRegistry> registry;
   Status status = NodeRegistry::Open(NewNode(), Topology{1, 1, NodeRegistry::kMaxHbmBytes + 1},
