@@ -1,7 +1,9 @@
 #include "driver_shim/sim/node_registry.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <fmt/ranges.h>
+#include <pwd.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -10,6 +12,7 @@
 #include <bit>
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <new>
 #include <string_view>
@@ -42,15 +45,17 @@ struct alignas(64) CoreRecord {
   CoreCounters counters;
 };
 
+// No node-wide memory totals: a process accounts only in its own slot, and the
+// node's usage is the sum over slots, so no crash can leave a total that
+// disagrees with the slots (there is no second copy to disagree).
 struct alignas(64) DeviceRecord {
-  uint64_t capacity;  // written when formatting, then read-only
-  std::atomic<uint64_t> used_total;
-  std::atomic<uint64_t> used_by_category[TERN_MEMORY_CATEGORY_COUNT];
   std::atomic<uint64_t> ecc_corrected;
   std::atomic<uint64_t> ecc_uncorrected;
   CoreRecord cores[kMaxCores];
 };
 
+// The process's whole ledger for one device: the only place its memory is
+// counted. Reaping a dead process zeroes it.
 struct SlotDeviceUsage {
   std::atomic<uint64_t> used_by_category[TERN_MEMORY_CATEGORY_COUNT];
   std::atomic<uint32_t> cores_owned;  // bit c: core c
@@ -77,7 +82,7 @@ struct alignas(64) Header {
 
 constexpr uint64_t kMagic = 0x314d49534e524554ull;  // "TERNSIM1" in little-endian bytes
 // Bump whenever SharedNodeState changes shape (e.g. TERN_ERROR_CLASS_COUNT grows).
-constexpr uint32_t kLayoutVersion = 3;  // 3: latency histogram per core
+constexpr uint32_t kLayoutVersion = 4;  // 4: memory counted only in process slots
 
 }  // namespace node_layout
 
@@ -124,14 +129,6 @@ int TryLockByte(int fd, off_t offset) {
 
 bool IsHeldError(int err) { return err == EAGAIN || err == EACCES; }
 
-int LockByteBlocking(int fd, off_t offset) {
-  struct flock fl = ByteLock(F_WRLCK, offset);
-  while (fcntl(fd, F_OFD_SETLKW, &fl) != 0) {
-    if (errno != EINTR) return errno;
-  }
-  return 0;
-}
-
 void UnlockByte(int fd, off_t offset) {
   struct flock fl = ByteLock(F_UNLCK, offset);
   while (fcntl(fd, F_OFD_SETLK, &fl) != 0 && errno == EINTR) {
@@ -147,11 +144,186 @@ bool HeldByOther(int fd, off_t offset) {
   return fl.l_type != F_UNLCK;
 }
 
-void SaturatingSub(std::atomic<uint64_t>& value, uint64_t amount) {
-  uint64_t current = value.load(std::memory_order_relaxed);
-  while (!value.compare_exchange_weak(current, current - std::min(current, amount),
-                                      std::memory_order_acq_rel, std::memory_order_relaxed)) {
+uint64_t SaturatingAdd(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
+
+// How long Open waits for another process's short critical section (the init
+// lock) before it gives up and names what holds it.
+constexpr int kDefaultLockTimeoutMs = 5000;
+
+int LockTimeoutMs() {
+  const char* text = std::getenv("TERN_SIM_NODE_LOCK_TIMEOUT_MS");
+  if (text == nullptr || *text == '\0') return kDefaultLockTimeoutMs;
+  char* end = nullptr;
+  const long value = std::strtol(text, &end, 10);
+  if (*end != '\0' || value < 1 || value > 600000) return kDefaultLockTimeoutMs;
+  return static_cast<int>(value);
+}
+
+// The processes other than this one that have the file open, "pid (command)"
+// each, found through /proc: the kernel does not name the holder of an OFD
+// lock (F_OFD_GETLK reports pid -1). Processes of other users are invisible
+// to an unprivileged caller.
+std::vector<std::string> ProcessesWithFileOpen(int fd) {
+  std::vector<std::string> found;
+  struct stat target;
+  if (fstat(fd, &target) != 0) return found;
+  DIR* proc = opendir("/proc");
+  if (proc == nullptr) return found;
+  const pid_t self = getpid();
+  while (struct dirent* entry = readdir(proc)) {
+    char* end = nullptr;
+    const long pid = std::strtol(entry->d_name, &end, 10);
+    if (*end != '\0' || pid <= 0 || pid == self) continue;
+    const std::string fd_dir = fmt::format("/proc/{}/fd", pid);
+    DIR* fds = opendir(fd_dir.c_str());
+    if (fds == nullptr) continue;
+    bool has_it = false;
+    while (struct dirent* fd_entry = readdir(fds)) {
+      struct stat st;
+      if (fd_entry->d_name[0] == '.') continue;
+      if (stat((fd_dir + "/" + fd_entry->d_name).c_str(), &st) == 0 && st.st_dev == target.st_dev &&
+          st.st_ino == target.st_ino) {
+        has_it = true;
+        break;
+      }
+    }
+    closedir(fds);
+    if (!has_it) continue;
+    std::string command = "?";
+    const int comm = open(fmt::format("/proc/{}/comm", pid).c_str(), O_RDONLY | O_CLOEXEC);
+    if (comm >= 0) {
+      char buf[64] = {};
+      const ssize_t n = read(comm, buf, sizeof(buf) - 1);
+      close(comm);
+      if (n > 0) command.assign(buf, static_cast<size_t>(n - (buf[n - 1] == '\n' ? 1 : 0)));
+    }
+    found.push_back(fmt::format("{} ({})", pid, command));
+    if (found.size() == 8) break;
   }
+  closedir(proc);
+  return found;
+}
+
+// "held by ..." for messages about a lock or a file that another process has.
+std::string DescribeOpeners(int fd) {
+  const std::vector<std::string> openers = ProcessesWithFileOpen(fd);
+  if (openers.empty()) {
+    return "a process that this user cannot see (of another user, or in another PID namespace)";
+  }
+  return fmt::format("one of the processes that have it open: {}", fmt::join(openers, ", "));
+}
+
+// Takes the init lock, waiting at most LockTimeoutMs(): a process stopped (or
+// malicious) inside its critical section must not hang every other process.
+Status LockInitBounded(int fd, const std::string& path) {
+  const int timeout_ms = LockTimeoutMs();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  auto pause = std::chrono::microseconds(50);
+  for (;;) {
+    const int err = TryLockByte(fd, kInitLock);
+    if (err == 0) return OkStatus();
+    if (!IsHeldError(err)) {
+      return ErrnoStatus(TERN_ERROR_IO, err,
+                         fmt::format("locking sim node state \"{}\" (fcntl F_OFD_SETLK)", path));
+    }
+    if (std::chrono::steady_clock::now() >= deadline) break;
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(10000));
+  }
+  return MakeStatus(TERN_ERROR_TIMEOUT,
+                    "sim node file \"{}\": its init lock (byte {}) has been held for more than {} "
+                    "ms by {}; a process opening the node takes it for a few milliseconds at most, "
+                    "so that process is stopped or misbehaving: resume or stop it, or use another "
+                    "TERN_SIM_NODE (TERN_SIM_NODE_LOCK_TIMEOUT_MS sets this wait)",
+                    path, static_cast<int64_t>(kInitLock), timeout_ms, DescribeOpeners(fd));
+}
+
+std::string UserName(uid_t uid) {
+  struct passwd entry;
+  struct passwd* result = nullptr;
+  char buf[1024];
+  if (getpwuid_r(uid, &entry, buf, sizeof(buf), &result) == 0 && result != nullptr) {
+    return fmt::format("uid {} ({})", uid, result->pw_name);
+  }
+  return fmt::format("uid {}", uid);
+}
+
+// A node file is trusted only when this user created it, nobody else can open
+// it, and it is a plain file with one name: then no other user can lock,
+// read, rewrite or truncate it.
+Status CheckNodeFileTrusted(const struct stat& st, const std::string& path) {
+  if (!S_ISREG(st.st_mode) || st.st_nlink != 1) {
+    return MakeStatus(TERN_ERROR_FAILED_PRECONDITION,
+                      "sim node file \"{}\" is not a plain file with a single name (mode {:o}, {} "
+                      "links), so tern does not trust it; remove it (rm \"{}\", as its owner or "
+                      "root), or use another TERN_SIM_NODE",
+                      path, st.st_mode, st.st_nlink, path);
+  }
+  if (st.st_uid != geteuid()) {
+    return MakeStatus(TERN_ERROR_FAILED_PRECONDITION,
+                      "sim node file \"{}\" belongs to {}, not to this process's {}: a sim node "
+                      "is private to the user who created it; use another TERN_SIM_NODE, ask its "
+                      "owner to stop using it, or remove it (rm \"{}\", as its owner or root)",
+                      path, UserName(st.st_uid), UserName(geteuid()), path);
+  }
+  if ((st.st_mode & 0077) != 0) {
+    return MakeStatus(TERN_ERROR_FAILED_PRECONDITION,
+                      "sim node file \"{}\" has mode {:04o}, but tern creates it 0600 (owner "
+                      "only): another user may have opened it; stop the processes that use it "
+                      "and remove it (rm \"{}\"), or use another TERN_SIM_NODE",
+                      path, st.st_mode & 07777, path);
+  }
+  return OkStatus();
+}
+
+// Opens the node file: creates it owner-only with O_EXCL, or opens the
+// existing one, and checks it with fstat (on the descriptor: no race with a
+// rename). `*fd` is -1 on error.
+Status OpenNodeFile(const std::string& path, bool create, int* fd) {
+  *fd = -1;
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    if (create) {
+      *fd = open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_CREAT | O_EXCL, 0600);
+      if (*fd >= 0) {
+        // The umask may have narrowed the mode; the owner must read and write.
+        if (fchmod(*fd, 0600) != 0) {
+          const int err = errno;
+          close(*fd);
+          *fd = -1;
+          return ErrnoStatus(TERN_ERROR_IO, err, fmt::format("fchmod(\"{}\", 0600)", path));
+        }
+        return OkStatus();
+      }
+      if (errno != EEXIST) break;
+    }
+    *fd = open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (*fd >= 0) break;
+    if (errno != ENOENT || !create) break;  // removed between the two opens: create it again
+  }
+  if (*fd < 0) {
+    const int err = errno;
+    struct stat st;
+    if (err != ENOENT && lstat(path.c_str(), &st) == 0) {
+      if (S_ISLNK(st.st_mode)) {
+        return MakeStatus(TERN_ERROR_FAILED_PRECONDITION,
+                          "sim node file \"{}\" is a symbolic link, which tern never follows; "
+                          "remove it (rm \"{}\"), or use another TERN_SIM_NODE",
+                          path, path);
+      }
+      TERN_RETURN_IF_ERROR(CheckNodeFileTrusted(st, path));
+    }
+    return ErrnoStatus(err == ENOENT ? TERN_ERROR_UNAVAILABLE : TERN_ERROR_IO, err,
+                       fmt::format("opening sim node state \"{}\"", path));
+  }
+  struct stat st;
+  Status status = fstat(*fd, &st) == 0
+                      ? CheckNodeFileTrusted(st, path)
+                      : ErrnoStatus(TERN_ERROR_IO, errno, fmt::format("fstat(\"{}\")", path));
+  if (!status.ok()) {
+    close(*fd);
+    *fd = -1;
+  }
+  return status;
 }
 
 void StoreCommand(std::atomic<uint64_t> (&words)[kCommandWords], std::string_view command) {
@@ -188,7 +360,8 @@ std::string ReadOwnCommand() {
 }
 
 std::string FormatBytes(uint64_t bytes) {
-  constexpr uint64_t kKiB = 1024, kMiB = kKiB * 1024, kGiB = kMiB * 1024;
+  constexpr uint64_t kKiB = 1024, kMiB = kKiB * 1024, kGiB = kMiB * 1024, kTiB = kGiB * 1024;
+  if (bytes >= kTiB) return fmt::format("{:.2f} TiB", static_cast<double>(bytes) / kTiB);
   if (bytes >= kGiB) return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / kGiB);
   if (bytes >= kMiB) return fmt::format("{:.2f} MiB", static_cast<double>(bytes) / kMiB);
   if (bytes >= kKiB) return fmt::format("{:.2f} KiB", static_cast<double>(bytes) / kKiB);
@@ -223,14 +396,16 @@ Status ValidateNodeName(const std::string& name) {
 
 Status ValidateTopology(const NodeRegistry::Topology& t) {
   if (t.device_count >= 1 && t.device_count <= kMaxDevices && t.cores_per_device >= 1 &&
-      t.cores_per_device <= kMaxCores && t.hbm_bytes > 0) {
+      t.cores_per_device <= kMaxCores && t.hbm_bytes > 0 &&
+      t.hbm_bytes <= NodeRegistry::kMaxHbmBytes) {
     return OkStatus();
   }
   return MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
                     "invalid sim topology {} devices x {} cores x {} bytes: the simulator supports "
-                    "1 to {} devices of 1 to {} cores and a non-zero HBM size; fix "
+                    "1 to {} devices of 1 to {} cores and 1 byte to {} of HBM; fix "
                     "TERN_SIM_TOPOLOGY",
-                    t.device_count, t.cores_per_device, t.hbm_bytes, kMaxDevices, kMaxCores);
+                    t.device_count, t.cores_per_device, t.hbm_bytes, kMaxDevices, kMaxCores,
+                    FormatBytes(NodeRegistry::kMaxHbmBytes));
 }
 
 }  // namespace
@@ -253,29 +428,21 @@ Status NodeRegistry::Open(const std::string& node_name, const Topology& topology
   if (!adopt) TERN_RETURN_IF_ERROR(ValidateTopology(topology));
 
   std::unique_ptr<NodeRegistry> registry(new NodeRegistry(node_name, NodePath(node_name), role));
-  const int flags = O_RDWR | O_CLOEXEC | O_NOFOLLOW | (adopt ? 0 : O_CREAT);
-  registry->fd_ = open(registry->path_.c_str(), flags, 0666);
-  if (registry->fd_ < 0) {
-    const int err = errno;
-    if (adopt && err == ENOENT) {
+  Status opened = OpenNodeFile(registry->path_, !adopt, &registry->fd_);
+  if (!opened.ok()) {
+    if (adopt && opened.code() == TERN_ERROR_UNAVAILABLE) {
       return MakeStatus(TERN_ERROR_UNAVAILABLE,
                         "sim node '{}' does not exist ({} is missing): no tern process has used "
                         "it yet; check TERN_SIM_NODE, or start a tern program first",
                         node_name, registry->path_);
     }
+    if (opened.code() != TERN_ERROR_IO && opened.code() != TERN_ERROR_UNAVAILABLE) return opened;
     return MakeStatus(TERN_ERROR_IO,
-                      "{}; check that /dev/shm is a writable tmpfs and that this user may write "
-                      "the file, or use another TERN_SIM_NODE",
-                      ErrnoStatus(TERN_ERROR_IO, err,
-                                  fmt::format("opening sim node state \"{}\"", registry->path_))
-                          .message());
+                      "{}; check that /dev/shm is a writable tmpfs, or use another TERN_SIM_NODE",
+                      opened.message());
   }
 
-  if (int err = LockByteBlocking(registry->fd_, kInitLock); err != 0) {
-    return ErrnoStatus(
-        TERN_ERROR_IO, err,
-        fmt::format("locking sim node state \"{}\" (fcntl F_OFD_SETLKW)", registry->path_));
-  }
+  TERN_RETURN_IF_ERROR(LockInitBounded(registry->fd_, registry->path_));
   Status status = registry->AttachLocked(topology, adopt);
   if (status.ok() && role == Role::kParticipant) status = registry->ClaimSlotLocked();
   UnlockByte(registry->fd_, kInitLock);
@@ -310,11 +477,30 @@ Status NodeRegistry::AttachLocked(const Topology& wanted, bool adopt) {
     return ErrnoStatus(TERN_ERROR_IO, errno, fmt::format("fstat(\"{}\")", path_));
   }
   const uint64_t size = static_cast<uint64_t>(st.st_size);
+  bool live = false;
+  for (uint32_t slot = 0; slot < kMaxProcesses && !live; ++slot) {
+    live = HeldByOther(fd_, SlotLock(slot));
+  }
+  if (size < kFileSize && live) {
+    // Someone with the owner's rights shrank the file under live processes.
+    // Growing it back keeps them from dying of SIGBUS; their accounting (now
+    // zeroes) cannot be recovered, and formatting would hide that.
+    const bool restored = ftruncate(fd_, kFileSize) == 0;
+    return MakeStatus(TERN_ERROR_FAILED_PRECONDITION,
+                      "sim node file \"{}\" was truncated to {} bytes (it must hold {}) while live "
+                      "processes use it: {}; their cores and memory accounting are lost{}. Stop "
+                      "those processes, then remove the file (rm \"{}\"), or use another "
+                      "TERN_SIM_NODE",
+                      path_, size, kFileSize, DescribeOpeners(fd_),
+                      restored ? " (its size is restored so that they do not crash)" : "", path_);
+  }
   bool layout_known = false;
   if (size >= kFileSize) {
     TERN_RETURN_IF_ERROR(MapLocked());
     const Header& header = state_->header;
     const Topology existing{header.device_count, header.cores_per_device, header.hbm_bytes};
+    // ValidateTopology bounds every header field (devices, cores, 1 TiB of
+    // HBM), so nothing read from here can index past the layout's arrays.
     layout_known = header.magic.load(std::memory_order_acquire) == kMagic &&
                    header.version == kLayoutVersion && ValidateTopology(existing).ok();
     if (layout_known && (adopt || existing == wanted)) {
@@ -329,13 +515,10 @@ Status NodeRegistry::AttachLocked(const Topology& wanted, bool adopt) {
                       "this version first",
                       node_name_, path_,
                       size == 0 ? "has not been set up by any tern process yet"
-                                : "holds state of another tern version or layout");
+                                : "holds state of another tern version or layout, or a header "
+                                  "outside the simulator's limits");
   }
-  if (size != 0) {
-    for (uint32_t slot = 0; slot < kMaxProcesses; ++slot) {
-      if (HeldByOther(fd_, SlotLock(slot))) return IncompatibleLocked(wanted, layout_known);
-    }
-  }
+  if (live) return IncompatibleLocked(wanted, layout_known);
   return FormatLocked(wanted, size);
 }
 
@@ -382,9 +565,6 @@ Status NodeRegistry::FormatLocked(const Topology& topology, uint64_t file_size) 
   header.device_count = topology.device_count;
   header.cores_per_device = topology.cores_per_device;
   header.hbm_bytes = topology.hbm_bytes;
-  for (uint32_t d = 0; d < topology.device_count; ++d) {
-    state_->devices[d].capacity = topology.hbm_bytes;
-  }
   header.generation.store(generation == 0 ? 1 : generation);
   header.magic.store(kMagic, std::memory_order_release);
   topology_ = topology;
@@ -402,8 +582,9 @@ Status NodeRegistry::ClaimSlotLocked() {
           fmt::format("locking a process slot of \"{}\" (fcntl F_OFD_SETLK)", path_));
     }
     ProcessSlot& s = state_->slots[slot];
-    // Lock free but slot in use: its process died; take over its leftovers.
-    if (s.state.load() != kSlotFree) ReapSlotLocked(slot);
+    // The lock is ours, so whatever the slot holds (a dead process's ledger,
+    // or garbage) belongs to nobody: clear it before using the slot.
+    ReapSlotLocked(slot);
     s.pid.store(pid_);
     StoreCommand(s.command, command_);
     s.state.store(kSlotInUse, std::memory_order_release);
@@ -566,31 +747,62 @@ Status NodeRegistry::ReserveMemory(uint32_t device, uint64_t bytes,
                       static_cast<int>(category));
   }
   if (bytes == 0) return OkStatus();
-  DeviceRecord& dev = state_->devices[device];
-  const uint64_t capacity = dev.capacity;
-  for (int attempt = 0; attempt < 2; ++attempt) {
-    uint64_t used = dev.used_total.load(std::memory_order_relaxed);
-    while (bytes <= capacity && used <= capacity - bytes) {
-      if (dev.used_total.compare_exchange_weak(used, used + bytes, std::memory_order_acq_rel,
-                                               std::memory_order_relaxed)) {
-        dev.used_by_category[category].fetch_add(bytes, std::memory_order_relaxed);
-        state_->slots[slot_].devices[device].used_by_category[category].fetch_add(
-            bytes, std::memory_order_relaxed);
-        return OkStatus();
-      }
-    }
+  const uint64_t capacity = topology_.hbm_bytes;
+  std::atomic<uint64_t>& mine = state_->slots[slot_].devices[device].used_by_category[category];
+  // Claim first, in our own ledger only, then check the node's sum, which
+  // includes the claim; undo on overflow. A process killed anywhere in here
+  // leaves only its own ledger, which reaping zeroes. Every access is
+  // seq_cst: of two racing claims at least one sees the other, so the node
+  // never goes past capacity. Racing claims may both back off while one of
+  // them would fit; they retry while a fresh sum says the request fits.
+  constexpr int kAttempts = 1000;
+  for (int attempt = 0; bytes <= capacity && attempt < kAttempts; ++attempt) {
+    mine.fetch_add(bytes);
+    if (NodeMemoryUsed(device, nullptr) <= capacity) return OkStatus();
+    mine.fetch_sub(bytes);
     if (attempt == 0) ReapImpl();  // dead processes may still be charged
+    if (NodeMemoryUsed(device, nullptr) > capacity - bytes) break;  // really full
+    std::this_thread::yield();
   }
+  return OutOfMemoryError(device, bytes, category);
+}
 
+Status NodeRegistry::OutOfMemoryError(uint32_t device, uint64_t bytes,
+                                      tern_memory_category_t category) const {
+  const uint64_t capacity = topology_.hbm_bytes;
   uint64_t by_category[TERN_MEMORY_CATEGORY_COUNT];
   const uint64_t used = NodeMemoryUsed(device, by_category);
   uint64_t mine = 0;
-  for (const auto& v : state_->slots[slot_].devices[device].used_by_category) mine += v.load();
+  for (const auto& v : state_->slots[slot_].devices[device].used_by_category) {
+    mine = SaturatingAdd(mine, v.load());
+  }
   std::vector<std::string> breakdown;
   for (uint32_t c = 0; c < TERN_MEMORY_CATEGORY_COUNT; ++c) {
     if (by_category[c] != 0) {
       breakdown.push_back(fmt::format("{} {}", CategoryName(c), FormatBytes(by_category[c])));
     }
+  }
+  // More than the device has can only be a corrupt ledger of a live process
+  // (dead ones were just reaped): name it, nothing else can fix it.
+  std::vector<std::string> corrupt;
+  for (uint32_t slot = 0; slot < kMaxProcesses && used > capacity; ++slot) {
+    const ProcessSlot& s = state_->slots[slot];
+    uint64_t held = 0;
+    for (const auto& v : s.devices[device].used_by_category) held = SaturatingAdd(held, v.load());
+    if (held > capacity) {
+      char command[32];
+      LoadCommand(s.command, command);
+      corrupt.push_back(fmt::format("{} ({}): {}", s.pid.load(), command, FormatBytes(held)));
+    }
+  }
+  if (!corrupt.empty()) {
+    return MakeStatus(TERN_ERROR_OUT_OF_MEMORY,
+                      "cannot reserve {} of {} memory on device {}: the ledger of sim node '{}' "
+                      "({}) is corrupt: the slots of live processes hold more than the "
+                      "device's {}: {}; something other than tern wrote the file. Stop "
+                      "those processes; their slots are then cleared",
+                      FormatBytes(bytes), CategoryName(category), device, node_name_, path_,
+                      FormatBytes(capacity), fmt::join(corrupt, ", "));
   }
   return MakeStatus(TERN_ERROR_OUT_OF_MEMORY,
                     "cannot reserve {} ({} bytes) of {} memory on device {}: {} of its {} are in "
@@ -609,43 +821,56 @@ void NodeRegistry::ReleaseMemory(uint32_t device, uint64_t bytes, tern_memory_ca
       static_cast<uint32_t>(category) >= TERN_MEMORY_CATEGORY_COUNT) {
     return;
   }
-  // Never give back more than this process holds: the node totals must not
-  // underflow because of a caller's bug.
+  // Never give back more than this process holds: a caller's bug must not
+  // make the ledger wrap around.
   std::atomic<uint64_t>& mine = state_->slots[slot_].devices[device].used_by_category[category];
-  uint64_t current = mine.load(std::memory_order_relaxed);
-  uint64_t taken;
-  do {
-    taken = std::min(current, bytes);
-  } while (!mine.compare_exchange_weak(current, current - taken, std::memory_order_relaxed));
-  if (taken == 0) return;
-  DeviceRecord& dev = state_->devices[device];
-  SaturatingSub(dev.used_by_category[category], taken);
-  SaturatingSub(dev.used_total, taken);
+  uint64_t current = mine.load();
+  while (!mine.compare_exchange_weak(current, current - std::min(current, bytes))) {
+  }
 }
 
 uint64_t NodeRegistry::NodeMemoryUsed(uint32_t device,
                                       uint64_t by_category[TERN_MEMORY_CATEGORY_COUNT]) const {
   const bool usable = !forked_.load(std::memory_order_relaxed) && device < topology_.device_count;
-  if (by_category != nullptr) {
-    for (uint32_t c = 0; c < TERN_MEMORY_CATEGORY_COUNT; ++c) {
-      by_category[c] = usable ? state_->devices[device].used_by_category[c].load() : 0;
+  uint64_t sums[TERN_MEMORY_CATEGORY_COUNT] = {};
+  uint64_t total = 0;
+  if (usable) {
+    // Every slot, live or dead: a dead process's memory counts until it is
+    // reaped. Free slots hold zeroes. Saturating, since the file may hold
+    // anything.
+    for (const ProcessSlot& s : state_->slots) {
+      for (uint32_t c = 0; c < TERN_MEMORY_CATEGORY_COUNT; ++c) {
+        const uint64_t v = s.devices[device].used_by_category[c].load();
+        sums[c] = SaturatingAdd(sums[c], v);
+        total = SaturatingAdd(total, v);
+      }
     }
   }
-  return usable ? state_->devices[device].used_total.load() : 0;
+  if (by_category != nullptr) std::memcpy(by_category, sums, sizeof(sums));
+  return total;
 }
 
 void NodeRegistry::ReapDeadProcesses() { ReapImpl(); }
+
+bool NodeRegistry::SlotIsClear(uint32_t slot) const {
+  const ProcessSlot& s = state_->slots[slot];
+  if (s.state.load(std::memory_order_acquire) != kSlotFree || s.pid.load() != 0) return false;
+  for (const SlotDeviceUsage& usage : s.devices) {
+    if (usage.cores_owned.load() != 0) return false;
+    for (const auto& bytes : usage.used_by_category) {
+      if (bytes.load() != 0) return false;
+    }
+  }
+  return true;
+}
 
 void NodeRegistry::ReapImpl() const {
   if (forked_.load(std::memory_order_relaxed) || state_ == nullptr) return;
   std::lock_guard<std::mutex> lock(reap_mu_);
   for (uint32_t slot = 0; slot < kMaxProcesses; ++slot) {
-    if (static_cast<int32_t>(slot) == slot_) continue;
-    if (state_->slots[slot].state.load(std::memory_order_acquire) == kSlotFree) continue;
+    if (static_cast<int32_t>(slot) == slot_ || SlotIsClear(slot)) continue;
     if (TryLockByte(fd_, SlotLock(slot)) != 0) continue;  // live, or being claimed or reaped
-    if (state_->slots[slot].state.load(std::memory_order_acquire) != kSlotFree) {
-      ReapSlotLocked(slot);
-    }
+    if (!SlotIsClear(slot)) ReapSlotLocked(slot);
     UnlockByte(fd_, SlotLock(slot));
   }
 }
@@ -657,12 +882,8 @@ void NodeRegistry::ReapSlotLocked(uint32_t slot) const {
   for (uint32_t d = 0; d < kMaxDevices; ++d) {
     DeviceRecord& dev = state_->devices[d];
     SlotDeviceUsage& usage = s.devices[d];
-    for (uint32_t c = 0; c < TERN_MEMORY_CATEGORY_COUNT; ++c) {
-      const uint64_t bytes = usage.used_by_category[c].exchange(0);
-      if (bytes == 0) continue;
-      SaturatingSub(dev.used_by_category[c], bytes);
-      SaturatingSub(dev.used_total, bytes);
-    }
+    // Each counter leaves the node's sum in one store: nothing to reconcile.
+    for (auto& bytes : usage.used_by_category) bytes.store(0);
     // Only the cores this slot claimed: another registry of the same pid (or
     // a reused pid) may own the rest. Stale records elsewhere are harmless,
     // readers trust a record only while its core lock is held.
@@ -717,7 +938,7 @@ Status NodeRegistry::Snapshot(uint32_t device, tern_device_telemetry_t* out) con
   out->struct_size = sizeof(*out);
   const DeviceRecord& dev = state_->devices[device];
   out->core_count = topology_.cores_per_device;
-  out->memory_capacity = dev.capacity;
+  out->memory_capacity = topology_.hbm_bytes;
   out->memory_used = NodeMemoryUsed(device, out->memory_by_category);
   out->ecc_corrected = dev.ecc_corrected.load(std::memory_order_relaxed);
   out->ecc_uncorrected = dev.ecc_uncorrected.load(std::memory_order_relaxed);

@@ -1,8 +1,13 @@
 // The node registry of the simulated device: state that every process on the
 // node shares through one file, /dev/shm/tern-sim-<node_name>, mapped
-// MAP_SHARED. It holds
+// MAP_SHARED. A node belongs to the user who created it: the file is created
+// with O_EXCL and mode 0600, and a file that another user owns, that others
+// may open, or that is not a plain file is refused (docs/sim.md, "Security
+// model of the simulated node"). It holds
 //   - core ownership: exactly one process owns a core at a time;
-//   - node-wide device-memory (HBM) accounting, by device, category and process;
+//   - device-memory (HBM) accounting: each process counts its memory, by
+//     device and category, only in its own slot; node usage is the sum over
+//     slots, so a process killed at any instant leaves nothing to reconcile;
 //   - live counters (per core: commands, executions, busy time, errors by class;
 //     per device: ECC events) that tools read without owning anything.
 //
@@ -11,7 +16,7 @@
 // file, past the end of the data. The kernel drops those locks when the owning
 // process dies, SIGKILL included, so a dead process never keeps a core, and
 // whoever next needs its memory or its slot "reaps" it: takes the slot's lock
-// and subtracts the dead process's usage from the node totals.
+// and zeroes the dead process's slot.
 //
 // Fork: the file descriptor is O_CLOEXEC, so exec drops it. A child that
 // forks without exec must call AfterForkInChild(); until it does, its copy of
@@ -52,11 +57,12 @@ class NodeRegistry {
   static constexpr uint32_t kMaxDevices = 16;
   static constexpr uint32_t kMaxCoresPerDevice = TERN_TELEMETRY_MAX_CORES;
   static constexpr uint32_t kMaxProcesses = TERN_TELEMETRY_MAX_PROCESSES;
+  static constexpr uint64_t kMaxHbmBytes = uint64_t{1} << 40;  // per device, as TERN_SIM_TOPOLOGY
 
   struct Topology {
     uint32_t device_count = 0;      // 1..kMaxDevices
     uint32_t cores_per_device = 0;  // 1..kMaxCoresPerDevice
-    uint64_t hbm_bytes = 0;         // per device, > 0
+    uint64_t hbm_bytes = 0;         // per device, 1..kMaxHbmBytes
     bool operator==(const Topology&) const = default;
   };
 
@@ -66,15 +72,23 @@ class NodeRegistry {
   };
 
   // Opens (creating and formatting when needed) the state of node
-  // `node_name` ([A-Za-z0-9._-], 1..64 characters). When the file holds
-  // another layout or topology, it is reformatted if no process is live, and
-  // the call fails with TERN_ERROR_INCOMPATIBLE naming the live processes
-  // otherwise. A participant claims one of kMaxProcesses slots
-  // (TERN_ERROR_UNAVAILABLE when all are live). An observer may pass an
-  // all-zero `topology` to adopt whatever the file holds; it then fails with
-  // TERN_ERROR_UNAVAILABLE when no process has created the node yet.
-  // Thread-safety: safe from any thread; blocks while another process opens
-  // the same node (a short critical section).
+  // `node_name` ([A-Za-z0-9._-], 1..64 characters). A file that this user
+  // did not create, that others may open (mode wider than 0600), or that is
+  // not a plain file fails with TERN_ERROR_FAILED_PRECONDITION saying what
+  // to remove. When the file holds another layout or topology, or a header
+  // outside the limits, it is reformatted if no process is live, and the call
+  // fails with TERN_ERROR_INCOMPATIBLE naming the live processes otherwise; a
+  // file truncated under live processes is grown back (so they do not die of
+  // SIGBUS) and the call fails with TERN_ERROR_FAILED_PRECONDITION. Slots of
+  // dead processes, and garbage in free slots, are cleared. A participant
+  // claims one of kMaxProcesses slots (TERN_ERROR_UNAVAILABLE when all are
+  // live). An observer may pass an all-zero `topology` to adopt whatever the
+  // file holds; it then fails with TERN_ERROR_UNAVAILABLE when no process has
+  // created the node yet.
+  // Thread-safety: safe from any thread; waits while another process opens
+  // the same node (a short critical section), at most 5 s
+  // (TERN_SIM_NODE_LOCK_TIMEOUT_MS), then fails with TERN_ERROR_TIMEOUT naming
+  // the processes that have the file open.
   static Status Open(const std::string& node_name, const Topology& topology, Role role,
                      std::unique_ptr<NodeRegistry>* out);
 
@@ -103,8 +117,9 @@ class NodeRegistry {
   // Charges `bytes` of `category` on `device` to this process, failing with
   // TERN_ERROR_OUT_OF_MEMORY (requested, node usage and capacity in the
   // message) when the node-wide capacity would be exceeded. Dead processes
-  // are reaped before giving up. Zero bytes is a no-op.
-  // Thread-safety: safe from any thread; lock-free unless it must reap.
+  // are reaped before giving up. Zero bytes is a no-op. Only this process's
+  // slot is written, so the accounting stays exact whenever it is killed.
+  // Thread-safety: safe from any thread; takes no lock unless it must reap.
   Status ReserveMemory(uint32_t device, uint64_t bytes, tern_memory_category_t category);
   // Returns bytes charged with ReserveMemory(). Never releases more than this
   // process holds in `category`. Thread-safety: safe from any thread; lock-free.
@@ -114,9 +129,10 @@ class NodeRegistry {
   // Thread-safety: safe from any thread; lock-free.
   uint64_t NodeMemoryUsed(uint32_t device, uint64_t by_category[TERN_MEMORY_CATEGORY_COUNT]) const;
 
-  // Frees the slots of dead processes: their memory leaves the node totals and
-  // their core records are cleared. Safe when several processes reap at once
-  // (only the holder of a slot's lock reaps it).
+  // Frees the slots of dead processes (and clears garbage in free slots):
+  // their memory leaves the node's sum and their core records are cleared.
+  // Safe when several processes reap at once (only the holder of a slot's
+  // lock reaps it).
   // Thread-safety: safe from any thread; never blocks on other processes.
   void ReapDeadProcesses();
 
@@ -157,7 +173,8 @@ class NodeRegistry {
   Status FormatLocked(const Topology& topology, uint64_t file_size);
   Status ClaimSlotLocked();
   Status IncompatibleLocked(const Topology& wanted, bool layout_known) const;
-  bool SlotLockHeldElsewhere(uint32_t slot) const;
+  bool SlotIsClear(uint32_t slot) const;
+  Status OutOfMemoryError(uint32_t device, uint64_t bytes, tern_memory_category_t category) const;
   void ReapImpl() const;
   void ReapSlotLocked(uint32_t slot) const;
   void ReleaseCoreLocked(uint32_t device, uint32_t core);  // needs mu_
