@@ -2,7 +2,9 @@
 
 #include <absl/strings/numbers.h>
 #include <absl/strings/str_split.h>
+#include <fmt/format.h>
 #include <hwloc.h>
+#include <unistd.h>
 
 #include <charconv>
 #include <cstdlib>
@@ -58,6 +60,8 @@ Status ParseScheduleMode(const std::string& text, ScheduleMode* mode) {
                     "(a seeded random interleaving, e.g. random:42); unset it or write one of them",
                     text);
 }
+
+std::string DefaultNodeName() { return fmt::format("default-{}", getuid()); }
 
 Status ConfigFromEnvironment(SimConfig* config) {
   if (const char* topology = std::getenv("TERN_SIM_TOPOLOGY"); topology && *topology) {

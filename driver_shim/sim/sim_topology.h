@@ -30,12 +30,17 @@ struct ScheduleMode {
 // Parses "concurrent" or "random:SEED" (SEED a decimal number below 2^64).
 Status ParseScheduleMode(const std::string& text, ScheduleMode* mode);
 
+// "default-<uid>" for the calling process's real user id.
+std::string DefaultNodeName();
+
 struct SimConfig {
   uint32_t device_count = 2;
   uint32_t cores_per_device = 2;
   // Lazily committed: untouched device memory costs nothing.
   uint64_t hbm_bytes = 8ull << 30;
-  std::string node_name = "default";
+  // TERN_SIM_NODE, or "default-<uid>": the node file is its creator's alone
+  // (docs/sim.md, security model), so each user has a default node of their own.
+  std::string node_name = DefaultNodeName();
   bool protect = true;
   // True when TERN_SIM_TOPOLOGY chose the topology. Otherwise a process that
   // finds the node already set up adopts its topology (an administrator's
