@@ -276,10 +276,35 @@ Status CheckNodeFileTrusted(const struct stat& st, const std::string& path) {
   return OkStatus();
 }
 
+// Older tern created node files 0644. One of those that belongs to this user
+// and that no process holds a lock on (nobody uses it: every participant
+// holds its slot's lock) is stale: it is unlinked so that a new owner-only
+// file can be created. Unlinking rather than chmod leaves a descriptor that
+// another user may have opened on the old file pointing at the old file.
+// Returns true when the path was unlinked.
+bool RemoveStaleWideModeFile(int fd, const struct stat& st, const std::string& path) {
+  if (!S_ISREG(st.st_mode) || st.st_nlink != 1 || st.st_uid != geteuid() ||
+      (st.st_mode & 0077) == 0) {
+    return false;
+  }
+  struct flock probe {};
+  probe.l_type = F_WRLCK;
+  probe.l_whence = SEEK_SET;
+  probe.l_start = 0;
+  probe.l_len = 0;  // the whole file
+  if (fcntl(fd, F_OFD_GETLK, &probe) != 0 || probe.l_type != F_UNLCK) return false;
+  struct stat now;
+  if (lstat(path.c_str(), &now) != 0 || now.st_dev != st.st_dev || now.st_ino != st.st_ino) {
+    return false;
+  }
+  return unlink(path.c_str()) == 0;
+}
+
 // Opens the node file: creates it owner-only with O_EXCL, or opens the
 // existing one, and checks it with fstat (on the descriptor: no race with a
-// rename). `*fd` is -1 on error.
-Status OpenNodeFile(const std::string& path, bool create, int* fd) {
+// rename). A participant (`create`) replaces a stale file of this user's with
+// a wider mode (RemoveStaleWideModeFile). `*fd` is -1 on error.
+Status OpenNodeFile(const std::string& path, bool create, int* fd, bool may_replace = true) {
   *fd = -1;
   for (int attempt = 0; attempt < 8; ++attempt) {
     if (create) {
@@ -316,12 +341,15 @@ Status OpenNodeFile(const std::string& path, bool create, int* fd) {
                        fmt::format("opening sim node state \"{}\"", path));
   }
   struct stat st;
-  Status status = fstat(*fd, &st) == 0
-                      ? CheckNodeFileTrusted(st, path)
-                      : ErrnoStatus(TERN_ERROR_IO, errno, fmt::format("fstat(\"{}\")", path));
+  const bool have_stat = fstat(*fd, &st) == 0;
+  Status status = have_stat ? CheckNodeFileTrusted(st, path)
+                            : ErrnoStatus(TERN_ERROR_IO, errno, fmt::format("fstat(\"{}\")", path));
   if (!status.ok()) {
+    const bool replaced =
+        create && may_replace && have_stat && RemoveStaleWideModeFile(*fd, st, path);
     close(*fd);
     *fd = -1;
+    if (replaced) return OpenNodeFile(path, create, fd, /*may_replace=*/false);
   }
   return status;
 }

@@ -706,7 +706,9 @@ TEST_F(NodeRegistryTest, NodeFileIsCreatedOwnerOnlyWhateverTheUmask) {
 TEST_F(NodeRegistryTest, WideModeOrSymlinkNodeFileIsRefused) {
   const std::string node = NewNode();
   const std::string path = NodePath(node);
-  ASSERT_NE(MustOpen(node, kSmall), nullptr);
+  // In use (a live participant holds its slot's lock): refused, never replaced.
+  auto user = MustOpen(node, kSmall);
+  ASSERT_NE(user, nullptr);
   ASSERT_EQ(chmod(path.c_str(), 0644), 0);
   for (Role role : {Role::kParticipant, Role::kObserver}) {
     std::unique_ptr<NodeRegistry> registry;
@@ -718,6 +720,7 @@ TEST_F(NodeRegistryTest, WideModeOrSymlinkNodeFileIsRefused) {
         << status.message();
     EXPECT_NE(status.message().find("rm \"" + path + "\""), std::string::npos);
   }
+  user.reset();
 
   ASSERT_EQ(unlink(path.c_str()), 0);
   const std::string target = path + "-target";
@@ -727,6 +730,34 @@ TEST_F(NodeRegistryTest, WideModeOrSymlinkNodeFileIsRefused) {
   EXPECT_EQ(status.code(), TERN_ERROR_FAILED_PRECONDITION) << status.message();
   EXPECT_NE(status.message().find("symbolic link"), std::string::npos) << status.message();
   EXPECT_EQ(access(target.c_str(), F_OK), -1);  // nothing created through the link
+}
+
+TEST_F(NodeRegistryTest, StaleWideModeFileOfThisUserIsReplaced) {
+  // What older tern left behind: a 0644 file of this user's that no process uses.
+  const std::string node = NewNode();
+  const std::string path = NodePath(node);
+  MustOpen(node, kSmall).reset();
+  ASSERT_EQ(chmod(path.c_str(), 0644), 0);
+  // A descriptor someone kept on the old file (no lock): it must stay on the
+  // old file, which leaves the path.
+  const int old_fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(old_fd, 0);
+  struct stat before;
+  ASSERT_EQ(fstat(old_fd, &before), 0);
+  std::unique_ptr<NodeRegistry> observer;
+  EXPECT_EQ(NodeRegistry::Open(node, Topology{}, Role::kObserver, &observer).code(),
+            TERN_ERROR_FAILED_PRECONDITION);  // observers never replace anything
+  auto registry = MustOpen(node, kSmall);
+  ASSERT_NE(registry, nullptr);
+  struct stat after;
+  ASSERT_EQ(stat(path.c_str(), &after), 0);
+  EXPECT_EQ(after.st_mode & 07777, 0600u);
+  EXPECT_NE(after.st_ino, before.st_ino);  // a new file, not the old one chmodded
+  struct stat old_file;
+  ASSERT_EQ(fstat(old_fd, &old_file), 0);
+  EXPECT_EQ(old_file.st_nlink, 0u);
+  close(old_fd);
+  EXPECT_EQ(registry->ReserveMemory(0, 4096, TERN_MEMORY_TENSORS).code(), TERN_OK);
 }
 
 TEST_F(NodeRegistryTest, AnotherUserCannotLockTheNodeFile) {
