@@ -76,3 +76,38 @@ def test_grad_scaler_matches_cpu(fallback_log):
     for p, q in zip(models["cpu"].parameters(), models["tern"].parameters()):
         torch.testing.assert_close(q.detach().cpu(), p.detach(), rtol=1e-6, atol=1e-6)
     assert set(fallback_log.get_fallback_ops()) <= {"aten::reciprocal.out"}
+
+
+def test_bf16_autocast_cnn_with_batch_norm_trains_natively(fallback_log):
+    """Convolutions give bf16 under autocast, and batch norm (on no autocast
+    list) takes the bf16 activations with its float32 parameters: on tern that
+    runs natively, computed in float32 as the CPU's mixed-dtype kernel does.
+    Three SGD steps against the same run on the CPU, with no fallback."""
+    import copy
+
+    nn = torch.nn
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+                          nn.MaxPool2d(2), nn.Conv2d(8, 16, 3, padding=1), nn.BatchNorm2d(16),
+                          nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 10))
+    x, y = torch.randn(8, 3, 16, 16), torch.randint(0, 10, (8,))
+    losses = {}
+    models = {"cpu": copy.deepcopy(model), "tern": copy.deepcopy(model).to("tern")}
+    for device, m in models.items():
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        losses[device] = []
+        for _ in range(3):
+            with torch.autocast(device, dtype=torch.bfloat16):
+                out = m(x.to(device))
+                loss = F.cross_entropy(out, y.to(device))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses[device].append(loss.item())
+    assert out.dtype == torch.bfloat16
+    for a, b in zip(losses["cpu"], losses["tern"]):
+        assert abs(a - b) <= 2e-2 * max(1.0, abs(a)), losses
+    cpu_bn, tern_bn = models["cpu"][1], models["tern"][1]
+    torch.testing.assert_close(tern_bn.running_mean.cpu(), cpu_bn.running_mean, rtol=2e-2,
+                               atol=2e-2)
+    assert fallback_log.get_fallback_ops() == {}

@@ -604,10 +604,33 @@ bool F32Tern(const std::optional<at::Tensor>& t, int64_t channels) {
          (IsTern(*t) && t->scalar_type() == at::kFloat && t->dim() == 1 && t->size(0) == channels);
 }
 
+// bf16/f16 activations with float32 parameters: what batch norm gets under
+// autocast (it is on no autocast list, so the convolution's bf16 output
+// arrives as is). As the CPU's mixed-dtype kernel, it computes in float32 and
+// rounds the output once; the saved statistics and the parameters' gradients
+// stay float32.
+bool MixedBatchNorm(const at::Tensor& input,
+                    std::initializer_list<const std::optional<at::Tensor>*> params) {
+  if (!IsTern(input) ||
+      (input.scalar_type() != at::kBFloat16 && input.scalar_type() != at::kHalf) ||
+      input.dim() < 2) {
+    return false;
+  }
+  for (const std::optional<at::Tensor>* t : params) {
+    if (!F32Tern(*t, input.size(1))) return false;
+  }
+  return true;
+}
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor> NativeBatchNorm(
     const at::Tensor& input, const std::optional<at::Tensor>& weight,
     const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& running_mean,
     const std::optional<at::Tensor>& running_var, bool training, double momentum, double eps) {
+  if (MixedBatchNorm(input, {&weight, &bias, &running_mean, &running_var})) {
+    auto [out, mean, invstd] = NativeBatchNorm(input.to(at::kFloat), weight, bias, running_mean,
+                                               running_var, training, momentum, eps);
+    return {out.to(input.scalar_type()), mean, invstd};
+  }
   if (IsTern(input) && input.scalar_type() == at::kFloat && input.dim() >= 2 && input.numel() > 0) {
     const BatchNormShape s = BnShape(input);
     const bool stats = Defined(running_mean) && Defined(running_var);
@@ -689,6 +712,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> NativeBatchNormBackward(
     const std::optional<at::Tensor>& running_mean, const std::optional<at::Tensor>& running_var,
     const std::optional<at::Tensor>& save_mean, const std::optional<at::Tensor>& save_invstd,
     bool train, double eps, std::array<bool, 3> output_mask) {
+  auto saved_f32 = [](const std::optional<at::Tensor>& t) {
+    return !Defined(t) || (IsTern(*t) && t->scalar_type() == at::kFloat);
+  };
+  if (MixedBatchNorm(input, {&weight, &running_mean, &running_var}) && saved_f32(save_mean) &&
+      saved_f32(save_invstd) && IsTern(grad_out) && grad_out.scalar_type() == input.scalar_type()) {
+    auto [grad_input, grad_weight, grad_bias] =
+        NativeBatchNormBackward(grad_out.to(at::kFloat), input.to(at::kFloat), weight, running_mean,
+                                running_var, save_mean, save_invstd, train, eps, output_mask);
+    if (grad_input.defined()) grad_input = grad_input.to(input.scalar_type());
+    return {grad_input, grad_weight, grad_bias};
+  }
   if (IsTern(input) && IsTern(grad_out) && input.scalar_type() == at::kFloat &&
       grad_out.scalar_type() == at::kFloat && grad_out.sizes() == input.sizes() &&
       input.dim() >= 2 && input.numel() > 0) {
