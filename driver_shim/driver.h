@@ -41,6 +41,9 @@ struct DeviceStaticInfo {
   int32_t numa_node = -1;
   std::string name;
   std::string cpu_affinity;  // CPU list near the device, "0-1"
+  std::string uuid;          // stable identity, "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"
+  std::string bus_id;        // PCI address on hardware, "sim:<node>:<index>" on the simulator
+  std::string driver_version;
 };
 
 class Device;

@@ -1,6 +1,7 @@
 #include "driver_shim/sim/sim_driver.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <linux/falloc.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -16,6 +17,7 @@
 #include "common/logging.h"
 #include "common/timeline.h"
 #include "driver_shim/sim/sim_queue.h"
+#include "tern/version.h"
 
 namespace tern::sim {
 
@@ -96,6 +98,33 @@ void* MapAligned(int fd, uint64_t size, uint64_t alignment, uint64_t skew, int p
     return nullptr;
   }
   return mapped;
+}
+
+// The stable identity of device `index` of node `node`: a 128-bit hash of the
+// two, written as an RFC 9562 UUID of version 8 (custom) and variant 10. The
+// same node and index give the same UUID in every process and run.
+std::string DeviceUuid(const std::string& node, uint32_t index) {
+  auto fnv1a = [&](uint64_t seed) {
+    uint64_t h = seed;
+    auto mix_byte = [&h](uint8_t b) {
+      h ^= b;
+      h *= 0x100000001b3ull;
+    };
+    for (char c : node) mix_byte(static_cast<uint8_t>(c));
+    mix_byte(0);
+    for (int shift = 0; shift < 32; shift += 8) mix_byte(static_cast<uint8_t>(index >> shift));
+    // A final avalanche (SplitMix64's), so that near names differ everywhere.
+    h ^= h >> 30;
+    h *= 0xbf58476d1ce4e5b9ull;
+    h ^= h >> 27;
+    h *= 0x94d049bb133111ebull;
+    return h ^ (h >> 31);
+  };
+  uint64_t high = fnv1a(0xcbf29ce484222325ull), low = fnv1a(0x84222325cbf29ce4ull);
+  high = (high & ~0xf000ull) | 0x8000ull;          // version 8
+  low = (low & ~(0x3ull << 62)) | (0x2ull << 62);  // variant 10
+  return fmt::format("{:08x}-{:04x}-{:04x}-{:04x}-{:012x}", high >> 32, (high >> 16) & 0xffff,
+                     high & 0xffff, low >> 48, low & 0xffffffffffffull);
 }
 
 }  // namespace
@@ -418,6 +447,10 @@ Status SimDriver::Init() {
     info.numa_node = placements[i].numa_node;
     info.cpu_affinity = placements[i].cpu_affinity;
     info.name = "tern-sim trn2";
+    info.uuid = DeviceUuid(config_.node_name, i);
+    info.bus_id = fmt::format("sim:{}:{}", config_.node_name, i);
+    info.driver_version =
+        fmt::format("sim {}.{}.{}", TERN_VERSION_MAJOR, TERN_VERSION_MINOR, TERN_VERSION_PATCH);
     devices_.push_back(std::move(info));
   }
   return OkStatus();

@@ -36,7 +36,19 @@ typedef struct tern_device_info_t {
   char name[64];                /* e.g. "tern-sim trn2" */
   char driver[16];              /* backend name, e.g. "sim" */
   char cpu_affinity[128];       /* CPUs near the device, as a list "0-15,32-47" */
+  /* Added in 0.1, filled when struct_size covers all three (a caller built
+   * against an older header passes TERN_DEVICE_INFO_MIN_SIZE and gets the
+   * fields above only): */
+  char uuid[40];           /* the device's stable identity, "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx":
+                              the same in every process and across restarts */
+  char bus_id[64];         /* where the device sits: a PCI address ("0000:10:1c.0") on
+                              hardware; "sim:<node>:<physical index>" on the simulator */
+  char driver_version[32]; /* the backend's version, e.g. "sim 0.1.0" */
 } tern_device_info_t;
+
+/* The size of tern_device_info_t before the fields added in 0.1: the smallest
+ * struct_size tern_device_get_info() accepts. */
+#define TERN_DEVICE_INFO_MIN_SIZE 248
 
 /* Stores the number of visible devices in `*out_count`.
  * Thread-safety: safe from any thread. */

@@ -42,6 +42,8 @@ def test_device_properties_are_attributes():
     assert torch.tern.get_device_name(1) == props.name
     assert "trn2" in torch.tern.get_arch_list()
     assert "total_memory=2048MB" in repr(props)
+    assert len(props.uuid) == 36 and props.uuid != torch.tern.get_device_properties(1).uuid
+    assert props.bus_id.startswith("sim:") and props.driver_version.startswith("sim ")
     with pytest.raises(AttributeError):
         props.no_such_property
 

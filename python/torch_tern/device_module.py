@@ -209,7 +209,8 @@ class TernDeviceProperties:
     cores this process sees: a core is the unit that runs a queue's work, as
     a multiprocessor is CUDA's), and tern's own: ``core_count``,
     ``physical_core_count``, ``index``, ``physical_index``, ``driver``,
-    ``numa_node``, ``memory_alignment``, ``cpu_affinity``, ``opened_core``.
+    ``numa_node``, ``memory_alignment``, ``cpu_affinity``, ``opened_core``,
+    ``uuid`` (stable across processes and runs), ``bus_id``, ``driver_version``.
     """
 
     def __init__(self, info: dict):
@@ -227,6 +228,9 @@ class TernDeviceProperties:
         self.memory_alignment: int = int(info["memory_alignment"])
         self.cpu_affinity: str = info["cpu_affinity"]
         self.opened_core: int = int(info["opened_core"])
+        self.uuid: str = info["uuid"]
+        self.bus_id: str = info["bus_id"]
+        self.driver_version: str = info["driver_version"]
         self.is_integrated: bool = False
 
     def __repr__(self) -> str:

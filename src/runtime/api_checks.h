@@ -16,6 +16,7 @@
 #ifndef TERN_SRC_RUNTIME_API_CHECKS_H_
 #define TERN_SRC_RUNTIME_API_CHECKS_H_
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -59,7 +60,9 @@ Status ClearOutStruct(T* out, const char* arg, const char* type, size_t minimum 
   if (out == nullptr) return NullArgument(arg);
   TERN_RETURN_IF_ERROR(CheckStructSize(out->struct_size, minimum, type));
   const uint32_t struct_size = out->struct_size;
-  std::memset(out, 0, sizeof(T));
+  // A caller built against an older header has a smaller struct: clear only
+  // what it has.
+  std::memset(out, 0, std::min<size_t>(struct_size, sizeof(T)));
   out->struct_size = struct_size;
   return OkStatus();
 }

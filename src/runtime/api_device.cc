@@ -45,8 +45,12 @@ TERN_API tern_status_t tern_device_get(uint32_t index, tern_device_t* out_device
   return TERN_OK;
 }
 
+static_assert(offsetof(tern_device_info_t, uuid) == TERN_DEVICE_INFO_MIN_SIZE,
+              "TERN_DEVICE_INFO_MIN_SIZE is the size before the first added field");
+
 TERN_API tern_status_t tern_device_get_info(tern_device_t device, tern_device_info_t* out_info) {
-  TERN_API_CLEAR_OUT_STRUCT(out_info, tern_device_info_t);
+  TERN_API_TRY(ClearOutStruct<tern_device_info_t>(out_info, "out_info", "tern_device_info_t",
+                                                  TERN_DEVICE_INFO_MIN_SIZE));
   Runtime* rt;
   DeviceObject* dev;
   TERN_API_TRY(GetRuntime(&rt));
@@ -61,6 +65,12 @@ TERN_API tern_status_t tern_device_get_info(tern_device_t device, tern_device_in
   CopyString(out_info->name, sizeof(out_info->name), dev->info.name);
   CopyString(out_info->driver, sizeof(out_info->driver), rt->driver->name());
   CopyString(out_info->cpu_affinity, sizeof(out_info->cpu_affinity), dev->info.cpu_affinity);
+  if (out_info->struct_size >= sizeof(tern_device_info_t)) {
+    CopyString(out_info->uuid, sizeof(out_info->uuid), dev->info.uuid);
+    CopyString(out_info->bus_id, sizeof(out_info->bus_id), dev->info.bus_id);
+    CopyString(out_info->driver_version, sizeof(out_info->driver_version),
+               dev->info.driver_version);
+  }
   return TERN_OK;
 }
 

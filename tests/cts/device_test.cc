@@ -53,6 +53,19 @@ tern_core_info_t CoreInfo(tern_core_t core) {
 
 class DeviceTest : public RuntimeTest {};
 
+// "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", lower-case hexadecimal.
+bool IsUuid(const char* text) {
+  const std::string s(text);
+  if (s.size() != 36) return false;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const bool dash = i == 8 || i == 13 || i == 18 || i == 23;
+    if (dash != (s[i] == '-')) return false;
+    if (!dash && !std::isxdigit(static_cast<unsigned char>(s[i]))) return false;
+    if (!dash && std::isupper(static_cast<unsigned char>(s[i]))) return false;
+  }
+  return true;
+}
+
 TEST_P(DeviceTest, CountAndGetTestTopology) {
   uint32_t count = 0;
   CTS_ASSERT_OK(tern_device_count(&count));
@@ -92,6 +105,39 @@ TEST_P(DeviceTest, InfoFieldsTestTopology) {
     EXPECT_GT(std::strlen(info.name), 0u);
     EXPECT_STREQ(backend(), info.driver);
     EXPECT_TRUE(IsCpuList(info.cpu_affinity)) << "cpu_affinity \"" << info.cpu_affinity << "\"";
+    ASSERT_TRUE(IsTerminated(info.uuid, sizeof(info.uuid)));
+    ASSERT_TRUE(IsTerminated(info.bus_id, sizeof(info.bus_id)));
+    ASSERT_TRUE(IsTerminated(info.driver_version, sizeof(info.driver_version)));
+    EXPECT_TRUE(IsUuid(info.uuid)) << "uuid \"" << info.uuid << "\"";
+    EXPECT_GT(std::strlen(info.bus_id), 0u);
+    EXPECT_GT(std::strlen(info.driver_version), 0u);
+  }
+}
+
+TEST_P(DeviceTest, IdentityIsStableAndDistinct) {
+  std::set<std::string> uuids, bus_ids;
+  for (uint32_t i = 0; i < device_count(); ++i) {
+    const tern_device_info_t first = DeviceInfo(i), again = DeviceInfo(i);
+    EXPECT_STREQ(first.uuid, again.uuid);
+    EXPECT_STREQ(first.bus_id, again.bus_id);
+    uuids.insert(first.uuid);
+    bus_ids.insert(first.bus_id);
+  }
+  EXPECT_EQ(uuids.size(), device_count());
+  EXPECT_EQ(bus_ids.size(), device_count());
+}
+
+TEST_P(DeviceTest, InfoWithTheSizeBeforeTheAddedFields) {
+  // A caller built against the header before uuid, bus_id and driver_version.
+  tern_device_info_t info;
+  std::memset(&info, 0xcd, sizeof(info));
+  info.struct_size = TERN_DEVICE_INFO_MIN_SIZE;
+  CTS_EXPECT_OK(tern_device_get_info(device(0), &info));
+  EXPECT_EQ(0u, info.index);
+  EXPECT_GT(std::strlen(info.name), 0u);
+  const auto* bytes = reinterpret_cast<const unsigned char*>(&info);
+  for (size_t i = TERN_DEVICE_INFO_MIN_SIZE; i < sizeof(info); ++i) {
+    ASSERT_EQ(0xcd, bytes[i]) << "byte " << i << " past the caller's struct was written";
   }
 }
 

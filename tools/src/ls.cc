@@ -28,6 +28,9 @@ Json LsJson(const Runtime& runtime, const NodeSample& sample) {
     Json device;
     device["device"] = d.info.index;
     device["physical_index"] = d.info.physical_index;
+    device["uuid"] = d.info.uuid;
+    device["bus_id"] = d.info.bus_id;
+    device["driver_version"] = d.info.driver_version;
     device["name"] = d.info.name;
     device["driver"] = d.info.driver;
     device["tern_version"] = runtime.version();
@@ -59,9 +62,11 @@ std::string LsTable(const Runtime& runtime, const NodeSample& sample) {
   std::string out =
       fmt::format("tern {}, driver {}, {} device{}\n\n", runtime.version(), runtime.driver(),
                   sample.devices.size(), sample.devices.size() == 1 ? "" : "s");
-  Table devices(
-      {"DEVICE", "NAME", "CORES", "HBM USED", "HBM TOTAL", "NUMA", "CPU AFFINITY", "CORE OWNERS"},
-      {true, false, true, true, true, true, false, false});
+  // DEVICE is the index this process sees (TERN_VISIBLE_CORES renumbers),
+  // PHYS the node's; core owners are listed by physical core.
+  Table devices({"DEVICE", "PHYS", "NAME", "UUID", "CORES", "HBM USED", "HBM TOTAL", "NUMA",
+                 "CPU AFFINITY", "OWNERS (PHYS CORE:PID)"},
+                {true, true, false, false, true, true, true, true, false, false});
   Table processes({"DEVICE", "PID", "COMMAND", "CORES", "HBM USED", "BY CATEGORY"},
                   {true, true, false, false, true, false});
   for (const DeviceSample& d : sample.devices) {
@@ -72,8 +77,10 @@ std::string LsTable(const Runtime& runtime, const NodeSample& sample) {
       owners += t.cores[c].owner_pid != 0 ? fmt::format("{}:{}", c, t.cores[c].owner_pid)
                                           : fmt::format("{}:free", c);
     }
-    devices.AddRow({std::to_string(d.info.index), d.info.name, std::to_string(d.info.core_count),
-                    FormatBytes(t.memory_used), FormatBytes(d.info.memory_bytes),
+    devices.AddRow({std::to_string(d.info.index), std::to_string(d.info.physical_index),
+                    d.info.name, d.info.uuid[0] != '\0' ? d.info.uuid : "-",
+                    std::to_string(d.info.core_count), FormatBytes(t.memory_used),
+                    FormatBytes(d.info.memory_bytes),
                     d.info.numa_node >= 0 ? std::to_string(d.info.numa_node) : "-",
                     d.info.cpu_affinity[0] != '\0' ? d.info.cpu_affinity : "-", owners});
     for (uint32_t i = 0; i < ProcessCount(t); ++i) {

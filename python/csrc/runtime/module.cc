@@ -93,6 +93,9 @@ py::dict DeviceInfo(int device) {
   out["memory_bytes"] = info.memory_bytes;
   out["memory_alignment"] = info.memory_alignment;
   out["cpu_affinity"] = std::string(info.cpu_affinity);
+  out["uuid"] = std::string(info.uuid);
+  out["bus_id"] = std::string(info.bus_id);
+  out["driver_version"] = std::string(info.driver_version);
   out["opened_core"] = OpenedCoreIndex(Resolve(device));
   return out;
 }
