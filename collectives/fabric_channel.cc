@@ -11,24 +11,20 @@
 #include <cstring>
 
 #include "common/logging.h"
+#include "signal_disposition_guard.h"
 
 namespace tern::comm {
 namespace {
 
 constexpr uint64_t kPageSize = 4096;
 
-Status FiStatus(int rc, const char* what) {
-  return MakeStatus(TERN_ERROR_COMM_TRANSPORT, "libfabric {} failed: {} ({})", what,
-                    fi_strerror(-rc), rc);
-}
-
 bool EnvFlag(const char* name) {
   const char* value = std::getenv(name);
   return value != nullptr && value[0] == '1';
 }
 
-fi_info* MakeHints(const char* provider) {
-  fi_info* hints = fi_allocinfo();
+fi_info* MakeHints(const FabricLibrary& lib, const char* provider) {
+  fi_info* hints = lib.dupinfo(nullptr);  // fi_allocinfo()
   hints->ep_attr->type = FI_EP_RDM;
   hints->caps = FI_TAGGED;
   hints->mode = FI_CONTEXT | FI_CONTEXT2;
@@ -64,7 +60,17 @@ fi_info* PickEntry(fi_info* list, bool local_only) {
 
 }  // namespace
 
+Status FabricChannel::FiStatus(int rc, const char* what) const {
+  return MakeStatus(TERN_ERROR_COMM_TRANSPORT, "libfabric {} failed: {} ({})", what,
+                    lib_->strerror(-rc), rc);
+}
+
 Status FabricChannel::Open(bool local_only, uint32_t size, std::unique_ptr<FabricChannel>* out) {
+  // Providers are loaded and initialised below (fi_getinfo, fi_fabric,
+  // fi_domain, fi_endpoint): keep the program's signal handling throughout.
+  SignalDispositionGuard keep_signals;
+  const FabricLibrary* lib = nullptr;
+  TERN_RETURN_IF_ERROR(FabricLibrary::Get(&lib));
   std::vector<const char*> candidates;
   const char* forced = std::getenv("FI_PROVIDER");
   if (forced != nullptr && *forced != '\0') {
@@ -76,17 +82,17 @@ Status FabricChannel::Open(bool local_only, uint32_t size, std::unique_ptr<Fabri
   }
   std::string tried;
   for (const char* provider : candidates) {
-    fi_info* hints = MakeHints(provider);
+    fi_info* hints = MakeHints(*lib, provider);
     fi_info* list = nullptr;
-    const int rc = fi_getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, hints, &list);
-    fi_freeinfo(hints);
+    const int rc = lib->getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, hints, &list);
+    lib->freeinfo(hints);
     tried += fmt::format("{}{}: {}", tried.empty() ? "" : "; ", provider ? provider : forced,
-                         rc == 0 ? "ok" : fi_strerror(-rc));
+                         rc == 0 ? "ok" : lib->strerror(-rc));
     if (rc != 0 || list == nullptr) continue;
     fi_info* pick = PickEntry(list, local_only);
-    std::unique_ptr<FabricChannel> channel(new FabricChannel());
-    Status status = channel->Init(fi_dupinfo(pick));
-    fi_freeinfo(list);
+    std::unique_ptr<FabricChannel> channel(new FabricChannel(lib));
+    Status status = channel->Init(lib->dupinfo(pick));
+    lib->freeinfo(list);
     if (!status.ok()) {
       tried += fmt::format(" ({})", status.message());
       continue;
@@ -109,7 +115,7 @@ Status FabricChannel::Init(fi_info* info) {
   inject_size_ = info->tx_attr->inject_size;
   register_memory_ =
       (info->domain_attr->mr_mode & FI_MR_LOCAL) != 0 || EnvFlag("TERN_COMM_FABRIC_REGISTER");
-  int rc = fi_fabric(info->fabric_attr, &fabric_, nullptr);
+  int rc = lib_->fabric(info->fabric_attr, &fabric_, nullptr);
   if (rc != 0) return FiStatus(rc, "fi_fabric");
   rc = fi_domain(fabric_, info, &domain_, nullptr);
   if (rc != 0) return FiStatus(rc, "fi_domain");
@@ -143,7 +149,7 @@ Status FabricChannel::Init(fi_info* info) {
 FabricChannel::~FabricChannel() {
   std::lock_guard<std::mutex> lock(mutex_);
   CloseAll();
-  if (info_ != nullptr) fi_freeinfo(info_);
+  if (info_ != nullptr) lib_->freeinfo(info_);
 }
 
 void FabricChannel::CloseAll() {
@@ -171,7 +177,7 @@ Status FabricChannel::AddPeers(const std::vector<std::pair<uint32_t, std::string
       return MakeStatus(TERN_ERROR_COMM_TRANSPORT,
                         "libfabric ({}) could not insert the address of rank {} ({} bytes): {}",
                         provider_, rank, address.size(),
-                        rc < 0 ? fi_strerror(-rc) : "not inserted");
+                        rc < 0 ? lib_->strerror(-rc) : "not inserted");
     }
     peer_addr_[rank] = addr;
   }
@@ -291,7 +297,7 @@ bool FabricChannel::Progress(Status* error) {
         fi_cq_strerror(cq_, err.prov_errno, err.err_data, text, sizeof(text));
         req->Fail(MakeStatus(
             TERN_ERROR_COMM_TRANSPORT, "libfabric ({}) {} with rank {} failed: {} ({})", provider_,
-            req->is_send ? "send" : "receive", req->peer, fi_strerror(err.err), text));
+            req->is_send ? "send" : "receive", req->peer, lib_->strerror(err.err), text));
       }
       continue;
     }

@@ -8,6 +8,10 @@
 // own shared-memory channel is off, and "efa", then "tcp" for other hosts.
 // Memory is registered (a cache of page-aligned ranges) when the provider
 // asks for it (FI_MR_LOCAL) or TERN_COMM_FABRIC_REGISTER=1.
+//
+// libfabric is loaded by the first Open (FabricLibrary), with the program's
+// signal handling kept across the load and the providers' initialisation
+// (SignalDispositionGuard; docs/runtime.md, "Signals and libfabric loading").
 #ifndef TERN_COLLECTIVES_FABRIC_CHANNEL_H_
 #define TERN_COLLECTIVES_FABRIC_CHANNEL_H_
 
@@ -21,13 +25,17 @@
 #include <string>
 #include <vector>
 
+#include "fabric_library.h"
 #include "transport.h"
 
 namespace tern::comm {
 
 class FabricChannel final : public Channel {
  public:
-  // `local_only`: every peer of this channel is on this host.
+  // `local_only`: every peer of this channel is on this host. Loads
+  // libfabric on first use; fails with TERN_ERROR_COMM_TRANSPORT when it
+  // cannot be loaded or no provider fits.
+  // Thread-safety: any thread (opens are serialised process-wide).
   static Status Open(bool local_only, uint32_t size, std::unique_ptr<FabricChannel>* out);
   ~FabricChannel() override;
 
@@ -45,12 +53,14 @@ class FabricChannel final : public Channel {
   void Shutdown() override;
 
  private:
-  FabricChannel() = default;
+  explicit FabricChannel(const FabricLibrary* lib) : lib_(lib) {}
   Status Init(fi_info* info);
+  Status FiStatus(int rc, const char* what) const;
   Status TryPost(Request* req, bool* again);                          // caller holds mutex_
   void* Descriptor(const void* buffer, size_t bytes, Status* error);  // caller holds mutex_
   void CloseAll();                                                    // caller holds mutex_
 
+  const FabricLibrary* const lib_;
   std::mutex mutex_;  // the domain is FI_THREAD_DOMAIN: one thread in it at a time
   fi_info* info_ = nullptr;
   fid_fabric* fabric_ = nullptr;

@@ -26,6 +26,10 @@ inline constexpr uint32_t kSectionEntrySize = 32;  // what this version writes
 inline constexpr uint32_t kMaxSections = 4096;
 inline constexpr uint64_t kConstantsFileAlignment = 4096;
 inline constexpr uint64_t kFlatBufferAlignment = 8;
+// The largest segment (constants, scratch, an input or output) any device can
+// hold: 48-bit device addresses. The loader also holds each one to the
+// memory of the device it loads on (LoadOptions::device_memory_bytes).
+inline constexpr uint64_t kMaxSegmentBytes = uint64_t{1} << 48;
 inline constexpr uint64_t kHeaderChecksumOffset = 56;
 // Required-feature bits this loader understands (TERN_FEATURE_*, isa.h).
 inline constexpr uint64_t kKnownRequiredFeatures =

@@ -82,6 +82,38 @@ class WorkBudget {
   uint64_t left_;
 };
 
+// Holds each segment size of the file (constants, a function's scratch, an
+// input or output) to what a device can hold, so that an executable no
+// execution could ever run is refused at load rather than when it runs.
+class SegmentLimit {
+ public:
+  explicit SegmentLimit(uint64_t device_memory_bytes) : device_memory_(device_memory_bytes) {}
+
+  // `field` names the field for the message: "function 'f' (0): scratch_bytes".
+  // `advice` says how to make the segment smaller.
+  Status Check(std::string_view field, uint64_t bytes, std::string_view advice) const {
+    if (bytes > kMaxSegmentBytes) {
+      return MakeStatus(kInvalid,
+                        "{} is {} bytes ({:.4g} GiB), more than any device can address ({} bytes "
+                        "= 256 TiB, 48-bit device addresses); {}",
+                        field, bytes, Gib(bytes), kMaxSegmentBytes, kRebuild);
+    }
+    if (device_memory_ != 0 && bytes > device_memory_) {
+      return MakeStatus(kUnsupported,
+                        "{} is {} bytes ({:.4g} GiB), more than the {} bytes ({:.4g} GiB) of "
+                        "memory of the device it is loaded on, so it could never run there; {}, "
+                        "or load it on a device with more memory",
+                        field, bytes, Gib(bytes), device_memory_, Gib(device_memory_), advice);
+    }
+    return OkStatus();
+  }
+
+ private:
+  static double Gib(uint64_t bytes) { return static_cast<double>(bytes) / (1ull << 30); }
+
+  const uint64_t device_memory_;
+};
+
 template <typename T>
 uint32_t Size(const flatbuffers::Vector<T>* vector) {
   return vector == nullptr ? 0 : vector->size();
@@ -92,7 +124,7 @@ std::string_view View(const flatbuffers::String* text) {
 }
 
 Status ConvertTensor(const format::Tensor* tensor, const std::string& where,
-                     driver::TensorSignature* out, WorkBudget* budget) {
+                     const SegmentLimit& limit, driver::TensorSignature* out, WorkBudget* budget) {
   const std::string_view name = View(tensor->name());
   if (name.empty()) {
     return MakeStatus(kInvalid, "{} has no name; every input and output needs one; {}", where,
@@ -137,6 +169,8 @@ Status ConvertTensor(const format::Tensor* tensor, const std::string& where,
                       }()),
                       tensor->size_bytes(), bytes, kRebuild);
   }
+  TERN_RETURN_IF_ERROR(limit.Check(fmt::format("{}: size_bytes", described), bytes,
+                                   "give the tensor a smaller shape"));
   out->size_bytes = bytes;
   return OkStatus();
 }
@@ -214,14 +248,15 @@ class FunctionConverter {
   FunctionConverter(
       const format::Function* function, uint32_t function_index, uint64_t constants_bytes,
       const flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>* debug_names,
-      bool has_debug, uint64_t declared_features, WorkBudget* budget, const LoadOptions& options,
-      driver::Function* out)
+      bool has_debug, uint64_t declared_features, const SegmentLimit& limit, WorkBudget* budget,
+      const LoadOptions& options, driver::Function* out)
       : function_(function),
         function_index_(function_index),
         constants_bytes_(constants_bytes),
         debug_names_(debug_names),
         has_debug_(has_debug),
         declared_features_(declared_features),
+        limit_(limit),
         budget_(budget),
         options_(options),
         out_(out) {}
@@ -231,6 +266,8 @@ class FunctionConverter {
     where_ = fmt::format("function '{}' ({})", out_->name, function_index_);
     TERN_RETURN_IF_ERROR(ConvertSignature());
     out_->scratch_bytes = function_->scratch_bytes();
+    TERN_RETURN_IF_ERROR(limit_.Check(fmt::format("{}: scratch_bytes", where_), out_->scratch_bytes,
+                                      "build it with less scratch (tern_builder_set_scratch)"));
     sizes_.inputs = out_->inputs;
     sizes_.outputs = out_->outputs;
     sizes_.constants = constants_bytes_;
@@ -261,7 +298,7 @@ class FunctionConverter {
       driver::TensorSignature* signature = input ? &out_->inputs[index] : &out_->outputs[index];
       TERN_RETURN_IF_ERROR(
           ConvertTensor(tensor, fmt::format("{}, {} {}", where_, input ? "input" : "output", index),
-                        signature, budget_));
+                        limit_, signature, budget_));
       if (!names.insert(signature->name).second) {
         return MakeStatus(kInvalid,
                           "{}: more than one input or output is named '{}'; names must be unique "
@@ -499,6 +536,7 @@ class FunctionConverter {
   const flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>* debug_names_;
   const bool has_debug_;
   const uint64_t declared_features_;
+  const SegmentLimit& limit_;
   WorkBudget* budget_;
   const LoadOptions& options_;
   driver::Function* out_;
@@ -545,6 +583,11 @@ Status ValidateExecutable(std::span<const uint8_t> data, ValidatedExecutable* ou
                       program->constants_bytes, container.constants_size, kRebuild);
   }
 
+  const SegmentLimit limit(options.device_memory_bytes);
+  TERN_RETURN_IF_ERROR(limit.Check("the module's constants_bytes", program->constants_bytes,
+                                   "keep large weights out of the constants and pass them as "
+                                   "inputs"));
+
   WorkBudget budget(container.module.size());
   const uint32_t function_count = Size(module->functions());
   TERN_RETURN_IF_ERROR(budget.Spend(function_count));
@@ -563,7 +606,7 @@ Status ValidateExecutable(std::span<const uint8_t> data, ValidatedExecutable* ou
     }
     FunctionConverter converter(function, f, program->constants_bytes,
                                 debug ? debug->op_names() : nullptr, container.has_debug,
-                                container.header.required_features, &budget, options,
+                                container.header.required_features, limit, &budget, options,
                                 &program->functions[f]);
     TERN_RETURN_IF_ERROR(converter.Convert());
   }

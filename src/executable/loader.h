@@ -23,6 +23,11 @@ struct ValidatedExecutable {
 struct LoadOptions {
   // Races between engine streams (hazards.h) are logged, not refused.
   bool allow_races = false;
+  // The memory of the device the executable is loaded on: no segment
+  // (constants, a function's scratch, an input or output) may be larger.
+  // 0 when no device is known (the fuzzer, the dumper): then only the
+  // format's limit, kMaxSegmentBytes, applies.
+  uint64_t device_memory_bytes = 0;
 };
 
 // Validates `data` (every rule of the spec, and the static race check of each

@@ -103,6 +103,7 @@ Status LoadFromMemory(Runtime* rt, tern_device_t device, const void* data, uint6
   TERN_RETURN_IF_ERROR(LookupDevice(rt, device, "device", &dev));
   exe::LoadOptions options;
   TERN_RETURN_IF_ERROR(CheckLoadParams(params, &options));
+  options.device_memory_bytes = dev->info.memory_bytes;  // no segment may be larger
   if (data == nullptr && size > 0) {
     return MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "data is NULL but size is {}", size);
   }
@@ -136,6 +137,7 @@ Status LoadFromFile(Runtime* rt, tern_device_t device, const char* path,
   TERN_RETURN_IF_ERROR(LookupDevice(rt, device, "device", &dev));
   exe::LoadOptions options;
   TERN_RETURN_IF_ERROR(CheckLoadParams(params, &options));
+  options.device_memory_bytes = dev->info.memory_bytes;  // no segment may be larger
   if (path == nullptr) return MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "path is NULL");
   const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) {

@@ -20,6 +20,7 @@ struct MonitorOptions {
   int64_t count = -1;  // -1: not given
   bool prometheus = false;
   std::string listen;
+  int max_connections = HttpServer::kDefaultMaxConnections;
 };
 
 int RunStdout(const MonitorOptions& options) {
@@ -44,7 +45,7 @@ int RunStdout(const MonitorOptions& options) {
 }
 
 int RunHttp(const MonitorOptions& options) {
-  std::unique_ptr<HttpServer> server = HttpServer::Listen(options.listen);
+  std::unique_ptr<HttpServer> server = HttpServer::Listen(options.listen, options.max_connections);
   Runtime runtime;
   // Ratios in a scrape cover the time since the previous scrape (or since
   // the server started, for the first one).
@@ -84,6 +85,9 @@ Runner AddMonitorOptions(CLI::App* app) {
                   "Serve Prometheus metrics over HTTP on [ADDR:]PORT (ADDR defaults to "
                   "127.0.0.1; port 0 picks a free one, printed on stderr)")
       ->type_name("[ADDR:]PORT");
+  app->add_option("--max-connections", options->max_connections,
+                  "With --listen: connections served at once; more get 503 (default 64)")
+      ->check(CLI::Range(1, 4096));
   return [options]() {
     InstallStopHandlers();
     if (!options->listen.empty()) {
