@@ -224,6 +224,13 @@ PendingConnections::Verdict Root::Hello(PendingConnections::Connection& conn,
     *reason = "came after the bootstrap had failed";
     return reject(failure_);
   }
+  if (done_) {
+    *reason = "came after every rank had joined";
+    return reject(MakeStatus(TERN_ERROR_COMM_MISMATCH,
+                             "rank {} came to the bootstrap root at {} after all {} ranks had "
+                             "joined: give every process its own rank",
+                             identity.rank, address_, size_));
+  }
   if (size == 0) {
     *reason = "joined with size 0";
     return reject(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "size 0 is not a communicator size"));

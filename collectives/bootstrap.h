@@ -41,6 +41,9 @@ struct UniqueId {
   std::string secret_file;
 };
 
+// The public id's bytes: magic, nonce, root address and secret. An id of an
+// older tern (magic TERNCID1, no secret) is refused as INCOMPATIBLE.
+// Thread-safety: safe from any thread.
 Status EncodeUniqueId(const UniqueId& id, tern_comm_unique_id_t* out);
 Status DecodeUniqueId(const tern_comm_unique_id_t& in, UniqueId* out);
 
