@@ -96,13 +96,20 @@ void PendingConnections::Accept(uint64_t now_ns) {
       if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED) {
         return;
       }
-      if (accept_failures_++ == 0) {
-        TERN_LOG_WARN("accepting a connection failed: {}; retrying every {} ms",
-                      std::strerror(errno), kAcceptPauseNs / 1000000);
-      }
+      // Logged once accepting works again: while no descriptor is free, the
+      // logger (and a sanitizer's checks) may fail for want of one too.
+      ++accept_failures_;
+      ++accept_failures_unlogged_;
       accept_errno_ = errno;
       accept_paused_until_ns_ = now_ns + kAcceptPauseNs;
       return;
+    }
+    if (accept_failures_unlogged_ > 0) {
+      TERN_LOG_WARN(
+          "accepting connections failed {} time(s) before this one: {} (if that is the "
+          "open-file limit, raise it: ulimit -n)",
+          accept_failures_unlogged_, std::strerror(accept_errno_));
+      accept_failures_unlogged_ = 0;
     }
     SockAddr peer;
     std::memcpy(&peer.storage, &address, sizeof(address));

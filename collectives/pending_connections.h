@@ -87,6 +87,7 @@ class PendingConnections {
   bool listener_polled_ = false;
   uint64_t accept_paused_until_ns_ = 0;
   uint64_t accept_failures_ = 0;
+  uint64_t accept_failures_unlogged_ = 0;
   int accept_errno_ = 0;
   std::map<std::string, Refusals> refusals_;
 };
