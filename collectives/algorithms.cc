@@ -104,7 +104,11 @@ class Direct {
       e_.Recv(p, kStepWhere, &where_[p], sizeof(Where));
       e_.Send(p, kStepWhere, &where_[r_], sizeof(Where));
     }
-    return e_.WaitAll();
+    TERN_RETURN_IF_ERROR(e_.WaitAll());
+    for (uint32_t p = 0; p < n_; ++p) {
+      if (p != r_) TERN_RETURN_IF_ERROR(CheckWhere(p));
+    }
+    return OkStatus();
   }
   uint8_t* Send(uint32_t p) const {
     return p == r_ ? e_.op().send : e_.PeerBase(p) + where_[p].send;
@@ -158,6 +162,42 @@ class Direct {
   }
 
  private:
+  // The offsets come from the peer: every range of its memory that this
+  // operation reads or writes must lie inside what is mapped of it.
+  Status CheckWhere(uint32_t p) const {
+    const OpDesc& op = e_.op();
+    const uint64_t block = op.count * e_.element_size();
+    const uint64_t all = block * n_;
+    uint64_t send_extent = block, recv_extent = 0;  // recv: only all-reduce reads peers'
+    switch (op.kind) {
+      case OpKind::kAllReduce:
+        recv_extent = block;
+        break;
+      case OpKind::kReduceScatter:
+      case OpKind::kAllToAll:
+        send_extent = all;
+        break;
+      case OpKind::kBroadcast:
+        if (p != op.root) send_extent = 0;
+        break;
+      default:
+        break;
+    }
+    const uint64_t limit = e_.PeerBytes(p);
+    auto fits = [limit](uint64_t offset, uint64_t extent) {
+      return extent == 0 || (offset != kNoBuffer && offset <= limit && extent <= limit - offset);
+    };
+    if (!fits(where_[p].send, send_extent) || !fits(where_[p].recv, recv_extent)) {
+      return MakeStatus(TERN_ERROR_COMM_TRANSPORT,
+                        "rank {} placed its buffers of {} at offsets {:#x} (send) and {:#x} "
+                        "(recv) of its device memory, outside the {} bytes mapped here (the "
+                        "operation uses {} and {} bytes of them): refusing to use them",
+                        p, Describe(op), where_[p].send, where_[p].recv, limit, send_extent,
+                        recv_extent);
+    }
+    return OkStatus();
+  }
+
   Exec& e_;
   const uint32_t n_, r_;
   Where* where_ = nullptr;

@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -11,14 +12,20 @@
 
 #include "common/logging.h"
 #include "common/timeline.h"
+#include "pending_connections.h"
 
 namespace tern::comm {
 namespace {
 
-constexpr char kIdMagic[8] = {'T', 'E', 'R', 'N', 'C', 'I', 'D', '1'};
+constexpr char kIdMagic[8] = {'T', 'E', 'R', 'N', 'C', 'I', 'D', '2'};
+constexpr char kOldIdMagic[8] = {'T', 'E', 'R', 'N', 'C', 'I', 'D', '1'};
 constexpr uint32_t kHelloMagic = 0x54524e42;  // "TRNB"
-constexpr uint32_t kProtocolVersion = 1;
+constexpr uint32_t kProtocolVersion = 2;      // 2: authenticated (challenge and proofs)
 constexpr uint32_t kReplyTable = 0;
+// A hello is an identity of a few short strings.
+constexpr uint32_t kMaxHello = 64u << 10;
+// Connections that may wait to authenticate at once (more are closed).
+constexpr size_t kMaxPending = 1024;
 
 struct PackedId {
   char magic[8];
@@ -26,6 +33,7 @@ struct PackedId {
   uint32_t address_length;
   uint32_t reserved;
   unsigned char address[sizeof(sockaddr_in6)];
+  unsigned char secret[32];
 };
 static_assert(sizeof(PackedId) <= TERN_COMM_UNIQUE_ID_BYTES);
 
@@ -38,44 +46,55 @@ std::string ErrorReply(const Status& status) {
 // The root's state, owned by its thread.
 class Root {
  public:
-  Root(int listen_fd, uint64_t nonce, uint64_t deadline_ns, std::string address)
+  Root(int listen_fd, uint64_t nonce, const Secret& secret, uint64_t deadline_ns,
+       std::string address, std::string remove_when_done)
       : listen_fd_(listen_fd),
         nonce_(nonce),
+        secret_(secret),
         deadline_ns_(deadline_ns),
-        address_(std::move(address)) {}
+        address_(std::move(address)),
+        remove_when_done_(std::move(remove_when_done)),
+        pending_(listen_fd, kHelloMagic, kProtocolVersion, kMaxPending, kMaxHello) {}
   ~Root() {
     for (auto& client : clients_) {
       if (client.fd >= 0) close(client.fd);
     }
     close(listen_fd_);
+    if (!remove_when_done_.empty()) unlink(remove_when_done_.c_str());
   }
   void Run();
 
  private:
   struct Client {
     int fd = -1;
-    bool joined = false;
     RankIdentity identity;
+    std::string challenge;         // ours, sent in the greeting
+    std::string client_challenge;  // theirs, from the hello
   };
-  void Accept();
-  void Receive(size_t index);
+  PendingConnections::Verdict Hello(PendingConnections::Connection& conn, std::string_view frame,
+                                    std::string* reason);
+  void ReadJoined(size_t index);
   void Fail(const Status& status);
   void SendTables();
   std::string Joined() const;
 
   int listen_fd_;
   uint64_t nonce_;
+  Secret secret_;
   uint64_t deadline_ns_;
   std::string address_;
+  std::string remove_when_done_;
+  PendingConnections pending_;
   uint32_t size_ = 0;  // from the first rank that joins
   uint32_t first_rank_ = 0;
-  std::vector<Client> clients_;
+  std::vector<Client> clients_;  // ranks that joined (authenticated)
   std::map<uint32_t, size_t> by_rank_;
   Status failure_;
   bool done_ = false;
 };
 
 void Root::Run() {
+  std::vector<pollfd> fds;
   while (!done_) {
     const uint64_t now = MonotonicNs();
     if (now >= deadline_ns_) {
@@ -87,92 +106,134 @@ void Root::Run() {
           if (++missing_count <= 16) missing += fmt::format("{}{}", missing.empty() ? "" : ", ", r);
         }
         if (missing_count > 16) missing += fmt::format(" and {} more", missing_count - 16);
-        Fail(MakeStatus(TERN_ERROR_COMM_TIMEOUT,
-                        "the bootstrap root at {} gave up waiting: rank(s) {} of {} never joined "
-                        "(joined: {}); start every rank with the same unique id and size, or raise "
-                        "TERN_COMM_INIT_TIMEOUT",
-                        address_, missing, size_, Joined()));
+        const std::string refused = pending_.Summary();
+        Fail(MakeStatus(
+            TERN_ERROR_COMM_TIMEOUT,
+            "the bootstrap root at {} gave up waiting: rank(s) {} of {} never joined "
+            "(joined: {}){}; start every rank with the same unique id and size, or raise "
+            "TERN_COMM_INIT_TIMEOUT",
+            address_, missing, size_, Joined(),
+            refused.empty() ? std::string() : fmt::format("; meanwhile it refused: {}", refused)));
       }
       return;
     }
-    // Clients keep their index for the root's lifetime (by_rank_ refers to
-    // them); closed ones stay as fd -1 and are skipped.
-    std::vector<pollfd> fds;
+    // Joined clients keep their index for the root's lifetime (by_rank_
+    // refers to them); closed ones stay as fd -1 and are skipped.
+    fds.clear();
+    int wait_ms = pending_.AddPollFds(&fds, now);
+    const size_t first_joined = fds.size();
     std::vector<size_t> which;
-    fds.push_back({listen_fd_, POLLIN, 0});
     for (size_t i = 0; i < clients_.size(); ++i) {
       if (clients_[i].fd < 0) continue;
       fds.push_back({clients_[i].fd, POLLIN, 0});
       which.push_back(i);
     }
-    const uint64_t wait_ms = std::min<uint64_t>((deadline_ns_ - now) / 1000000 + 1, 1000);
-    const int rc = poll(fds.data(), fds.size(), static_cast<int>(wait_ms));
-    if (rc <= 0) continue;
-    for (size_t i = 1; i < fds.size() && !done_; ++i) {
-      if (fds[i].revents != 0) Receive(which[i - 1]);
+    const int until_deadline =
+        static_cast<int>(std::min<uint64_t>((deadline_ns_ - now) / 1000000 + 1, 1000));
+    if (wait_ms < 0 || wait_ms > until_deadline) wait_ms = until_deadline;
+    const int rc = poll(fds.data(), fds.size(), wait_ms);
+    if (rc < 0 && errno != EINTR) {
+      Fail(ErrnoStatus(TERN_ERROR_COMM_TRANSPORT, errno,
+                       fmt::format("poll in the bootstrap root at {}", address_)));
+      return;
     }
-    if (fds[0].revents != 0 && !done_) Accept();
+    for (size_t i = 0; rc > 0 && i < which.size() && !done_; ++i) {
+      if (fds[first_joined + i].revents != 0) ReadJoined(which[i]);
+    }
+    if (done_) break;
+    pending_.Service(fds, 0, MonotonicNs(),
+                     [this](PendingConnections::Connection& conn, std::string_view frame,
+                            std::string* reason) { return Hello(conn, frame, reason); });
   }
 }
 
-void Root::Accept() {
-  int fd = -1;
-  if (!comm::Accept(listen_fd_, MonotonicNs(), &fd).ok()) return;
-  clients_.push_back(Client{fd});
-}
-
-void Root::Receive(size_t index) {
+// A rank that joined sends nothing more before the table; a readable socket
+// means it went away.
+void Root::ReadJoined(size_t index) {
   Client& client = clients_[index];
-  std::string frame;
-  bool eof = false;
-  Status status = RecvFrame(client.fd, MonotonicNs() + 1000000000ull, &frame, &eof);
-  if (!status.ok()) {
-    if (client.joined) {
-      // A rank that joined and went away before the table: the others cannot
-      // complete; say so instead of waiting for the deadline.
-      Fail(MakeStatus(TERN_ERROR_COMM_PEER_LOST,
-                      "rank {} (host {}, pid {}) disconnected from the bootstrap root at {} before "
-                      "every rank joined (the process exited or was killed)",
-                      client.identity.rank, client.identity.host, client.identity.pid, address_));
-    }
-    close(client.fd);
-    client.fd = -1;
-    return;
-  }
-  if (client.joined) return;  // nothing else is expected before the table
-  Reader r(frame);
+  char scratch[256];
+  const ssize_t n = recv(client.fd, scratch, sizeof(scratch), MSG_DONTWAIT);
+  if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))) return;
+  // A rank that joined and went away before the table: the others cannot
+  // complete; say so instead of waiting for the deadline.
+  Fail(MakeStatus(TERN_ERROR_COMM_PEER_LOST,
+                  "rank {} (host {}, pid {}) disconnected from the bootstrap root at {} before "
+                  "every rank joined (the process exited or was killed)",
+                  client.identity.rank, client.identity.host, client.identity.pid, address_));
+  if (client.fd >= 0) close(client.fd);
+  client.fd = -1;
+}
+
+PendingConnections::Verdict Root::Hello(PendingConnections::Connection& conn,
+                                        std::string_view frame, std::string* reason) {
+  using Verdict = PendingConnections::Verdict;
+  auto reject = [&](const Status& why) {
+    (void)SendFrame(conn.fd, ErrorReply(why), MonotonicNs() + 100000000ull);
+    return Verdict::kRefuse;
+  };
+  Reader outer(frame);
+  const std::string body = outer.Str();
+  const std::string mac = outer.Str();
+  Reader r(body);
   const uint32_t magic = r.U32();
   const uint32_t version = r.U32();
+  if (!outer.ok() || magic != kHelloMagic) {
+    *reason = "sent something other than a tern bootstrap hello";
+    return reject(MakeStatus(TERN_ERROR_COMM_TRANSPORT,
+                             "not a tern bootstrap hello (bootstrap protocol {} with a challenge "
+                             "and proof): is this tern version the root's?",
+                             kProtocolVersion));
+  }
+  if (version != kProtocolVersion) {
+    *reason = fmt::format("spoke bootstrap protocol {}", version);
+    return reject(MakeStatus(TERN_ERROR_INCOMPATIBLE,
+                             "the rank speaks bootstrap protocol {} but the root at {} speaks {}: "
+                             "use the same tern version on every rank",
+                             version, address_, kProtocolVersion));
+  }
+  // The proof first: nothing of a hello without it is believed or answered
+  // beyond the refusal.
+  if (!ProofMatches(Prove(secret_, "join", {conn.challenge, body}), mac)) {
+    *reason = "failed authentication (no proof of the communicator's secret)";
+    return reject(MakeStatus(
+        TERN_ERROR_COMM_TRANSPORT,
+        "the bootstrap root at {} refused the connection from {}: its hello does not prove "
+        "knowledge of this communicator's secret (a stale or foreign unique id, or a different "
+        "TERN_COMM_SECRET): give every rank the same unique id, or the same TERN_COMM_SECRET",
+        address_, conn.peer));
+  }
   const uint64_t nonce = r.U64();
   const uint32_t size = r.U32();
   RankIdentity identity;
-  const bool read_ok = identity.Read(r) && r.ok();
-  auto reject = [&](const Status& why) {
-    (void)SendFrame(client.fd, ErrorReply(why), MonotonicNs() + 1000000000ull);
-    close(client.fd);
-    client.fd = -1;
-  };
-  if (magic != kHelloMagic || !read_ok) {
-    reject(MakeStatus(TERN_ERROR_COMM_TRANSPORT, "not a tern bootstrap message"));
-    return;
-  }
-  if (version != kProtocolVersion) {
-    reject(MakeStatus(TERN_ERROR_INCOMPATIBLE,
-                      "the rank speaks bootstrap protocol {} but the root at {} speaks {}: use the "
-                      "same tern version on every rank",
-                      version, address_, kProtocolVersion));
-    return;
+  const bool identity_ok = identity.Read(r);
+  const std::string client_challenge = r.Str();
+  if (!identity_ok || !r.ok() || client_challenge.size() != kChallengeBytes) {
+    *reason = "sent a malformed hello";
+    return reject(
+        MakeStatus(TERN_ERROR_COMM_TRANSPORT, "malformed bootstrap hello from {}", conn.peer));
   }
   if (nonce != nonce_) {
-    reject(MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
-                      "the unique id does not match the communicator the bootstrap root at {} "
-                      "serves (a stale or foreign id): use the id of this communicator",
-                      address_));
-    return;
+    *reason = "named another communicator";
+    return reject(MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
+                             "the unique id does not match the communicator the bootstrap root "
+                             "at {} serves (a stale or foreign id): use the id of this "
+                             "communicator",
+                             address_));
   }
   if (!failure_.ok()) {
-    reject(failure_);
-    return;
+    *reason = "came after the bootstrap had failed";
+    return reject(failure_);
+  }
+  if (done_) {
+    *reason = "came after every rank had joined";
+    return reject(MakeStatus(TERN_ERROR_COMM_MISMATCH,
+                             "rank {} came to the bootstrap root at {} after all {} ranks had "
+                             "joined: give every process its own rank",
+                             identity.rank, address_, size_));
+  }
+  if (size == 0) {
+    *reason = "joined with size 0";
+    return reject(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "size 0 is not a communicator size"));
   }
   if (size_ == 0) {
     size_ = size;
@@ -183,13 +244,13 @@ void Root::Receive(size_t index) {
                    "rank {} (host {}, pid {}) joined with size {} but rank {} joined with size {}: "
                    "every rank must pass the same size",
                    identity.rank, identity.host, identity.pid, size, first_rank_, size_));
-    reject(failure_);
-    return;
+    *reason = "joined with another size";
+    return reject(failure_);
   }
   if (identity.rank >= size_) {
-    reject(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "rank {} is out of range for size {}",
-                      identity.rank, size_));
-    return;
+    *reason = "joined with a rank out of range";
+    return reject(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "rank {} is out of range for size {}",
+                             identity.rank, size_));
   }
   if (auto it = by_rank_.find(identity.rank); it != by_rank_.end()) {
     const RankIdentity& first = clients_[it->second].identity;
@@ -197,13 +258,18 @@ void Root::Receive(size_t index) {
                     "rank {} joined twice: from host {} pid {} and from host {} pid {}; give every "
                     "process its own rank",
                     identity.rank, first.host, first.pid, identity.host, identity.pid));
-    reject(failure_);
-    return;
+    *reason = "joined as a rank that had joined already";
+    return reject(failure_);
   }
-  client.joined = true;
+  Client client;
+  client.fd = conn.fd;
   client.identity = std::move(identity);
-  by_rank_[client.identity.rank] = index;
+  client.challenge = conn.challenge;
+  client.client_challenge = client_challenge;
+  clients_.push_back(std::move(client));
+  by_rank_[clients_.back().identity.rank] = clients_.size() - 1;
   if (by_rank_.size() == size_) SendTables();
+  return Verdict::kKeep;
 }
 
 std::string Root::Joined() const {
@@ -221,7 +287,7 @@ void Root::Fail(const Status& status) {
   failure_ = status;
   const std::string reply = ErrorReply(status);
   for (Client& client : clients_) {
-    if (client.fd >= 0 && client.joined) {
+    if (client.fd >= 0) {
       (void)SendFrame(client.fd, reply, MonotonicNs() + 1000000000ull);
       close(client.fd);
       client.fd = -1;
@@ -231,12 +297,20 @@ void Root::Fail(const Status& status) {
 }
 
 void Root::SendTables() {
-  Writer w;
-  w.U32(kReplyTable).U32(size_);
-  for (const auto& [rank, index] : by_rank_) clients_[index].identity.Write(w);
+  Writer table;
+  table.U32(size_);
+  for (const auto& [rank, index] : by_rank_) clients_[index].identity.Write(table);
   const uint64_t deadline = MonotonicNs() + 5000000000ull;
-  for (const auto& [rank, index] : by_rank_)
-    (void)SendFrame(clients_[index].fd, w.data(), deadline);
+  for (const auto& [rank, index] : by_rank_) {
+    const Client& client = clients_[index];
+    const Sha256Digest proof =
+        Prove(secret_, "table", {client.client_challenge, client.challenge, table.data()});
+    Writer w;
+    w.U32(kReplyTable)
+        .Str(table.data())
+        .Str(std::string_view(reinterpret_cast<const char*>(proof.data()), proof.size()));
+    (void)SendFrame(client.fd, w.data(), deadline);
+  }
   done_ = true;
 }
 
@@ -267,6 +341,7 @@ Status EncodeUniqueId(const UniqueId& id, tern_comm_unique_id_t* out) {
   }
   packed.address_length = id.root.length;
   std::memcpy(packed.address, &id.root.storage, id.root.length);
+  std::memcpy(packed.secret, id.secret.bytes.data(), sizeof(packed.secret));
   std::memcpy(out->internal, &packed, sizeof(packed));
   return OkStatus();
 }
@@ -274,6 +349,12 @@ Status EncodeUniqueId(const UniqueId& id, tern_comm_unique_id_t* out) {
 Status DecodeUniqueId(const tern_comm_unique_id_t& in, UniqueId* out) {
   PackedId packed;
   std::memcpy(&packed, in.internal, sizeof(packed));
+  if (std::memcmp(packed.magic, kOldIdMagic, sizeof(kOldIdMagic)) == 0) {
+    return MakeStatus(TERN_ERROR_INCOMPATIBLE,
+                      "the unique id was made by an older tern (one without a secret, whose "
+                      "bootstrap accepts anyone): make the id with this version's "
+                      "tern_comm_get_unique_id() and use the same tern version on every rank");
+  }
   if (std::memcmp(packed.magic, kIdMagic, sizeof(kIdMagic)) != 0 || packed.address_length == 0 ||
       packed.address_length > sizeof(packed.address)) {
     return MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
@@ -284,39 +365,51 @@ Status DecodeUniqueId(const tern_comm_unique_id_t& in, UniqueId* out) {
   out->root = SockAddr{};
   std::memcpy(&out->root.storage, packed.address, packed.address_length);
   out->root.length = packed.address_length;
+  std::memcpy(out->secret.bytes.data(), packed.secret, sizeof(packed.secret));
+  out->has_secret = true;
+  out->secret_file.clear();
   return OkStatus();
 }
 
-Status StartBootstrapRoot(const SockAddr& bind_addr, uint64_t nonce, uint64_t timeout_ns,
-                          SockAddr* out_bound) {
+Status StartBootstrapRoot(const SockAddr& bind_addr, uint64_t nonce, const Secret& secret,
+                          uint64_t timeout_ns, std::string remove_when_done, SockAddr* out_bound) {
   int fd = -1;
   SockAddr bound;
   TERN_RETURN_IF_ERROR(Listen(bind_addr, &fd, &bound));
   // A wildcard bind still needs a connectable address in the id.
   *out_bound = bound;
-  auto root = std::make_shared<Root>(fd, nonce, MonotonicNs() + timeout_ns, bound.ToString());
+  auto root = std::make_shared<Root>(fd, nonce, secret, MonotonicNs() + timeout_ns,
+                                     bound.ToString(), std::move(remove_when_done));
   std::thread([root] { root->Run(); }).detach();
   return OkStatus();
 }
 
-Status CreateUniqueId(uint64_t timeout_ns, UniqueId* out) {
+Status CreateUniqueId(uint64_t timeout_ns, const Secret* secret, UniqueId* out) {
   SockAddr addr;
   std::string ifname;
   TERN_RETURN_IF_ERROR(PickInterfaceAddress(&addr, &ifname));
-  out->nonce = RandomU64() | 1;  // never 0
-  TERN_RETURN_IF_ERROR(StartBootstrapRoot(addr, out->nonce, timeout_ns, &out->root)
-                           .WithContext(fmt::format("starting the bootstrap root on {}", ifname)));
+  TERN_RETURN_IF_ERROR(RandomBytes(&out->nonce, sizeof(out->nonce)));
+  out->nonce |= 1;  // never 0
+  if (secret != nullptr) {
+    out->secret = *secret;
+  } else {
+    TERN_RETURN_IF_ERROR(GenerateSecret(&out->secret));
+  }
+  out->has_secret = true;
+  TERN_RETURN_IF_ERROR(
+      StartBootstrapRoot(addr, out->nonce, out->secret, timeout_ns, std::string(), &out->root)
+          .WithContext(fmt::format("starting the bootstrap root on {}", ifname)));
   TERN_LOG_DEBUG("bootstrap root for nonce {:#x} at {} ({})", out->nonce, out->root.ToString(),
                  ifname);
   return OkStatus();
 }
 
-Status JoinBootstrap(const UniqueId& id, uint32_t size, RankIdentity* self, uint64_t deadline_ns,
+Status JoinBootstrap(UniqueId* id, uint32_t size, RankIdentity* self, uint64_t deadline_ns,
                      const std::function<Status(const SockAddr& local)>& prepare,
                      std::vector<RankIdentity>* out_table) {
-  const std::string root = id.root.ToString();
+  const std::string root = id->root.ToString();
   int fd = -1;
-  Status status = Connect(id.root, deadline_ns, "the bootstrap root", &fd);
+  Status status = Connect(id->root, deadline_ns, "the bootstrap root", &fd);
   if (!status.ok()) {
     return Status(
         status.code(),
@@ -327,13 +420,50 @@ Status JoinBootstrap(const UniqueId& id, uint32_t size, RankIdentity* self, uint
                     status.message(), root, HostName()));
   }
   auto closer = std::unique_ptr<int, void (*)(int*)>(&fd, [](int* f) { close(*f); });
+  std::string greeting;
+  status = RecvFrame(fd, deadline_ns, &greeting);
+  Reader g(greeting);
+  const uint32_t magic = g.U32();
+  const uint32_t version = g.U32();
+  const std::string challenge = g.Str();
+  if (!status.ok() || !g.ok() || magic != kHelloMagic || version != kProtocolVersion ||
+      challenge.size() != kChallengeBytes) {
+    return MakeStatus(
+        status.ok() ? TERN_ERROR_INCOMPATIBLE : status.code(),
+        "rank {} connected to {} but got no greeting of tern bootstrap protocol {} ({}): is "
+        "that the bootstrap root of this communicator, running this tern version?",
+        self->rank, root, kProtocolVersion,
+        status.ok() ? fmt::format("got magic {:#x} protocol {}", magic, version)
+                    : status.message());
+  }
+  if (!id->has_secret) {
+    // The root is up, so rank 0 wrote its secret before starting it.
+    status = ReadHostSecret(id->secret_file, &id->secret);
+    if (!status.ok()) {
+      return MakeStatus(
+          TERN_ERROR_INVALID_ARGUMENT,
+          "rank {} has no secret for the bootstrap root at {}: set TERN_COMM_SECRET (or "
+          "TERN_COMM_SECRET_FILE) to the same value on every rank (at least 32 hex digits, e.g. "
+          "from 'openssl rand -hex 32'); without it only ranks on rank 0's host can join, "
+          "reading the secret rank 0 leaves in {} ({})",
+          self->rank, root, id->secret_file, status.message());
+    }
+    id->has_secret = true;
+  }
   SockAddr local;
   TERN_RETURN_IF_ERROR(LocalAddress(fd, &local));
   TERN_RETURN_IF_ERROR(prepare(local));
-  Writer w;
-  w.U32(kHelloMagic).U32(kProtocolVersion).U64(id.nonce).U32(size);
-  self->Write(w);
-  TERN_RETURN_IF_ERROR(SendFrame(fd, w.data(), deadline_ns)
+  std::string my_challenge;
+  TERN_RETURN_IF_ERROR(NewChallenge(&my_challenge));
+  Writer body;
+  body.U32(kHelloMagic).U32(kProtocolVersion).U64(id->nonce).U32(size);
+  self->Write(body);
+  body.Str(my_challenge);
+  const Sha256Digest proof = Prove(id->secret, "join", {challenge, body.data()});
+  Writer hello;
+  hello.Str(body.data())
+      .Str(std::string_view(reinterpret_cast<const char*>(proof.data()), proof.size()));
+  TERN_RETURN_IF_ERROR(SendFrame(fd, hello.data(), deadline_ns)
                            .WithContext(fmt::format("joining the bootstrap root at {}", root)));
   // The root explains a timeout itself when its own deadline passes; give
   // its message a moment to arrive before reporting ours.
@@ -359,18 +489,30 @@ Status JoinBootstrap(const UniqueId& id, uint32_t size, RankIdentity* self, uint
     std::string message = r.Str();
     return Status(static_cast<tern_status_t>(code), message);
   }
-  const uint32_t count = r.U32();
+  const std::string table = r.Str();
+  const std::string mac = r.Str();
+  if (!r.ok() || !ProofMatches(Prove(id->secret, "table", {my_challenge, challenge, table}), mac)) {
+    return MakeStatus(TERN_ERROR_COMM_TRANSPORT,
+                      "the rank table from {} does not prove knowledge of this communicator's "
+                      "secret: something other than this communicator's bootstrap root answered "
+                      "there; rank {} does not trust it",
+                      root, self->rank);
+  }
+  Reader t(table);
+  const uint32_t count = t.U32();
   if (count != size) {
     return MakeStatus(TERN_ERROR_INTERNAL, "bootstrap table has {} ranks, expected {}", count,
                       size);
   }
   out_table->assign(count, RankIdentity{});
+  std::vector<bool> seen(count, false);
   for (uint32_t i = 0; i < count; ++i) {
     RankIdentity identity;
-    if (!identity.Read(r) || identity.rank >= count) {
+    if (!identity.Read(t) || identity.rank >= count || seen[identity.rank]) {
       return MakeStatus(TERN_ERROR_COMM_TRANSPORT,
                         "malformed rank table from the bootstrap root at {}", root);
     }
+    seen[identity.rank] = true;
     (*out_table)[identity.rank] = std::move(identity);
   }
   return OkStatus();

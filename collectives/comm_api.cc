@@ -366,7 +366,7 @@ TERN_API tern_status_t tern_comm_get_unique_id(tern_comm_unique_id_t* out_id) {
   CommConfig config;
   TERN_API_TRY(LoadConfig(nullptr, &config));
   UniqueId id;
-  TERN_API_TRY(CreateUniqueId(config.init_timeout_ns, &id));
+  TERN_API_TRY(CreateUniqueId(config.init_timeout_ns, nullptr, &id));
   return Report(EncodeUniqueId(id, out_id));
 }
 
@@ -436,7 +436,7 @@ TERN_API tern_status_t tern_comm_init_all(const tern_core_t* cores, uint32_t cou
   CommConfig checked;
   TERN_API_TRY(LoadConfig(config, &checked));
   UniqueId id;
-  TERN_API_TRY(CreateUniqueId(checked.init_timeout_ns, &id));
+  TERN_API_TRY(CreateUniqueId(checked.init_timeout_ns, nullptr, &id));
   std::vector<Status> results(count);
   std::vector<std::thread> threads;
   for (uint32_t i = 1; i < count; ++i) {
@@ -513,10 +513,16 @@ TERN_API tern_status_t tern_comm_init_from_env(tern_core_t core, const tern_comm
   if (!status.ok()) {
     return Report(status.WithContext("TERN_COMM_ID (or MASTER_ADDR:MASTER_PORT+1)"));
   }
-  // Every rank derives the same nonce from the address.
+  // Every rank derives the same nonce from the address (it names the
+  // communicator; the secret, not the nonce, keeps strangers out).
   uint64_t nonce = 1469598103934665603ull;
   for (char c : address) nonce = (nonce ^ static_cast<uint8_t>(c)) * 1099511628211ull;
   id.nonce = nonce | 1;
+  // The secret: TERN_COMM_SECRET(_FILE) on every rank, else one that rank 0
+  // makes and leaves in a file of this user's for the ranks of its host.
+  status = SecretFromEnvironment(&id.has_secret, &id.secret);
+  if (!status.ok()) return Report(status);
+  if (!id.has_secret) id.secret_file = HostSecretPath(address);
   if (rank == 0 && size > 0) {
     CommConfig checked;
     status = LoadConfig(config, &checked);
@@ -528,8 +534,26 @@ TERN_API tern_status_t tern_comm_init_from_env(tern_core_t core, const tern_comm
                      "this host ({}): run rank 0 on the host named in TERN_COMM_ID",
                      address, HostName()));
     }
+    // Written before the root starts: a rank that reaches the root finds it.
+    std::string remove_when_done;
+    if (status.ok() && !id.has_secret) {
+      status = GenerateSecret(&id.secret);
+      if (status.ok()) status = WriteHostSecret(id.secret_file, id.secret);
+      // The secret is what the ranks read back from the file.
+      if (status.ok()) status = ReadHostSecret(id.secret_file, &id.secret);
+      if (!status.ok()) {
+        return Report(status.WithContext(
+            "rank 0 leaving the communicator's secret for the ranks of its host (or set "
+            "TERN_COMM_SECRET on every rank)"));
+      }
+      id.has_secret = true;
+      remove_when_done = id.secret_file;
+    }
     SockAddr bound;
-    if (status.ok()) status = StartBootstrapRoot(bind, id.nonce, checked.init_timeout_ns, &bound);
+    if (status.ok()) {
+      status = StartBootstrapRoot(bind, id.nonce, id.secret, checked.init_timeout_ns,
+                                  remove_when_done, &bound);
+    }
     if (!status.ok())
       return Report(status.WithContext(fmt::format("serving the bootstrap on {}", address)));
   }

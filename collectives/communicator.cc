@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -414,6 +415,7 @@ uint8_t* Exec::Scratch(size_t bytes) {
 
 bool Exec::direct() const { return comm_->direct(); }
 uint8_t* Exec::PeerBase(uint32_t rank) const { return comm_->peer_base(rank); }
+uint64_t Exec::PeerBytes(uint32_t rank) const { return comm_->peer_bytes(rank); }
 
 void Exec::ReduceLocal(void* dst, const void* a, const void* b, uint64_t count) const {
   Reduce(dst, a, b, count, op_.dtype, op_.redop);
@@ -692,12 +694,14 @@ Status Communicator::Init(const InitParams& params) {
   self.process_key = ProcessKey();
   self.host = HostName();
   self.node_key = NodeKey();
+  UniqueId id = params.id;
   TERN_RETURN_IF_ERROR(JoinBootstrap(
-      params.id, size_, &self, deadline,
+      &id, size_, &self, deadline,
       [&](const SockAddr& local) {
         return rank_ == 0 ? control_->OpenListener(local, &self.ctrl_address) : OkStatus();
       },
       &peers_));
+  secret_ = id.secret;
 
   ControlPlane::Callbacks callbacks;
   callbacks.on_peer_lost = [this](uint32_t rank) { OnPeerLost(rank); };
@@ -710,7 +714,7 @@ Status Communicator::Init(const InitParams& params) {
   callbacks.on_answer = [this](uint32_t from, uint64_t sequence, const std::string& answer) {
     OnAnswer(from, sequence, answer);
   };
-  TERN_RETURN_IF_ERROR(control_->Connect(peers_, deadline, std::move(callbacks)));
+  TERN_RETURN_IF_ERROR(control_->Connect(peers_, secret_, deadline, std::move(callbacks)));
   TERN_RETURN_IF_ERROR(SetUpChannels(deadline));
   // Everyone has its channels ready before the first message flies.
   std::vector<std::string> ignored;
@@ -796,11 +800,12 @@ Status Communicator::SetUpChannels(uint64_t deadline_ns) {
 
   // Peers by slot, for the channels to add.
   std::vector<std::pair<uint32_t, std::string>> by_slot[Transports::kSlots];
+  std::vector<ShmChannel::PeerSegment> segments;
   const bool direct = config_.use_direct && peer_base_[rank_] != nullptr;
   for (uint32_t p = 0; p < size_; ++p) {
     if (p == rank_) continue;
     const PeerRecord record(records[p]);
-    MapPeerMemory(p, layout.reach[p], transports, record, direct);
+    TERN_RETURN_IF_ERROR(MapPeerMemory(p, layout.reach[p], transports, record, direct));
     if (layout.reach[p] == Reach::kLocal) {
       channel_of_[p] = transports.local;
       continue;
@@ -817,10 +822,11 @@ Status Communicator::SetUpChannels(uint64_t deadline_ns) {
     }
     channel_of_[p] = transports.channel[slot];
     by_slot[slot].emplace_back(p, record.address[slot]);
+    if (slot == 2) segments.push_back({p, peers_[p].pid, record.address[slot]});
   }
   if (transports.fabric_node) TERN_RETURN_IF_ERROR(transports.fabric_node->AddPeers(by_slot[0]));
   if (transports.fabric_net) TERN_RETURN_IF_ERROR(transports.fabric_net->AddPeers(by_slot[1]));
-  if (transports.shm) TERN_RETURN_IF_ERROR(transports.shm->Attach(by_slot[2]));
+  if (transports.shm) TERN_RETURN_IF_ERROR(transports.shm->Attach(segments));
   SettleTransport(direct);
   return OkStatus();
 }
@@ -918,6 +924,8 @@ Status Communicator::ExchangeAddresses(const Transports& transports, uint64_t de
   auto* my_base = static_cast<uint8_t*>(device->hw->EngineAddress(0, 1));
   peer_base_.assign(size_, nullptr);
   peer_base_[rank_] = my_base;
+  peer_bytes_.assign(size_, 0);
+  peer_bytes_[rank_] = device->info.memory_bytes;
   w.U64(reinterpret_cast<uintptr_t>(my_base))
       .U32(static_cast<uint32_t>(getpid()))
       .I32(device->hw->SharedMemoryFd())
@@ -925,34 +933,72 @@ Status Communicator::ExchangeAddresses(const Transports& transports, uint64_t de
   return control_->AllGather(w.data(), deadline_ns, records);
 }
 
-void Communicator::MapPeerMemory(uint32_t p, Reach reach, const Transports& transports,
-                                 const PeerRecord& record, bool direct) {
+Status Communicator::MapPeerMemory(uint32_t p, Reach reach, const Transports& transports,
+                                   const PeerRecord& record, bool direct) {
   if (reach == Reach::kLocal) {
+    // A rank of this process (the same process key and pid): its device
+    // memory is in this address space.
     peer_base_[p] = reinterpret_cast<uint8_t*>(static_cast<uintptr_t>(record.base));
-    return;
+    peer_bytes_[p] = record.bytes;
+    return OkStatus();
   }
   if (!direct || !record.ok || reach != Reach::kNode || !transports.node_by_shm || record.fd < 0 ||
       record.bytes == 0) {
-    return;
+    return OkStatus();
   }
-  // The peer's device memory, mapped here through its descriptor.
+  // The peer names a descriptor of its process; nothing of it is mapped on
+  // its word alone. It must be the process of its authenticated identity,
+  // and the descriptor this user's shared memory (a memfd or dma-buf) with
+  // at least the bytes it claims (mapping past the end would fault later).
+  if (record.pid != peers_[p].pid) {
+    return MakeStatus(TERN_ERROR_COMM_TRANSPORT,
+                      "{} names its device memory as a descriptor of process {}, not its own: "
+                      "refusing to map another process's memory",
+                      PeerName(p), record.pid);
+  }
   const std::string path = fmt::format("/proc/{}/fd/{}", record.pid, record.fd);
   const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
-  void* base = MAP_FAILED;
-  if (fd >= 0) {
-    base = mmap(nullptr, record.bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
-    close(fd);
-  }
-  if (base != MAP_FAILED) {
-    peer_maps_.emplace_back(base, record.bytes);
-    peer_base_[p] = static_cast<uint8_t*>(base);
-  } else {
+  if (fd < 0) {
     TERN_LOG_INFO(
         "communicator {} rank {}: cannot map the device memory of {} ({}): {}; large "
-        "operations "
-        "go through the shared-memory rings",
+        "operations go through the shared-memory rings",
         label_, rank_, PeerName(p), path, std::strerror(errno));
+    return OkStatus();
   }
+  auto closer =
+      std::unique_ptr<const int, void (*)(const int*)>(&fd, [](const int* f) { close(*f); });
+  // What was opened, named by this process's own descriptor (the peer
+  // cannot swap it any more).
+  char target[256] = {};
+  const std::string self_path = fmt::format("/proc/self/fd/{}", fd);
+  const ssize_t length = readlink(self_path.c_str(), target, sizeof(target) - 1);
+  const std::string_view what(target, length > 0 ? static_cast<size_t>(length) : 0);
+  const bool shared_memory = what.starts_with("/memfd:") || what.starts_with("/dmabuf:") ||
+                             what.starts_with("anon_inode:dmabuf");
+  struct stat st {};
+  const bool stat_ok = fstat(fd, &st) == 0;
+  if (!shared_memory || !stat_ok || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
+      static_cast<uint64_t>(st.st_size) < record.bytes) {
+    return MakeStatus(TERN_ERROR_COMM_TRANSPORT,
+                      "{} names {} as its device memory of {} bytes, but that is '{}' (owner {}, "
+                      "{} bytes), not shared memory of this user (uid {}) that large: refusing "
+                      "to map it",
+                      PeerName(p), path, record.bytes, what, stat_ok ? st.st_uid : 0,
+                      stat_ok ? st.st_size : 0, geteuid());
+  }
+  void* base =
+      mmap(nullptr, record.bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+  if (base == MAP_FAILED) {
+    TERN_LOG_INFO(
+        "communicator {} rank {}: cannot map the device memory of {} ({}): {}; large "
+        "operations go through the shared-memory rings",
+        label_, rank_, PeerName(p), path, std::strerror(errno));
+    return OkStatus();
+  }
+  peer_maps_.emplace_back(base, record.bytes);
+  peer_base_[p] = static_cast<uint8_t*>(base);
+  peer_bytes_[p] = record.bytes;
+  return OkStatus();
 }
 
 void Communicator::SettleTransport(bool direct) {
@@ -1095,10 +1141,17 @@ Status Communicator::Split(int32_t color, int32_t key, const CommConfig& config,
   std::sort(members.begin(), members.end(), [](const Member& a, const Member& b) {
     return a.key != b.key ? a.key < b.key : a.rank < b.rank;
   });
+  // The leader's id travels through the control plane with a random salt
+  // where the secret goes: each member derives the child's secret from the
+  // salt and this communicator's secret, so the secret itself never travels.
   std::string id_bytes;
   if (color >= 0 && members.front().rank == rank_) {
+    Secret salt;
+    TERN_RETURN_IF_ERROR(GenerateSecret(&salt));
+    const Secret child_secret = DeriveSecret(secret_, salt.view());
     UniqueId id;
-    TERN_RETURN_IF_ERROR(CreateUniqueId(config.init_timeout_ns, &id));
+    TERN_RETURN_IF_ERROR(CreateUniqueId(config.init_timeout_ns, &child_secret, &id));
+    id.secret = salt;
     tern_comm_unique_id_t packed;
     TERN_RETURN_IF_ERROR(EncodeUniqueId(id, &packed));
     id_bytes.assign(packed.internal, sizeof(packed.internal));
@@ -1123,6 +1176,7 @@ Status Communicator::Split(int32_t color, int32_t key, const CommConfig& config,
   params.config = config;
   params.name = name;
   TERN_RETURN_IF_ERROR(DecodeUniqueId(packed, &params.id));
+  params.id.secret = DeriveSecret(secret_, params.id.secret.view());
   return Create(params, out);
 }
 

@@ -151,6 +151,7 @@ class Exec {
   // memory offset 0 of `rank` is in this process.
   bool direct() const;
   uint8_t* PeerBase(uint32_t rank) const;
+  uint64_t PeerBytes(uint32_t rank) const;
   void ReduceLocal(void* dst, const void* a, const void* b, uint64_t count) const;
 
  private:
@@ -212,6 +213,8 @@ class Communicator {
   // memory mapped); TERN_COMM_DIRECT=0 turns it off.
   bool direct() const { return direct_; }
   uint8_t* peer_base(uint32_t rank) const { return peer_base_[rank]; }
+  // The bytes of `rank`'s device memory reachable at peer_base(rank).
+  uint64_t peer_bytes(uint32_t rank) const { return peer_bytes_[rank]; }
   uint32_t local_rank() const { return local_rank_; }
   uint64_t yield_after_ns() const { return yield_after_ns_; }
   uint32_t local_size() const { return local_size_; }
@@ -258,8 +261,8 @@ class Communicator {
   Status OpenChannels(const PeerLayout& layout, Transports* out);
   Status ExchangeAddresses(const Transports& transports, uint64_t deadline_ns,
                            std::vector<std::string>* records);
-  void MapPeerMemory(uint32_t peer, Reach reach, const Transports& transports,
-                     const PeerRecord& record, bool direct);
+  Status MapPeerMemory(uint32_t peer, Reach reach, const Transports& transports,
+                       const PeerRecord& record, bool direct);
   void SettleTransport(bool direct);  // direct_, transport_, progress_, yield_after_ns_
   std::string AnswerQuery(uint64_t sequence);
   void OnAnswer(uint32_t from, uint64_t sequence, const std::string& answer);
@@ -268,6 +271,7 @@ class Communicator {
   uint32_t rank_ = 0;
   uint32_t size_ = 0;
   uint64_t nonce_ = 0;
+  Secret secret_;  // authenticates the control connections; split derives from it
   std::string label_;
   CommConfig config_;
   std::shared_ptr<CoreObject> core_;
@@ -284,6 +288,7 @@ class Communicator {
   Channel* local_channel_ = nullptr;
   bool direct_ = false;
   std::vector<uint8_t*> peer_base_;                  // by rank; null when not reachable
+  std::vector<uint64_t> peer_bytes_;                 // by rank: what peer_base_ reaches
   std::vector<std::pair<void*, size_t>> peer_maps_;  // other processes' device memory
 
   std::atomic<uint64_t> next_sequence_{0};

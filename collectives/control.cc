@@ -10,10 +10,13 @@
 
 #include "common/logging.h"
 #include "common/timeline.h"
+#include "pending_connections.h"
 
 namespace tern::comm {
 namespace {
 constexpr uint32_t kCtrlMagic = 0x54524e43;  // "TRNC"
+constexpr uint32_t kCtrlVersion = 2;         // 2: authenticated
+constexpr uint32_t kMaxCtrlHello = 4096;
 constexpr uint64_t kFrameDeadlineNs = 2000000000ull;
 }  // namespace
 
@@ -38,58 +41,160 @@ Status ControlPlane::OpenListener(const SockAddr& local, std::string* out_addres
   return OkStatus();
 }
 
-Status ControlPlane::Connect(const std::vector<RankIdentity>& table, uint64_t deadline_ns,
-                             Callbacks callbacks) {
+Status ControlPlane::Connect(const std::vector<RankIdentity>& table, const Secret& secret,
+                             uint64_t deadline_ns, Callbacks callbacks) {
   callbacks_ = std::move(callbacks);
   wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (wake_fd_ < 0) return ErrnoStatus(TERN_ERROR_COMM_TRANSPORT, errno, "eventfd");
   if (rank_ == 0) {
-    links_.resize(size_);
-    for (auto& link : links_) link = std::make_unique<Link>();
-    uint32_t connected = 0;
-    while (connected + 1 < size_) {
-      int fd = -1;
-      Status status = Accept(listen_fd_, deadline_ns, &fd);
-      if (!status.ok()) {
-        std::string missing;
-        for (uint32_t r = 1; r < size_; ++r) {
-          if (links_[r]->fd < 0)
-            missing += fmt::format("{}{} ({})", missing.empty() ? "" : ", ", r, table[r].host);
-        }
-        return MakeStatus(status.code(),
-                          "rank 0 of {}: rank(s) {} did not connect to its control listener at {} "
-                          "in time: {}",
-                          label_, missing, table[0].ctrl_address, status.message());
-      }
-      std::string hello;
-      status = RecvFrame(fd, deadline_ns, &hello);
-      Reader r(hello);
-      const uint32_t magic = r.U32();
-      const uint64_t nonce = r.U64();
-      const uint32_t from = r.U32();
-      if (!status.ok() || magic != kCtrlMagic || nonce != nonce_ || from == 0 || from >= size_ ||
-          links_[from]->fd >= 0) {
-        close(fd);  // a stray or duplicate connection: ignore it
-        continue;
-      }
-      links_[from]->fd = fd;
-      ++connected;
-    }
-    close(listen_fd_);
-    listen_fd_ = -1;
+    TERN_RETURN_IF_ERROR(AcceptRanks(table, secret, deadline_ns));
   } else {
-    SockAddr addr;
-    TERN_RETURN_IF_ERROR(ParseHostPort(table[0].ctrl_address, &addr));
-    links_.resize(1);
-    links_[0] = std::make_unique<Link>();
-    TERN_RETURN_IF_ERROR(comm::Connect(
-        addr, deadline_ns, fmt::format("rank 0's control listener (host {})", table[0].host),
-        &links_[0]->fd));
-    Writer w;
-    w.U32(kCtrlMagic).U64(nonce_).U32(rank_);
-    TERN_RETURN_IF_ERROR(SendFrame(links_[0]->fd, w.data(), deadline_ns));
+    TERN_RETURN_IF_ERROR(ConnectToRankZero(table, secret, deadline_ns));
   }
   monitor_ = std::thread([this] { Monitor(); });
+  return OkStatus();
+}
+
+// Rank 0: every other rank connects and proves knowledge of the secret;
+// connections are served concurrently, so a stray or idle one delays no
+// rank (it is dropped after kHandshakeTimeoutNs).
+Status ControlPlane::AcceptRanks(const std::vector<RankIdentity>& table, const Secret& secret,
+                                 uint64_t deadline_ns) {
+  links_.resize(size_);
+  for (auto& link : links_) link = std::make_unique<Link>();
+  PendingConnections pending(listen_fd_, kCtrlMagic, kCtrlVersion, 4 * size_ + 64, kMaxCtrlHello);
+  uint32_t connected = 0;
+  std::vector<pollfd> fds;
+  auto hello = [&](PendingConnections::Connection& conn, std::string_view frame,
+                   std::string* reason) {
+    using Verdict = PendingConnections::Verdict;
+    auto refuse = [&](const std::string& why, const std::string& message) {
+      *reason = why;
+      Writer w;
+      w.U32(static_cast<uint32_t>(TERN_ERROR_COMM_TRANSPORT)).Str(message);
+      (void)SendFrame(conn.fd, w.data(), MonotonicNs() + 100000000ull);
+      return Verdict::kRefuse;
+    };
+    Reader outer(frame);
+    const std::string body = outer.Str();
+    const std::string mac = outer.Str();
+    if (!outer.ok()) {
+      return refuse("sent something other than a tern control hello", "not a tern control hello");
+    }
+    if (!ProofMatches(Prove(secret, "ctrl", {conn.challenge, body}), mac)) {
+      return refuse("failed authentication (no proof of the communicator's secret)",
+                    fmt::format("rank 0 of {} refused the control connection from {}: it does not "
+                                "prove knowledge of the communicator's secret",
+                                label_, conn.peer));
+    }
+    Reader r(body);
+    const uint32_t magic = r.U32();
+    const uint64_t nonce = r.U64();
+    const uint32_t from = r.U32();
+    const std::string client_challenge = r.Str();
+    if (!r.ok() || magic != kCtrlMagic || nonce != nonce_ || from == 0 || from >= size_ ||
+        client_challenge.size() != kChallengeBytes) {
+      return refuse("sent a malformed control hello",
+                    fmt::format("malformed control hello for communicator {}", label_));
+    }
+    if (links_[from]->fd >= 0) {
+      return refuse(fmt::format("claimed rank {}, which was connected already", from),
+                    fmt::format("rank {} is connected to rank 0 already", from));
+    }
+    const Sha256Digest proof = Prove(secret, "ctrl-ok", {client_challenge, conn.challenge});
+    Writer w;
+    w.U32(0).Str(std::string_view(reinterpret_cast<const char*>(proof.data()), proof.size()));
+    if (!SendFrame(conn.fd, w.data(), MonotonicNs() + kFrameDeadlineNs).ok()) {
+      *reason = "closed the connection after its hello";
+      return Verdict::kRefuse;
+    }
+    links_[from]->fd = conn.fd;
+    ++connected;
+    return Verdict::kKeep;
+  };
+  while (connected + 1 < size_) {
+    const uint64_t now = MonotonicNs();
+    if (now >= deadline_ns) {
+      std::string missing;
+      for (uint32_t r = 1; r < size_; ++r) {
+        if (links_[r]->fd < 0)
+          missing += fmt::format("{}{} ({})", missing.empty() ? "" : ", ", r, table[r].host);
+      }
+      const std::string refused = pending.Summary();
+      return MakeStatus(
+          TERN_ERROR_COMM_TIMEOUT,
+          "rank 0 of {}: rank(s) {} did not connect to its control listener at {} "
+          "in time{}",
+          label_, missing, table[0].ctrl_address,
+          refused.empty() ? std::string() : fmt::format("; meanwhile it refused: {}", refused));
+    }
+    fds.clear();
+    int wait_ms = pending.AddPollFds(&fds, now);
+    const int until_deadline =
+        static_cast<int>(std::min<uint64_t>((deadline_ns - now) / 1000000 + 1, 1000));
+    if (wait_ms < 0 || wait_ms > until_deadline) wait_ms = until_deadline;
+    if (poll(fds.data(), fds.size(), wait_ms) < 0 && errno != EINTR) {
+      return ErrnoStatus(TERN_ERROR_COMM_TRANSPORT, errno, "poll on the control listener");
+    }
+    pending.Service(fds, 0, MonotonicNs(), hello);
+  }
+  close(listen_fd_);
+  listen_fd_ = -1;
+  return OkStatus();
+}
+
+// Other ranks: connect to rank 0, answer its challenge, and check that it
+// proves knowledge of the secret too.
+Status ControlPlane::ConnectToRankZero(const std::vector<RankIdentity>& table, const Secret& secret,
+                                       uint64_t deadline_ns) {
+  SockAddr addr;
+  TERN_RETURN_IF_ERROR(ParseHostPort(table[0].ctrl_address, &addr));
+  const std::string where = fmt::format("rank 0's control listener at {} (host {})",
+                                        table[0].ctrl_address, table[0].host);
+  links_.resize(1);
+  links_[0] = std::make_unique<Link>();
+  TERN_RETURN_IF_ERROR(comm::Connect(addr, deadline_ns, where, &links_[0]->fd));
+  const int fd = links_[0]->fd;
+  std::string greeting;
+  Status status = RecvFrame(fd, deadline_ns, &greeting);
+  Reader g(greeting);
+  const uint32_t magic = g.U32();
+  const uint32_t version = g.U32();
+  const std::string challenge = g.Str();
+  if (!status.ok() || !g.ok() || magic != kCtrlMagic || version != kCtrlVersion ||
+      challenge.size() != kChallengeBytes) {
+    return MakeStatus(status.ok() ? TERN_ERROR_INCOMPATIBLE : status.code(),
+                      "rank {} of {}: {} sent no tern control greeting ({})", rank_, label_, where,
+                      status.ok() ? "another protocol" : status.message());
+  }
+  std::string my_challenge;
+  TERN_RETURN_IF_ERROR(NewChallenge(&my_challenge));
+  Writer body;
+  body.U32(kCtrlMagic).U64(nonce_).U32(rank_).Str(my_challenge);
+  const Sha256Digest proof = Prove(secret, "ctrl", {challenge, body.data()});
+  Writer hello;
+  hello.Str(body.data())
+      .Str(std::string_view(reinterpret_cast<const char*>(proof.data()), proof.size()));
+  TERN_RETURN_IF_ERROR(SendFrame(fd, hello.data(), deadline_ns).WithContext(where));
+  std::string reply;
+  status = RecvFrame(fd, deadline_ns, &reply);
+  if (!status.ok()) {
+    return Status(status.code(), fmt::format("rank {} of {}: {} did not answer its hello: {}",
+                                             rank_, label_, where, status.message()));
+  }
+  Reader r(reply);
+  const uint32_t code = r.U32();
+  if (code != 0) {
+    return Status(static_cast<tern_status_t>(code),
+                  fmt::format("rank {} of {}: {} refused it: {}", rank_, label_, where, r.Str()));
+  }
+  const std::string mac = r.Str();
+  if (!r.ok() || !ProofMatches(Prove(secret, "ctrl-ok", {my_challenge, challenge}), mac)) {
+    return MakeStatus(TERN_ERROR_COMM_TRANSPORT,
+                      "rank {} of {}: {} does not prove knowledge of the communicator's secret: "
+                      "something other than rank 0 listens there",
+                      rank_, label_, where);
+  }
   return OkStatus();
 }
 

@@ -27,6 +27,7 @@
 
 #include "bootstrap.h"
 #include "common/status_with_message.h"
+#include "secret.h"
 
 namespace tern::comm {
 
@@ -51,8 +52,14 @@ class ControlPlane {
   // the address for its identity.
   Status OpenListener(const SockAddr& local, std::string* out_address);
   // Builds the star (rank 0 accepts the other ranks, the others connect to
-  // rank 0) and starts the monitor thread.
-  Status Connect(const std::vector<RankIdentity>& table, uint64_t deadline_ns, Callbacks callbacks);
+  // rank 0) and starts the monitor thread. Every connection is
+  // authenticated both ways: the rank proves knowledge of `secret` with an
+  // HMAC over rank 0's challenge, and rank 0 with one over the rank's.
+  // Rank 0 serves connections concurrently and drops those that do not
+  // prove themselves within kHandshakeTimeoutNs; the error of a deadline
+  // that passes names what it refused meanwhile.
+  Status Connect(const std::vector<RankIdentity>& table, const Secret& secret, uint64_t deadline_ns,
+                 Callbacks callbacks);
 
   // Every rank contributes `mine`; `*out` gets all contributions by rank.
   // Calls are matched in order across ranks. Fails when the deadline
@@ -90,6 +97,10 @@ class ControlPlane {
     std::mutex write_mutex;
   };
 
+  Status AcceptRanks(const std::vector<RankIdentity>& table, const Secret& secret,
+                     uint64_t deadline_ns);
+  Status ConnectToRankZero(const std::vector<RankIdentity>& table, const Secret& secret,
+                           uint64_t deadline_ns);
   void Monitor();
   void Handle(uint32_t link_rank, const std::string& frame);
   void LinkClosed(uint32_t link_rank);

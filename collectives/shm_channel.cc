@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -78,12 +79,19 @@ size_t RingBytes(uint32_t slots, uint32_t slot_bytes) {
   return sizeof(ShmChannel::Ring) + static_cast<size_t>(slots) * slot_bytes;
 }
 
+// The name of rank `rank`'s segment, in process `pid`: peers open only the
+// name that the peer's authenticated identity implies.
+std::string SegmentName(uint64_t nonce, uint32_t rank, uint32_t pid) {
+  return fmt::format("/tern-comm-{:016x}-{}-{}", nonce, rank, pid);
+}
+
 }  // namespace
 
 Status ShmChannel::Create(uint64_t nonce, uint32_t rank, uint32_t size,
                           const std::vector<uint32_t>& peers, std::unique_ptr<ShmChannel>* out) {
   std::unique_ptr<ShmChannel> channel(new ShmChannel());
   channel->rank_ = rank;
+  channel->nonce_ = nonce;
   // TERN_COMM_SHM_SLOT: bytes per slot (a multiple of 64); TERN_COMM_SHM_SLOTS: slots per ring.
   channel->slot_bytes_ = static_cast<uint32_t>(
       EnvBytes("TERN_COMM_SHM_SLOT", 64u << 10, 256, 16u << 20) & ~uint64_t{63});
@@ -98,7 +106,7 @@ Status ShmChannel::Create(uint64_t nonce, uint32_t rank, uint32_t size,
         "set TERN_COMM_SHM=0 to use libfabric's shm provider",
         peers.size() + 1, rank, kMaxRingsInHeader + 1);
   }
-  channel->name_ = fmt::format("/tern-comm-{:016x}-{}-{}", nonce, rank, getpid());
+  channel->name_ = SegmentName(nonce, rank, static_cast<uint32_t>(getpid()));
   const size_t ring_bytes = RingBytes(channel->slots_, channel->slot_bytes_);
   const size_t total = kHeaderBytes + peers.size() * ring_bytes;
   const int fd = shm_open(channel->name_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
@@ -153,10 +161,22 @@ void ShmChannel::Unlink() {
   unlinked_ = true;
 }
 
-Status ShmChannel::Attach(const std::vector<std::pair<uint32_t, std::string>>& peers) {
+Status ShmChannel::Attach(const std::vector<PeerSegment>& peers) {
   std::lock_guard<SpinLock> lock(mutex_);
-  for (const auto& [peer, name] : peers) {
-    const int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
+  for (const PeerSegment& peer_segment : peers) {
+    const uint32_t peer = peer_segment.rank;
+    const std::string& name = peer_segment.name;
+    // The name comes from the peer; open only the one its identity implies
+    // (never a path of its choosing).
+    const std::string expected = SegmentName(nonce_, peer, peer_segment.pid);
+    if (name != expected) {
+      return MakeStatus(TERN_ERROR_COMM_TRANSPORT,
+                        "rank {} (pid {}) offers the shared-memory segment '{}', but its segment "
+                        "is '{}': refusing to open it (a tern rank of another version, or not a "
+                        "tern rank)",
+                        peer, peer_segment.pid, name, expected);
+    }
+    const int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0);
     if (fd < 0) {
       return ErrnoStatus(
           TERN_ERROR_COMM_TRANSPORT, errno,
@@ -164,35 +184,62 @@ Status ShmChannel::Attach(const std::vector<std::pair<uint32_t, std::string>>& p
                       "between the processes?)",
                       peer, name));
     }
-    off_t size = lseek(fd, 0, SEEK_END);
-    void* base = size > 0 ? mmap(nullptr, static_cast<size_t>(size), PROT_READ | PROT_WRITE,
-                                 MAP_SHARED, fd, 0)
-                          : MAP_FAILED;
+    struct stat st {};
+    const bool stat_ok = fstat(fd, &st) == 0;
+    const uint64_t size = stat_ok ? static_cast<uint64_t>(st.st_size) : 0;
+    if (!stat_ok || !S_ISREG(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077) != 0 ||
+        size < kHeaderBytes) {
+      close(fd);
+      return MakeStatus(TERN_ERROR_COMM_TRANSPORT,
+                        "rank {}'s shared-memory channel {} is not a segment of this user (uid "
+                        "{}) closed to others and at least {} bytes long (owner {}, mode {:o}, "
+                        "{} bytes): refusing to map it",
+                        peer, name, geteuid(), kHeaderBytes, st.st_uid, st.st_mode & 07777, size);
+    }
+    void* base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
     if (base == MAP_FAILED) {
       return ErrnoStatus(TERN_ERROR_COMM_TRANSPORT, errno,
                          fmt::format("mapping rank {}'s channel", peer));
     }
     mapped_.push_back(Mapping{base, static_cast<size_t>(size)});
-    const auto* header = static_cast<const SegmentHeader*>(base);
-    if (header->magic != kMagic || header->owner != peer) {
+    // The peer can write its header at any time: read each value once, and
+    // check it before use.
+    SegmentHeader header;
+    std::memcpy(&header, base, sizeof(header));
+    if (header.magic != kMagic || header.owner != peer || header.nonce != nonce_) {
       return MakeStatus(TERN_ERROR_COMM_TRANSPORT,
-                        "rank {}'s shared-memory channel {} is not valid", peer, name);
+                        "rank {}'s shared-memory channel {} is not valid (its header names another "
+                        "rank or communicator)",
+                        peer, name);
     }
-    const auto* entries = reinterpret_cast<const RingEntry*>(header + 1);
+    if (header.slots != slots_ || header.slot_bytes != slot_bytes_) {
+      return MakeStatus(TERN_ERROR_COMM_TRANSPORT,
+                        "rank {}'s shared-memory channel has another geometry ({} slots of {} "
+                        "bytes, here {} of {}): set the same TERN_COMM_SHM_SLOT(S) on every rank",
+                        peer, header.slots, header.slot_bytes, slots_, slot_bytes_);
+    }
+    const uint32_t ring_count = std::min<uint32_t>(header.ring_count, kMaxRingsInHeader);
+    const size_t ring_bytes = RingBytes(slots_, slot_bytes_);
     Ring* ring = nullptr;
-    for (uint32_t i = 0; i < header->ring_count && i < kMaxRingsInHeader; ++i) {
-      if (entries[i].sender == rank_) {
-        ring = reinterpret_cast<Ring*>(static_cast<uint8_t*>(base) + entries[i].offset);
+    for (uint32_t i = 0; i < ring_count; ++i) {
+      RingEntry entry;
+      std::memcpy(&entry,
+                  static_cast<const uint8_t*>(base) + sizeof(SegmentHeader) + i * sizeof(RingEntry),
+                  sizeof(entry));
+      if (entry.sender != rank_) continue;
+      if (entry.offset < kHeaderBytes || entry.offset % alignof(Ring) != 0 || entry.offset > size ||
+          size - entry.offset < ring_bytes) {
+        return MakeStatus(TERN_ERROR_COMM_TRANSPORT,
+                          "rank {}'s shared-memory channel {} places the ring for rank {} at "
+                          "offset {}, outside its {} bytes (a ring takes {}): refusing to use it",
+                          peer, name, rank_, entry.offset, size, ring_bytes);
       }
+      ring = reinterpret_cast<Ring*>(static_cast<uint8_t*>(base) + entry.offset);
     }
-    if (ring == nullptr || header->slots != slots_ || header->slot_bytes != slot_bytes_) {
-      return MakeStatus(
-          TERN_ERROR_COMM_TRANSPORT,
-          "rank {}'s shared-memory channel has no ring for rank {} or another geometry "
-          "({} slots of {} bytes, here {} of {}): set the same TERN_COMM_SHM_SLOT(S) "
-          "on every rank",
-          peer, rank_, header->slots, header->slot_bytes, slots_, slot_bytes_);
+    if (ring == nullptr) {
+      return MakeStatus(TERN_ERROR_COMM_TRANSPORT,
+                        "rank {}'s shared-memory channel has no ring for rank {}", peer, rank_);
     }
     out_[peer].ring = ring;
   }
@@ -248,19 +295,36 @@ bool ShmChannel::PushOutgoing(Outgoing& out) {
 }
 
 bool ShmChannel::PollIncoming(Incoming& in, uint32_t peer, Status* error) {
-  (void)error;
   bool progressed = false;
+  const uint64_t capacity = PayloadCapacity(slot_bytes_);
   while (true) {
     Slot* slot = SlotAt(in.ring, slot_bytes_, slots_, in.position);
     if (slot->sequence.load(std::memory_order_acquire) != in.position + 1) break;
+    // The peer writes the slot: each value is read once and checked before
+    // it places or sizes a copy.
     const uint64_t tag = slot->tag;
     const uint64_t message_bytes = slot->message_bytes;
     const uint64_t offset = slot->offset;
     const uint64_t bytes = slot->bytes;
+    auto invalid = [&](std::string_view why) {
+      *error = MakeStatus(TERN_ERROR_COMM_TRANSPORT,
+                          "rank {} wrote an invalid fragment into its shared-memory ring ({}: "
+                          "offset {}, {} bytes of a {}-byte message, {} bytes fit a slot); nothing "
+                          "of it was used: its process is corrupt or not a tern rank",
+                          peer, why, offset, bytes, message_bytes, capacity);
+      return progressed;
+    };
+    if (bytes > capacity || offset > message_bytes || bytes > message_bytes - offset) {
+      return invalid("the fragment exceeds its slot or its message");
+    }
     Request* req = nullptr;
     for (size_t i = 0; i < in.posted.size(); ++i) {
       if (in.posted[i]->tag == tag) {
         req = in.posted[i];
+        if (message_bytes == req->bytes &&
+            offset != reinterpret_cast<uintptr_t>(req->channel_data)) {
+          return invalid("the fragment is out of order");
+        }
         if (message_bytes != req->bytes) {
           req->Fail(MakeStatus(TERN_ERROR_COMM_MISMATCH,
                                "rank {} sent {} bytes where {} were expected: the ranks called the "
@@ -288,6 +352,10 @@ bool ShmChannel::PollIncoming(Incoming& in, uint32_t peer, Status* error) {
       const bool full = SlotAt(in.ring, slot_bytes_, slots_, in.position + slots_ - 1)
                             ->sequence.load(std::memory_order_acquire) == in.position + slots_;
       if (!started && !full && offset == 0) break;
+      if (started ? (message_bytes != it->second.message_bytes || offset != it->second.data.size())
+                  : offset != 0) {
+        return invalid("the fragment does not continue its message");
+      }
       Unexpected& u = in.unexpected[tag];
       u.message_bytes = message_bytes;
       const uint8_t* payload = Payload(slot);
@@ -392,6 +460,7 @@ bool ShmChannel::Progress(Status* error) {
     Incoming& in = in_[peer];
     // Also without posted receives: a full ring must be drained aside.
     progressed |= PollIncoming(in, peer, error);
+    if (!error->ok()) return progressed;
   }
   return progressed;
 }

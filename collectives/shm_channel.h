@@ -39,8 +39,18 @@ class ShmChannel final : public Channel {
   ~ShmChannel() override;
 
   const std::string& segment_name() const { return name_; }
-  // Maps the peers' segments (rank, segment name).
-  Status Attach(const std::vector<std::pair<uint32_t, std::string>>& peers);
+  // A peer's segment as its record names it, with the pid of its
+  // authenticated identity (the bootstrap table).
+  struct PeerSegment {
+    uint32_t rank = 0;
+    uint32_t pid = 0;
+    std::string name;
+  };
+  // Maps the peers' segments after checking them: the name must be the one
+  // the peer's rank and pid imply, the segment this user's and closed to
+  // others, its header this communicator's, and the ring for this rank
+  // inside it. Thread-safety: before the channel is used.
+  Status Attach(const std::vector<PeerSegment>& peers);
   // Removes this rank's segment name (the mappings stay).
   void Unlink();
 
@@ -95,6 +105,7 @@ class ShmChannel final : public Channel {
   bool unlinked_ = true;
   bool shut_ = false;
   uint32_t rank_ = 0;
+  uint64_t nonce_ = 0;
   uint32_t slots_ = 0;
   uint32_t slot_bytes_ = 0;
   Mapping own_;

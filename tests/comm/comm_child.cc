@@ -23,11 +23,20 @@
 //       close (a rank that never calls the collective).
 //   tern_comm_child init-only
 //       Joins and prints "joined" or "init <STATUS> <message>".
+//   tern_comm_child root-fd-limit
+//       Starts a bootstrap root (tern_comm_get_unique_id), then lowers its
+//       open-file limit so that no descriptor can be opened (accept fails
+//       with EMFILE) and prints "limited"; when stdin closes, restores the
+//       limit, prints "raised", serves 3 s more and exits.
 //
 // Rank r runs on core r % 2 of device (r / 2) % 2. Every line is flushed.
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/resource.h>
 #include <tern/tern.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -173,6 +182,43 @@ int RunScenario(Rank& r, const std::vector<std::string>& args) {
 
 }  // namespace
 
+// See root-fd-limit above.
+int RootWithFdLimit() {
+  tern_comm_unique_id_t id;
+  Check("tern_comm_get_unique_id", tern_comm_get_unique_id(&id));
+  // Fill every free descriptor number below the highest open one, then
+  // allow no more: the next accept fails with EMFILE.
+  int highest = 0;
+  if (DIR* dir = opendir("/proc/self/fd")) {
+    while (dirent* entry = readdir(dir)) highest = std::max(highest, std::atoi(entry->d_name));
+    closedir(dir);
+  }
+  std::vector<int> fillers;
+  while (true) {
+    const int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) break;
+    if (fd > highest) {
+      close(fd);
+      break;
+    }
+    fillers.push_back(fd);
+  }
+  rlimit original{};
+  getrlimit(RLIMIT_NOFILE, &original);
+  rlimit limited = original;
+  limited.rlim_cur = static_cast<rlim_t>(highest + 1);
+  Check("setrlimit", setrlimit(RLIMIT_NOFILE, &limited) == 0 ? TERN_OK : TERN_ERROR_IO);
+  Say("limited");
+  char line[64];
+  while (std::fgets(line, sizeof(line), stdin) != nullptr) {
+  }
+  setrlimit(RLIMIT_NOFILE, &original);
+  for (int fd : fillers) close(fd);
+  Say("raised");
+  sleep(3);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   std::string id_hex;
@@ -202,6 +248,7 @@ int main(int argc, char** argv) {
                  "usage: tern_comm_child [--id HEX --ranks R,.. --size N] SCENARIO [ARGS]\n");
     return 2;
   }
+  if (rest[0] == "root-fd-limit") return RootWithFdLimit();
   Check("tern_init", tern_init(nullptr));
   if (id_hex.empty()) {
     // One rank, from the environment.

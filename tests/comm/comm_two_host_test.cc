@@ -99,6 +99,10 @@ class CommTwoHostTest : public ::testing::Test {
     env.push_back({"TERN_COMM_ID", "10.213.0.1:29517"});
     env.push_back({"TERN_COMM_RANK", std::to_string(rank)});
     env.push_back({"TERN_COMM_WORLD_SIZE", "2"});
+    // As a job across hosts must: the same secret on every rank (the file
+    // rank 0 leaves would only serve its own host).
+    env.push_back(
+        {"TERN_COMM_SECRET", "5eb63bbbe01eeed093cb22bb8f5acdc35eb63bbbe01eeed093cb22bb8f5acdc3"});
     env.push_back({"FI_PROVIDER", kUnset});
     env.push_back({"FI_TCP_IFACE", kUnset});
     return ChildProcess::Spawn(args, env, {ip_, "netns", "exec", rank == 0 ? ns_a_ : ns_b_});
