@@ -43,7 +43,13 @@
  *   TERN_COMM_ID              "host:port" of the bootstrap root, for
  *                             tern_comm_init_from_env()
  *   TERN_COMM_RANK, TERN_COMM_WORLD_SIZE (or RANK, WORLD_SIZE)
+ *   TERN_COMM_SECRET          the communicator's secret for
+ *                             tern_comm_init_from_env(): 32 or more hex digits,
+ *                             the same on every rank (required across hosts)
+ *   TERN_COMM_SECRET_FILE     a file of the user's, mode 600, holding it
  *   TERN_COMM_SOCKET_IFNAME   network interface for the bootstrap
+ *   TERN_COMM_LIBFABRIC       the libfabric library to load (default
+ *                             libfabric.so.1; loaded only when a channel needs it)
  *   TERN_COMM_SHM             0: ranks of one host use libfabric's shm
  *                             provider instead of tern's shared-memory channel
  *   FI_PROVIDER               libfabric provider for ranks outside the process
@@ -66,8 +72,10 @@ extern "C" {
 typedef struct tern_comm_s* tern_comm_t; /* one rank's view of a communicator */
 
 /* Names a communicator being created: the address of its bootstrap root and
- * a random nonce. Plain bytes: copy it to the other ranks any way you like
- * (a file, a socket, MPI). */
+ * its 256-bit secret (from the OS's random source), which every rank proves it
+ * holds when it joins (docs/collectives.md, "Security model"). Plain bytes, but
+ * a credential: copy it to the other ranks over a channel only they can read
+ * (a file of mode 600, an authenticated socket, MPI, the c10d store). */
 #define TERN_COMM_UNIQUE_ID_BYTES 128
 typedef struct tern_comm_unique_id_t {
   char internal[TERN_COMM_UNIQUE_ID_BYTES];
