@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "aten/native.h"
@@ -495,6 +496,40 @@ at::Tensor& NllLossBackwardOut(const at::Tensor& grad_output, const at::Tensor& 
                        ignore_index, total_weight, grad_input);
 }
 TERN_ATEN_IMPL("nll_loss_backward.grad_input", NllLossBackwardOut);
+
+// flip: one gather per flipped dim with descending indices (the ISA has no
+// negative strides). cumsum's and cumprod's backward flip their gradient.
+// Thread-safety: any thread (the current stream's queue orders the work).
+at::Tensor Flip(const at::Tensor& self, at::IntArrayRef dims) {
+  if (IsTern(self) && Supported(self.scalar_type()) && !self.is_conj() && !self.is_neg()) {
+    std::vector<int64_t> flipped;
+    bool repeated = false;
+    for (int64_t d : dims) {
+      if (self.dim() == 0) break;  // a scalar flips to itself
+      const int64_t w = c10::maybe_wrap_dim(d, self.dim());
+      repeated |= std::find(flipped.begin(), flipped.end(), w) != flipped.end();
+      if (self.size(w) > 1) flipped.push_back(w);
+    }
+    at::Tensor out = at::empty(self.sizes(), self.options());
+    if (!repeated && out.numel() == 0) return out;
+    Program p("aten::flip");
+    Operand current = p.In(self);
+    if (!repeated && p.ok()) {  // repeated dims: the CPU raises
+      for (size_t i = 0; i < flipped.size(); ++i) {
+        const int64_t d = flipped[i], size = self.size(d);
+        Operand reversed = p.Temp(TERN_DTYPE_I64, {size});
+        p.Emit(TERN_OP_IOTA, {reversed}, {0}, {static_cast<double>(size - 1), -1.0});
+        Operand next = i + 1 == flipped.size() ? p.Out(out) : p.Temp(current.dtype, self.sizes());
+        p.Emit(TERN_OP_GATHER, {next, current, reversed}, {d});
+        current = next;
+      }
+      if (flipped.empty()) p.Emit(TERN_OP_COPY, {p.Out(out), current});
+      if (p.Run()) return out;
+    }
+  }
+  return TERN_FALLBACK(flip, self, dims);
+}
+TERN_ATEN_IMPL("flip", Flip);
 
 }  // namespace
 
