@@ -37,8 +37,8 @@ TERN_INLINE bool Before(const Entry<K>& a, const Entry<K>& b) {
   return !second && a.position < b.position;
 }
 
-// Orders the best `k` of entries[0, n) first: all of them for a sort, a
-// selection then a sort of the k for a topk (O(n + k log k)).
+// Orders the best `k` of entries[0, n) first: all of them for a sort; for a
+// topk, a selection then a sort of the k (O(n + k log k)).
 template <typename K, bool kDescending>
 void Order(std::vector<Entry<K>>& entries, int64_t k) {
   auto before = Before<K, kDescending>;
@@ -47,6 +47,27 @@ void Order(std::vector<Entry<K>>& entries, int64_t k) {
   }
   std::sort(entries.begin(), entries.begin() + k, before);
 }
+
+// The best k (>= 1) of keys[0, n) into best[0, k), best first, for a small k:
+// a heap of the k best so far whose top is the worst of them, so most keys
+// cost one comparison (O(n log k), and no n-element array of pairs).
+template <typename K, bool kDescending>
+void SelectFew(const K* keys, int64_t n, int64_t k, Entry<K>* best) {
+  auto before = Before<K, kDescending>;
+  for (int64_t i = 0; i < k; ++i) best[i] = {keys[i], i};
+  std::make_heap(best, best + k, before);
+  for (int64_t i = k; i < n; ++i) {
+    const Entry<K> e{keys[i], i};
+    if (!before(e, best[0])) continue;
+    std::pop_heap(best, best + k, before);
+    best[k - 1] = e;
+    std::push_heap(best, best + k, before);
+  }
+  std::sort_heap(best, best + k, before);
+}
+
+// A topk takes SelectFew when k is this many times smaller than the line.
+inline constexpr int64_t kFewFactor = 8;
 
 // Sorts (k == length) or selects (k < length) every line of ops[2] along
 // `axis` into values ops[0] and indices ops[1].
@@ -74,11 +95,19 @@ void SortLines(Operands ops, uint32_t axis, int64_t k, bool descending) {
       } else {
         LoadI64(in.dtype, At(ops[2], off[2]), s, length, keys.data());
       }
-      for (int64_t i = 0; i < length; ++i) entries[i] = {keys[i], i};
-      if (descending) {
-        Order<K, true>(entries, k);
+      if (k * kFewFactor <= length) {
+        if (descending) {
+          SelectFew<K, true>(keys.data(), length, k, entries.data());
+        } else {
+          SelectFew<K, false>(keys.data(), length, k, entries.data());
+        }
       } else {
-        Order<K, false>(entries, k);
+        for (int64_t i = 0; i < length; ++i) entries[i] = {keys[i], i};
+        if (descending) {
+          Order<K, true>(entries, k);
+        } else {
+          Order<K, false>(entries, k);
+        }
       }
       for (int64_t i = 0; i < k; ++i) {
         keys[i] = entries[i].key;
