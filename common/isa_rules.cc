@@ -77,6 +77,7 @@ constexpr OpInfo kOps[] = {
      12,
      Bit(1) | Bit(2) | Bit(3) | Bit(5) | Bit(6) | Bit(7) | Bit(8) | Bit(9) | Bit(10) | Bit(11),
      Bit(0) | Bit(1) | Bit(2) | Bit(3)},
+    {TERN_OP_SCAN, "scan", {"out", "in"}, 2, 0, Bit(0)},
     {TERN_OP_UNARY, "unary", {"out", "in"}, 2, 0, Bit(0)},
     {TERN_OP_UNARY_BACKWARD, "unary_backward", {"grad_in", "grad_out", "in"}, 3, 0, Bit(0)},
     {TERN_OP_GATHER, "gather", {"out", "table", "indices"}, 3, 0, Bit(0)},
@@ -90,6 +91,8 @@ constexpr OpInfo kOps[] = {
      Bit(0)},
     {TERN_OP_IOTA, "iota", {"out"}, 1, 0, Bit(0)},
     {TERN_OP_RANDOM, "random", {"out"}, 1, 0, Bit(0)},
+    {TERN_OP_SORT, "sort", {"values", "indices", "in"}, 3, 0, Bit(0) | Bit(1)},
+    {TERN_OP_TOPK, "topk", {"values", "indices", "in"}, 3, 0, Bit(0) | Bit(1)},
     {TERN_OP_ALL_REDUCE, "all_reduce", {"out", "in"}, 2, 0, Bit(0)},
     {TERN_OP_SEM_SIGNAL, "sem_signal", {}, 0, 0, 0},
     {TERN_OP_SEM_WAIT, "sem_wait", {}, 0, 0, 0},
@@ -122,6 +125,9 @@ static_assert(std::size(kBinaryNames) == TERN_BINARY_COUNT);
 constexpr const char* kReduceNames[] = {"sum",    "mean",   "max", "min", "prod",
                                         "argmax", "argmin", "any", "all"};
 static_assert(std::size(kReduceNames) == TERN_REDUCE_COUNT);
+
+constexpr const char* kScanNames[] = {"sum", "prod", "max", "min"};
+static_assert(std::size(kScanNames) == TERN_SCAN_COUNT);
 
 constexpr const char* kRandomNames[] = {"uniform", "normal", "bernoulli"};
 static_assert(std::size(kRandomNames) == TERN_RANDOM_COUNT);
@@ -346,6 +352,9 @@ const char* BinaryFnName(int64_t fn) {
 const char* ReduceFnName(int64_t fn) {
   return fn >= 0 && fn < TERN_REDUCE_COUNT ? kReduceNames[fn] : nullptr;
 }
+const char* ScanFnName(int64_t fn) {
+  return fn >= 0 && fn < TERN_SCAN_COUNT ? kScanNames[fn] : nullptr;
+}
 const char* RandomFnName(int64_t fn) {
   return fn >= 0 && fn < TERN_RANDOM_COUNT ? kRandomNames[fn] : nullptr;
 }
@@ -466,6 +475,11 @@ uint64_t FeaturesOf(uint32_t opcode, std::span<const OperandDesc> operands,
   switch (opcode) {
     case TERN_OP_ELEMENTWISE:
       return TERN_FEATURE_ELEMENTWISE_PROGRAMS;
+    case TERN_OP_SCAN:
+      return TERN_FEATURE_SCAN;
+    case TERN_OP_SORT:
+    case TERN_OP_TOPK:
+      return TERN_FEATURE_SORT;
     case TERN_OP_MATMUL:
       return (residual || (ints.size() > 2 && ints[2] != TERN_ACTIVATION_NONE))
                  ? TERN_FEATURE_TENSOR_EPILOGUES
@@ -484,7 +498,9 @@ std::string FeatureNames(uint64_t bits) {
     uint64_t bit;
     const char* name;
   } kFeatures[] = {{TERN_FEATURE_ELEMENTWISE_PROGRAMS, "elementwise-programs"},
-                   {TERN_FEATURE_TENSOR_EPILOGUES, "tensor-epilogues"}};
+                   {TERN_FEATURE_TENSOR_EPILOGUES, "tensor-epilogues"},
+                   {TERN_FEATURE_SCAN, "scan"},
+                   {TERN_FEATURE_SORT, "sort"}};
   std::string names;
   for (const auto& feature : kFeatures) {
     if (!(bits & feature.bit)) continue;
@@ -545,6 +561,8 @@ Status ValidateInstruction(uint32_t opcode, std::span<const OperandDesc> operand
       return rules::CheckRmsNormBackward(c);
     case TERN_OP_ELEMENTWISE:
       return rules::CheckElementwise(c);
+    case TERN_OP_SCAN:
+      return rules::CheckScan(c);
     case TERN_OP_UNARY:
       return rules::CheckUnary(c);
     case TERN_OP_UNARY_BACKWARD:
@@ -561,6 +579,10 @@ Status ValidateInstruction(uint32_t opcode, std::span<const OperandDesc> operand
       return rules::CheckIota(c);
     case TERN_OP_RANDOM:
       return rules::CheckRandom(c);
+    case TERN_OP_SORT:
+      return rules::CheckSort(c, false);
+    case TERN_OP_TOPK:
+      return rules::CheckSort(c, true);
     case TERN_OP_ALL_REDUCE:
       return rules::CheckAllReduce(c);
     case TERN_OP_SEM_SIGNAL:

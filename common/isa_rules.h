@@ -44,6 +44,7 @@ const char* EngineName(tern_engine_t engine);
 const char* UnaryFnName(int64_t fn);  // nullptr when unknown
 const char* BinaryFnName(int64_t fn);
 const char* ReduceFnName(int64_t fn);
+const char* ScanFnName(int64_t fn);
 const char* RandomFnName(int64_t fn);
 
 // Fills contiguous row-major strides for desc->shape. Returns false when a
@@ -66,14 +67,15 @@ Status ValidateInstruction(uint32_t opcode, std::span<const OperandDesc> operand
                            std::span<const int64_t> ints, std::span<const double> floats);
 
 // The required-feature bits (TERN_FEATURE_*) one instruction needs: an
-// ELEMENTWISE program, a MATMUL or CONV2D epilogue. 0 for everything tern
+// ELEMENTWISE program, a MATMUL or CONV2D epilogue, a SCAN, a SORT or TOPK. 0 for everything tern
 // 1.0 could run. Call on a validated instruction.
 uint64_t FeaturesOf(uint32_t opcode, std::span<const OperandDesc> operands,
                     std::span<const int64_t> ints);
 // The parameters (floats) a unary function takes when all are given: an
 // ELEMENTWISE step or a MATMUL/CONV2D activation gives all, without defaults.
 size_t UnaryParameterCount(int64_t fn);
-// "elementwise-programs, tensor-epilogues" (unknown bits as "bit 5"), "none".
+// "elementwise-programs, tensor-epilogues, scan, sort" (unknown bits as "bit 5"),
+// "none".
 std::string FeatureNames(uint64_t bits);
 
 // "[4, 8] f32" for messages.

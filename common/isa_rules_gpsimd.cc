@@ -152,4 +152,33 @@ Status CheckRandom(Checker& c) {
   }
 }
 
+Status CheckSort(Checker& c, bool topk) {
+  // [values, indices, in]
+  TERN_RETURN_IF_ERROR(c.IntCount(2, 2, topk ? "axis, largest" : "axis, descending"));
+  TERN_RETURN_IF_ERROR(c.FloatCount(0, 0, "none"));
+  const OperandDesc& in = c.Op(2);
+  const OperandDesc& values = c.Op(0);
+  uint32_t axis = 0;
+  TERN_RETURN_IF_ERROR(c.Axis(c.ints()[0], in.rank, "axis", true, &axis));
+  const int64_t order = c.ints()[1];
+  if (order != 0 && order != 1) {
+    return c.Fail("ints[1] ({}) is {}; it must be 0 or 1", topk ? "largest" : "descending", order);
+  }
+  TERN_RETURN_IF_ERROR(c.SameDtypeAs(0, 2));
+  TERN_RETURN_IF_ERROR(c.DtypeIs(1, TERN_DTYPE_I64));
+  TERN_RETURN_IF_ERROR(c.SameShapeAs(1, 0));
+  if (!topk || in.rank == 0) return c.SameShapeAs(0, 2);
+  bool ok = values.rank == in.rank;
+  for (uint32_t d = 0; ok && d < in.rank; ++d) {
+    ok = d == axis ? values.shape[d] <= in.shape[d] : values.shape[d] == in.shape[d];
+  }
+  if (!ok) {
+    return c.Fail(
+        "values is {} but in is {}: values must have in's shape except along axis {}, where it "
+        "holds k <= {} elements",
+        c.Describe(0), c.Describe(2), axis, in.shape[axis]);
+  }
+  return OkStatus();
+}
+
 }  // namespace tern::isa::rules

@@ -213,6 +213,7 @@ Status CheckLayerNormBackward(Checker& c);
 Status CheckRmsNorm(Checker& c);
 Status CheckRmsNormBackward(Checker& c);
 Status CheckElementwise(Checker& c);
+Status CheckScan(Checker& c);
 // Scalar
 Status CheckUnary(Checker& c);
 Status CheckUnaryBackward(Checker& c);
@@ -227,6 +228,9 @@ Status CheckGather(Checker& c, bool scatter);
 Status CheckTakeAlongAxis(Checker& c, bool scatter);
 Status CheckIota(Checker& c);
 Status CheckRandom(Checker& c);
+// sort and topk share one rule (`topk`: values and indices may be shorter
+// along the axis).
+Status CheckSort(Checker& c, bool topk);
 // Collective
 Status CheckAllReduce(Checker& c);
 // Sync

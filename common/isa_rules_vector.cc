@@ -425,4 +425,23 @@ Status CheckElementwise(Checker& c) {
   return OkStatus();
 }
 
+Status CheckScan(Checker& c) {
+  TERN_RETURN_IF_ERROR(c.IntCount(2, 2, "tern_scan_fn_t, axis"));
+  TERN_RETURN_IF_ERROR(c.FloatCount(0, 0, "none"));
+  const int64_t fn = c.ints()[0];
+  if (ScanFnName(fn) == nullptr) return c.Unsupported("unknown scan function {}", fn);
+  c.SetPrefix(fmt::format("scan {}", ScanFnName(fn)));
+  uint32_t axis = 0;
+  TERN_RETURN_IF_ERROR(c.Axis(c.ints()[1], c.Op(1).rank, "axis", true, &axis));
+  TERN_RETURN_IF_ERROR(c.SameShapeAs(0, 1));
+  TERN_RETURN_IF_ERROR(c.NotBool(0));
+  const tern_dtype_t out = c.Op(0).dtype, in = c.Op(1).dtype;
+  if (out == in) return OkStatus();
+  // PyTorch sums and multiplies integers and bools into int64.
+  const bool promotes = fn == TERN_SCAN_SUM || fn == TERN_SCAN_PROD;
+  if (promotes && out == TERN_DTYPE_I64 && (IsInteger(in) || IsBool(in))) return OkStatus();
+  return c.Fail("out is {} but in is {}: dtypes must be equal{} (CAST first)", c.Describe(0),
+                c.Describe(1), promotes ? ", or out i64 with an integer or bool in" : "");
+}
+
 }  // namespace tern::isa::rules

@@ -98,6 +98,10 @@ typedef enum tern_opcode_t {
                                            in0, in1?, ..., in7?] all of out0's shape; ints [steps,
                                            step (kind, fn, a, b, c) x steps, reg0, reg1, reg2, reg3];
                                            floats: constants and parameters. docs/isa.md */
+  TERN_OP_SCAN = 0x030A, /* an inclusive scan (feature TERN_FEATURE_SCAN): [out, in] same shape;
+                            ints [tern_scan_fn_t, axis]: out[.., i, ..] = fn of in[.., 0..i, ..].
+                            Same dtypes, or out i64 and in an integer or bool (SUM, PROD); f32
+                            accumulates in f64, bf16/f16 in f32, integers in i64 (wrapping) */
 
   /* Scalar (activation functions) */
   TERN_OP_UNARY = 0x0400,          /* [out, in] ints[0] tern_unary_fn_t; floats: parameters */
@@ -113,6 +117,14 @@ typedef enum tern_opcode_t {
   TERN_OP_IOTA = 0x0504,                   /* [out] ints[0] axis; floats [start, step] */
   TERN_OP_RANDOM = 0x0505, /* [out] ints [tern_random_fn_t, seed, offset]; floats: parameters.
                               Counter-based (Philox4x32-10): same seed and offset, same bits */
+  TERN_OP_SORT = 0x0506,   /* a stable sort (feature TERN_FEATURE_SORT): [values, indices I64, in]
+                              all of in's shape; ints [axis, descending 0/1]. Equal keys keep
+                              their order; NaN sorts above +inf (last ascending, first
+                              descending); -0.0 equals 0.0 */
+  TERN_OP_TOPK = 0x0507,   /* the k largest or smallest (feature TERN_FEATURE_SORT): [values,
+                              indices I64, in]; values and indices have in's shape but k along
+                              axis (0 <= k <= in's); ints [axis, largest 0/1]. Written in SORT's
+                              order of the whole axis (best first, equal keys by index) */
 
   /* Collective (reserved: validated, not yet executable) */
   TERN_OP_ALL_REDUCE = 0x0600,
@@ -222,6 +234,16 @@ typedef enum tern_reduce_fn_t {
   TERN_REDUCE_COUNT
 } tern_reduce_fn_t;
 
+/* The function of a SCAN. MAX and MIN propagate NaN (once a NaN is seen,
+ * the rest of the run is NaN), as PyTorch's cummax/cummin do. */
+typedef enum tern_scan_fn_t {
+  TERN_SCAN_SUM = 0,
+  TERN_SCAN_PROD,
+  TERN_SCAN_MAX,
+  TERN_SCAN_MIN,
+  TERN_SCAN_COUNT
+} tern_scan_fn_t;
+
 /* The kinds of step of an ELEMENTWISE program. Registers 0..7 hold inputs
  * in0..in7 as f32; step i writes register 8 + i. */
 typedef enum tern_program_step_t {
@@ -247,7 +269,9 @@ typedef enum tern_program_step_t {
  * instructions have none and load in every tern 1.x. */
 #define TERN_FEATURE_ELEMENTWISE_PROGRAMS (UINT64_C(1) << 0) /* ELEMENTWISE */
 #define TERN_FEATURE_TENSOR_EPILOGUES \
-  (UINT64_C(1) << 1) /* MATMUL/CONV2D with an activation or a residual */
+  (UINT64_C(1) << 1)                         /* MATMUL/CONV2D with an activation or a residual */
+#define TERN_FEATURE_SCAN (UINT64_C(1) << 2) /* SCAN */
+#define TERN_FEATURE_SORT (UINT64_C(1) << 3) /* SORT, TOPK */
 
 typedef enum tern_random_fn_t {
   TERN_RANDOM_UNIFORM = 0,   /* floats [low, high) */

@@ -103,9 +103,10 @@ SUBSET = [
     "contiguous", "clone", "fill", "zeros_like", "ones_like", "full_like",
     "nn.functional.batch_norm", "nn.functional.group_norm", "nn.functional.max_pool2d",
     "linalg.vector_norm", "var_mean", "linspace", "isclose", "einsum",
-    "nn.functional.scaled_dot_product_attention",
+    "nn.functional.scaled_dot_product_attention", "cumsum", "cumprod", "sort", "argsort",
+    "topk",
     # fallbacks
-    "cumsum", "sort", "topk", "lgamma",
+    "lgamma",
 ]
 SUBSET_SAMPLES = 6
 

@@ -83,6 +83,8 @@ const char* FunctionName(uint32_t opcode, int64_t fn) {
       return isa::ReduceFnName(fn);
     case TERN_OP_RANDOM:
       return isa::RandomFnName(fn);
+    case TERN_OP_SCAN:
+      return isa::ScanFnName(fn);
     default:
       return nullptr;
   }

@@ -225,6 +225,48 @@ Bytes BuildAdd(bool y_from_constants) {
   return bytes;
 }
 
+Bytes BuildScanTopk() {
+  static const int64_t shape[2] = {4, 8}, top[2] = {4, 3};
+  tern_builder_t builder = nullptr;
+  EXPECT_TERN_OK(tern_builder_create(nullptr, &builder));
+  EXPECT_TERN_OK(tern_builder_begin_function(builder, "order", nullptr));
+  EXPECT_TERN_OK(tern_builder_add_input(builder, "x", TERN_DTYPE_F32, 2, shape, nullptr));
+  EXPECT_TERN_OK(tern_builder_add_output(builder, "cumsum", TERN_DTYPE_F32, 2, shape, nullptr));
+  EXPECT_TERN_OK(tern_builder_add_output(builder, "values", TERN_DTYPE_F32, 2, top, nullptr));
+  EXPECT_TERN_OK(tern_builder_add_output(builder, "indices", TERN_DTYPE_I64, 2, top, nullptr));
+  tern_operand_t scan_operands[2] = {Tensor(TERN_SEGMENT_OUTPUT, 0, TERN_DTYPE_F32, 2, shape),
+                                     Tensor(TERN_SEGMENT_INPUT, 0, TERN_DTYPE_F32, 2, shape)};
+  const int64_t scan_ints[2] = {TERN_SCAN_SUM, 1};
+  tern_instruction_t scan{};
+  scan.struct_size = sizeof(scan);
+  scan.opcode = TERN_OP_SCAN;
+  scan.operand_count = 2;
+  scan.operands = scan_operands;
+  scan.int_count = 2;
+  scan.ints = scan_ints;
+  EXPECT_TERN_OK(tern_builder_add_instruction(builder, &scan));
+  tern_operand_t topk_operands[3] = {Tensor(TERN_SEGMENT_OUTPUT, 1, TERN_DTYPE_F32, 2, top),
+                                     Tensor(TERN_SEGMENT_OUTPUT, 2, TERN_DTYPE_I64, 2, top),
+                                     Tensor(TERN_SEGMENT_INPUT, 0, TERN_DTYPE_F32, 2, shape)};
+  const int64_t topk_ints[2] = {1, 1};
+  tern_instruction_t topk{};
+  topk.struct_size = sizeof(topk);
+  topk.opcode = TERN_OP_TOPK;
+  topk.operand_count = 3;
+  topk.operands = topk_operands;
+  topk.int_count = 2;
+  topk.ints = topk_ints;
+  EXPECT_TERN_OK(tern_builder_add_instruction(builder, &topk));
+  EXPECT_TERN_OK(tern_builder_end_function(builder));
+  void* data = nullptr;
+  uint64_t size = 0;
+  EXPECT_TERN_OK(tern_builder_finish(builder, &data, &size));
+  Bytes bytes(static_cast<uint8_t*>(data), static_cast<uint8_t*>(data) + size);
+  tern_builder_free_data(data);
+  EXPECT_TERN_OK(tern_builder_destroy(builder));
+  return bytes;
+}
+
 Bytes BuildFused() {
   static const int64_t shape[2] = {4, 8}, square[2] = {4, 4};
   tern_builder_t builder = nullptr;

@@ -84,6 +84,9 @@ Bytes BuildAdd(bool y_from_constants = false);
 // activation (Tensor); x, y f32 [4, 8], z [4, 8], w [4, 4]. Its header has
 // both feature bits.
 Bytes BuildFused();
+// One function "order": cumsum = scan sum of input x [4, 8] f32 along axis 1,
+// then the top 3 of x along axis 1 into values [4, 3] f32 and indices i64.
+Bytes BuildScanTopk();
 
 // One function "pipeline" with 2 streams ordered by a semaphore: the DMA
 // engine copies input 'x' to scratch and signals semaphore 0; the vector

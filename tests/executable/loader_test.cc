@@ -217,6 +217,19 @@ TEST_F(LoaderTest, FusedInstructionsDeclareTheirFeatures) {
   EXPECT_EQ(exetest::Decode(exetest::BuildAdd()).required_features, 0u);
 }
 
+TEST_F(LoaderTest, ScanAndSortDeclareTheirFeatures) {
+  const Bytes data = exetest::BuildScanTopk();
+  exetest::Image image = exetest::Decode(data);
+  EXPECT_EQ(image.required_features, TERN_FEATURE_SCAN | TERN_FEATURE_SORT);
+  ExpectLoad(data, TERN_OK);
+  image.required_features = TERN_FEATURE_SCAN;
+  const std::string message = ExpectLoad(exetest::Encode(image), TERN_ERROR_EXECUTABLE_INVALID);
+  EXPECT_CONTAINS(message, "needs the feature sort");
+  image.required_features = TERN_FEATURE_SORT;
+  EXPECT_CONTAINS(ExpectLoad(exetest::Encode(image), TERN_ERROR_EXECUTABLE_INVALID),
+                  "needs the feature scan");
+}
+
 TEST_F(LoaderTest, DetectsFlippedBytes) {
   const Bytes data = exetest::BuildAdd(true);
   const exetest::Image image = exetest::Decode(data);

@@ -528,6 +528,64 @@ TEST(IsaValidateTest, IndexOps) {
       {"shapes must be equal"}));
 }
 
+TEST(IsaValidateTest, Scan) {
+  EXPECT_OK(V(TERN_OP_SCAN, {D(F32, {3, 5}), D(F32, {3, 5}, {1, 3})}, {TERN_SCAN_SUM, 1}));
+  EXPECT_OK(V(TERN_OP_SCAN, {D(I64, {3, 5}), D(TERN_DTYPE_BOOL, {3, 5})}, {TERN_SCAN_SUM, -1}));
+  EXPECT_OK(V(TERN_OP_SCAN, {D(I64, {3, 5}), D(TERN_DTYPE_I32, {3, 5})}, {TERN_SCAN_PROD, 0}));
+  EXPECT_OK(V(TERN_OP_SCAN, {D(BF16, {}), D(BF16, {})}, {TERN_SCAN_MAX, 0}));
+  EXPECT_OK(V(TERN_OP_SCAN, {D(F32, {0, 5}), D(F32, {0, 5})}, {TERN_SCAN_MIN, 0}));
+  EXPECT_TRUE(Rejects(V(TERN_OP_SCAN, {D(F32, {3, 5}), D(F32, {3, 5})}, {TERN_SCAN_SUM}),
+                      {"scan: takes 2 ints (tern_scan_fn_t, axis), got 1"}));
+  EXPECT_TRUE(Rejects(V(TERN_OP_SCAN, {D(F32, {3, 5}), D(F32, {3, 5})}, {9, 0}),
+                      {"unknown scan function 9"}, TERN_ERROR_EXECUTABLE_UNSUPPORTED));
+  EXPECT_TRUE(Rejects(V(TERN_OP_SCAN, {D(F32, {3, 5}), D(F32, {3, 5})}, {TERN_SCAN_SUM, 2}),
+                      {"scan sum", "axis 2 is out of range for rank 2"}));
+  EXPECT_TRUE(Rejects(V(TERN_OP_SCAN, {D(F32, {3, 5}), D(F32, {5, 3})}, {TERN_SCAN_SUM, 0}),
+                      {"shapes must be equal"}));
+  EXPECT_TRUE(Rejects(V(TERN_OP_SCAN, {D(F32, {3}), D(BF16, {3})}, {TERN_SCAN_SUM, 0}),
+                      {"dtypes must be equal", "CAST first"}));
+  EXPECT_TRUE(Rejects(V(TERN_OP_SCAN, {D(I64, {3}), D(TERN_DTYPE_I32, {3})}, {TERN_SCAN_MAX, 0}),
+                      {"scan max", "dtypes must be equal"}));
+  EXPECT_TRUE(Rejects(V(TERN_OP_SCAN, {D(TERN_DTYPE_BOOL, {3}), D(TERN_DTYPE_BOOL, {3})}, {0, 0}),
+                      {"bool is not allowed"}));
+  EXPECT_TRUE(
+      Rejects(V(TERN_OP_SCAN, {D(F32, {3}), D(F32, {3})}, {0, 0}, {1.0}), {"takes 0 floats"}));
+  EXPECT_TRUE(
+      Rejects(V(TERN_OP_SCAN, {D(F32, {2, 2}, {1, 1}), D(F32, {2, 2})}, {0, 0}), {"overlap"}));
+}
+
+TEST(IsaValidateTest, SortAndTopk) {
+  EXPECT_OK(V(TERN_OP_SORT, {D(F32, {3, 5}), D(I64, {3, 5}), D(F32, {3, 5}, {1, 3})}, {1, 0}));
+  EXPECT_OK(V(TERN_OP_SORT, {D(I32, {}), D(I64, {}), D(I32, {})}, {-1, 1}));
+  EXPECT_OK(V(TERN_OP_TOPK, {D(F32, {3, 2}), D(I64, {3, 2}), D(F32, {3, 5})}, {-1, 1}));
+  EXPECT_OK(V(TERN_OP_TOPK, {D(F32, {0, 5}), D(I64, {0, 5}), D(F32, {3, 5})}, {0, 0}));
+  EXPECT_TRUE(Rejects(V(TERN_OP_SORT, {D(F32, {3, 5}), D(I64, {3, 5})}, {1, 0}),
+                      {"sort: takes 3 operands [values, indices, in], got 2"}));
+  EXPECT_TRUE(Rejects(V(TERN_OP_SORT, {D(F32, {3, 5}), D(I64, {3, 5}), D(F32, {3, 5})}, {1}),
+                      {"takes 2 ints (axis, descending)"}));
+  EXPECT_TRUE(Rejects(V(TERN_OP_SORT, {D(F32, {3, 5}), D(I64, {3, 5}), D(F32, {3, 5})}, {-3, 0}),
+                      {"axis -3 is out of range for rank 2"}));
+  EXPECT_TRUE(Rejects(V(TERN_OP_SORT, {D(F32, {3, 5}), D(I64, {3, 5}), D(F32, {3, 5})}, {0, 2}),
+                      {"ints[1] (descending) is 2; it must be 0 or 1"}));
+  EXPECT_TRUE(Rejects(V(TERN_OP_SORT, {D(F32, {3, 5}), D(I32, {3, 5}), D(F32, {3, 5})}, {0, 0}),
+                      {"indices is [3, 5] i32; it must be i64"}));
+  EXPECT_TRUE(Rejects(V(TERN_OP_SORT, {D(BF16, {3, 5}), D(I64, {3, 5}), D(F32, {3, 5})}, {0, 0}),
+                      {"dtypes must be equal"}));
+  EXPECT_TRUE(Rejects(V(TERN_OP_SORT, {D(F32, {3, 4}), D(I64, {3, 4}), D(F32, {3, 5})}, {0, 0}),
+                      {"values is [3, 4] f32 but in is [3, 5] f32"}));
+  EXPECT_TRUE(Rejects(V(TERN_OP_SORT, {D(F32, {3, 5}), D(I64, {3, 4}), D(F32, {3, 5})}, {0, 0}),
+                      {"indices is [3, 4] i64 but values is [3, 5] f32"}));
+  EXPECT_TRUE(Rejects(V(TERN_OP_TOPK, {D(F32, {3, 6}), D(I64, {3, 6}), D(F32, {3, 5})}, {1, 1}),
+                      {"topk: values is [3, 6] f32 but in is [3, 5] f32", "k <= 5"}));
+  EXPECT_TRUE(Rejects(V(TERN_OP_TOPK, {D(F32, {2, 2}), D(I64, {2, 2}), D(F32, {3, 5})}, {1, 1}),
+                      {"except along axis 1"}));
+  EXPECT_TRUE(Rejects(V(TERN_OP_TOPK, {D(F32, {3, 2}), D(I64, {3, 2}), D(F32, {3, 5})}, {1, 3}),
+                      {"ints[1] (largest) is 3"}));
+  EXPECT_TRUE(
+      Rejects(V(TERN_OP_TOPK, {D(F32, {3, 2}), D(I64, {3, 2}, {0, 1}), D(F32, {3, 5})}, {1, 1}),
+              {"indices is written", "overlap"}));
+}
+
 TEST(IsaValidateTest, IotaRandomAllReduce) {
   EXPECT_OK(V(TERN_OP_IOTA, {D(I64, {3, 4})}, {1}, {5, -2}));
   EXPECT_OK(V(TERN_OP_IOTA, {D(F32, {})}, {0}));

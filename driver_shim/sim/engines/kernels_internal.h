@@ -138,6 +138,30 @@ void ForEachRun(const Layout& layout, int64_t begin, int64_t end, Fn&& fn) {
   }
 }
 
+// The lines along `axis` of operands that share every other dimension: a
+// layout over the other dimensions (the axis counts as 1), one line per
+// logical element. A rank-0 shape is one line of one element.
+inline Layout AxisLines(uint32_t rank, const int64_t* shape, uint32_t axis,
+                        std::initializer_list<const int64_t*> strides) {
+  int64_t others[TERN_MAX_RANK] = {};
+  for (uint32_t d = 0; d < rank; ++d) others[d] = d == axis ? 1 : shape[d];
+  return MakeLayout(rank, others, strides);
+}
+
+// Calls fn(offsets) for each of the lines [begin, end) of AxisLines():
+// offsets[i] is operand i's element offset at the line's start.
+template <typename Fn>
+void ForEachLine(const Layout& lines, int64_t begin, int64_t end, Fn&& fn) {
+  const int last = lines.rank - 1;
+  ForEachRun(lines, begin, end, [&](const int64_t* start, int64_t n) {
+    int64_t offsets[kMaxLayoutOperands];
+    for (int64_t j = 0; j < n; ++j) {
+      for (int o = 0; o < lines.operands; ++o) offsets[o] = start[o] + j * lines.strides[o][last];
+      fn(static_cast<const int64_t*>(offsets));
+    }
+  });
+}
+
 // --- typed loads and stores -------------------------------------------------
 
 // n elements at p, `stride` elements apart (0 repeats one), to or from a
@@ -217,6 +241,7 @@ Status RunIota(const driver::Instruction& ins, Operands ops);
 Status RunRandom(const driver::Instruction& ins, Operands ops);
 
 Status RunReduce(const driver::Instruction& ins, Operands ops);
+Status RunScan(const driver::Instruction& ins, Operands ops);
 Status RunSoftmax(const driver::Instruction& ins, Operands ops);
 Status RunSoftmaxBackward(const driver::Instruction& ins, Operands ops);
 Status RunLayerNorm(const driver::Instruction& ins, Operands ops);
@@ -228,6 +253,8 @@ Status RunGather(const driver::Instruction& ins, Operands ops);
 Status RunScatterAdd(const driver::Instruction& ins, Operands ops);
 Status RunTakeAlongAxis(const driver::Instruction& ins, Operands ops);
 Status RunScatterAddAlongAxis(const driver::Instruction& ins, Operands ops);
+Status RunSort(const driver::Instruction& ins, Operands ops);
+Status RunTopk(const driver::Instruction& ins, Operands ops);
 
 Status RunMatmul(const driver::Instruction& ins, Operands ops);
 Status RunConv2d(const driver::Instruction& ins, Operands ops);

@@ -330,6 +330,8 @@ Status RunInstruction(const driver::Instruction& instruction,
       return RunRmsNormBackward(ins, operands);
     case TERN_OP_ELEMENTWISE:
       return RunElementwiseProgram(ins, operands);
+    case TERN_OP_SCAN:
+      return RunScan(ins, operands);
     case TERN_OP_UNARY:
       return RunUnary(ins, operands);
     case TERN_OP_UNARY_BACKWARD:
@@ -346,6 +348,10 @@ Status RunInstruction(const driver::Instruction& instruction,
       return RunIota(ins, operands);
     case TERN_OP_RANDOM:
       return RunRandom(ins, operands);
+    case TERN_OP_SORT:
+      return RunSort(ins, operands);
+    case TERN_OP_TOPK:
+      return RunTopk(ins, operands);
     case TERN_OP_ALL_REDUCE:
       return MakeStatus(
           TERN_ERROR_UNIMPLEMENTED,
