@@ -267,8 +267,12 @@ at::Tensor& FlipOut(const at::Tensor& self, at::IntArrayRef dims, at::Tensor& ou
   bool done = false;
   const at::ScalarType dtype = self.scalar_type();
   std::vector<int64_t> axes;
-  bool axes_ok = self.dim() > 0;
+  bool axes_ok = true;
   for (int64_t d : dims) {
+    if (self.dim() == 0) {  // a scalar flips to itself (dims 0 and -1 name it)
+      axes_ok = axes_ok && (d == 0 || d == -1);
+      continue;
+    }
     if (!axes_ok || d < -self.dim() || d >= self.dim()) {
       axes_ok = false;
       break;
