@@ -52,21 +52,30 @@ at::Tensor IndexSelectFn(const at::Tensor& self, int64_t dim, const at::Tensor& 
 }
 TERN_ATEN_IMPL("index_select", IndexSelectFn);
 
+// Whether exactly one of `indices` is a tensor (the others None); it and its
+// position go to *index and *axis.
+bool OneIndexTensor(const c10::List<std::optional<at::Tensor>>& indices, int64_t* axis,
+                    at::Tensor* index) {
+  int64_t defined = 0;
+  for (size_t i = 0; i < indices.size(); ++i) {
+    const std::optional<at::Tensor> t = indices.get(i);
+    if (t.has_value() && t->defined()) {
+      *axis = static_cast<int64_t>(i);
+      *index = *t;
+      ++defined;
+    }
+  }
+  return defined == 1;
+}
+
 // x[..., idx, ...] with one integer index tensor (the other indices None).
 at::Tensor& IndexTensorOut(const at::Tensor& self,
                            const c10::List<std::optional<at::Tensor>>& indices, at::Tensor& out) {
   bool done = false;
-  int64_t axis = -1, defined = 0;
+  int64_t axis = -1;
   at::Tensor index;
-  for (size_t i = 0; i < indices.size(); ++i) {
-    const std::optional<at::Tensor> t = indices.get(i);
-    if (t.has_value() && t->defined()) {
-      axis = static_cast<int64_t>(i);
-      index = *t;
-      ++defined;
-    }
-  }
-  if (defined == 1 && IsTern(self) && IndexDtype(index) && axis < self.dim() &&
+  const bool one_index = OneIndexTensor(indices, &axis, &index);
+  if (one_index && IsTern(self) && IndexDtype(index) && axis < self.dim() &&
       out.scalar_type() == self.scalar_type()) {
     std::vector<int64_t> shape(self.sizes().begin(), self.sizes().begin() + axis);
     shape.insert(shape.end(), index.sizes().begin(), index.sizes().end());
@@ -226,18 +235,11 @@ TERN_ATEN_IMPL("index_add.out", IndexAddOut);
 at::Tensor& IndexPutImpl(at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices,
                          const at::Tensor& values, bool accumulate, bool unsafe) {
   bool done = false;
-  int64_t axis = -1, defined = 0;
+  int64_t axis = -1;
   at::Tensor index;
-  for (size_t i = 0; i < indices.size(); ++i) {
-    const std::optional<at::Tensor> t = indices.get(i);
-    if (t.has_value() && t->defined()) {
-      axis = static_cast<int64_t>(i);
-      index = *t;
-      ++defined;
-    }
-  }
+  const bool one_index = OneIndexTensor(indices, &axis, &index);
   const at::ScalarType dtype = self.scalar_type();
-  if (accumulate && defined == 1 && IsTern(self) && IsTern(values) && IndexDtype(index) &&
+  if (accumulate && one_index && IsTern(self) && IsTern(values) && IndexDtype(index) &&
       axis < self.dim() && dtype != at::kBool && Supported(dtype) &&
       values.scalar_type() == dtype && !values.storage().is_alias_of(self.storage()) &&
       !index.storage().is_alias_of(self.storage()) && OutputOk(self, {})) {

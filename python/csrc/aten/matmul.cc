@@ -403,6 +403,14 @@ at::Tensor Convolution(const at::Tensor& input, const at::Tensor& weight,
 }
 TERN_ATEN_IMPL("convolution", Convolution);
 
+// A convolution's bias gradient: grad_output summed over batch and positions.
+at::Tensor EmitGradBias(Program& p, const Operand& grad_output, const at::Tensor& weight) {
+  at::Tensor grad_bias = at::empty({weight.size(0)}, weight.options());
+  p.Emit(TERN_OP_REDUCE, {p.Out(grad_bias).View({1, weight.size(0), 1, 1}), grad_output},
+         {TERN_REDUCE_SUM, 0, 2, 3});
+  return grad_bias;
+}
+
 // The depthwise backward, tap by tap: grad_input accumulates each tap's
 // grad_output * weight into its window of a padded gradient; grad_weight's
 // tap is the sum of grad_output * window over batch and positions.
@@ -449,11 +457,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> DepthwiseBackward(
       }
     }
   }
-  if (output_mask[2]) {
-    grad_bias = at::empty({weight.size(0)}, weight.options());
-    p.Emit(TERN_OP_REDUCE, {p.Out(grad_bias).View({1, weight.size(0), 1, 1}), go},
-           {TERN_REDUCE_SUM, 0, 2, 3});
-  }
+  if (output_mask[2]) grad_bias = EmitGradBias(p, go, weight);
   if (!output_mask[0] && !output_mask[1] && !output_mask[2]) return {};
   if (p.ok() && p.Run()) return {grad_input, grad_weight, grad_bias};
   return TERN_FALLBACK(convolution_backward, grad_output, input, weight, bias_sizes, stride,
@@ -497,11 +501,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> ConvolutionBackward(
                  {s.Outputs(GW, 0), s.Outputs(go, 1), s.Channels(X, 1)}, s.ints);
         }
       }
-      if (output_mask[2]) {
-        grad_bias = at::empty({weight.size(0)}, weight.options());
-        p.Emit(TERN_OP_REDUCE, {p.Out(grad_bias).View({1, weight.size(0), 1, 1}), go},
-               {TERN_REDUCE_SUM, 0, 2, 3});
-      }
+      if (output_mask[2]) grad_bias = EmitGradBias(p, go, weight);
       if (!output_mask[0] && !output_mask[1] && !output_mask[2]) return {};
       if (p.ok() && p.Run()) return {grad_input, grad_weight, grad_bias};
     }
