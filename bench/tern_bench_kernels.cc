@@ -15,8 +15,11 @@
 //     engine multiplies (independent streams), beside the copy alone and the
 //     matmul alone: its time against their sum (no overlap) and their maximum
 //     (full overlap).
+//   mlp: the MLP of examples/mlp_gen.c (16x256->512->10) executed from C
+//     beside the same two oneDNN matmuls and relu called directly (target
+//     <= 1.15x), and its first execution after a load (target <= 3x warm).
 // Usage: tern_bench_kernels [--quick] [--matmul | --size N | --elementwise | --unary |
-//                            --overlap]
+//                            --overlap | --mlp]
 //   --quick: small sizes, for a smoke run; --matmul / --elementwise /
 //   --unary / --overlap: one part (--unary only runs when asked for);
 //   --size N: matmul of that size only.
@@ -28,6 +31,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -461,6 +465,212 @@ void BenchOverlap(int64_t n, int64_t copy_bytes) {
       Quantile(max_ratio, 0.9));
 }
 
+// The MLP of examples/mlp_gen.c (y = relu(x W1 + b1) W2 + b2, f32, two
+// matmuls on the Tensor engine and the relu on the Scalar engine ordered by
+// semaphores) run from C through the public API, beside the same work as
+// direct oneDNN calls on this thread: two matmul primitives with their bias
+// and the same relu loop, primitives and memory objects made once (what a
+// hand-written program would do). The direct side runs with as many OpenMP
+// threads as the runtime's kernels (SizeKernelThreadsForHost). Target: the
+// execution at most 1.15x the direct calls; the first execution of a freshly
+// loaded executable at most 3x a warm one.
+void BenchMlp(int64_t batch, int64_t in, int64_t hidden, int64_t out) {
+  std::mt19937 rng(3);
+  auto fill = [&](std::vector<float>& v, int64_t count, float scale) {
+    v.resize(count);
+    for (float& f : v) f = std::uniform_real_distribution<float>(-scale, scale)(rng);
+  };
+  std::vector<float> x, w1, b1, w2, b2, h(batch * hidden), y_direct(batch * out),
+      y_exec(batch * out);
+  fill(x, batch * in, 1.0f);
+  fill(w1, in * hidden, 0.1f);
+  fill(b1, hidden, 0.1f);
+  fill(w2, hidden * out, 0.1f);
+  fill(b2, out, 0.1f);
+
+  // The executable, built as mlp_gen builds it.
+  const int64_t x_shape[2] = {batch, in}, h_shape[2] = {batch, hidden}, y_shape[2] = {batch, out};
+  const int64_t w1_shape[2] = {in, hidden}, b1_shape[1] = {hidden};
+  const int64_t w2_shape[2] = {hidden, out}, b2_shape[1] = {out};
+  tern_builder_t builder = nullptr;
+  Check(tern_builder_create(nullptr, &builder), "tern_builder_create");
+  uint64_t w1_at = 0, b1_at = 0, w2_at = 0, b2_at = 0;
+  Check(tern_builder_add_constants(builder, w1.data(), w1.size() * 4, 64, &w1_at), "constants");
+  Check(tern_builder_add_constants(builder, b1.data(), b1.size() * 4, 64, &b1_at), "constants");
+  Check(tern_builder_add_constants(builder, w2.data(), w2.size() * 4, 64, &w2_at), "constants");
+  Check(tern_builder_add_constants(builder, b2.data(), b2.size() * 4, 64, &b2_at), "constants");
+  Check(tern_builder_begin_function(builder, "mlp", nullptr), "begin_function");
+  Check(tern_builder_add_input(builder, "x", TERN_DTYPE_F32, 2, x_shape, nullptr), "add_input");
+  Check(tern_builder_add_output(builder, "y", TERN_DTYPE_F32, 2, y_shape, nullptr), "add_output");
+  Check(tern_builder_set_scratch(builder, h.size() * 4), "set_scratch");
+  auto tensor = [](tern_segment_t segment, uint64_t offset, uint32_t rank, const int64_t* shape) {
+    tern_operand_t t{};
+    t.segment = segment;
+    t.offset = offset;
+    t.dtype = TERN_DTYPE_F32;
+    t.rank = rank;
+    t.shape = shape;
+    return t;
+  };
+  auto add = [&](tern_opcode_t opcode, std::vector<tern_operand_t> operands,
+                 std::vector<int64_t> ints) {
+    tern_instruction_t ins{};
+    ins.struct_size = sizeof(ins);
+    ins.opcode = opcode;
+    ins.operand_count = static_cast<uint32_t>(operands.size());
+    ins.operands = operands.data();
+    ins.int_count = static_cast<uint32_t>(ints.size());
+    ins.ints = ints.data();
+    Check(tern_builder_add_instruction(builder, &ins), "add_instruction");
+  };
+  add(TERN_OP_MATMUL,
+      {tensor(TERN_SEGMENT_SCRATCH, 0, 2, h_shape), tensor(TERN_SEGMENT_INPUT, 0, 2, x_shape),
+       tensor(TERN_SEGMENT_CONSTANT, w1_at, 2, w1_shape),
+       tensor(TERN_SEGMENT_CONSTANT, b1_at, 1, b1_shape)},
+      {});
+  add(TERN_OP_SEM_SIGNAL, {}, {0, 1, TERN_ENGINE_TENSOR});
+  add(TERN_OP_SEM_WAIT, {}, {0, 1, TERN_ENGINE_SCALAR});
+  add(TERN_OP_UNARY,
+      {tensor(TERN_SEGMENT_SCRATCH, 0, 2, h_shape), tensor(TERN_SEGMENT_SCRATCH, 0, 2, h_shape)},
+      {TERN_UNARY_RELU});
+  add(TERN_OP_SEM_SIGNAL, {}, {1, 1, TERN_ENGINE_SCALAR});
+  add(TERN_OP_SEM_WAIT, {}, {1, 1, TERN_ENGINE_TENSOR});
+  add(TERN_OP_MATMUL,
+      {tensor(TERN_SEGMENT_OUTPUT, 0, 2, y_shape), tensor(TERN_SEGMENT_SCRATCH, 0, 2, h_shape),
+       tensor(TERN_SEGMENT_CONSTANT, w2_at, 2, w2_shape),
+       tensor(TERN_SEGMENT_CONSTANT, b2_at, 1, b2_shape)},
+      {});
+  Check(tern_builder_end_function(builder), "end_function");
+  void* image = nullptr;
+  uint64_t image_size = 0;
+  Check(tern_builder_finish(builder, &image, &image_size), "tern_builder_finish");
+  tern_builder_destroy(builder);
+
+  tern_device_t device = PublicMatmul::device();
+  tern_queue_t queue = PublicMatmul::queue();
+  tern_buffer_params_t params{};
+  params.struct_size = sizeof(params);
+  params.category = TERN_MEMORY_TENSORS;
+  tern_buffer_t x_buffer = nullptr, y_buffer = nullptr;
+  params.size = x.size() * 4;
+  Check(tern_buffer_alloc(device, &params, &x_buffer), "alloc");
+  params.size = y_exec.size() * 4;
+  Check(tern_buffer_alloc(device, &params, &y_buffer), "alloc");
+  Check(tern_buffer_write(x_buffer, 0, x.data(), x.size() * 4), "tern_buffer_write");
+  const tern_binding_t inputs[1] = {{x_buffer, 0}};
+  const tern_binding_t outputs[1] = {{y_buffer, 0}};
+  auto execute = [&](tern_executable_t executable) {
+    Check(tern_queue_execute(queue, executable, 0, inputs, 1, outputs, 1, nullptr),
+          "tern_queue_execute");
+    Check(tern_queue_synchronize(queue, TERN_TIMEOUT_INFINITE), "tern_queue_synchronize");
+  };
+
+  // First executions: a fresh load each time, its first execution timed.
+  std::vector<double> first;
+  for (int i = 0; i < 5; ++i) {
+    tern_executable_t fresh = nullptr;
+    Check(tern_executable_load(device, image, image_size, nullptr, &fresh), "executable_load");
+    const double t0 = WallSeconds();
+    execute(fresh);
+    first.push_back(WallSeconds() - t0);
+    tern_executable_unload(fresh);
+  }
+  tern_executable_t executable = nullptr;
+  Check(tern_executable_load(device, image, image_size, nullptr, &executable), "executable_load");
+  tern_builder_free_data(image);
+
+  // The direct side.
+  using dnnl::memory;
+  const int threads = tern::sim::SizeKernelThreadsForHost();
+  const int caller_threads = omp_get_max_threads();
+  dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  dnnl::stream stream(eng);
+  auto md = [](int64_t rows, int64_t cols) {
+    return memory::desc({rows, cols}, memory::data_type::f32, memory::format_tag::ab);
+  };
+  auto bias_md = [](int64_t cols) {
+    return memory::desc({1, cols}, memory::data_type::f32, memory::format_tag::ab);
+  };
+  dnnl::matmul fc1(dnnl::matmul::primitive_desc(
+      dnnl::matmul::desc(md(batch, in), md(in, hidden), bias_md(hidden), md(batch, hidden)), eng));
+  dnnl::matmul fc2(dnnl::matmul::primitive_desc(
+      dnnl::matmul::desc(md(batch, hidden), md(hidden, out), bias_md(out), md(batch, out)), eng));
+  memory x_mem(md(batch, in), eng, x.data()), w1_mem(md(in, hidden), eng, w1.data()),
+      b1_mem(bias_md(hidden), eng, b1.data()), h_mem(md(batch, hidden), eng, h.data()),
+      w2_mem(md(hidden, out), eng, w2.data()), b2_mem(bias_md(out), eng, b2.data()),
+      y_mem(md(batch, out), eng, y_direct.data());
+  auto direct = [&] {
+    omp_set_num_threads(threads);
+    fc1.execute(stream, {{DNNL_ARG_SRC, x_mem},
+                         {DNNL_ARG_WEIGHTS, w1_mem},
+                         {DNNL_ARG_BIAS, b1_mem},
+                         {DNNL_ARG_DST, h_mem}});
+    stream.wait();
+    for (float& v : h) v = v < 0.0f ? 0.0f : v;
+    fc2.execute(stream, {{DNNL_ARG_SRC, h_mem},
+                         {DNNL_ARG_WEIGHTS, w2_mem},
+                         {DNNL_ARG_BIAS, b2_mem},
+                         {DNNL_ARG_DST, y_mem}});
+    stream.wait();
+    omp_set_num_threads(caller_threads);
+  };
+  // The three instructions' kernels called directly on this thread
+  // (RunInstruction on host buffers): the engines' share of the difference.
+  std::vector<float> h_kernels(h.size()), y_kernels(y_exec.size());
+  Op fc1_op(TERN_OP_MATMUL,
+            {Desc(TERN_DTYPE_F32, {batch, hidden}), Desc(TERN_DTYPE_F32, {batch, in}),
+             Desc(TERN_DTYPE_F32, {in, hidden}), Desc(TERN_DTYPE_F32, {hidden})},
+            {h_kernels.data(), x.data(), w1.data(), b1.data()});
+  Op relu_op(TERN_OP_UNARY,
+             {Desc(TERN_DTYPE_F32, {batch, hidden}), Desc(TERN_DTYPE_F32, {batch, hidden})},
+             {h_kernels.data(), h_kernels.data()}, {TERN_UNARY_RELU});
+  Op fc2_op(TERN_OP_MATMUL,
+            {Desc(TERN_DTYPE_F32, {batch, out}), Desc(TERN_DTYPE_F32, {batch, hidden}),
+             Desc(TERN_DTYPE_F32, {hidden, out}), Desc(TERN_DTYPE_F32, {out})},
+            {y_kernels.data(), h_kernels.data(), w2.data(), b2.data()});
+  auto kernels = [&] {
+    omp_set_num_threads(threads);
+    fc1_op.Run();
+    relu_op.Run();
+    fc2_op.Run();
+    omp_set_num_threads(caller_threads);
+  };
+  const Timed t = Rounds({[&] { execute(executable); }, direct, kernels}, 200, 2.0, 20000);
+  Check(tern_buffer_read(y_buffer, 0, y_exec.data(), y_exec.size() * 4), "tern_buffer_read");
+  double worst = 0;
+  for (size_t i = 0; i < y_exec.size(); ++i) {
+    worst = std::max<double>(worst, std::fabs(y_exec[i] - y_direct[i]));
+  }
+  const double warm = Quantile(t.times[0], 0.5);
+  const std::vector<double> slowdown = RoundRatios(t.times[1], t.times[0]);
+  const double median_slowdown = Quantile(slowdown, 0.5);
+  std::printf(
+      "mlp %lldx%lld->%lld->%lld from C: execution median %.1f us (best %.1f), direct oneDNN "
+      "median %.1f us (best %.1f) on %d thread(s); execution / direct median round %.2f [p10 "
+      "%.2f, p90 %.2f] n=%zu (target <= 1.15)%s; max |difference| %.2g\n",
+      static_cast<long long>(batch), static_cast<long long>(in), static_cast<long long>(hidden),
+      static_cast<long long>(out), warm * 1e6, Best(t.times[0]) * 1e6,
+      Quantile(t.times[1], 0.5) * 1e6, Best(t.times[1]) * 1e6, threads, median_slowdown,
+      Quantile(slowdown, 0.1), Quantile(slowdown, 0.9), slowdown.size(),
+      median_slowdown <= 1.15 ? "  ok" : "  MISSED", worst);
+  if (median_slowdown > 1.15) missed.push_back("mlp from C");
+  const std::vector<double> kernel_slowdown = RoundRatios(t.times[1], t.times[2]);
+  std::printf(
+      "mlp kernels alone (RunInstruction on this thread): median %.1f us, %.2fx direct (median "
+      "round) (info)\n",
+      Quantile(t.times[2], 0.5) * 1e6, Quantile(kernel_slowdown, 0.5));
+  const double first_median = Quantile(first, 0.5);
+  std::printf(
+      "mlp first execution after a load: median %.1f us of 5 loads (max %.1f), %.1fx the warm "
+      "median (target <= 3)%s\n",
+      first_median * 1e6, *std::max_element(first.begin(), first.end()) * 1e6, first_median / warm,
+      first_median / warm <= 3 ? "  ok" : "  MISSED");
+  if (first_median / warm > 3) missed.push_back("mlp first execution");
+  tern_executable_unload(executable);
+  tern_buffer_free(x_buffer);
+  tern_buffer_free(y_buffer);
+}
+
 // memcpy of `bytes` on `threads` (all of them split the range).
 void Memcpy(uint8_t* dst, const uint8_t* src, size_t bytes, int threads) {
   if (threads == 1) {
@@ -566,27 +776,30 @@ void BenchUnary(int64_t n) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false, matmul = true, elementwise = true, unary = false, overlap = true;
+  bool quick = false, matmul = true, elementwise = true, unary = false, overlap = true, mlp = true;
   int64_t only_size = 0;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) {
       quick = true;
     } else if (std::strcmp(argv[i], "--size") == 0 && i + 1 < argc) {
       only_size = std::atoll(argv[++i]);
-      elementwise = overlap = false;
+      elementwise = overlap = mlp = false;
     } else if (std::strcmp(argv[i], "--matmul") == 0) {
-      elementwise = overlap = false;
+      elementwise = overlap = mlp = false;
     } else if (std::strcmp(argv[i], "--elementwise") == 0) {
-      matmul = overlap = false;
+      matmul = overlap = mlp = false;
     } else if (std::strcmp(argv[i], "--unary") == 0) {
-      matmul = elementwise = overlap = false;
+      matmul = elementwise = overlap = mlp = false;
       unary = true;
     } else if (std::strcmp(argv[i], "--overlap") == 0) {
-      matmul = elementwise = false;
+      matmul = elementwise = mlp = false;
+    } else if (std::strcmp(argv[i], "--mlp") == 0) {
+      matmul = elementwise = overlap = false;
     } else {
       std::fprintf(
           stderr,
-          "usage: %s [--quick] [--matmul | --size N | --elementwise | --unary | --overlap]\n",
+          "usage: %s [--quick] [--matmul | --size N | --elementwise | --unary | --overlap | "
+          "--mlp]\n",
           argv[0]);
       return 2;
     }
@@ -595,14 +808,15 @@ int main(int argc, char** argv) {
   const std::vector<int64_t> sizes = only_size > 0 ? std::vector<int64_t>{only_size}
                                      : quick       ? std::vector<int64_t>{256}
                                                    : std::vector<int64_t>{512, 1024, 2048, 4096};
-  if (matmul || overlap) PublicMatmul::Init();
+  if (matmul || overlap || mlp) PublicMatmul::Init();
   if (matmul) {
     for (tern_dtype_t dtype : {TERN_DTYPE_F32, TERN_DTYPE_BF16}) {
       for (int64_t n : sizes) BenchMatmul(dtype, n);
     }
   }
   if (overlap) BenchOverlap(quick ? 256 : 1024, quick ? (int64_t{4} << 20) : (int64_t{64} << 20));
-  if (matmul || overlap) PublicMatmul::Shutdown();
+  if (mlp) BenchMlp(16, 256, 512, 10);
+  if (matmul || overlap || mlp) PublicMatmul::Shutdown();
   if (elementwise) BenchElementwise(quick ? (int64_t{1} << 20) : (int64_t{16} << 20));
   if (unary) BenchUnary(quick ? (int64_t{1} << 20) : (int64_t{4} << 20));
   if (missed.empty()) std::printf("all targets met\n");

@@ -61,6 +61,11 @@ class ComputeWorker {
 
 }  // namespace
 
+bool ExecutionsStayOnQueueThreads() {
+  static const bool stay = KernelThreadsForHost() == 1;
+  return stay;
+}
+
 Status RunOnComputeThread(const std::function<Status()>& work) {
   // Never destroyed: the thread lives as long as the process, and executions
   // may still be finishing while static destructors run.

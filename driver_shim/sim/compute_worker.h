@@ -9,6 +9,14 @@
 // execution on this one thread keeps one team sized to the host; executions
 // from different queues take turns, which is what sharing the host's CPUs
 // amounts to anyway.
+//
+// A team of one thread (a host with two CPUs, or TERN_SIM_KERNEL_THREADS=1)
+// is no team: its kernels start no threads, so nothing can starve, and the
+// hand-off to this thread and back (two thread wake-ups, polling threads
+// competing with the kernels for the CPUs) is pure cost, a quarter of a
+// small MLP's execution. Executions then run on the queue's own thread
+// (ExecutionsStayOnQueueThreads), decided once per process from the team
+// size.
 #ifndef TERN_DRIVER_SHIM_SIM_COMPUTE_WORKER_H_
 #define TERN_DRIVER_SHIM_SIM_COMPUTE_WORKER_H_
 
@@ -23,6 +31,11 @@ namespace tern::sim {
 // in the order they arrive.
 // Thread-safety: any thread; must not be called from `work` itself.
 Status RunOnComputeThread(const std::function<Status()>& work);
+
+// Whether executions run on the queue's own thread instead of the compute
+// thread: when the kernels' team is a single thread (see above).
+// Thread-safety: any thread; the answer is fixed for the process.
+bool ExecutionsStayOnQueueThreads();
 
 }  // namespace tern::sim
 

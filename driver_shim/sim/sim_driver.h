@@ -54,7 +54,8 @@ class SimDevice final : public driver::Device {
   Status Run(uint32_t core, const driver::Command& command, tern_error_class_t* out_class,
              uint32_t trace_track = 0);
   // Runs a kExecute command's function (sim_execute.cc) on the process's
-  // compute thread (compute_worker.h); ExecuteProgramHere runs it on this one.
+  // compute thread, or on the calling queue thread when executions stay
+  // there (compute_worker.h); ExecuteProgramHere runs it on this one.
   Status ExecuteProgram(uint32_t core, const driver::Command& command,
                         tern_error_class_t* out_class, uint32_t trace_track);
   Status ExecuteProgramHere(uint32_t core, const driver::Command& command,

@@ -20,6 +20,9 @@ using driver::Command;
 
 Status SimDevice::ExecuteProgram(uint32_t core, const Command& command,
                                  tern_error_class_t* out_class, uint32_t trace_track) {
+  if (ExecutionsStayOnQueueThreads()) {
+    return ExecuteProgramHere(core, command, out_class, trace_track);
+  }
   return RunOnComputeThread(
       [&] { return ExecuteProgramHere(core, command, out_class, trace_track); });
 }

@@ -3,6 +3,8 @@
 #include "common/cycle_clock.h"
 #include "common/logging.h"
 #include "common/trace.h"
+#include "driver_shim/sim/compute_worker.h"
+#include "driver_shim/sim/engines/run_instruction.h"
 #include "driver_shim/sim/sim_driver.h"
 
 namespace tern::sim {
@@ -212,6 +214,9 @@ bool SimQueue::AwaitSlot(const Slot& slot, uint64_t sequence) {
 }
 
 void SimQueue::Loop() {
+  // Executions may run on this thread (compute_worker.h): its kernels get
+  // the team size the compute thread's would.
+  if (ExecutionsStayOnQueueThreads()) SizeKernelThreadsForHost();
   uint64_t next = 1;
   uint32_t index = 0;
   while (true) {

@@ -7,7 +7,9 @@
 // matmuls, empty shapes, and anything oneDNN rejects run portable loops.
 #include <fmt/format.h>
 
+#include <array>
 #include <atomic>
+#include <bit>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -53,36 +55,78 @@ memory::data_type DnnlType(tern_dtype_t dtype) {
   }
 }
 
+// What shapes a primitive (dtypes, dims, strides, attributes), as integers:
+// built and compared without formatting or allocation, because a lookup is
+// on every matmul and convolution an execution runs.
+class PrimitiveKey {
+ public:
+  void Add(int64_t v) {
+    if (size_ < values_.size()) values_[size_] = v;
+    ++size_;  // past the capacity: Valid() is false and nothing is cached
+  }
+  void Add(const Dims& dims) {
+    Add(static_cast<int64_t>(dims.size()));
+    for (int64_t v : dims) Add(v);
+  }
+  void AddFloat(float f) { Add(static_cast<int64_t>(std::bit_cast<uint32_t>(f))); }
+  bool Valid() const { return size_ <= values_.size(); }
+  bool operator==(const PrimitiveKey& other) const {
+    return size_ == other.size_ &&
+           std::equal(values_.begin(), values_.begin() + static_cast<std::ptrdiff_t>(size_),
+                      other.values_.begin());
+  }
+  size_t Hash() const {
+    uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a over the values
+    for (size_t i = 0; i < size_ && i < values_.size(); ++i) {
+      h ^= static_cast<uint64_t>(values_[i]);
+      h *= 0x100000001b3ull;
+    }
+    return static_cast<size_t>(h ^ (h >> 29));
+  }
+
+ private:
+  std::array<int64_t, 112> values_{};
+  size_t size_ = 0;
+};
+
+struct PrimitiveKeyHash {
+  size_t operator()(const PrimitiveKey& key) const { return key.Hash(); }
+};
+
 // Cache of primitives (or of the knowledge that oneDNN refused a key).
 template <typename Entry>
 class PrimitiveCache {
  public:
-  std::shared_ptr<Entry> Find(const std::string& key) {
+  std::shared_ptr<Entry> Find(const PrimitiveKey& key) {
+    if (!key.Valid()) return nullptr;
     std::lock_guard<std::mutex> lock(mu_);
     auto it = map_.find(key);
     return it == map_.end() ? nullptr : it->second;
   }
-  void Insert(const std::string& key, std::shared_ptr<Entry> entry) {
+  void Insert(const PrimitiveKey& key, std::shared_ptr<Entry> entry) {
+    if (!key.Valid()) return;  // too many dimensions to key: made again each call
     std::lock_guard<std::mutex> lock(mu_);
     if (map_.size() >= 4096) map_.clear();  // bound memory on pathological shape churn
     map_.emplace(key, std::move(entry));
   }
   // Records that oneDNN refused `key` after the entry was cached (an error
   // at execution), so later calls go straight to the fallback.
-  void Refuse(const std::string& key) {
+  void Refuse(const PrimitiveKey& key) {
+    if (!key.Valid()) return;
     std::lock_guard<std::mutex> lock(mu_);
     map_[key] = std::make_shared<Entry>();
   }
 
  private:
   std::mutex mu_;
-  std::unordered_map<std::string, std::shared_ptr<Entry>> map_;
+  std::unordered_map<PrimitiveKey, std::shared_ptr<Entry>, PrimitiveKeyHash> map_;
 };
 
-std::string DimsKey(const Dims& d) {
-  std::string s;
-  for (int64_t v : d) s += fmt::format("{},", v);
-  return s;
+// The calling thread's oneDNN stream, made once: a stream per call cost an
+// allocation and a oneDNN object on every matmul and convolution.
+dnnl::stream& ThreadStream() {
+  thread_local dnnl::stream stream(Engine());
+  return stream;
 }
 
 // Scratchpad for one execution.
@@ -178,6 +222,12 @@ struct MatmulEntry {
   bool ok = false;
   dnnl::matmul prim;
   memory::desc a_md, b_md, out_md, bias_md, scratch_md;
+  // Memory objects for the operands, made once and pointed at each call's
+  // data (set_data_handle): making five per call cost more than a small
+  // product. One caller at a time uses them; another one that finds them in
+  // use makes its own.
+  std::mutex memories_mu;
+  std::array<memory, 5> memories;  // guarded by memories_mu
 };
 
 PrimitiveCache<MatmulEntry>& MatmulCache() {
@@ -193,13 +243,19 @@ bool DnnlMatmul(const Dims& a_dims, const Dims& a_strides, memory::data_type a_d
                 const Dims& out_strides, memory::data_type out_dt, void* out, float alpha,
                 float beta, const Dims* bias_dims, const Dims* bias_strides,
                 memory::data_type bias_dt, const void* bias) {
-  std::string key =
-      fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", DimsKey(a_dims), DimsKey(a_strides),
-                  static_cast<int>(a_dt), DimsKey(b_dims), DimsKey(b_strides), DimsKey(out_dims),
-                  DimsKey(out_strides), static_cast<int>(out_dt), alpha, beta);
-  if (bias_dims)
-    key += fmt::format("|bias {}|{}|{}", DimsKey(*bias_dims), DimsKey(*bias_strides),
-                       static_cast<int>(bias_dt));
+  PrimitiveKey key;
+  for (const Dims* dims : {&a_dims, &a_strides, &b_dims, &b_strides, &out_dims, &out_strides}) {
+    key.Add(*dims);
+  }
+  key.Add(static_cast<int64_t>(a_dt));
+  key.Add(static_cast<int64_t>(out_dt));
+  key.AddFloat(alpha);
+  key.AddFloat(beta);
+  if (bias_dims) {
+    key.Add(*bias_dims);
+    key.Add(*bias_strides);
+    key.Add(static_cast<int64_t>(bias_dt));
+  }
   std::shared_ptr<MatmulEntry> entry = MatmulCache().Find(key);
   if (!entry) {
     entry = std::make_shared<MatmulEntry>();
@@ -239,18 +295,37 @@ bool DnnlMatmul(const Dims& a_dims, const Dims& a_strides, memory::data_type a_d
   // oneDNN may still refuse at execution (e.g. status 3 for some batched
   // layouts); it checks before computing, so the caller's fallback starts
   // from untouched memory.
+  // Executed through the C API with an argument array: the C++ API takes an
+  // unordered_map, a handful of allocations per call.
+  std::vector<uint8_t>& scratch = ThreadScratch(entry->scratch_md.get_size());
+  void* handles[5] = {const_cast<void*>(a), const_cast<void*>(b), out, scratch.data(),
+                      const_cast<void*>(bias)};
+  const int arg_ids[5] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_SCRATCHPAD,
+                          DNNL_ARG_BIAS};
+  const int arg_count = bias_dims ? 5 : 4;
   try {
     dnnl::engine& eng = Engine();
-    dnnl::stream stream(eng);
-    std::vector<uint8_t>& scratch = ThreadScratch(entry->scratch_md.get_size());
-    std::unordered_map<int, memory> args = {
-        {DNNL_ARG_SRC, memory(entry->a_md, eng, const_cast<void*>(a))},
-        {DNNL_ARG_WEIGHTS, memory(entry->b_md, eng, const_cast<void*>(b))},
-        {DNNL_ARG_DST, memory(entry->out_md, eng, out)},
-        {DNNL_ARG_SCRATCHPAD, memory(entry->scratch_md, eng, scratch.data())}};
-    if (bias_dims)
-      args.emplace(DNNL_ARG_BIAS, memory(entry->bias_md, eng, const_cast<void*>(bias)));
-    entry->prim.execute(stream, args);
+    std::unique_lock<std::mutex> own(entry->memories_mu, std::try_to_lock);
+    std::array<memory, 5> local;
+    std::array<memory, 5>& memories = own.owns_lock() ? entry->memories : local;
+    const memory::desc* mds[5] = {&entry->a_md, &entry->b_md, &entry->out_md, &entry->scratch_md,
+                                  &entry->bias_md};
+    dnnl_exec_arg_t args[5];
+    for (int i = 0; i < arg_count; ++i) {
+      if (!memories[i]) {
+        memories[i] = memory(*mds[i], eng, handles[i]);
+      } else {
+        memories[i].set_data_handle(handles[i]);
+      }
+      args[i] = {arg_ids[i], memories[i].get()};
+    }
+    dnnl::stream& stream = ThreadStream();
+    const dnnl_status_t executed =
+        dnnl_primitive_execute(entry->prim.get(), stream.get(), arg_count, args);
+    if (executed != dnnl_success) {
+      MatmulCache().Refuse(key);
+      return false;
+    }
     stream.wait();
   } catch (const dnnl::error&) {
     MatmulCache().Refuse(key);
@@ -735,11 +810,15 @@ bool DnnlConv(ConvKind kind, const ConvParams& p, const ConvShape& s,
   const Dims strides = {p.sh, p.sw}, dilates = {p.dh - 1, p.dw - 1}, pad_l = {p.ph, p.pw};
   const Dims pad_r = {(s.oh - 1) * p.sh + (s.kh - 1) * p.dh + 1 - s.h - p.ph,
                       (s.ow - 1) * p.sw + (s.kw - 1) * p.dw + 1 - s.w - p.pw};
-  std::string key = fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", static_cast<int>(kind),
-                                static_cast<int>(dt), DimsKey(md_dims[0]), DimsKey(md_strides[0]),
-                                DimsKey(md_dims[1]), DimsKey(md_strides[1]), DimsKey(md_dims[2]),
-                                DimsKey(md_strides[2]), DimsKey(strides) + DimsKey(dilates),
-                                DimsKey(pad_l) + DimsKey(pad_r), bias != nullptr);
+  PrimitiveKey key;
+  key.Add(static_cast<int64_t>(kind));
+  key.Add(static_cast<int64_t>(dt));
+  for (int i = 0; i < 3; ++i) {
+    key.Add(md_dims[i]);
+    key.Add(md_strides[i]);
+  }
+  for (const Dims* dims : {&strides, &dilates, &pad_l, &pad_r}) key.Add(*dims);
+  key.Add(bias != nullptr);
   std::shared_ptr<ConvEntry> entry = ConvCache().Find(key);
   dnnl::engine& eng = Engine();
   if (!entry) {
@@ -812,7 +891,7 @@ bool DnnlConv(ConvKind kind, const ConvParams& p, const ConvShape& s,
   // convolutions); the caller then runs the portable loops, which write the
   // whole output.
   try {
-    dnnl::stream stream(eng);
+    dnnl::stream& stream = ThreadStream();
     // Which slot the primitive writes.
     const int written = kind == ConvKind::kForward ? 2 : kind == ConvKind::kBackwardInput ? 0 : 1;
     memory mem[3];

@@ -382,15 +382,23 @@ int HostCpus() {
 
 }  // namespace
 
-int SizeKernelThreadsForHost() {
-  int threads = std::max(1, HostCpus() - 1);
-  if (const char* value = std::getenv("TERN_SIM_KERNEL_THREADS"); value != nullptr && *value) {
-    char* end = nullptr;
-    const long requested = std::strtol(value, &end, 10);
-    if (end != value && *end == '\0' && requested >= 1 && requested <= 4096) {
-      threads = static_cast<int>(requested);
+int KernelThreadsForHost() {
+  static const int threads = [] {
+    int chosen = std::max(1, HostCpus() - 1);
+    if (const char* value = std::getenv("TERN_SIM_KERNEL_THREADS"); value != nullptr && *value) {
+      char* end = nullptr;
+      const long requested = std::strtol(value, &end, 10);
+      if (end != value && *end == '\0' && requested >= 1 && requested <= 4096) {
+        chosen = static_cast<int>(requested);
+      }
     }
-  }
+    return chosen;
+  }();
+  return threads;
+}
+
+int SizeKernelThreadsForHost() {
+  const int threads = KernelThreadsForHost();
   if (kernels::kUseThreads) omp_set_num_threads(threads);
   return threads;
 }

@@ -37,14 +37,19 @@ Status RunInstruction(const driver::Instruction& instruction, std::span<const Te
 // Thread-safety: affects the calling thread only.
 void KeepKernelsOnThisThread();
 
+// The size of the kernels' OpenMP team on this host: every CPU the process
+// may use but one, or TERN_SIM_KERNEL_THREADS (see SizeKernelThreadsForHost).
+// Decided once per process.
+// Thread-safety: any thread.
+int KernelThreadsForHost();
+
 // Sizes the OpenMP team of the calling thread (the compute thread) for the
-// host it runs on: every CPU the process may use but one, which stays for the
-// framework's own thread (the one that enqueues work) and the queues'
-// threads; one kernel thread on a 2-CPU host. A team as large as the host
-// stalled there: libgomp's workers spin, and when the enqueuing thread takes
-// one of their CPUs a matmul of 50-130 us took ~7 ms, one time in two.
-// TERN_SIM_KERNEL_THREADS=N overrides. Returns the team size chosen.
-// Thread-safety: affects the calling thread only.
+// host it runs on (KernelThreadsForHost): every CPU the process may use but one, which stays for
+// the framework's own thread (the one that enqueues work) and the queues' threads; one kernel
+// thread on a 2-CPU host. A team as large as the host stalled there: libgomp's workers spin, and
+// when the enqueuing thread takes one of their CPUs a matmul of 50-130 us took ~7 ms, one time in
+// two. TERN_SIM_KERNEL_THREADS=N overrides. Returns the team size chosen. Thread-safety: affects
+// the calling thread only.
 int SizeKernelThreadsForHost();
 
 // Whether the kernels that the calling thread runs leave a host CPU free
