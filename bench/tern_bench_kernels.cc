@@ -659,13 +659,15 @@ void BenchMlp(int64_t batch, int64_t in, int64_t hidden, int64_t out) {
       "mlp kernels alone (RunInstruction on this thread): median %.1f us, %.2fx direct (median "
       "round) (info)\n",
       Quantile(t.times[2], 0.5) * 1e6, Quantile(kernel_slowdown, 0.5));
-  const double first_median = Quantile(first, 0.5);
+  // The process's first load is the one that pays for primitive creation
+  // unless the load does it (the later loads find the primitives cached).
+  const double worst_first = *std::max_element(first.begin(), first.end());
   std::printf(
-      "mlp first execution after a load: median %.1f us of 5 loads (max %.1f), %.1fx the warm "
-      "median (target <= 3)%s\n",
-      first_median * 1e6, *std::max_element(first.begin(), first.end()) * 1e6, first_median / warm,
-      first_median / warm <= 3 ? "  ok" : "  MISSED");
-  if (first_median / warm > 3) missed.push_back("mlp first execution");
+      "mlp first execution after a load: %.1f us for the process's first load, %.1f us median "
+      "of 5 loads; the worst %.1fx the warm median (target <= 3)%s\n",
+      first[0] * 1e6, Quantile(first, 0.5) * 1e6, worst_first / warm,
+      worst_first / warm <= 3 ? "  ok" : "  MISSED");
+  if (worst_first / warm > 3) missed.push_back("mlp first execution");
   tern_executable_unload(executable);
   tern_buffer_free(x_buffer);
   tern_buffer_free(y_buffer);

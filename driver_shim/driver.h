@@ -166,6 +166,11 @@ class Device {
   // Creates a hardware queue on an open core.
   virtual Status CreateQueue(uint32_t core, const std::string& name,
                              std::unique_ptr<HwQueue>* out_queue) = 0;
+  // Called once per loaded program, before its first execution: does what
+  // the backend would otherwise do at the first execution (the simulated
+  // device makes its oneDNN primitives). Best effort: what it cannot do is
+  // left for the execution, which reports any error.
+  virtual void PrepareProgram(const Program& program) { (void)program; }
   // Runs a copy or fill at once on the calling thread (the internal DMA path).
   virtual Status ExecuteSync(const Command& command) = 0;
   // The host address through which the engines reach device memory

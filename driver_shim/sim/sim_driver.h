@@ -42,6 +42,7 @@ class SimDevice final : public driver::Device {
   void MemoryFreed(uint64_t offset, uint64_t size, tern_memory_category_t category) override;
   Status CreateQueue(uint32_t core, const std::string& name,
                      std::unique_ptr<driver::HwQueue>* out_queue) override;
+  void PrepareProgram(const driver::Program& program) override;
   Status ExecuteSync(const driver::Command& command) override;
   void* EngineAddress(uint64_t offset, uint64_t size) const override;
   int SharedMemoryFd() const override { return memfd_; }

@@ -27,6 +27,16 @@ Status SimDevice::ExecuteProgram(uint32_t core, const Command& command,
       [&] { return ExecuteProgramHere(core, command, out_class, trace_track); });
 }
 
+void SimDevice::PrepareProgram(const driver::Program& program) {
+  for (const driver::Function& function : program.functions) {
+    for (const driver::Stream& stream : function.streams) {
+      for (const driver::Instruction& instruction : stream.instructions) {
+        PrepareInstruction(instruction);
+      }
+    }
+  }
+}
+
 Status SimDevice::ExecuteProgramHere(uint32_t core, const Command& command,
                                      tern_error_class_t* out_class, uint32_t trace_track) {
   if (!command.details || !command.details->program ||

@@ -90,6 +90,7 @@ Status Insert(Runtime* rt, DeviceObject* dev, exe::ValidatedExecutable validated
   auto object = std::make_shared<ExecutableObject>();
   object->device = dev;
   object->program = std::move(validated.program);
+  dev->hw->PrepareProgram(*object->program);
   object->constants = std::move(constants);
   const uint64_t handle = rt->executable_table.Insert(std::move(object));
   if (handle == 0) return HandleTableFull("executables");

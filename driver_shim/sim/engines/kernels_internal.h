@@ -257,6 +257,10 @@ Status RunSort(const driver::Instruction& ins, Operands ops);
 Status RunTopk(const driver::Instruction& ins, Operands ops);
 
 Status RunMatmul(const driver::Instruction& ins, Operands ops);
+// Makes and caches the oneDNN primitives a matmul or convolution will use,
+// touching no operand memory (`ops` may point anywhere non-null); other
+// opcodes are ignored. See PrepareInstruction (run_instruction.h).
+void PrepareDnnlKernels(const driver::Instruction& ins, Operands ops);
 Status RunConv2d(const driver::Instruction& ins, Operands ops);
 Status RunConv2dBackwardInput(const driver::Instruction& ins, Operands ops);
 Status RunConv2dBackwardWeight(const driver::Instruction& ins, Operands ops);

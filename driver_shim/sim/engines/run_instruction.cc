@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "driver_shim/sim/engines/kernels_internal.h"
 #include "driver_shim/sim/engines/numerics.h"
@@ -365,6 +366,28 @@ Status RunInstruction(const driver::Instruction& instruction,
                         "opcode 0x{:04x} is not known to the simulated engines",
                         instruction.opcode);
   }
+}
+
+void PrepareInstruction(const driver::Instruction& instruction) {
+  if (instruction.opcode != TERN_OP_MATMUL && instruction.opcode != TERN_OP_CONV2D &&
+      instruction.opcode != TERN_OP_CONV2D_BACKWARD_INPUT &&
+      instruction.opcode != TERN_OP_CONV2D_BACKWARD_WEIGHT) {
+    return;
+  }
+  // The kernels only read the descriptors: every present operand gets an
+  // address that is never dereferenced.
+  alignas(64) static uint8_t placeholder[64];
+  std::vector<TensorView> views(instruction.operands.size());
+  for (size_t i = 0; i < views.size(); ++i) {
+    views[i].desc = &instruction.operands[i];
+    if (instruction.operands[i].present()) views[i].data = placeholder;
+  }
+  // oneDNN sizes a primitive's parallel split for the creating thread's
+  // team: make it for the team that will run it, then restore the caller's.
+  const int caller_threads = kernels::kUseThreads ? omp_get_max_threads() : 1;
+  if (kernels::kUseThreads) omp_set_num_threads(KernelThreadsForHost());
+  kernels::PrepareDnnlKernels(instruction, views);
+  if (kernels::kUseThreads) omp_set_num_threads(caller_threads);
 }
 
 void KeepKernelsOnThisThread() { kernels::t_kernels_on_this_thread = true; }

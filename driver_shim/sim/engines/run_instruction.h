@@ -30,6 +30,15 @@ struct TensorView {
 // CPU thread pool).
 Status RunInstruction(const driver::Instruction& instruction, std::span<const TensorView> operands);
 
+// Does ahead of time what the first run of `instruction` would otherwise do
+// before computing: makes and caches its oneDNN primitives (matmul and
+// convolution; a no-op for other opcodes). Called when a program is loaded,
+// so that its first execution costs about what the later ones do. The
+// primitives are made for the kernels' team size (KernelThreadsForHost), as
+// executions run them. Failures are left for the execution to report.
+// Thread-safety: any thread; concurrent calls are fine.
+void PrepareInstruction(const driver::Instruction& instruction);
+
 // Makes the kernels that the calling thread runs from now on stay on it (no
 // CPU threads of their own): for a thread that runs beside the compute
 // thread, such as the DMA engine's (dma_worker.h), so that two OpenMP teams
