@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "common/byte_size.h"
+#include "machine_report.h"
 
 namespace {
 
@@ -611,6 +612,7 @@ void OpenCore(Rank& r, uint32_t node_core) {
 
 int main(int argc, char** argv) {
   const Options o = Parse(argc, argv);
+  if (!o.csv) tern::bench::PrintMachine(stdout, /*pin_copy_strategy=*/false);
   Check("tern_init", tern_init(nullptr));
   if (o.ranks_here > 0) {
     std::vector<Rank> ranks(o.ranks_here);

@@ -45,6 +45,7 @@
 #include "common/isa_rules.h"
 #include "driver_shim/sim/engines/numerics.h"
 #include "driver_shim/sim/engines/run_instruction.h"
+#include "machine_report.h"
 
 namespace {
 
@@ -806,6 +807,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  tern::bench::PrintMachine(stdout, /*pin_copy_strategy=*/true);
   std::printf("tern simulated-engine kernels, %d threads\n", omp_get_max_threads());
   const std::vector<int64_t> sizes = only_size > 0 ? std::vector<int64_t>{only_size}
                                      : quick       ? std::vector<int64_t>{256}

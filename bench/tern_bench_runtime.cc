@@ -40,6 +40,7 @@
 #include <thread>
 #include <vector>
 
+#include "machine_report.h"
 #include "tern/tern.h"
 
 namespace {
@@ -793,6 +794,7 @@ int Run(const Options& options) {
   std::memset(&version, 0, sizeof(version));
   version.struct_size = sizeof(version);
   Check(tern_get_version(&version), "tern_get_version");
+  tern::bench::PrintMachine(stdout, /*pin_copy_strategy=*/true);
   Check(tern_init(nullptr), "tern_init");
 
   Setup setup;

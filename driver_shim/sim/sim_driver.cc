@@ -10,12 +10,9 @@
 #include <cerrno>
 #include <cstring>
 
-#if defined(__x86_64__)
-#include <cpuid.h>
-#endif
-
 #include "common/logging.h"
 #include "common/timeline.h"
+#include "driver_shim/sim/byte_mover.h"
 #include "driver_shim/sim/sim_queue.h"
 #include "tern/version.h"
 
@@ -33,43 +30,6 @@ constexpr uint64_t kDiscardThreshold = 1ull << 20;
 
 bool RangesOverlap(uint64_t a, uint64_t a_size, uint64_t b, uint64_t b_size) {
   return a < b + b_size && b < a + a_size;
-}
-
-// Copies at least this large use the CPU's string move where it is fast.
-// Measured on the development VM with both sides' caches equally warm (three
-// runs each of the runtime benchmark, thresholds 64 KiB / 256 KiB / 16 MiB):
-// at 4 MiB device-to-device the string move gave 0.95-1.02x memcpy where
-// glibc's vector loop gave 0.87-0.95x; at 64 KiB-1 MiB the two were equal
-// within noise (glibc itself uses the string move for much of that range).
-constexpr uint64_t kStringMoveThreshold = 256ull << 10;
-
-// Whether `rep movsb` is the fast path for large copies (the ERMS feature,
-// CPUID leaf 7 EBX bit 9). On such CPUs the microcoded move writes whole
-// lines without reading them first; on the Zen 4 VM tern is developed on it
-// moved 64-256 MiB 1.3-1.8x faster than glibc's memcpy (whose non-temporal
-// threshold there is 240 MiB, so its vector loop reads every destination
-// line first), and 16 MiB 1.0-1.4x.
-bool HaveFastStringMove() {
-#if defined(__x86_64__)
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
-  return (ebx & (1u << 9)) != 0;
-#else
-  return false;
-#endif
-}
-
-// The DMA engine's byte move: memmove semantics (ranges may overlap).
-void MoveBytes(uint8_t* dst, const uint8_t* src, uint64_t size) {
-#if defined(__x86_64__)
-  static const bool fast_string_move = HaveFastStringMove();
-  const bool disjoint = dst + size <= src || src + size <= dst;
-  if (fast_string_move && disjoint && size >= kStringMoveThreshold) {
-    asm volatile("rep movsb" : "+D"(dst), "+S"(src), "+c"(size) : : "memory");
-    return;
-  }
-#endif
-  std::memmove(dst, src, size);
 }
 
 // Maps `size` bytes of `fd` at `skew` bytes past an address aligned to

@@ -74,6 +74,16 @@ Status ConfigFromEnvironment(SimConfig* config) {
   if (const char* schedule = std::getenv("TERN_SIM_SCHEDULE"); schedule && *schedule) {
     TERN_RETURN_IF_ERROR(ParseScheduleMode(schedule, &config->schedule));
   }
+  if (const char* copy = std::getenv("TERN_SIM_COPY"); copy && *copy) {
+    const std::string_view value(copy);
+    if (value != "auto" && value != "memmove" && value != "string-move") {
+      return MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
+                        "TERN_SIM_COPY='{}' must be auto (the default: measure which copy is "
+                        "faster on this machine), memmove or string-move; unset it or write one "
+                        "of them",
+                        value);
+    }
+  }
   if (const char* protect = std::getenv("TERN_SIM_PROTECT"); protect && *protect) {
     std::string_view value(protect);
     if (value == "1") {

@@ -236,4 +236,15 @@ TEST(Schedules, UnknownScheduleFailsInitWithTheChoices) {
   EXPECT_CONTAINS(LastError(), "random:SEED");
 }
 
+TEST(Schedules, UnknownCopyModeFailsInitWithTheChoices) {
+  // (The DMA engine's copy strategy is set beside the schedule.)
+  setenv("TERN_SIM_COPY", "fastest", 1);
+  const tern_status_t status = tern_init(nullptr);
+  unsetenv("TERN_SIM_COPY");
+  if (status == TERN_OK) tern_shutdown();
+  EXPECT_EQ(status, TERN_ERROR_INVALID_ARGUMENT);
+  EXPECT_CONTAINS(LastError(), "TERN_SIM_COPY='fastest'");
+  EXPECT_CONTAINS(LastError(), "string-move");
+}
+
 }  // namespace
