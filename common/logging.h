@@ -1,6 +1,6 @@
 // Logging through spdlog. The level comes from TERN_LOG_LEVEL (trace, debug,
 // info, warn, error, off; default warn); messages go to stderr as
-// "[tern] [level] text".
+// "[tern] [level] text", or to a callback (tern_set_log_callback).
 #ifndef TERN_COMMON_LOGGING_H_
 #define TERN_COMMON_LOGGING_H_
 
@@ -10,6 +10,14 @@ namespace tern {
 
 // The process-wide tern logger, created on first use.
 spdlog::logger& Log();
+
+// Receives each message instead of stderr: `level` is spdlog's level number
+// (trace 0 ... error 4), `message` the text without prefix or newline.
+using LogCallback = void (*)(void* user_data, int level, const char* message);
+
+// Routes messages to `callback` (nullptr: back to stderr).
+// Thread-safety: any thread; each message goes wholly to one destination.
+void SetLogCallback(LogCallback callback, void* user_data);
 
 }  // namespace tern
 

@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <atomic>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -32,20 +34,28 @@ struct Event {
 
 struct Recorder {
   std::mutex mutex;
-  std::string path;
-  std::vector<Track> tracks;  // id = index + 1
+  std::string path;               // where the running (or last) capture goes
+  bool from_environment = false;  // TERN_TRACE's capture: written by Flush at exit
+  std::vector<Track> tracks;      // id = index + 1; kept across captures
   std::vector<Event> events;
   uint64_t dropped = 0;
   bool dirty = false;
 };
 
+// Whether a capture runs: read on every command, so an atomic beside the
+// recorder's lock.
+std::atomic<bool> g_recording{false};
+
 Recorder* GetRecorder() {
   static Recorder* recorder = [] {
+    auto* created = new Recorder;  // never destroyed: queues may record at exit
     const char* path = std::getenv("TERN_TRACE");
-    if (path == nullptr || *path == '\0') return static_cast<Recorder*>(nullptr);
-    auto* created = new Recorder;
-    created->path = path;
-    std::atexit([] { Flush(); });
+    if (path != nullptr && *path != '\0') {
+      created->path = path;
+      created->from_environment = true;
+      g_recording.store(true, std::memory_order_release);
+      std::atexit([] { Flush(); });
+    }
     return created;
   }();
   return recorder;
@@ -83,11 +93,14 @@ uint32_t CorePid(const Track& track) { return 1000 + track.device * 100 + track.
 
 }  // namespace
 
-bool Enabled() { return GetRecorder() != nullptr; }
+bool Recording() {
+  static Recorder* const recorder = GetRecorder();  // reads TERN_TRACE once
+  (void)recorder;
+  return g_recording.load(std::memory_order_acquire);
+}
 
 uint32_t RegisterTrack(uint32_t device, uint32_t core, std::string_view queue_name) {
   Recorder* recorder = GetRecorder();
-  if (recorder == nullptr) return 0;
   std::lock_guard<std::mutex> lock(recorder->mutex);
   recorder->tracks.push_back(Track{device, core, std::string(queue_name)});
   return static_cast<uint32_t>(recorder->tracks.size());
@@ -95,8 +108,8 @@ uint32_t RegisterTrack(uint32_t device, uint32_t core, std::string_view queue_na
 
 void Span(uint32_t track, std::string_view name, std::string_view category, uint64_t start_ns,
           uint64_t end_ns, std::string args_json) {
+  if (track == 0 || !Recording()) return;
   Recorder* recorder = GetRecorder();
-  if (recorder == nullptr || track == 0) return;
   std::lock_guard<std::mutex> lock(recorder->mutex);
   if (recorder->events.size() >= kMaxEvents) {
     ++recorder->dropped;
@@ -107,11 +120,11 @@ void Span(uint32_t track, std::string_view name, std::string_view category, uint
   recorder->dirty = true;
 }
 
-bool Flush() {
-  Recorder* recorder = GetRecorder();
-  if (recorder == nullptr) return true;
-  std::lock_guard<std::mutex> lock(recorder->mutex);
-  if (!recorder->dirty && !recorder->tracks.empty()) return true;
+namespace {
+
+// Writes the recorder's events to its path (temporary file, then rename).
+// Called with the recorder's lock held.
+Status WriteLocked(Recorder* recorder) {
   std::string out = "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n";
   bool first = true;
   auto begin_event = [&] {
@@ -157,18 +170,87 @@ bool Flush() {
       recorder->dropped);
   const std::string temp = recorder->path + ".tmp";
   FILE* file = std::fopen(temp.c_str(), "w");
-  bool ok = file != nullptr && std::fwrite(out.data(), 1, out.size(), file) == out.size();
-  if (file != nullptr) ok = (std::fclose(file) == 0) && ok;
-  if (ok) ok = std::rename(temp.c_str(), recorder->path.c_str()) == 0;
+  if (file == nullptr) {
+    return ErrnoStatus(TERN_ERROR_IO, errno,
+                       fmt::format("writing the trace to {}: check the directory exists and is "
+                                   "writable",
+                                   temp));
+  }
+  bool ok = std::fwrite(out.data(), 1, out.size(), file) == out.size();
+  const int write_errno = errno;
+  ok = (std::fclose(file) == 0) && ok;
   if (!ok) {
-    TERN_LOG_ERROR(
-        "could not write the trace to TERN_TRACE={}: check the directory exists and is "
-        "writable",
-        recorder->path);
-    return false;
+    std::remove(temp.c_str());
+    return ErrnoStatus(
+        TERN_ERROR_IO, write_errno,
+        fmt::format("writing {} bytes of trace to {} (is the disk full?)", out.size(), temp));
+  }
+  if (std::rename(temp.c_str(), recorder->path.c_str()) != 0) {
+    const int rename_errno = errno;
+    std::remove(temp.c_str());
+    return ErrnoStatus(TERN_ERROR_IO, rename_errno,
+                       fmt::format("renaming the trace {} to {}", temp, recorder->path));
   }
   recorder->dirty = false;
+  return OkStatus();
+}
+
+}  // namespace
+
+bool Flush() {
+  Recorder* recorder = GetRecorder();
+  std::lock_guard<std::mutex> lock(recorder->mutex);
+  if (!recorder->from_environment) return true;
+  if (!recorder->dirty && !recorder->tracks.empty()) return true;
+  const Status written = WriteLocked(recorder);
+  if (!written.ok()) {
+    TERN_LOG_ERROR("could not write the trace of TERN_TRACE={}: {}", recorder->path,
+                   written.message());
+    return false;
+  }
   return true;
+}
+
+Status Start(const std::string& path) {
+  if (path.empty()) {
+    return MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
+                      "the trace's path is empty; pass the file the capture should be written to");
+  }
+  Recorder* recorder = GetRecorder();
+  std::lock_guard<std::mutex> lock(recorder->mutex);
+  if (g_recording.load(std::memory_order_acquire)) {
+    return MakeStatus(TERN_ERROR_FAILED_PRECONDITION,
+                      "a capture into {} is already running{}; stop it first (one capture at a "
+                      "time)",
+                      recorder->path,
+                      recorder->from_environment ? " (from TERN_TRACE: it lasts until exit)" : "");
+  }
+  recorder->path = path;
+  recorder->events.clear();
+  recorder->dropped = 0;
+  recorder->dirty = true;
+  g_recording.store(true, std::memory_order_release);
+  return OkStatus();
+}
+
+Status Stop() {
+  Recorder* recorder = GetRecorder();
+  std::lock_guard<std::mutex> lock(recorder->mutex);
+  if (!g_recording.load(std::memory_order_acquire)) {
+    return MakeStatus(TERN_ERROR_FAILED_PRECONDITION,
+                      "no capture is running; start one with tern_profile_start()");
+  }
+  if (recorder->from_environment) {
+    return MakeStatus(TERN_ERROR_FAILED_PRECONDITION,
+                      "the running capture is TERN_TRACE's ({}), which is written at exit; unset "
+                      "TERN_TRACE to make captures with tern_profile_start() and _stop()",
+                      recorder->path);
+  }
+  g_recording.store(false, std::memory_order_release);
+  const Status written = WriteLocked(recorder);
+  recorder->events.clear();
+  recorder->events.shrink_to_fit();
+  return written;
 }
 
 }  // namespace tern::trace

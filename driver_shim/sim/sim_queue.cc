@@ -114,7 +114,7 @@ Status SimQueue::Execute(uint64_t sequence, Command& command) {
 
   // Traced commands need timestamps on the trace's clock; the others only a
   // duration, from the cheaper cycle clock.
-  const bool traced = trace_track_ != 0;
+  const bool traced = trace::Recording();
   const uint64_t start = traced ? MonotonicNs() : CycleClock::Now();
   Status status;
   tern_error_class_t error_class = TERN_ERROR_CLASS_OTHER;
@@ -129,7 +129,7 @@ Status SimQueue::Execute(uint64_t sequence, Command& command) {
       }
     }
   } else {
-    status = device_->Run(core_, command, &error_class, trace_track_);
+    status = device_->Run(core_, command, &error_class, traced ? trace_track_ : 0);
     if (status.ok() && command.kind == CommandKind::kHostTask && command.host_task != nullptr) {
       status = command.host_task(command.host_user_data, nullptr);
     }

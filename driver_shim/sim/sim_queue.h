@@ -81,7 +81,7 @@ class SimQueue final : public driver::HwQueue {
 
   // Engine-thread state.
   Segment* head_;                     // the segment being drained
-  uint32_t trace_track_ = 0;          // 0: tracing off
+  uint32_t trace_track_ = 0;          // its track in captures (common/trace.h)
   CoreCounters* counters_ = nullptr;  // this core's live counters, in the node registry
   bool halted_ = false;
   uint64_t halted_at_ = 0;

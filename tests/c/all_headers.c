@@ -9,6 +9,7 @@
 #include "tern/export.h"
 #include "tern/isa.h"
 #include "tern/memory.h"
+#include "tern/profile.h"
 #include "tern/queue.h"
 #include "tern/runtime.h"
 #include "tern/status.h"
