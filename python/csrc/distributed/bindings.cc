@@ -1,0 +1,37 @@
+// Python bindings of ProcessGroupTern (see bindings.h).
+#include "distributed/bindings.h"
+
+#include <pybind11/chrono.h>
+
+#include <chrono>
+#include <string>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include "distributed/process_group_tern.h"
+
+namespace torch_tern::distributed {
+
+namespace py = pybind11;
+
+void RegisterDistributedBindings(py::module& module) {
+  module.def("_distributed_init", [module]() mutable {
+    if (py::hasattr(module, "_ProcessGroupTern")) return;
+    // The base class c10d.Backend must be known to pybind11 first.
+    py::module::import("torch.distributed");
+    py::class_<ProcessGroupTern, c10d::Backend, c10::intrusive_ptr<ProcessGroupTern>>(
+        module, "_ProcessGroupTern",
+        "torch.distributed backend over tern collectives (torch_tern.distributed)")
+        .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                         std::chrono::milliseconds timeout, std::string group_name) {
+               return c10::make_intrusive<ProcessGroupTern>(store, rank, size, timeout,
+                                                            std::move(group_name));
+             }),
+             py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
+             py::arg("group_name") = "")
+        .def("_describe", &ProcessGroupTern::Describe,
+             "Where the group's communicator runs, or 'not connected'.",
+             py::call_guard<py::gil_scoped_release>());
+  });
+}
+
+}  // namespace torch_tern::distributed
