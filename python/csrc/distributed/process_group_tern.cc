@@ -10,6 +10,7 @@
 
 #include <cstring>
 #include <exception>
+#include <map>
 #include <utility>
 
 #include "aten/program.h"
@@ -19,7 +20,18 @@
 namespace torch_tern::distributed {
 namespace {
 
-constexpr const char* kUniqueIdKey = "tern_comm_unique_id";
+// The store key of a group's unique id: "tern_comm_unique_id/<n>", n
+// counting the communicators this process created for that group name. Every
+// rank creates the same groups in the same order (c10d's rule), so the ranks
+// agree on n; a name used again (init_process_group after
+// destroy_process_group, on the same store) gets a new key, so no rank can
+// read the id of an earlier communicator before rank 0 has replaced it.
+std::string UniqueIdKey(const std::string& group_name) {
+  static std::mutex mutex;
+  static std::map<std::string, uint64_t> generations;
+  std::lock_guard<std::mutex> lock(mutex);
+  return "tern_comm_unique_id/" + std::to_string(generations[group_name]++);
+}
 
 [[noreturn]] void ThrowDist(const std::string& message) {
   C10_THROW_ERROR(DistBackendError, message);
@@ -332,13 +344,14 @@ std::shared_ptr<CommState> ProcessGroupTern::Connect(c10::DeviceIndex device) {
   auto state = std::make_shared<CommState>();
   tern_core_t core = GetCore(device);
   tern_comm_unique_id_t id{};
+  const std::string key = UniqueIdKey(group_name_);
   if (getRank() == 0) {
     TERN_CHECK(tern_comm_get_unique_id(&id));
     std::vector<uint8_t> bytes(reinterpret_cast<const uint8_t*>(id.internal),
                                reinterpret_cast<const uint8_t*>(id.internal) + sizeof(id.internal));
-    store_->set(kUniqueIdKey, bytes);
+    store_->set(key, bytes);
   } else {
-    std::vector<uint8_t> bytes = store_->get(kUniqueIdKey);
+    std::vector<uint8_t> bytes = store_->get(key);
     TORCH_CHECK(bytes.size() == sizeof(id.internal), "tern process group '", group_name_,
                 "': the unique id in the store has ", bytes.size(), " bytes, expected ",
                 sizeof(id.internal), " (ranks running different tern versions?)");
@@ -363,7 +376,7 @@ std::shared_ptr<CommState> ProcessGroupTern::Connect(c10::DeviceIndex device) {
   if (getRank() == 0) {
     // Every rank has joined: the secret need not stay readable in the store.
     try {
-      store_->deleteKey(kUniqueIdKey);
+      store_->deleteKey(key);
     } catch (const std::exception&) {  // stores without delete keep it; harmless
     }
   }

@@ -1,0 +1,168 @@
+"""torch.distributed on tern: two real processes per test (no mocks).
+
+Each test starts two ranks of distributed_worker.py, under torchrun where
+torchrun fits, and with plain subprocesses where a rank must die or fail on
+its own (torchrun would stop the survivor itself). Every launch has a
+timeout, so a hang fails the test instead of stalling CI.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+WORKER = Path(__file__).with_name("distributed_worker.py")
+LAUNCH_TIMEOUT_S = 120
+
+pytestmark = pytest.mark.skipif(
+    not torch.distributed.is_available(), reason="torch was built without torch.distributed"
+)
+
+
+def _env():
+    env = dict(os.environ)
+    # Two processes share this machine's few cores: one compute thread each.
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.pop("TORCH_TERN_CORE", None)
+    return env
+
+
+def _torchrun(scenario: str, out: Path) -> subprocess.CompletedProcess:
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node=2",
+        str(WORKER),
+        scenario,
+        str(out),
+    ]
+    proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S)
+    assert proc.returncode == 0, f"torchrun {scenario} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}"
+    return proc
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _spawn_two(scenario: str, out: Path) -> list[subprocess.Popen]:
+    """Two ranks as plain processes (env:// rendezvous), no supervising agent."""
+    port = _free_port()
+    procs = []
+    for rank in range(2):
+        env = _env()
+        env.update(
+            RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)
+        )
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, str(WORKER), scenario, str(out)],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
+    return procs
+
+
+def _wait_all(procs, timeout=LAUNCH_TIMEOUT_S):
+    outputs = []
+    for p in procs:
+        try:
+            outputs.append(p.communicate(timeout=timeout)[0])
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            raise
+    return outputs
+
+
+def _result(out: Path, scenario: str, rank: int) -> dict:
+    return json.loads((out / f"{scenario}.{rank}.json").read_text())
+
+
+def test_distributed_collectives_default_backend(tmp_path):
+    """Every collective, several dtypes, sub-groups, a mesh, teardown."""
+    _torchrun("collectives", tmp_path)
+    for rank in range(2):
+        r = _result(tmp_path, "collectives", rank)
+        checked = set(r["checked"])
+        for name in (
+            "default.cpu_gloo",
+            "all_reduce.SUM.torch.float32",
+            "all_reduce.PREMUL_SUM.torch.float32",
+            "all_reduce.MIN.torch.float16",
+            "all_reduce.MAX.torch.int32",
+            "all_reduce.AVG.torch.bfloat16",
+            "all_reduce.PRODUCT.torch.int64",
+            "all_reduce.async_future.torch.float32",
+            "reduce.torch.float16",
+            "reduce_scatter.torch.int32",
+            "reduce_scatter_tensor.AVG.torch.float32",
+            "broadcast.torch.float64",
+            "all_gather.torch.uint8",
+            "all_gather_into_tensor.torch.bfloat16",
+            "all_to_all_single.uneven.torch.float32",
+            "all_to_all.torch.int64",
+            "gather.torch.float32",
+            "scatter.torch.float32",
+            "send_recv.torch.float32",
+            "batch_isend_irecv.torch.float32",
+            "all_reduce_coalesced",
+            "all_gather_into_tensor_coalesced",
+            "reduce_scatter_tensor_coalesced",
+            "barrier",
+            "float64_reduction_refused",
+            "new_group",
+            "device_mesh",
+        ):
+            assert name in checked, f"rank {rank} did not check {name}"
+        assert r["describe"].startswith(f"rank {rank}/2 on tern:"), r["describe"]
+        # Init / destroy cycles after the first leave nothing behind.
+        assert "reinit_cycles" in checked
+        for what in ("threads", "fds", "tern_used_bytes"):
+            assert r["resources_after"][what] <= r["resources_baseline"][what], (what, r)
+
+
+def test_distributed_ddp_matches_single_process(tmp_path):
+    _torchrun("ddp", tmp_path)
+    for rank in range(2):
+        r = _result(tmp_path, "ddp", rank)
+        assert r["steps"] == 50
+        assert r["last_loss"] < r["first_loss"], r
+        assert r["loss_diff"] <= 1e-5, r
+        assert r["param_diff"] <= 1e-5, r
+
+
+def test_distributed_killed_rank_is_an_error_naming_it(tmp_path):
+    procs = _spawn_two("kill", tmp_path)
+    outputs = _wait_all(procs)
+    assert procs[1].returncode == -9, outputs[1]
+    assert procs[0].returncode == 0, outputs[0]
+    r = _result(tmp_path, "kill", 0)
+    assert r["error"] is not None, f"rank 0 saw no error after rank 1 died: {r}\n{outputs[0]}"
+    assert "rank 1" in r["error"], r["error"]
+    assert r["seconds"] < r["timeout"] + 5, r
+
+
+def test_distributed_mismatched_collectives_are_an_error(tmp_path):
+    procs = _spawn_two("mismatch", tmp_path)
+    outputs = _wait_all(procs)
+    for rank in range(2):
+        assert procs[rank].returncode == 0, outputs[rank]
+        r = _result(tmp_path, "mismatch", rank)
+        assert r["error"] is not None, f"rank {rank} saw no error: {r}\n{outputs[rank]}"
+        assert "mismatch" in r["error"].lower(), r["error"]
+        assert r["seconds"] < r["timeout"] + 5, r
