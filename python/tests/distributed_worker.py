@@ -334,7 +334,8 @@ def make_data(steps, batch):
     return xs, ys
 
 
-def scenario_ddp(out_dir):
+def scenario_training(out_dir):
+    """DDP and FSDP2 (fully_shard) on 2 ranks against a single-process run."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     steps, batch = 50, 8
@@ -367,24 +368,51 @@ def scenario_ddp(out_dir):
         dist.all_reduce(mean, op=dist.ReduceOp.AVG)
         losses.append(mean.item())
     elapsed = time.perf_counter() - start
-    loss_diff = max(abs(a - b) for a, b in zip(losses, ref_losses))
-    param_diff = max(
-        (p.detach().cpu() - q.detach().cpu()).abs().max().item()
-        for p, q in zip(model.module.parameters(), ref.parameters())
+    result = {
+        "loss_diff": max(abs(a - b) for a, b in zip(losses, ref_losses)),
+        "param_diff": max(
+            (p.detach().cpu() - q.detach().cpu()).abs().max().item()
+            for p, q in zip(model.module.parameters(), ref.parameters())
+        ),
+        "first_loss": losses[0],
+        "last_loss": losses[-1],
+        "ddp_seconds": elapsed,
+        "steps": steps,
+    }
+    # FSDP2: every Linear sharded, then the root (all_gather_into_tensor and
+    # reduce_scatter_tensor on tern streams), on the same data.
+    from torch.distributed.fsdp import fully_shard
+
+    import torch_tern
+
+    sharded = make_model().to(dev())
+    for layer in sharded:
+        if isinstance(layer, torch.nn.Linear):
+            fully_shard(layer)
+    fully_shard(sharded)
+    opt = torch.optim.SGD(sharded.parameters(), lr=0.05)
+    torch_tern.clear_op_tracking()
+    fsdp_losses = []
+    for s in range(steps):
+        opt.zero_grad()
+        x = xs[s, RANK * share : (RANK + 1) * share].to(dev())
+        y = ys[s, RANK * share : (RANK + 1) * share].to(dev())
+        loss = torch.nn.functional.mse_loss(sharded(x), y)
+        loss.backward()
+        opt.step()
+        mean = loss.detach().clone()
+        dist.all_reduce(mean, op=dist.ReduceOp.AVG)
+        fsdp_losses.append(mean.item())
+    result["fsdp_fallback_ops"] = sorted(torch_tern.get_fallback_ops())
+    result["fsdp_loss_diff"] = max(abs(a - b) for a, b in zip(fsdp_losses, ref_losses))
+    result["fsdp_param_diff"] = max(
+        (p.full_tensor().cpu() - q.detach().cpu()).abs().max().item()
+        for p, q in zip(sharded.parameters(), ref.parameters())
     )
+    result["fsdp_last_loss"] = fsdp_losses[-1]
     dist.destroy_process_group()
-    with open(os.path.join(out_dir, f"ddp.{RANK}.json"), "w") as f:
-        json.dump(
-            {
-                "loss_diff": loss_diff,
-                "param_diff": param_diff,
-                "first_loss": losses[0],
-                "last_loss": losses[-1],
-                "ddp_seconds": elapsed,
-                "steps": steps,
-            },
-            f,
-        )
+    with open(os.path.join(out_dir, f"training.{RANK}.json"), "w") as f:
+        json.dump(result, f)
 
 
 # ---- faults --------------------------------------------------------------------

@@ -136,14 +136,17 @@ def test_distributed_collectives_default_backend(tmp_path):
             assert r["resources_after"][what] <= r["resources_baseline"][what], (what, r)
 
 
-def test_distributed_ddp_matches_single_process(tmp_path):
-    _torchrun("ddp", tmp_path)
+def test_distributed_ddp_and_fsdp2_match_single_process(tmp_path):
+    _torchrun("training", tmp_path)
     for rank in range(2):
-        r = _result(tmp_path, "ddp", rank)
+        r = _result(tmp_path, "training", rank)
         assert r["steps"] == 50
-        assert r["last_loss"] < r["first_loss"], r
+        assert r["last_loss"] < 0.8 * r["first_loss"], r  # it learns
         assert r["loss_diff"] <= 1e-5, r
         assert r["param_diff"] <= 1e-5, r
+        assert r["fsdp_loss_diff"] <= 1e-5, r
+        assert r["fsdp_param_diff"] <= 1e-5, r
+        assert r["fsdp_fallback_ops"] == [], r  # every op FSDP2 runs is native on tern
 
 
 def test_distributed_killed_rank_is_an_error_naming_it(tmp_path):
