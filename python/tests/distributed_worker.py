@@ -257,6 +257,22 @@ def scenario_collectives(out_dir):
     run_coalesced(checked)
     dist.barrier()
     checked.append("barrier")
+    # Work.wait() makes the current stream wait; it does not block the host:
+    # rank 1 joins 1.5 s late, yet rank 0's wait() returns at once, and the
+    # stream (t.cpu()) gets the summed result once rank 1 arrived.
+    t = torch.full((8,), RANK + 1.0, device=dev())
+    if RANK == 1:
+        time.sleep(1.5)
+    start = time.perf_counter()
+    work = dist.all_reduce(t, async_op=True)
+    work.wait()
+    waited = time.perf_counter() - start
+    done_after_wait = work.is_completed()
+    check_equal("all_reduce after a late peer", t, torch.full((8,), WORLD * (WORLD + 1) / 2))
+    if RANK == 0:
+        assert waited < 0.5 and not done_after_wait, (waited, done_after_wait)
+        assert time.perf_counter() - start > 1.0
+    checked.append("wait_does_not_block_host")
     description = torch_tern_describe()
     # A float64 reduction is refused with a clear error, not a wrong answer.
     try:

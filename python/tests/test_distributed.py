@@ -124,6 +124,7 @@ def test_distributed_collectives_default_backend(tmp_path):
             "all_gather_into_tensor_coalesced",
             "reduce_scatter_tensor_coalesced",
             "barrier",
+            "wait_does_not_block_host",
             "float64_reduction_refused",
             "new_group",
             "device_mesh",
