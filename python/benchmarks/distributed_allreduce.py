@@ -48,7 +48,8 @@ def worker(args) -> None:
         dist.all_reduce(t, op=dist.ReduceOp.MAX)  # CPU tensor: gloo
         return t.item()
 
-    def time_allreduce(t, sync) -> float:
+    def time_allreduce(t, sync) -> tuple[float, float]:
+        """(seconds per operation, seconds to issue one: the host's share)."""
         for _ in range(args.warmup):
             dist.all_reduce(t)
         sync()
@@ -57,19 +58,22 @@ def worker(args) -> None:
         start = time.perf_counter()
         for _ in range(args.iters):
             dist.all_reduce(t)
+        issued = time.perf_counter()
         sync()
-        return slowest((time.perf_counter() - start) / args.iters)
+        end = time.perf_counter()
+        return slowest((end - start) / args.iters), slowest((issued - start) / args.iters)
 
     results = {"all_reduce": [], "ddp": {}}
     for size in SIZES:
         n = max(1, size // 4)
-        tern_s = time_allreduce(torch.ones(n, device=dev), torch.tern.synchronize)
-        gloo_s = time_allreduce(torch.ones(n), lambda: None)
+        tern_s, tern_issue_s = time_allreduce(torch.ones(n, device=dev), torch.tern.synchronize)
+        gloo_s, _ = time_allreduce(torch.ones(n), lambda: None)
         results["all_reduce"].append(
             {
                 "size": size,
                 "torch_tern_us": tern_s * 1e6,
                 "torch_tern_busbw": _busbw(size, tern_s, world),
+                "torch_tern_issue_us": tern_issue_s * 1e6,
                 "gloo_us": gloo_s * 1e6,
                 "gloo_busbw": _busbw(size, gloo_s, world),
             }
@@ -136,7 +140,7 @@ def driver(args) -> None:
             env,
         )
         results = json.loads(out.read_text())
-    c_api = {}
+    c_api, c_enqueue = {}, {}
     bench = Path(args.c_bench) if args.c_bench else None
     if bench is None:
         root = Path(__file__).resolve().parents[2]
@@ -162,13 +166,17 @@ def driver(args) -> None:
                 "-w",
                 str(args.warmup),
                 "--csv",
+                "--device-time",
             ],
             env,
         )
         for line in csv.splitlines():
             parts = line.split(",")
-            if len(parts) == 12 and parts[0] == "tern" and int(parts[3]) in SIZES:
-                c_api[int(parts[3])] = float(parts[8])
+            if len(parts) == 12 and parts[3].isdigit() and int(parts[3]) in SIZES:
+                if parts[0] == "tern":
+                    c_api[int(parts[3])] = float(parts[8])
+                elif parts[0] == "tern-enqueue":
+                    c_enqueue[int(parts[3])] = float(parts[8])
     else:
         print("note: no tern_bench_collectives (build the C tree: cmake -B build && ninja -C build); "
               "the C API column is left out", file=sys.stderr)
@@ -186,6 +194,15 @@ def driver(args) -> None:
             f"{row['gloo_us']:>10.1f} {row['torch_tern_busbw']:>17.3f} {c_bw:>12.3f} "
             f"{row['gloo_busbw']:>11.3f} {row['torch_tern_busbw'] / c_bw if c_us else float('nan'):>7.2f} "
             f"{row['torch_tern_busbw'] / row['gloo_busbw']:>10.2f}"
+        )
+    print("host time to issue one all_reduce (enqueue only, no waiting):")
+    for row in results["all_reduce"]:
+        size = row["size"]
+        row["c_api_enqueue_us"] = c_enqueue.get(size)
+        c_enq = c_enqueue.get(size)
+        print(
+            f"{size:>10} torch+tern {row['torch_tern_issue_us']:.1f} us, C API "
+            + (f"{c_enq:.1f} us" if c_enq is not None else "n/a")
         )
     ddp = results["ddp"]
     print(
