@@ -426,6 +426,33 @@ def scenario_training(out_dir):
         for p, q in zip(sharded.parameters(), ref.parameters())
     )
     result["fsdp_last_loss"] = fsdp_losses[-1]
+    if WORLD >= 4 and WORLD % 2 == 0:
+        # HSDP: a 2-D mesh, replicated over 2 groups, sharded within each.
+        from torch.distributed.device_mesh import init_device_mesh
+
+        mesh = init_device_mesh("tern", (2, WORLD // 2), mesh_dim_names=("replicate", "shard"))
+        hybrid = make_model().to(dev())
+        for layer in hybrid:
+            if isinstance(layer, torch.nn.Linear):
+                fully_shard(layer, mesh=mesh)
+        fully_shard(hybrid, mesh=mesh)
+        opt = torch.optim.SGD(hybrid.parameters(), lr=0.05)
+        hsdp_losses = []
+        for s in range(steps):
+            opt.zero_grad()
+            x = xs[s, RANK * share : (RANK + 1) * share].to(dev())
+            y = ys[s, RANK * share : (RANK + 1) * share].to(dev())
+            loss = torch.nn.functional.mse_loss(hybrid(x), y)
+            loss.backward()
+            opt.step()
+            mean = loss.detach().clone()
+            dist.all_reduce(mean, op=dist.ReduceOp.AVG)
+            hsdp_losses.append(mean.item())
+        result["hsdp_loss_diff"] = max(abs(a - b) for a, b in zip(hsdp_losses, ref_losses))
+        result["hsdp_param_diff"] = max(
+            (p.full_tensor().cpu() - q.detach().cpu()).abs().max().item()
+            for p, q in zip(hybrid.parameters(), ref.parameters())
+        )
     dist.destroy_process_group()
     with open(os.path.join(out_dir, f"training.{RANK}.json"), "w") as f:
         json.dump(result, f)

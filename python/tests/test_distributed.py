@@ -164,6 +164,9 @@ def test_distributed_ddp_and_fsdp2_match_single_process(tmp_path, nproc):
         assert r["fsdp_loss_diff"] <= 1e-5, r
         assert r["fsdp_param_diff"] <= 1e-5, r
         assert r["fsdp_fallback_ops"] == [], r  # every op FSDP2 runs is native on tern
+        if nproc == 4:  # HSDP on a 2 x 2 mesh (replicate x shard)
+            assert r["hsdp_loss_diff"] <= 1e-5, r
+            assert r["hsdp_param_diff"] <= 1e-5, r
 
 
 def test_distributed_killed_rank_is_an_error_naming_it(tmp_path):
