@@ -504,6 +504,35 @@ def scenario_mismatch(out_dir):
     os._exit(0)
 
 
+def scenario_abort(out_dir):
+    """Rank 0 aborts the group while rank 1 waits in an all_reduce."""
+    timeout = 20.0
+    setup(timeout_s=timeout, backend="tern")
+    t = torch.ones(64, device=dev())
+    dist.all_reduce(t)
+    t.cpu()
+    dist.barrier()
+    error = None
+    start = time.perf_counter()
+    if RANK == 0:
+        time.sleep(0.5)  # rank 1 is inside its all_reduce by now
+        dist.distributed_c10d._abort_process_group()
+        try:
+            dist.all_reduce(t)  # the group is gone
+        except Exception as err:  # noqa: BLE001
+            error = f"{type(err).__name__}: {err}"
+    else:
+        try:
+            dist.all_reduce(t)
+            t.cpu()
+        except Exception as err:  # noqa: BLE001
+            error = f"{type(err).__name__}: {err}"
+    elapsed = time.perf_counter() - start
+    with open(os.path.join(out_dir, f"abort.{RANK}.json"), "w") as f:
+        json.dump({"error": error, "seconds": elapsed, "timeout": timeout}, f)
+    os._exit(0)
+
+
 if __name__ == "__main__":
     scenario, out = sys.argv[1], sys.argv[2]
     globals()[f"scenario_{scenario}"](out)

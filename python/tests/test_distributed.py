@@ -189,3 +189,16 @@ def test_distributed_mismatched_collectives_are_an_error(tmp_path):
         assert r["error"] is not None, f"rank {rank} saw no error: {r}\n{outputs[rank]}"
         assert "mismatch" in r["error"].lower(), r["error"]
         assert r["seconds"] < r["timeout"] + 5, r
+
+
+def test_distributed_abort_fails_the_peers_operation(tmp_path):
+    procs = _spawn_two("abort", tmp_path)
+    outputs = _wait_all(procs)
+    for rank in range(2):
+        assert procs[rank].returncode == 0, outputs[rank]
+    waiting = _result(tmp_path, "abort", 1)
+    assert waiting["error"] is not None, f"rank 1 saw no error: {waiting}\n{outputs[1]}"
+    assert "abort" in waiting["error"].lower() and "rank 0" in waiting["error"], waiting["error"]
+    assert waiting["seconds"] < waiting["timeout"], waiting
+    aborting = _result(tmp_path, "abort", 0)
+    assert aborting["error"] is not None, aborting  # no group left to run on
