@@ -477,9 +477,12 @@ def scenario_kill(out_dir):
     except Exception as err:  # noqa: BLE001 - the test checks the message
         error = f"{type(err).__name__}: {err}"
     elapsed = time.perf_counter() - start
+    # Tearing down a group whose peer died must not wait for that peer.
+    start = time.perf_counter()
+    dist.destroy_process_group()
+    destroy_seconds = time.perf_counter() - start
     with open(os.path.join(out_dir, f"kill.{RANK}.json"), "w") as f:
-        json.dump({"error": error, "seconds": elapsed, "timeout": timeout}, f)
-    os._exit(0)  # the group is broken; skip the teardown handshakes
+        json.dump({"error": error, "seconds": elapsed, "timeout": timeout, "destroy_seconds": destroy_seconds}, f)
 
 
 def scenario_mismatch(out_dir):
@@ -499,9 +502,11 @@ def scenario_mismatch(out_dir):
     except Exception as err:  # noqa: BLE001
         error = f"{type(err).__name__}: {err}"
     elapsed = time.perf_counter() - start
+    start = time.perf_counter()
+    dist.destroy_process_group()
+    destroy_seconds = time.perf_counter() - start
     with open(os.path.join(out_dir, f"mismatch.{RANK}.json"), "w") as f:
-        json.dump({"error": error, "seconds": elapsed, "timeout": timeout}, f)
-    os._exit(0)
+        json.dump({"error": error, "seconds": elapsed, "timeout": timeout, "destroy_seconds": destroy_seconds}, f)
 
 
 def scenario_abort(out_dir):
