@@ -83,13 +83,18 @@ def worker(args) -> None:
 
     def make_model():
         torch.manual_seed(0)
-        layer = torch.nn.TransformerEncoderLayer(d_model=64, nhead=4, dim_feedforward=128, batch_first=True)
-        return torch.nn.Sequential(torch.nn.TransformerEncoder(layer, num_layers=2), torch.nn.Linear(64, 8))
+        layer = torch.nn.TransformerEncoderLayer(
+            d_model=64, nhead=4, dim_feedforward=128, batch_first=True
+        )
+        return torch.nn.Sequential(
+            torch.nn.TransformerEncoder(layer, num_layers=2), torch.nn.Linear(64, 8)
+        )
 
     g = torch.Generator().manual_seed(rank)
     x_cpu = torch.randn(8, 32, 64, generator=g)
     y_cpu = torch.randn(8, 32, 8, generator=g)
-    for name, device, sync in (("tern", dev, torch.tern.synchronize), ("gloo_cpu", torch.device("cpu"), lambda: None)):
+    runs = (("tern", dev, torch.tern.synchronize), ("gloo_cpu", torch.device("cpu"), lambda: None))
+    for name, device, sync in runs:
         model = DDP(make_model().to(device))
         opt = torch.optim.SGD(model.parameters(), lr=0.01)
         x, y = x_cpu.to(device), y_cpu.to(device)
@@ -113,7 +118,8 @@ def worker(args) -> None:
 
 
 def _torchrun(cmd: list[str], env) -> str:
-    full = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", *cmd]
+    full = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
+    full += cmd
     proc = subprocess.run(full, env=env, capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
         sys.exit(f"failed: {' '.join(full)}\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
@@ -178,11 +184,17 @@ def driver(args) -> None:
                 elif parts[0] == "tern-enqueue":
                     c_enqueue[int(parts[3])] = float(parts[8])
     else:
-        print("note: no tern_bench_collectives (build the C tree: cmake -B build && ninja -C build); "
-              "the C API column is left out", file=sys.stderr)
+        print(
+            "note: no tern_bench_collectives (build the C tree: cmake -B build && "
+            "ninja -C build); the C API column is left out",
+            file=sys.stderr,
+        )
     print(f"all_reduce float32 SUM in place, 2 ranks, {args.iters} iterations")
-    print(f"{'size':>10} {'torch+tern us':>14} {'C API us':>10} {'gloo us':>10} "
-          f"{'torch+tern busbw':>17} {'C API busbw':>12} {'gloo busbw':>11} {'tern/C':>7} {'tern/gloo':>10}")
+    print(
+        f"{'size':>10} {'torch+tern us':>14} {'C API us':>10} {'gloo us':>10} "
+        f"{'torch+tern busbw':>17} {'C API busbw':>12} {'gloo busbw':>11} "
+        f"{'tern/C':>7} {'tern/gloo':>10}"
+    )
     for row in results["all_reduce"]:
         size = row["size"]
         c_us = c_api.get(size)
@@ -192,7 +204,8 @@ def driver(args) -> None:
         print(
             f"{size:>10} {row['torch_tern_us']:>14.1f} {c_us if c_us else float('nan'):>10.1f} "
             f"{row['gloo_us']:>10.1f} {row['torch_tern_busbw']:>17.3f} {c_bw:>12.3f} "
-            f"{row['gloo_busbw']:>11.3f} {row['torch_tern_busbw'] / c_bw if c_us else float('nan'):>7.2f} "
+            f"{row['gloo_busbw']:>11.3f} "
+            f"{row['torch_tern_busbw'] / c_bw if c_us else float('nan'):>7.2f} "
             f"{row['torch_tern_busbw'] / row['gloo_busbw']:>10.2f}"
         )
     print("host time to issue one all_reduce (enqueue only, no waiting):")
@@ -207,7 +220,8 @@ def driver(args) -> None:
     ddp = results["ddp"]
     print(
         f"DDP step, 2-layer transformer (d_model 64, batch 8 x 32): tern {ddp['tern_ms']:.2f} ms, "
-        f"gloo on CPU tensors {ddp['gloo_cpu_ms']:.2f} ms (gloo/tern {ddp['gloo_cpu_ms'] / ddp['tern_ms']:.2f}x)"
+        f"gloo on CPU tensors {ddp['gloo_cpu_ms']:.2f} ms "
+        f"(gloo/tern {ddp['gloo_cpu_ms'] / ddp['tern_ms']:.2f}x)"
     )
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))

@@ -79,7 +79,8 @@ def run_reductions(dtype, checked):
     for root in range(WORLD):
         t = inputs[RANK].to(dev())
         dist.reduce(t, dst=root, op=dist.ReduceOp.SUM)
-        check_equal(f"reduce root {root} {dtype}", t, stacked.sum(0) if RANK == root else inputs[RANK])
+        want = stacked.sum(0) if RANK == root else inputs[RANK]
+        check_equal(f"reduce root {root} {dtype}", t, want)
     checked.append(f"reduce.{dtype}")
     # reduce_scatter (list) and reduce_scatter_tensor
     chunks = [value(RANK + r, n, dtype).to(dev()) for r in range(WORLD)]
@@ -124,16 +125,20 @@ def run_movement(dtype, checked):
     recv = torch.empty_like(send)
     dist.all_to_all_single(recv, send)
     check_equal(
-        f"all_to_all_single {dtype}", recv, torch.cat([value(r * 10 + RANK, n, dtype) for r in range(WORLD)])
+        f"all_to_all_single {dtype}",
+        recv,
+        torch.cat([value(r * 10 + RANK, n, dtype) for r in range(WORLD)]),
     )
     checked.append(f"all_to_all_single.{dtype}")
     # uneven splits: rank r sends r + j + 1 rows of width 3 to rank j
     in_splits = [RANK + j + 1 for j in range(WORLD)]
     out_splits = [r + RANK + 1 for r in range(WORLD)]
-    send = torch.cat([torch.full((RANK + j + 1, 3), 10 * RANK + j, dtype=torch.float64).to(dtype) for j in range(WORLD)]).to(dev())
+    send = torch.cat(
+        [torch.full((RANK + j + 1, 3), 10.0 * RANK + j).to(dtype) for j in range(WORLD)]
+    ).to(dev())
     recv = torch.empty(sum(out_splits), 3, dtype=dtype, device=dev())
     dist.all_to_all_single(recv, send, out_splits, in_splits)
-    want = torch.cat([torch.full((r + RANK + 1, 3), 10 * r + RANK, dtype=torch.float64) for r in range(WORLD)])
+    want = torch.cat([torch.full((r + RANK + 1, 3), 10.0 * r + RANK) for r in range(WORLD)])
     check_equal(f"all_to_all_single uneven {dtype}", recv, want)
     checked.append(f"all_to_all_single.uneven.{dtype}")
     outs = [torch.empty(n, dtype=dtype, device=dev()) for _ in range(WORLD)]
@@ -143,7 +148,9 @@ def run_movement(dtype, checked):
     checked.append(f"all_to_all.{dtype}")
     # gather / scatter to and from each root
     for root in range(WORLD):
-        gl = [torch.empty(n, dtype=dtype, device=dev()) for _ in range(WORLD)] if RANK == root else None
+        gl = None
+        if RANK == root:
+            gl = [torch.empty(n, dtype=dtype, device=dev()) for _ in range(WORLD)]
         dist.gather(mine, gl, dst=root)
         if RANK == root:
             for r in range(WORLD):
@@ -185,19 +192,25 @@ def run_coalesced(checked):
         dist.all_reduce(a)
         dist.all_reduce(b)
     check_equal("all_reduce coalesced a", a, sum(value(r, n, torch.float64) for r in range(WORLD)))
-    check_equal("all_reduce coalesced b", b, sum(value(r + 3, 2 * n, torch.float64) for r in range(WORLD)))
+    want = sum(value(r + 3, 2 * n, torch.float64) for r in range(WORLD))
+    check_equal("all_reduce coalesced b", b, want)
     outs = [torch.empty(WORLD * n, device=dev()), torch.empty(WORLD * 2 * n, device=dev())]
     ins = [value(RANK, n, torch.float32).to(dev()), value(RANK + 7, 2 * n, torch.float32).to(dev())]
     with _coalescing_manager(device=dev()):
         for o, i in zip(outs, ins):
             dist.all_gather_into_tensor(o, i)
-    check_equal("all_gather_into_tensor coalesced", outs[1], torch.cat([value(r + 7, 2 * n, torch.float32) for r in range(WORLD)]))
+    want = torch.cat([value(r + 7, 2 * n, torch.float32) for r in range(WORLD)])
+    check_equal("all_gather_into_tensor coalesced", outs[1], want)
     rs_out = [torch.empty(n, device=dev()), torch.empty(2 * n, device=dev())]
     with _coalescing_manager(device=dev()):
         for o, i in zip(rs_out, outs):
             dist.reduce_scatter_tensor(o, i)
     check_equal("reduce_scatter_tensor coalesced", rs_out[0], WORLD * value(RANK, n, torch.float32))
-    checked += ["all_reduce_coalesced", "all_gather_into_tensor_coalesced", "reduce_scatter_tensor_coalesced"]
+    checked += [
+        "all_reduce_coalesced",
+        "all_gather_into_tensor_coalesced",
+        "reduce_scatter_tensor_coalesced",
+    ]
 
 
 def thread_count():
@@ -221,7 +234,9 @@ def resources():
             "threads": thread_count(),
             "fds": len(os.listdir("/proc/self/fd")),
             # Device memory in use, the communicators' own buffers included.
-            "tern_used_bytes": torch_tern._C._tern_memory_info(torch.tern.current_device())["used_bytes"],
+            "tern_used_bytes": torch_tern._C._tern_memory_info(torch.tern.current_device())[
+                "used_bytes"
+            ],
         }
         if now == last:
             break
@@ -311,7 +326,8 @@ def scenario_collectives(out_dir):
         dist.all_reduce(t)
         sub = dist.new_group(list(range(WORLD)))
         dist.all_reduce(t, group=sub)
-        check_equal("re-created group all_reduce", t, WORLD * sum(value(r, 4, torch.float64) for r in range(WORLD)))
+        want = WORLD * sum(value(r, 4, torch.float64) for r in range(WORLD))
+        check_equal("re-created group all_reduce", t, want)
         del t
         dist.destroy_process_group()
     after = resources()
@@ -338,7 +354,11 @@ def torch_tern_describe():
 def make_model():
     torch.manual_seed(0)
     return torch.nn.Sequential(
-        torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 32), torch.nn.Tanh(), torch.nn.Linear(32, 4)
+        torch.nn.Linear(16, 32),
+        torch.nn.Tanh(),
+        torch.nn.Linear(32, 32),
+        torch.nn.Tanh(),
+        torch.nn.Linear(32, 4),
     )
 
 
@@ -482,7 +502,15 @@ def scenario_kill(out_dir):
     dist.destroy_process_group()
     destroy_seconds = time.perf_counter() - start
     with open(os.path.join(out_dir, f"kill.{RANK}.json"), "w") as f:
-        json.dump({"error": error, "seconds": elapsed, "timeout": timeout, "destroy_seconds": destroy_seconds}, f)
+        json.dump(
+            {
+                "error": error,
+                "seconds": elapsed,
+                "timeout": timeout,
+                "destroy_seconds": destroy_seconds,
+            },
+            f,
+        )
 
 
 def scenario_mismatch(out_dir):
@@ -506,7 +534,15 @@ def scenario_mismatch(out_dir):
     dist.destroy_process_group()
     destroy_seconds = time.perf_counter() - start
     with open(os.path.join(out_dir, f"mismatch.{RANK}.json"), "w") as f:
-        json.dump({"error": error, "seconds": elapsed, "timeout": timeout, "destroy_seconds": destroy_seconds}, f)
+        json.dump(
+            {
+                "error": error,
+                "seconds": elapsed,
+                "timeout": timeout,
+                "destroy_seconds": destroy_seconds,
+            },
+            f,
+        )
 
 
 def scenario_abort(out_dir):

@@ -40,7 +40,10 @@ def _need_free_cores(n: int) -> None:
 
     free = torch_tern._C._distributed_free_cores()
     if free < n:
-        pytest.skip(f"{n} ranks need {n} free tern cores, the node has {free} (other processes own the rest)")
+        pytest.skip(
+            f"{n} ranks need {n} free tern cores, the node has {free} "
+            "(other processes own the rest)"
+        )
 
 
 NPROCS = [2, 4]
@@ -59,7 +62,9 @@ def _torchrun(scenario: str, out: Path, nproc: int = 2) -> subprocess.CompletedP
         str(out),
     ]
     proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S)
-    assert proc.returncode == 0, f"torchrun {scenario} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}"
+    assert proc.returncode == 0, (
+        f"torchrun {scenario} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}"
+    )
     return proc
 
 
@@ -77,7 +82,11 @@ def _spawn_two(scenario: str, out: Path) -> list[subprocess.Popen]:
     for rank in range(2):
         env = _env()
         env.update(
-            RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)
+            RANK=str(rank),
+            LOCAL_RANK=str(rank),
+            WORLD_SIZE="2",
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
         )
         procs.append(
             subprocess.Popen(
