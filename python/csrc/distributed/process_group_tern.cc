@@ -149,12 +149,12 @@ class WorkTern final : public c10d::Work {
  public:
   WorkTern(int rank, c10d::OpType op_type, std::vector<at::Tensor> outputs,
            std::shared_ptr<c10::Event> event, std::shared_ptr<CommState> state,
-           c10::intrusive_ptr<c10::ivalue::Future> future, bool host_blocking, c10::Device device)
+           std::optional<c10::Stream> comm_stream, bool host_blocking, c10::Device device)
       : c10d::Work(rank, op_type),
         outputs_(std::move(outputs)),
         event_(std::move(event)),
         state_(std::move(state)),
-        future_(std::move(future)),
+        comm_stream_(comm_stream),
         host_blocking_(host_blocking),
         device_(device) {}
 
@@ -197,7 +197,24 @@ class WorkTern final : public c10d::Work {
     if (state_) state_->Abort();
   }
 
-  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  // Made on first use (plain collectives never ask for it): completed on the
+  // communication stream, so whoever waits on it is ordered after this
+  // operation (and after any later one already queued there, which only
+  // makes the wait longer).
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
+    std::lock_guard<std::mutex> lock(future_mutex_);
+    if (!future_) {
+      TORCH_CHECK(comm_stream_.has_value(), "tern: ", c10d::opTypeToString(opType_),
+                  " inside a coalescing block has no future of its own; use the Work (or the "
+                  "future) that the end of the block returns.");
+      auto future = c10::make_intrusive<c10::ivalue::Future>(
+          c10::ListType::create(c10::TensorType::get()), std::vector<c10::Device>{device_});
+      c10::StreamGuard guard(*comm_stream_);
+      future->markCompleted(c10::IValue(outputs_));
+      future_ = std::move(future);
+    }
+    return future_;
+  }
 
  private:
   tern_event_t RawEvent() const { return static_cast<tern_event_t>(event_->eventId()); }
@@ -235,6 +252,8 @@ class WorkTern final : public c10d::Work {
   std::vector<at::Tensor> outputs_;
   std::shared_ptr<c10::Event> event_;
   std::shared_ptr<CommState> state_;
+  std::optional<c10::Stream> comm_stream_;  // unset for operations inside a coalescing block
+  std::mutex future_mutex_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   bool host_blocking_;
   c10::Device device_;
@@ -412,14 +431,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTern::Finish(Launch& launch, c10d::Op
   auto event = std::make_shared<c10::Event>(c10::DeviceType::PrivateUse1);
   event->record(launch.comm);
   const c10::Device device(c10::DeviceType::PrivateUse1, launch.comm.device_index());
-  auto future = c10::make_intrusive<c10::ivalue::Future>(
-      c10::ListType::create(c10::TensorType::get()), std::vector<c10::Device>{device});
-  // Completed on the communication stream (still current): whoever waits on
-  // the future waits for the collective on its own stream.
-  future->markCompleted(c10::IValue(outputs));
   launch.guard.reset();
   return c10::make_intrusive<WorkTern>(getRank(), op_type, std::move(outputs), std::move(event),
-                                       launch.state, std::move(future), host_blocking, device);
+                                       launch.state, launch.comm, host_blocking, device);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTern::allreduce(std::vector<at::Tensor>& tensors,
@@ -879,10 +893,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTern::send(std::vector<at::Tensor>& t
     std::lock_guard<std::mutex> lock(mutex_);
     if (coalescing_) {
       pending_p2p_.push_back({tensors[0], dst_rank, true});
-      return c10::make_intrusive<WorkTern>(
-          getRank(), c10d::OpType::SEND, tensors, coalesced_event_, state_ ? state_ : nullptr,
-          c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get())),
-          false, tensors[0].device());
+      return c10::make_intrusive<WorkTern>(getRank(), c10d::OpType::SEND, tensors, coalesced_event_,
+                                           state_ ? state_ : nullptr, std::nullopt, false,
+                                           tensors[0].device());
     }
   }
   const Wire wire = MoveWire(tensors[0]);
@@ -908,10 +921,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTern::recv(std::vector<at::Tensor>& t
     std::lock_guard<std::mutex> lock(mutex_);
     if (coalescing_) {
       pending_p2p_.push_back({tensors[0], src_rank, false});
-      return c10::make_intrusive<WorkTern>(
-          getRank(), c10d::OpType::RECV, tensors, coalesced_event_, state_ ? state_ : nullptr,
-          c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get())),
-          false, tensors[0].device());
+      return c10::make_intrusive<WorkTern>(getRank(), c10d::OpType::RECV, tensors, coalesced_event_,
+                                           state_ ? state_ : nullptr, std::nullopt, false,
+                                           tensors[0].device());
     }
   }
   const Wire wire = MoveWire(tensors[0]);
