@@ -545,6 +545,28 @@ def scenario_mismatch(out_dir):
         )
 
 
+def scenario_stall(out_dir):
+    """Rank 1 stays alive but joins an all_reduce only after the group's timeout."""
+    timeout = 2.0
+    setup(timeout_s=timeout, backend="tern")
+    t = torch.ones(64, device=dev())
+    dist.all_reduce(t)
+    t.cpu()
+    start = time.perf_counter()
+    error = None
+    if RANK == 1:
+        time.sleep(1.5 * timeout)
+    try:
+        dist.all_reduce(t)
+        t.cpu()
+    except Exception as err:  # noqa: BLE001
+        error = f"{type(err).__name__}: {err}"
+    elapsed = time.perf_counter() - start
+    with open(os.path.join(out_dir, f"stall.{RANK}.json"), "w") as f:
+        json.dump({"error": error, "seconds": elapsed, "timeout": timeout}, f)
+    os._exit(0)  # both ranks saw the group fail
+
+
 def scenario_abort(out_dir):
     """Rank 0 aborts the group while rank 1 waits in an all_reduce."""
     timeout = 20.0

@@ -213,3 +213,17 @@ def test_distributed_abort_fails_the_peers_operation(tmp_path):
     assert waiting["seconds"] < waiting["timeout"], waiting
     aborting = _result(tmp_path, "abort", 0)
     assert aborting["error"] is not None, aborting  # no group left to run on
+
+
+def test_distributed_stalled_rank_times_out_naming_it(tmp_path):
+    """A live rank that never joins: the other raises after the group's timeout."""
+    procs = _spawn_two("stall", tmp_path)
+    outputs = _wait_all(procs)
+    for rank in range(2):
+        assert procs[rank].returncode == 0, outputs[rank]
+    r = _result(tmp_path, "stall", 0)
+    assert r["error"] is not None, f"rank 0 saw no error: {r}\n{outputs[0]}"
+    assert "did not complete within" in r["error"] and "rank 1" in r["error"], r["error"]
+    assert r["timeout"] - 0.5 <= r["seconds"] < r["timeout"] + 5, r
+    late = _result(tmp_path, "stall", 1)
+    assert late["error"] is not None and "broken by an earlier failure" in late["error"], late
