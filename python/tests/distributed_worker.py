@@ -415,6 +415,23 @@ def scenario_training(out_dir):
         "ddp_seconds": elapsed,
         "steps": steps,
     }
+    # DDP with a Python comm hook (torch's allreduce_hook: dist.all_reduce
+    # async, then get_future().then(...)), small buckets so several overlap.
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    hooked = DDP(make_model().to(dev()), bucket_cap_mb=0.001)
+    hooked.register_comm_hook(None, default_hooks.allreduce_hook)
+    opt = torch.optim.SGD(hooked.parameters(), lr=0.05)
+    for s in range(steps):
+        opt.zero_grad()
+        x = xs[s, RANK * share : (RANK + 1) * share].to(dev())
+        y = ys[s, RANK * share : (RANK + 1) * share].to(dev())
+        torch.nn.functional.mse_loss(hooked(x), y).backward()
+        opt.step()
+    result["hook_param_diff"] = max(
+        (p.detach().cpu() - q.detach().cpu()).abs().max().item()
+        for p, q in zip(hooked.module.parameters(), ref.parameters())
+    )
     # FSDP2: every Linear sharded, then the root (all_gather_into_tensor and
     # reduce_scatter_tensor on tern streams), on the same data.
     from torch.distributed.fsdp import fully_shard
