@@ -405,6 +405,7 @@ def scenario_training(out_dir):
         losses.append(mean.item())
     elapsed = time.perf_counter() - start
     result = {
+        "describe": torch_tern_describe(),
         "loss_diff": max(abs(a - b) for a, b in zip(losses, ref_losses)),
         "param_diff": max(
             (p.detach().cpu() - q.detach().cpu()).abs().max().item()

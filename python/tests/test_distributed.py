@@ -228,3 +228,66 @@ def test_distributed_stalled_rank_times_out_naming_it(tmp_path):
     assert r["timeout"] - 0.5 <= r["seconds"] < r["timeout"] + 5, r
     late = _result(tmp_path, "stall", 1)
     assert late["error"] is not None and "broken by an earlier failure" in late["error"], late
+
+
+def _run_quiet(*cmd) -> bool:
+    return subprocess.run(cmd, capture_output=True, timeout=30).returncode == 0
+
+
+def test_distributed_two_hosts_over_libfabric_tcp(tmp_path):
+    """Two "hosts": two network namespaces joined by a veth pair, one torchrun
+    each with a c10d rendezvous endpoint; tern's collectives cross over
+    libfabric (tcp), since ranks in different network namespaces are on
+    different nodes to tern. DDP and FSDP2 must still match one process."""
+    tag = f"{os.getpid() % 100000}"
+    ns = [f"ternt{tag}a", f"ternt{tag}b"]
+    veth = [f"tva{tag}", f"tvb{tag}"]
+    addr = ["10.77.13.1", "10.77.13.2"]
+    if os.geteuid() != 0 or not _run_quiet("ip", "netns", "add", ns[0]):
+        pytest.skip("cannot create network namespaces here (needs root / CAP_NET_ADMIN and ip)")
+    _need_free_cores(2)
+    try:
+        steps = [
+            ("ip", "netns", "add", ns[1]),
+            ("ip", "link", "add", veth[0], "type", "veth", "peer", "name", veth[1]),
+        ]
+        for i in range(2):
+            steps += [
+                ("ip", "link", "set", veth[i], "netns", ns[i]),
+                ("ip", "-n", ns[i], "addr", "add", f"{addr[i]}/24", "dev", veth[i]),
+                ("ip", "-n", ns[i], "link", "set", "lo", "up"),
+                ("ip", "-n", ns[i], "link", "set", veth[i], "up"),
+            ]
+        for step in steps:
+            if not _run_quiet(*step):
+                pytest.skip(f"cannot set up the namespaces: {' '.join(step)} failed")
+        port = 29000 + os.getpid() % 1000
+        procs = []
+        for i in range(2):
+            cmd = [
+                "ip", "netns", "exec", ns[i],
+                sys.executable, "-m", "torch.distributed.run",
+                "--nnodes=2", "--nproc-per-node=1",
+                "--rdzv-backend=c10d", f"--rdzv-endpoint={addr[0]}:{port}", f"--rdzv-id=t{tag}",
+                # The namespaces cannot resolve this machine's hostname: say
+                # which node hosts the rendezvous store and which address is whose.
+                f"--rdzv-conf=is_host={'true' if i == 0 else 'false'}",
+                f"--local-addr={addr[i]}",
+                str(WORKER), "training", str(tmp_path),
+            ]  # fmt: skip
+            procs.append(
+                subprocess.Popen(
+                    cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+                )
+            )
+        outputs = _wait_all(procs)
+        for i in range(2):
+            assert procs[i].returncode == 0, outputs[i][-6000:]
+    finally:
+        for name in ns:
+            _run_quiet("ip", "netns", "del", name)  # also removes the veth pair
+    for rank in range(2):
+        r = _result(tmp_path, "training", rank)
+        assert "tcp" in r["describe"], r["describe"]  # libfabric, not shared memory
+        assert r["loss_diff"] <= 1e-5 and r["param_diff"] <= 1e-5, r
+        assert r["fsdp_loss_diff"] <= 1e-5 and r["fsdp_param_diff"] <= 1e-5, r
