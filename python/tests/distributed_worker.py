@@ -272,6 +272,23 @@ def scenario_collectives(out_dir):
     run_coalesced(checked)
     dist.barrier()
     checked.append("barrier")
+    # Empty tensors communicate nothing (and do not fail); a view reduces
+    # only its own bytes.
+    empty = torch.empty(0, device=dev())
+    dist.all_reduce(empty)
+    dist.broadcast(empty, src=0)
+    dist.all_gather_into_tensor(torch.empty(0, device=dev()), empty)
+    dist.reduce_scatter_tensor(torch.empty(0, device=dev()), torch.empty(0, device=dev()))
+    dist.all_to_all_single(torch.empty(0, device=dev()), empty)
+    torch.tern.synchronize()
+    checked.append("empty_tensors")
+    big = torch.zeros(10, device=dev())
+    big[2:6].fill_(RANK + 1.0)
+    dist.all_reduce(big[2:6])
+    want = torch.zeros(10)
+    want[2:6] = WORLD * (WORLD + 1) / 2
+    check_equal("all_reduce of a view", big, want)
+    checked.append("view")
     # Work.wait() makes the current stream wait; it does not block the host:
     # rank 1 joins 1.5 s late, yet rank 0's wait() returns at once, and the
     # stream (t.cpu()) gets the summed result once rank 1 arrived.

@@ -457,8 +457,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTern::allreduce_coalesced(
     launch.Use(t);
     if (opts.reduceOp.op_ == c10d::ReduceOp::PREMUL_SUM) PremulInto(opts.reduceOp, t, t);
     const Range r = Locate(t);
-    TERN_CHECK(tern_comm_all_reduce(launch.comm_handle(), r.buffer, r.offset, r.buffer, r.offset,
-                                    wires[i].Count(t), wires[i].dtype, redop, launch.queue));
+    if (t.numel() > 0) {  // empty on every rank: nothing to communicate
+      TERN_CHECK(tern_comm_all_reduce(launch.comm_handle(), r.buffer, r.offset, r.buffer, r.offset,
+                                      wires[i].Count(t), wires[i].dtype, redop, launch.queue));
+    }
   }
   return Finish(launch,
                 tensors.size() == 1 ? c10d::OpType::ALLREDUCE : c10d::OpType::ALLREDUCE_COALESCED,
@@ -475,9 +477,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTern::broadcast(std::vector<at::Tenso
   Launch launch(Connect(device), device);
   launch.Use(t);
   const Range r = Locate(t);
-  TERN_CHECK(tern_comm_broadcast(launch.comm_handle(), r.buffer, r.offset, r.buffer, r.offset,
-                                 wire.Count(t), wire.dtype, static_cast<uint32_t>(opts.rootRank),
-                                 launch.queue));
+  if (t.numel() > 0) {  // empty on every rank: nothing to communicate
+    TERN_CHECK(tern_comm_broadcast(launch.comm_handle(), r.buffer, r.offset, r.buffer, r.offset,
+                                   wire.Count(t), wire.dtype, static_cast<uint32_t>(opts.rootRank),
+                                   launch.queue));
+  }
   return Finish(launch, c10d::OpType::BROADCAST, tensors, false);
 }
 
@@ -500,9 +504,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTern::reduce(std::vector<at::Tensor>&
   const Range s = Locate(send);
   const bool root = opts.rootRank == getRank();
   const Range r = root ? Locate(t) : Range{};
-  TERN_CHECK(tern_comm_reduce(launch.comm_handle(), s.buffer, s.offset, r.buffer, r.offset,
-                              wire.Count(t), wire.dtype, redop,
-                              static_cast<uint32_t>(opts.rootRank), launch.queue));
+  if (t.numel() > 0) {  // empty on every rank: nothing to communicate
+    TERN_CHECK(tern_comm_reduce(launch.comm_handle(), s.buffer, s.offset, r.buffer, r.offset,
+                                wire.Count(t), wire.dtype, redop,
+                                static_cast<uint32_t>(opts.rootRank), launch.queue));
+  }
   return Finish(launch, c10d::OpType::REDUCE, tensors, false);
 }
 
@@ -537,8 +543,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTern::allgather_into_tensor_coalesced
     const Wire wire = MoveWire(inputs[i]);
     const Range s = Locate(inputs[i]);
     const Range r = Locate(outputs[i]);
-    TERN_CHECK(tern_comm_all_gather(launch.comm_handle(), s.buffer, s.offset, r.buffer, r.offset,
-                                    wire.Count(inputs[i]), wire.dtype, launch.queue));
+    if (inputs[i].numel() > 0) {  // empty on every rank: nothing to communicate
+      TERN_CHECK(tern_comm_all_gather(launch.comm_handle(), s.buffer, s.offset, r.buffer, r.offset,
+                                      wire.Count(inputs[i]), wire.dtype, launch.queue));
+    }
   }
   return Finish(launch, c10d::OpType::_ALLGATHER_BASE, outputs, false);
 }
@@ -577,8 +585,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTern::allgather_coalesced(
     const Wire wire = MoveWire(in);
     const Range s = Locate(in);
     const Range r = Locate(flat);
-    TERN_CHECK(tern_comm_all_gather(launch.comm_handle(), s.buffer, s.offset, r.buffer, r.offset,
-                                    wire.Count(in), wire.dtype, launch.queue));
+    if (in.numel() > 0) {  // empty on every rank: nothing to communicate
+      TERN_CHECK(tern_comm_all_gather(launch.comm_handle(), s.buffer, s.offset, r.buffer, r.offset,
+                                      wire.Count(in), wire.dtype, launch.queue));
+    }
     for (int rank = 0; rank < getSize(); ++rank) {
       at::Tensor& o = outputs[i][rank];
       o.copy_(flat.narrow(0, rank * in.numel(), in.numel()).view(o.sizes()));
@@ -626,9 +636,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTern::reduce_scatter_tensor_coalesced
     const Wire wire = ReductionWire(outputs[i], "reduce_scatter_tensor");
     const Range s = Locate(send);
     const Range r = Locate(outputs[i]);
-    TERN_CHECK(tern_comm_reduce_scatter(launch.comm_handle(), s.buffer, s.offset, r.buffer,
-                                        r.offset, wire.Count(outputs[i]), wire.dtype, redop,
-                                        launch.queue));
+    if (outputs[i].numel() > 0) {  // empty on every rank: nothing to communicate
+      TERN_CHECK(tern_comm_reduce_scatter(launch.comm_handle(), s.buffer, s.offset, r.buffer,
+                                          r.offset, wire.Count(outputs[i]), wire.dtype, redop,
+                                          launch.queue));
+    }
   }
   return Finish(launch, c10d::OpType::_REDUCE_SCATTER_BASE, outputs, false);
 }
@@ -686,8 +698,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTern::alltoall_base(
                 ") must have the same number of elements, divisible by ", n);
     TORCH_CHECK(input.numel() == 0 || s.buffer != r.buffer || s.offset != r.offset,
                 "tern all_to_all_single: input and output must be different tensors");
-    TERN_CHECK(tern_comm_all_to_all(launch.comm_handle(), s.buffer, s.offset, r.buffer, r.offset,
-                                    wire.Count(input) / n, wire.dtype, launch.queue));
+    if (input.numel() > 0) {  // empty on every rank: nothing to communicate
+      TERN_CHECK(tern_comm_all_to_all(launch.comm_handle(), s.buffer, s.offset, r.buffer, r.offset,
+                                      wire.Count(input) / n, wire.dtype, launch.queue));
+    }
     return Finish(launch, c10d::OpType::ALLTOALL_BASE, {output}, false);
   }
   // Uneven splits (along dim 0): one send and one receive per peer, grouped.
