@@ -80,9 +80,20 @@ class ProcessGroupTern final : public c10d::Backend {
   c10::intrusive_ptr<Options> getBackendOptions() override;
   void setTimeout(std::chrono::milliseconds timeout) override;
 
+  // Between the two, sends and receives are held and enqueued as one tern
+  // group by endCoalescing (collectives run at once); the returned Work
+  // covers everything issued in between.
+  // Thread-safety: one coalescing block per group at a time.
   void startCoalescing() override;
   c10::intrusive_ptr<c10d::Work> endCoalescing() override;
 
+  // The operations (c10d's semantics; see the file comment for streams and
+  // errors). Each validates its tensors (tern, contiguous, this group's
+  // device; reductions: a dtype tern reduces), enqueues on the communication
+  // stream and returns a Work without waiting.
+  // Thread-safety: any thread, but c10d's rule holds: every rank issues the
+  // group's operations in the same order, so threads that share a group
+  // must order their calls themselves.
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
