@@ -20,11 +20,13 @@ import torch.distributed as dist
 
 RANK = int(os.environ["RANK"])
 WORLD = int(os.environ["WORLD_SIZE"])
-LOCAL_RANK = int(os.environ.get("LOCAL_RANK", RANK))
 
 
 def setup(timeout_s: float = 60.0, backend=None):
-    torch.tern.set_device(LOCAL_RANK % torch.tern.device_count())
+    # By global rank: the same as by LOCAL_RANK on one host, and it spreads
+    # the "hosts" of the two-namespace test (one rank each, both LOCAL_RANK
+    # 0) over both devices of this one machine.
+    torch.tern.set_device(RANK % torch.tern.device_count())
     dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=timeout_s))
 
 
@@ -246,7 +248,7 @@ def resources():
 
 
 def scenario_collectives(out_dir):
-    torch.tern.set_device(LOCAL_RANK % torch.tern.device_count())
+    torch.tern.set_device(RANK % torch.tern.device_count())
     torch.ones(1, device=dev()).add_(1).cpu()  # the device and its threads are up
     # Every stream of the plugin's pool exists from now on (the communication
     # streams come from that pool), so the resource counts below are stable.
