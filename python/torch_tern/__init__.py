@@ -113,3 +113,7 @@ def _register() -> None:
 
 
 _register()
+
+from . import distributed as _distributed  # noqa: E402  (the "tern" torch.distributed backend)
+
+_distributed.register()

@@ -13,6 +13,7 @@
 #include "aten/program.h"
 #include "aten/register.h"
 #include "compile/compile_binding.h"
+#include "distributed/bindings.h"
 #include "runtime/allocator.h"
 #include "runtime/generator.h"
 #include "runtime/host_allocator.h"
@@ -165,6 +166,7 @@ PYBIND11_MODULE(_C, m) {
 
   m.def("_init", &Init, "Initialize tern (tern_init) for torch; raises if not usable.");
   RegisterCompilerBindings(m);
+  distributed::RegisterDistributedBindings(m);
   m.def("_is_initialized", &IsInitialized);
   m.def("_is_in_bad_fork", [] { return torch::utils::is_device_in_bad_fork(at::kPrivateUse1); });
   m.def("_init_error", &InitError);

@@ -1,0 +1,246 @@
+"""torch.distributed on tern against tern's C API and gloo, on 2 processes.
+
+    python python/benchmarks/distributed_allreduce.py [--c-bench PATH] [--json OUT]
+
+Measures, with two ranks on this host (each launched by torchrun):
+  * all_reduce (float32, SUM, in place) bus bandwidth at 8 B, 1 MiB and 16 MiB
+    - through torch.distributed with the tern backend (tern tensors),
+    - through tern's C API directly (bench/tern_bench_collectives, the same
+      runtime with no torch in between: the backend's overhead is the gap),
+    - through torch.distributed with gloo (CPU tensors);
+  * the DDP step time of a small transformer, tern vs gloo on CPU tensors.
+
+Timing: `--iters` operations issued back to back after `--warmup`, then one
+synchronization; the time per operation is the slowest rank's. busbw =
+size / time x 2(n-1)/n (nccl-tests' all-reduce factor). The C API numbers
+come from tern_bench_collectives' CSV at the same sizes and iteration count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+SIZES = [8, 1 << 20, 16 << 20]
+
+
+def _busbw(size: int, seconds: float, ranks: int) -> float:
+    return size / seconds * 2 * (ranks - 1) / ranks / 1e9
+
+
+def worker(args) -> None:
+    import torch
+    import torch.distributed as dist
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    torch.tern.set_device(int(os.environ["LOCAL_RANK"]) % torch.tern.device_count())
+    dist.init_process_group(backend="cpu:gloo,tern:tern")
+    dev = torch.device("tern", torch.tern.current_device())
+
+    def slowest(seconds: float) -> float:
+        t = torch.tensor([seconds], dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)  # CPU tensor: gloo
+        return t.item()
+
+    def time_allreduce(t, sync) -> tuple[float, float]:
+        """(seconds per operation, seconds to issue one: the host's share)."""
+        for _ in range(args.warmup):
+            dist.all_reduce(t)
+        sync()
+        dist.barrier(device_ids=[dev.index])
+        sync()
+        start = time.perf_counter()
+        for _ in range(args.iters):
+            dist.all_reduce(t)
+        issued = time.perf_counter()
+        sync()
+        end = time.perf_counter()
+        return slowest((end - start) / args.iters), slowest((issued - start) / args.iters)
+
+    results = {"all_reduce": [], "ddp": {}}
+    for size in SIZES:
+        n = max(1, size // 4)
+        tern_s, tern_issue_s = time_allreduce(torch.ones(n, device=dev), torch.tern.synchronize)
+        gloo_s, _ = time_allreduce(torch.ones(n), lambda: None)
+        results["all_reduce"].append(
+            {
+                "size": size,
+                "torch_tern_us": tern_s * 1e6,
+                "torch_tern_busbw": _busbw(size, tern_s, world),
+                "torch_tern_issue_us": tern_issue_s * 1e6,
+                "gloo_us": gloo_s * 1e6,
+                "gloo_busbw": _busbw(size, gloo_s, world),
+            }
+        )
+
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    def make_model():
+        torch.manual_seed(0)
+        layer = torch.nn.TransformerEncoderLayer(
+            d_model=64, nhead=4, dim_feedforward=128, batch_first=True
+        )
+        return torch.nn.Sequential(
+            torch.nn.TransformerEncoder(layer, num_layers=2), torch.nn.Linear(64, 8)
+        )
+
+    g = torch.Generator().manual_seed(rank)
+    x_cpu = torch.randn(8, 32, 64, generator=g)
+    y_cpu = torch.randn(8, 32, 8, generator=g)
+    runs = (("tern", dev, torch.tern.synchronize), ("gloo_cpu", torch.device("cpu"), lambda: None))
+    for name, device, sync in runs:
+        model = DDP(make_model().to(device))
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        x, y = x_cpu.to(device), y_cpu.to(device)
+
+        def step():
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+
+        for _ in range(args.warmup):
+            step()
+        sync()
+        start = time.perf_counter()
+        for _ in range(args.ddp_steps):
+            step()
+        sync()
+        results["ddp"][name + "_ms"] = slowest((time.perf_counter() - start) / args.ddp_steps) * 1e3
+    if rank == 0:
+        Path(args.worker_out).write_text(json.dumps(results))
+    dist.destroy_process_group()
+
+
+def _torchrun(cmd: list[str], env) -> str:
+    full = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
+    full += cmd
+    proc = subprocess.run(full, env=env, capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        sys.exit(f"failed: {' '.join(full)}\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
+    return proc.stdout
+
+
+def driver(args) -> None:
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "torch.json"
+        _torchrun(
+            [
+                __file__,
+                "--worker-out",
+                str(out),
+                "--iters",
+                str(args.iters),
+                "--warmup",
+                str(args.warmup),
+                "--ddp-steps",
+                str(args.ddp_steps),
+            ],
+            env,
+        )
+        results = json.loads(out.read_text())
+    c_api, c_enqueue = {}, {}
+    bench = Path(args.c_bench) if args.c_bench else None
+    if bench is None:
+        root = Path(__file__).resolve().parents[2]
+        for candidate in (root / "build/bench/tern_bench_collectives",):
+            if candidate.exists():
+                bench = candidate
+    if bench is not None and bench.exists():
+        csv = _torchrun(
+            [
+                "--no-python",
+                str(bench),
+                "-b",
+                "8",
+                "-e",
+                str(SIZES[-1]),
+                "-f",
+                "2",
+                "-t",
+                "all_reduce",
+                "-i",
+                "-n",
+                str(args.iters),
+                "-w",
+                str(args.warmup),
+                "--csv",
+                "--device-time",
+            ],
+            env,
+        )
+        for line in csv.splitlines():
+            parts = line.split(",")
+            if len(parts) == 12 and parts[3].isdigit() and int(parts[3]) in SIZES:
+                if parts[0] == "tern":
+                    c_api[int(parts[3])] = float(parts[8])
+                elif parts[0] == "tern-enqueue":
+                    c_enqueue[int(parts[3])] = float(parts[8])
+    else:
+        print(
+            "note: no tern_bench_collectives (build the C tree: cmake -B build && "
+            "ninja -C build); the C API column is left out",
+            file=sys.stderr,
+        )
+    print(f"all_reduce float32 SUM in place, 2 ranks, {args.iters} iterations")
+    print(
+        f"{'size':>10} {'torch+tern us':>14} {'C API us':>10} {'gloo us':>10} "
+        f"{'torch+tern busbw':>17} {'C API busbw':>12} {'gloo busbw':>11} "
+        f"{'tern/C':>7} {'tern/gloo':>10}"
+    )
+    for row in results["all_reduce"]:
+        size = row["size"]
+        c_us = c_api.get(size)
+        c_bw = _busbw(size, c_us * 1e-6, 2) if c_us else float("nan")
+        row["c_api_us"] = c_us
+        row["c_api_busbw"] = c_bw if c_us else None
+        print(
+            f"{size:>10} {row['torch_tern_us']:>14.1f} {c_us if c_us else float('nan'):>10.1f} "
+            f"{row['gloo_us']:>10.1f} {row['torch_tern_busbw']:>17.3f} {c_bw:>12.3f} "
+            f"{row['gloo_busbw']:>11.3f} "
+            f"{row['torch_tern_busbw'] / c_bw if c_us else float('nan'):>7.2f} "
+            f"{row['torch_tern_busbw'] / row['gloo_busbw']:>10.2f}"
+        )
+    print("host time to issue one all_reduce (enqueue only, no waiting):")
+    for row in results["all_reduce"]:
+        size = row["size"]
+        row["c_api_enqueue_us"] = c_enqueue.get(size)
+        c_enq = c_enqueue.get(size)
+        print(
+            f"{size:>10} torch+tern {row['torch_tern_issue_us']:.1f} us, C API "
+            + (f"{c_enq:.1f} us" if c_enq is not None else "n/a")
+        )
+    ddp = results["ddp"]
+    print(
+        f"DDP step, 2-layer transformer (d_model 64, batch 8 x 32): tern {ddp['tern_ms']:.2f} ms, "
+        f"gloo on CPU tensors {ddp['gloo_cpu_ms']:.2f} ms "
+        f"(gloo/tern {ddp['gloo_cpu_ms'] / ddp['tern_ms']:.2f}x)"
+    )
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--c-bench", help="path of tern_bench_collectives (default: build/bench/)")
+    parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--ddp-steps", type=int, default=20)
+    parser.add_argument("--json", help="also write the results here")
+    parser.add_argument("--worker-out", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if "RANK" in os.environ and args.worker_out:
+        worker(args)
+    else:
+        driver(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,189 @@
+// ProcessGroupTern: torch.distributed's c10d::Backend over tern's collectives
+// (include/tern/comm.h).
+//
+// One communicator per process group, created lazily by the group's first
+// operation on the tern device that operation names (torch.tern.set_device
+// before it, or init_process_group(device_id=...), which connects eagerly).
+// Rendezvous goes only through the c10d store the group is given: rank 0
+// creates tern's unique id (bootstrap address + 256-bit secret) and publishes
+// it under a key of the group's prefix store; the other ranks read it from
+// there. Sub-groups (new_group, DeviceMesh) are new backends with their own
+// prefix store, hence their own communicator.
+//
+// Streams: every operation runs on one communication stream per device (a
+// stream of the plugin's pool, taken when the communicator is created). The
+// stream first waits for the caller's current stream (an event), so the
+// inputs are ready; the returned Work holds an event recorded after the
+// operation: Work::wait() makes the caller's current stream wait for it (the
+// host does not block, except for barrier), and Work::getFuture() is
+// completed with the outputs on the communication stream, so callbacks that
+// wait on it are ordered after the collective (DDP's comm hooks).
+//
+// Errors: a failed operation (peer lost, timeout, mismatch, abort) fails its
+// event; Work::wait(), isCompleted() and the next operation raise it with the
+// communicator's own message (which names the lost rank).
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+#include <vector>
+
+#include "tern/tern.h"
+
+namespace torch_tern::distributed {
+
+// The communicator of one process group and the device it is bound to.
+// Shared by the backend and its Work objects so that a Work can still report
+// the communicator's error; Destroy()/Abort() release it once.
+class CommState {
+ public:
+  CommState() = default;
+  ~CommState();
+  CommState(const CommState&) = delete;
+  CommState& operator=(const CommState&) = delete;
+
+  tern_comm_t comm = nullptr;
+  c10::DeviceIndex device = -1;
+  std::optional<c10::Stream> stream;  // the communication stream
+
+  // The communicator's asynchronous error as text ("" when healthy or gone).
+  // Thread-safety: any thread.
+  std::string AsyncError();
+  // Waits for the communicator's work and destroys it; returns its error text.
+  // Thread-safety: any thread; idempotent.
+  std::string Destroy();
+  // Aborts the communicator (operations in flight fail at once, peers are told).
+  // Thread-safety: any thread; idempotent.
+  void Abort();
+
+ private:
+  std::mutex mutex_;
+};
+
+class ProcessGroupTern final : public c10d::Backend {
+ public:
+  // Thread-safety: construction does no communication; operations of one
+  // group must be issued in the same order on every rank (c10d's contract).
+  ProcessGroupTern(c10::intrusive_ptr<c10d::Store> store, int rank, int size,
+                   std::chrono::milliseconds timeout, std::string group_name);
+  ~ProcessGroupTern() override;
+
+  const std::string getBackendName() const override { return "tern"; }
+  bool supportsCoalescing() const override { return true; }
+  bool supportsSplitting() const override { return false; }
+  c10::intrusive_ptr<Options> getBackendOptions() override;
+  void setTimeout(std::chrono::milliseconds timeout) override;
+
+  // Between the two, sends and receives are held and enqueued as one tern
+  // group by endCoalescing (collectives run at once); the returned Work
+  // covers everything issued in between.
+  // Thread-safety: one coalescing block per group at a time.
+  void startCoalescing() override;
+  c10::intrusive_ptr<c10d::Work> endCoalescing() override;
+
+  // The operations (c10d's semantics; see the file comment for streams and
+  // errors). Each validates its tensors (tern, contiguous, this group's
+  // device; reductions: a dtype tern reduces), enqueues on the communication
+  // stream and returns a Work without waiting.
+  // Thread-safety: any thread, but c10d's rule holds: every rank issues the
+  // group's operations in the same order, so threads that share a group
+  // must order their calls themselves.
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                           const c10d::BroadcastOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
+                                        const c10d::ReduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                           std::vector<at::Tensor>& inputs,
+                                           const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
+                                                     std::vector<at::Tensor>& inputs,
+                                                     const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                        std::vector<at::Tensor>& inputs,
+                                        const c10d::GatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
+                                         std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                std::vector<std::vector<at::Tensor>>& inputs,
+                                                const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                               std::vector<int64_t>& output_split_sizes,
+                                               std::vector<int64_t>& input_split_sizes,
+                                               const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
+                                          std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst_rank,
+                                      int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src_rank,
+                                      int tag) override;
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+
+  void eagerConnectSingleDevice(at::Device device) override;
+  c10d::ErrorType getError() override;
+  // Releases the communicator (waiting for its operations); later operations
+  // raise. Thread-safety: any thread, once no operation is being issued.
+  void shutdown() override;
+  // Aborts the communicator: in-flight operations fail at once on every rank.
+  // Thread-safety: any thread, also while another thread waits on a Work.
+  void abort() override;
+
+  // "rank/size on tern:<d> core <c> via <transport>" once connected, else
+  // "not connected". Thread-safety: any thread.
+  std::string Describe();
+
+ private:
+  struct Launch;  // one operation being enqueued (streams, events, outputs)
+
+  // The communicator for `device`, created (rendezvous through the store)
+  // on first use. Throws if the group is bound to another device, was shut
+  // down, or its communicator failed.
+  std::shared_ptr<CommState> Connect(c10::DeviceIndex device);
+  c10::DeviceIndex DeviceOf(const std::vector<at::Tensor>& tensors, const char* op);
+  c10::intrusive_ptr<c10d::Work> Finish(Launch& launch, c10d::OpType op_type,
+                                        std::vector<at::Tensor> outputs, bool host_blocking);
+
+  c10::intrusive_ptr<c10d::Store> store_;
+  std::chrono::milliseconds timeout_;
+  std::string group_name_;
+  std::mutex mutex_;  // guards state_ creation and the coalescing state
+  std::shared_ptr<CommState> state_;
+  bool shut_down_ = false;
+
+  // Coalescing (torch's _coalescing_manager, batch_isend_irecv): collectives
+  // are enqueued at once; sends and receives are kept and enqueued together
+  // as one tern group at endCoalescing, so that pairs that send to each
+  // other cannot deadlock.
+  bool coalescing_ = false;
+  struct PendingP2P {
+    at::Tensor tensor;
+    int peer = 0;
+    bool is_send = false;
+  };
+  std::vector<PendingP2P> pending_p2p_;
+  std::vector<at::Tensor> coalesced_outputs_;
+  std::shared_ptr<c10::Event> coalesced_event_;
+};
+
+}  // namespace torch_tern::distributed
