@@ -107,6 +107,28 @@ TERN_API tern_status_t tern_host_alloc(uint64_t size, void** out_ptr);
  * Thread-safety: safe from any thread. */
 TERN_API tern_status_t tern_host_free(void* ptr);
 
+/* Registers an existing host range [ptr, ptr + size) for DMA, as pinned
+ * memory from tern_host_alloc() is: its pages are faulted in and locked
+ * (mlock), so copies between it and a device never wait on a page fault (a
+ * data loader's buffers copy as fast as tern_host_alloc()'s). The range is
+ * widened to whole pages. Fails with TERN_ERROR_INVALID_ARGUMENT for a NULL
+ * pointer, a size of 0, or a range that overlaps a registered one or memory
+ * from tern_host_alloc() (the message names it), and with
+ * TERN_ERROR_HOST_OUT_OF_MEMORY when the pages cannot be locked (the
+ * locked-memory limit: ulimit -l). Copies from unregistered host memory stay
+ * valid; they may be slower. The memory must stay mapped until unregistered;
+ * tern_shutdown() unregisters what is left.
+ * Thread-safety: safe from any thread. */
+TERN_API tern_status_t tern_host_register(void* ptr, uint64_t size);
+
+/* Ends the registration that tern_host_register(ptr, ...) made (pass the
+ * same pointer): its pages are unlocked; the memory itself stays the
+ * caller's. A pointer that starts no registration fails with
+ * TERN_ERROR_INVALID_ARGUMENT and changes nothing. Copies still queued from
+ * the range must have completed (synchronize first), as for tern_host_free().
+ * Thread-safety: safe from any thread. */
+TERN_API tern_status_t tern_host_unregister(void* ptr);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -1,10 +1,12 @@
 // Device memory (buffers), synchronous reads and writes, statistics and
 // pinned host memory.
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 
 #include "src/runtime/api_checks.h"
@@ -327,6 +329,98 @@ TERN_API tern_status_t tern_host_free(void* ptr) {
     rt->host_allocations.erase(it);
   }
   munmap(ptr, size);
+  return TERN_OK;
+}
+
+namespace {
+
+using tern::Runtime;
+
+// The first registration or tern_host_alloc() block that overlaps
+// [begin, end), described for an error message; empty when none does.
+std::string HostOverlap(const Runtime& rt, uintptr_t begin, uintptr_t end) {
+  for (const Runtime::HostRegistration& r : rt.host_registrations) {
+    if (begin < r.locked_end && r.locked_begin < end) {
+      return fmt::format("the range registered at {} ({} bytes)", r.ptr, r.size);
+    }
+  }
+  for (const auto& [ptr, size] : rt.host_allocations) {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(ptr);
+    if (begin < a + size && a < end) {
+      return fmt::format("pinned memory from tern_host_alloc() at {} ({} bytes)", ptr, size);
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+TERN_API tern_status_t tern_host_register(void* ptr, uint64_t size) {
+  using namespace tern;
+  Runtime* rt;
+  TERN_API_TRY(GetRuntime(&rt));
+  TERN_API_CHECK_NOT_NULL(ptr);
+  if (size == 0) {
+    return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
+                             "cannot register 0 bytes at {}; pass the buffer's size", ptr));
+  }
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(ptr);
+  if (size > UINTPTR_MAX - begin - page) {
+    return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
+                             "{} bytes at {} run past the end of the address space", size, ptr));
+  }
+  const uintptr_t locked_begin = begin & ~(page - 1);
+  const uintptr_t locked_end = (begin + size + page - 1) & ~(page - 1);
+  std::lock_guard<std::mutex> lock(rt->host_mutex);
+  // Whole pages are locked, so two ranges that share a page would unlock
+  // each other's: they are refused like any overlap.
+  if (const std::string other = HostOverlap(*rt, locked_begin, locked_end); !other.empty()) {
+    return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
+                             "cannot register {} bytes at {}: its pages overlap {}; unregister "
+                             "that first, or register one range that covers both",
+                             size, ptr, other));
+  }
+  if (mlock(reinterpret_cast<void*>(locked_begin), locked_end - locked_begin) != 0) {
+    const int err = errno;
+    if (err == ENOMEM || err == EPERM || err == EAGAIN) {
+      return Report(Status(TERN_ERROR_HOST_OUT_OF_MEMORY,
+                           fmt::format("cannot register {} at {}: locking its pages failed: {}; "
+                                       "raise the locked-memory limit (ulimit -l, "
+                                       "RLIMIT_MEMLOCK), register less, or check that the "
+                                       "whole range is mapped",
+                                       FormatBytes(size), ptr, std::strerror(err))));
+    }
+    return Report(ErrnoStatus(TERN_ERROR_INVALID_ARGUMENT, err,
+                              fmt::format("registering {} at {}", FormatBytes(size), ptr)));
+  }
+  rt->host_registrations.push_back(Runtime::HostRegistration{ptr, size, locked_begin, locked_end});
+  return TERN_OK;
+}
+
+TERN_API tern_status_t tern_host_unregister(void* ptr) {
+  using namespace tern;
+  Runtime* rt;
+  TERN_API_TRY(GetRuntime(&rt));
+  std::lock_guard<std::mutex> lock(rt->host_mutex);
+  auto it = std::find_if(rt->host_registrations.begin(), rt->host_registrations.end(),
+                         [&](const Runtime::HostRegistration& r) { return r.ptr == ptr; });
+  if (it == rt->host_registrations.end()) {
+    std::string inside;
+    const uintptr_t p = reinterpret_cast<uintptr_t>(ptr);
+    for (const Runtime::HostRegistration& r : rt->host_registrations) {
+      const uintptr_t start = reinterpret_cast<uintptr_t>(r.ptr);
+      if (p > start && p < start + r.size) {
+        inside =
+            fmt::format(" (it lies inside the range registered at {}: pass that pointer)", r.ptr);
+      }
+    }
+    return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
+                             "{} starts no range registered with tern_host_register(){}", ptr,
+                             inside));
+  }
+  munlock(reinterpret_cast<void*>(it->locked_begin), it->locked_end - it->locked_begin);
+  rt->host_registrations.erase(it);
   return TERN_OK;
 }
 

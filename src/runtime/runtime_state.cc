@@ -160,6 +160,10 @@ void DestroyRuntime(Runtime* runtime) {
   {
     std::lock_guard<std::mutex> lock(runtime->host_mutex);
     for (auto& [ptr, size] : runtime->host_allocations) munmap(ptr, size);
+    for (const Runtime::HostRegistration& r : runtime->host_registrations) {
+      munlock(reinterpret_cast<void*>(r.locked_begin), r.locked_end - r.locked_begin);
+    }
+    runtime->host_registrations.clear();
     runtime->host_allocations.clear();
   }
   runtime->devices.clear();

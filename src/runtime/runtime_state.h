@@ -93,6 +93,15 @@ class Runtime {
 
   std::mutex host_mutex;
   std::vector<std::pair<void*, uint64_t>> host_allocations;  // guarded by host_mutex
+  // tern_host_register's ranges: the caller's pointer -> the page-widened
+  // range locked for it.
+  struct HostRegistration {
+    void* ptr;
+    uint64_t size;
+    uintptr_t locked_begin;
+    uintptr_t locked_end;
+  };
+  std::vector<HostRegistration> host_registrations;  // guarded by host_mutex
 };
 
 // Records `status` as the calling thread's last error (when it failed) and
