@@ -177,7 +177,9 @@ def grad_of(fn, x):
 
 # PyTorch's backward of sort and topk (value_selecting_reduction_backward)
 # scatters the gradient with aten::scatter, which has no native kernel yet.
-BACKWARD_FALLBACKS = {"aten::scatter.src_out"}
+# sort's and topk's backward scatter the gradient (scatter.src, native on
+# tern since the SCATTER_ALONG_AXIS instruction): no fallback remains.
+BACKWARD_FALLBACKS = set()
 
 
 @pytest.mark.parametrize("name,fn,allowed", [

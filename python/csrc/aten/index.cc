@@ -1,5 +1,7 @@
 // Native indexing and assembly operators: index_select, gather, scatter_add,
-// index_add, single-tensor advanced indexing, embedding's backward, cat,
+// scatter (a value or a src tensor), index_add, index_put_ with one index
+// tensor (integer or boolean mask, assigning or accumulating), single-tensor
+// advanced indexing, embedding's backward, cat,
 // tril/triu, arange, and the negative log-likelihood loss forward and
 // backward (cross_entropy = log_softmax + nll_loss).
 #include <ATen/ATen.h>
@@ -7,6 +9,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
+#include <vector>
 
 #include "aten/native.h"
 #include "aten/register.h"
@@ -190,6 +194,41 @@ at::Tensor& ScatterValueOut(const at::Tensor& self, int64_t dim, const at::Tenso
 }
 TERN_ATEN_IMPL("scatter.value_out", ScatterValueOut);
 
+// scatter(dim, index, src): out[i][index[i][j]] = src[i][j] (dim 1), the
+// last position along `dim` winning where an index repeats within a line, as
+// the CPU's kernel (which walks each line in order). One SCATTER_ALONG_AXIS
+// after the copy of self; sort's and topk's backward.
+at::Tensor& ScatterSrcOut(const at::Tensor& self, int64_t dim, const at::Tensor& index,
+                          const at::Tensor& src, at::Tensor& out) {
+  bool done = false;
+  const at::ScalarType dtype = self.scalar_type();
+  if (IsTern(self) && IsTern(src) && self.dim() > 0 && Supported(dtype) &&
+      src.scalar_type() == dtype && out.scalar_type() == dtype && IndexDtype(index) &&
+      index.dim() == self.dim() && src.dim() == self.dim()) {
+    dim = c10::maybe_wrap_dim(dim, self.dim());
+    bool shapes_ok = true;
+    for (int64_t d = 0; d < self.dim(); ++d) {
+      shapes_ok =
+          shapes_ok && index.size(d) <= src.size(d) && (d == dim || index.size(d) <= self.size(d));
+    }
+    ResizeOut(out, self.sizes());
+    const bool aliased =
+        (src.storage().is_alias_of(out.storage()) || index.storage().is_alias_of(out.storage()));
+    if (shapes_ok && !aliased && OutputOk(out, {self})) {
+      Program p("aten::scatter.src_out");
+      Operand O = p.Out(out);
+      CopyUnlessSame(p, self, out, O);
+      Operand S = p.In(src);
+      for (int64_t d = 0; d < src.dim(); ++d) S = S.Slice(d, 0, index.size(d));
+      p.Emit(TERN_OP_SCATTER_ALONG_AXIS, {O, p.In(index), S}, {dim});
+      done = p.Run();
+    }
+  }
+  if (done) return out;
+  return TERN_FALLBACK(scatter_src_out, self, dim, index, src, out);
+}
+TERN_ATEN_IMPL("scatter.src_out", ScatterSrcOut);
+
 at::Tensor& IndexAddOut(const at::Tensor& self, int64_t dim, const at::Tensor& index,
                         const at::Tensor& source, const at::Scalar& alpha, at::Tensor& out) {
   bool done = false;
@@ -227,11 +266,113 @@ at::Tensor& IndexAddOut(const at::Tensor& self, int64_t dim, const at::Tensor& i
 }
 TERN_ATEN_IMPL("index_add.out", IndexAddOut);
 
-// self[..., index, ...] += values with one integer index tensor at `axis`
-// (the indices before it None, none after): the backward of x[:, :, idx]
-// and what index_put_(accumulate=True) does in models. One SCATTER_ADD along
-// the axis; values broadcast to the indexed shape. Anything else (several
-// index tensors, boolean masks, assignment without accumulate) falls back.
+// Whether `t` can be written in place natively: OutputOk's rules, but a
+// strided view (x[..., 1] of a contiguous x) counts as well when no two of
+// its elements share memory (sorted by stride, each stride exceeds the span
+// of the smaller ones), which at::has_internal_overlap does not decide.
+bool WritableInPlace(const at::Tensor& t) {
+  if (OutputOk(t, {})) return true;
+  if (!IsTern(t) || !Supported(t.scalar_type()) || t.is_conj() || t.is_neg()) return false;
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of dims of size > 1
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    if (t.size(d) > 1) dims.emplace_back(t.stride(d), t.size(d));
+  }
+  std::sort(dims.begin(), dims.end());
+  int64_t span = 1;  // elements covered by the dims so far
+  for (const auto& [stride, size] : dims) {
+    if (stride < span) return false;
+    span += (size - 1) * stride;
+  }
+  return true;
+}
+
+// The shape x[..., index, ...] has: self's dims before `axis`, the index's
+// dims, then self's dims after `axis + consumed` (a k-dim mask consumes k).
+std::vector<int64_t> IndexedShape(const at::Tensor& self, int64_t axis, c10::IntArrayRef index,
+                                  int64_t consumed) {
+  std::vector<int64_t> shape(self.sizes().begin(), self.sizes().begin() + axis);
+  shape.insert(shape.end(), index.begin(), index.end());
+  shape.insert(shape.end(), self.sizes().begin() + axis + consumed, self.sizes().end());
+  return shape;
+}
+
+// self[..., index, ...] = values (or += with accumulate) with one integer
+// index tensor at `axis` (the indices before it None, none after): the
+// backward of x[:, :, idx], x[idx] = v, and what index_put_ does in models.
+// One SCATTER_ADD or SCATTER (the last of duplicate indices wins, as the
+// CPU's serial loop) along the axis; values broadcast to the indexed shape.
+bool IndexPutInteger(at::Tensor& self, int64_t axis, const at::Tensor& index,
+                     const at::Tensor& values, bool accumulate) {
+  const std::vector<int64_t> shape = IndexedShape(self, axis, index.sizes(), 1);
+  if (!at::is_expandable_to(values.sizes(), shape)) return false;
+  Program p("aten::_index_put_impl_");
+  Operand idx = p.In(index);
+  if (index.dim() == 0) idx = idx.Unsqueeze(0);
+  Operand src = Input(p, values, self.scalar_type(), shape);
+  // A 0-dim index removes the axis from the indexed shape; the instruction
+  // wants it back, of size 1.
+  if (index.dim() == 0) src = src.Unsqueeze(axis);
+  p.Emit(accumulate ? TERN_OP_SCATTER_ADD : TERN_OP_SCATTER, {p.Out(self), idx, src}, {axis});
+  return p.ok() && p.Run();
+}
+
+// self[..., mask, ...] = values with one boolean mask over self's dims
+// [axis, axis + mask.dim()). Values that broadcast along the selected
+// elements (x[mask] = 0, a value per trailing position) are a WHERE, with no
+// synchronisation. Values with one row per selected element are gathered
+// through the mask's running count (SCAN): row c - 1 for the c-th true
+// element. That needs the count on the host first, as the CPU's nonzero
+// does, to check the rows (a mismatch falls back for the CPU's error).
+bool IndexPutMask(at::Tensor& self, int64_t axis, const at::Tensor& mask,
+                  const at::Tensor& values) {
+  const int64_t k = mask.dim();
+  if (k == 0 || axis + k > self.dim() ||
+      mask.sizes() != self.sizes().slice(static_cast<size_t>(axis), static_cast<size_t>(k))) {
+    return false;
+  }
+  const int64_t post = self.dim() - axis - k;
+  // The selected dimension's place in values, right-aligned with the
+  // indexed shape [pre..., count, post...]; < 0 when values lacks it.
+  const int64_t vd = values.dim() - 1 - post;
+  const bool broadcast = vd < 0 || values.size(vd) == 1;
+  std::vector<int64_t> one_row = IndexedShape(self, axis, {1}, k);
+  Program p("aten::_index_put_impl_");
+  Operand O = p.Out(self);
+  Operand M = p.In(mask);
+  for (int64_t d = 0; d < post; ++d) M = M.Unsqueeze(M.dim());
+  M = M.Expand(self.sizes());
+  Operand V;
+  if (broadcast) {
+    if (!at::is_expandable_to(values.sizes(), one_row)) return false;
+    V = Input(p, values, self.scalar_type(), one_row).Select(axis, 0);
+    for (int64_t d = 0; d < k; ++d) V = V.Unsqueeze(axis);
+    V = V.Expand(self.sizes());
+  } else {
+    if (!IsTern(values)) return false;
+    const int64_t count = mask.sum().item<int64_t>();
+    if (values.size(vd) != count) return false;
+    if (count == 0) return true;  // nothing is selected
+    const std::vector<int64_t> rows = IndexedShape(self, axis, {count}, k);
+    if (!at::is_expandable_to(values.sizes(), rows)) return false;
+    // The row of each position: the mask's running count minus one (-1,
+    // the last row, before the first true element, where WHERE ignores it).
+    Operand flat = p.Temp(TERN_DTYPE_BOOL, mask.sizes());
+    p.Emit(TERN_OP_COPY, {flat, p.In(mask)});
+    Operand counts = p.Temp(TERN_DTYPE_I64, {mask.numel()});
+    p.Emit(TERN_OP_SCAN, {counts, flat.View({mask.numel()})}, {TERN_SCAN_SUM, 0});
+    Operand row = p.Temp(TERN_DTYPE_I64, {mask.numel()});
+    p.Emit(TERN_OP_BINARY, {row, counts, p.ConstInt(1, TERN_DTYPE_I64).Expand({mask.numel()})},
+           {TERN_BINARY_SUB});
+    V = p.Temp(*TD(self.scalar_type()), self.sizes());
+    p.Emit(TERN_OP_GATHER, {V, p.In(values).Expand(rows), row.View(mask.sizes())}, {axis});
+  }
+  p.Emit(TERN_OP_WHERE, {O, M, V, O});
+  return p.ok() && p.Run();
+}
+
+// index_put_ with one index tensor (integer or boolean) among slices, into
+// a tern tensor of its own dtype. Anything else (several index tensors, CPU
+// indices, values that alias self) falls back.
 at::Tensor& IndexPutImpl(at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices,
                          const at::Tensor& values, bool accumulate, bool unsafe) {
   bool done = false;
@@ -239,23 +380,16 @@ at::Tensor& IndexPutImpl(at::Tensor& self, const c10::List<std::optional<at::Ten
   at::Tensor index;
   const bool one_index = OneIndexTensor(indices, &axis, &index);
   const at::ScalarType dtype = self.scalar_type();
-  if (accumulate && one_index && IsTern(self) && IsTern(values) && IndexDtype(index) &&
-      axis < self.dim() && dtype != at::kBool && Supported(dtype) &&
-      values.scalar_type() == dtype && !values.storage().is_alias_of(self.storage()) &&
-      !index.storage().is_alias_of(self.storage()) && OutputOk(self, {})) {
-    std::vector<int64_t> shape(self.sizes().begin(), self.sizes().begin() + axis);
-    shape.insert(shape.end(), index.sizes().begin(), index.sizes().end());
-    shape.insert(shape.end(), self.sizes().begin() + axis + 1, self.sizes().end());
-    if (at::is_expandable_to(values.sizes(), shape)) {
-      Program p("aten::_index_put_impl_");
-      Operand idx = p.In(index);
-      if (index.dim() == 0) idx = idx.Unsqueeze(0);
-      Operand src = p.In(values).Expand(shape);
-      // A 0-dim index removes the axis from the indexed shape; the
-      // instruction wants it back, of size 1.
-      if (index.dim() == 0) src = src.Unsqueeze(axis);
-      p.Emit(TERN_OP_SCATTER_ADD, {p.Out(self), idx, src}, {axis});
-      done = p.ok() && p.Run();
+  // Values: a tern tensor of self's dtype, or a number (a 0-dim CPU tensor).
+  if (one_index && IsTern(self) && (IsTern(values) || IsCpuScalar(values)) && IsTern(index) &&
+      axis < self.dim() && Supported(dtype) && values.scalar_type() == dtype &&
+      !values.storage().is_alias_of(self.storage()) &&
+      !index.storage().is_alias_of(self.storage()) && WritableInPlace(self)) {
+    if (IndexDtype(index)) {
+      done = (!accumulate || dtype != at::kBool) &&
+             IndexPutInteger(self, axis, index, values, accumulate);
+    } else if (index.scalar_type() == at::kBool && !accumulate) {
+      done = IndexPutMask(self, axis, index, values);
     }
   }
   if (done) return self;
