@@ -198,6 +198,7 @@ TERN_ATEN_IMPL("scatter.value_out", ScatterValueOut);
 // last position along `dim` winning where an index repeats within a line, as
 // the CPU's kernel (which walks each line in order). One SCATTER_ALONG_AXIS
 // after the copy of self; sort's and topk's backward.
+// Thread-safety: any thread (the current stream's queue orders the work).
 at::Tensor& ScatterSrcOut(const at::Tensor& self, int64_t dim, const at::Tensor& index,
                           const at::Tensor& src, at::Tensor& out) {
   bool done = false;
@@ -373,6 +374,7 @@ bool IndexPutMask(at::Tensor& self, int64_t axis, const at::Tensor& mask,
 // index_put_ with one index tensor (integer or boolean) among slices, into
 // a tern tensor of its own dtype. Anything else (several index tensors, CPU
 // indices, values that alias self) falls back.
+// Thread-safety: any thread (the current stream's queue orders the work).
 at::Tensor& IndexPutImpl(at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices,
                          const at::Tensor& values, bool accumulate, bool unsafe) {
   bool done = false;

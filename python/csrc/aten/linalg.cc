@@ -60,6 +60,7 @@ at::Tensor Solve(const at::Tensor& a, const at::Tensor& b, bool upper, bool left
   return left ? at::matmul(inverse, b) : at::matmul(b, inverse);
 }
 
+// Thread-safety: any thread (the current stream's queue orders the work).
 at::Tensor& SolveTriangularOut(const at::Tensor& a, const at::Tensor& b, bool upper, bool left,
                                bool unitriangular, at::Tensor& out) {
   if (Native(a, b, left) && IsTern(out) && out.scalar_type() == at::kFloat) {
@@ -72,6 +73,7 @@ at::Tensor& SolveTriangularOut(const at::Tensor& a, const at::Tensor& b, bool up
 }
 TERN_ATEN_IMPL("linalg_solve_triangular.out", SolveTriangularOut);
 
+// Thread-safety: any thread (the current stream's queue orders the work).
 at::Tensor SolveTriangular(const at::Tensor& a, const at::Tensor& b, bool upper, bool left,
                            bool unitriangular) {
   if (Native(a, b, left)) return Solve(a, b, upper, left, unitriangular);
