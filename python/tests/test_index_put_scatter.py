@@ -169,3 +169,25 @@ def test_scatter_src_edges(fallback_log):
     # A src of another dtype: the CPU's error, through the fallback.
     with pytest.raises(RuntimeError, match="dtype"):
         tern(x).scatter(0, tern(torch.tensor([[0]])), tern(x.double()))
+
+
+def test_scatter_in_place_on_strided_views(fallback_log):
+    # Bigbird's pattern: view[:, :, 2:-2, :, 1:-1].scatter_(...) writes a
+    # strided, non-dense view in place; so do scatter_add_ and index_add_.
+    base = torch.randn(2, 6, 4, 5, generator=g)
+    index = torch.randint(0, 3, (2, 2, 4, 2), generator=g)
+    src = torch.randn(2, 2, 4, 2, generator=g)
+    rows = torch.tensor([0, 2, 2])
+    added = torch.randn(2, 3, 4, 3, generator=g)
+
+    def run(x, index, src, rows, added):
+        x[:, 2:-2, :, 1:-1].scatter_(3, index, src)
+        x[:, 1:5, :, 2:].scatter_add_(3, index, src)
+        x[:, :, 1:, 1:4].index_add_(1, rows, added[:, :, :3])
+        x[:, 1:3, :, ::2].scatter_(2, index[..., :2].clone(), 9.0)
+        return x
+
+    want = run(base.clone(), index, src, rows, added)
+    got = run(tern(base), tern(index), tern(src), tern(rows), tern(added))
+    torch.testing.assert_close(got.cpu(), want, rtol=1e-6, atol=1e-6)
+    assert fallback_log.get_fallback_ops() == {}

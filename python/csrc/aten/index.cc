@@ -118,6 +118,33 @@ at::Tensor& GatherOut(const at::Tensor& self, int64_t dim, const at::Tensor& ind
 }
 TERN_ATEN_IMPL("gather.out", GatherOut);
 
+// Whether `t` can be written in place natively: OutputOk's rules, but a
+// strided view (x[..., 1] of a contiguous x) counts as well when no two of
+// its elements share memory (sorted by stride, each stride exceeds the span
+// of the smaller ones), which at::has_internal_overlap does not decide.
+bool WritableInPlace(const at::Tensor& t) {
+  if (OutputOk(t, {})) return true;
+  if (!IsTern(t) || !Supported(t.scalar_type()) || t.is_conj() || t.is_neg()) return false;
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of dims of size > 1
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    if (t.size(d) > 1) dims.emplace_back(t.stride(d), t.size(d));
+  }
+  std::sort(dims.begin(), dims.end());
+  int64_t span = 1;  // elements covered by the dims so far
+  for (const auto& [stride, size] : dims) {
+    if (stride < span) return false;
+    span += (size - 1) * stride;
+  }
+  return true;
+}
+
+// Whether a scatter-like op may write `out` natively: in place (scatter_,
+// index_add_ on a strided view such as x[:, :, 2:-2]) when no two of its
+// elements share memory, else OutputOk's rules.
+bool ScatterTargetOk(const at::Tensor& self, const at::Tensor& out) {
+  return self.is_same(out) ? WritableInPlace(out) : OutputOk(out, {self});
+}
+
 // Copies self into out unless out is self (in place).
 void CopyUnlessSame(Program& p, const at::Tensor& self, const at::Tensor& out, Operand O) {
   if (self.data_ptr() == out.data_ptr() && self.sizes() == out.sizes() &&
@@ -143,7 +170,7 @@ at::Tensor& ScatterAddOut(const at::Tensor& self, int64_t dim, const at::Tensor&
     ResizeOut(out, self.sizes());
     const bool aliased =
         (src.storage().is_alias_of(out.storage()) || index.storage().is_alias_of(out.storage()));
-    if (shapes_ok && !aliased && OutputOk(out, {self})) {
+    if (shapes_ok && !aliased && ScatterTargetOk(self, out)) {
       Program p("aten::scatter_add.out");
       Operand O = p.Out(out);
       CopyUnlessSame(p, self, out, O);
@@ -174,7 +201,7 @@ at::Tensor& ScatterValueOut(const at::Tensor& self, int64_t dim, const at::Tenso
       shapes_ok = shapes_ok && (d == dim || index.size(d) <= self.size(d));
     }
     ResizeOut(out, self.sizes());
-    if (shapes_ok && !index.storage().is_alias_of(out.storage()) && OutputOk(out, {self})) {
+    if (shapes_ok && !index.storage().is_alias_of(out.storage()) && ScatterTargetOk(self, out)) {
       Program p("aten::scatter.value_out");
       Operand O = p.Out(out);
       CopyUnlessSame(p, self, out, O);
@@ -215,7 +242,7 @@ at::Tensor& ScatterSrcOut(const at::Tensor& self, int64_t dim, const at::Tensor&
     ResizeOut(out, self.sizes());
     const bool aliased =
         (src.storage().is_alias_of(out.storage()) || index.storage().is_alias_of(out.storage()));
-    if (shapes_ok && !aliased && OutputOk(out, {self})) {
+    if (shapes_ok && !aliased && ScatterTargetOk(self, out)) {
       Program p("aten::scatter.src_out");
       Operand O = p.Out(out);
       CopyUnlessSame(p, self, out, O);
@@ -243,7 +270,7 @@ at::Tensor& IndexAddOut(const at::Tensor& self, int64_t dim, const at::Tensor& i
     ResizeOut(out, self.sizes());
     const bool aliased =
         (source.storage().is_alias_of(out.storage()) || index.storage().is_alias_of(out.storage()));
-    if (source.sizes() == at::IntArrayRef(expected) && !aliased && OutputOk(out, {self})) {
+    if (source.sizes() == at::IntArrayRef(expected) && !aliased && ScatterTargetOk(self, out)) {
       Program p("aten::index_add.out");
       Operand O = p.Out(out);
       CopyUnlessSame(p, self, out, O);
@@ -266,26 +293,6 @@ at::Tensor& IndexAddOut(const at::Tensor& self, int64_t dim, const at::Tensor& i
   return TERN_FALLBACK(index_add_out, self, dim, index, source, alpha, out);
 }
 TERN_ATEN_IMPL("index_add.out", IndexAddOut);
-
-// Whether `t` can be written in place natively: OutputOk's rules, but a
-// strided view (x[..., 1] of a contiguous x) counts as well when no two of
-// its elements share memory (sorted by stride, each stride exceeds the span
-// of the smaller ones), which at::has_internal_overlap does not decide.
-bool WritableInPlace(const at::Tensor& t) {
-  if (OutputOk(t, {})) return true;
-  if (!IsTern(t) || !Supported(t.scalar_type()) || t.is_conj() || t.is_neg()) return false;
-  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of dims of size > 1
-  for (int64_t d = 0; d < t.dim(); ++d) {
-    if (t.size(d) > 1) dims.emplace_back(t.stride(d), t.size(d));
-  }
-  std::sort(dims.begin(), dims.end());
-  int64_t span = 1;  // elements covered by the dims so far
-  for (const auto& [stride, size] : dims) {
-    if (stride < span) return false;
-    span += (size - 1) * stride;
-  }
-  return true;
-}
 
 // The shape x[..., index, ...] has: self's dims before `axis`, the index's
 // dims, then self's dims after `axis + consumed` (a k-dim mask consumes k).
