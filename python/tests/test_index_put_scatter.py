@@ -191,3 +191,32 @@ def test_scatter_in_place_on_strided_views(fallback_log):
     got = run(tern(base), tern(index), tern(src), tern(rows), tern(added))
     torch.testing.assert_close(got.cpu(), want, rtol=1e-6, atol=1e-6)
     assert fallback_log.get_fallback_ops() == {}
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_index_with_several_adjacent_index_tensors(dtype, fallback_log):
+    x = rand((4, 5, 6, 3), dtype)
+    i = torch.tensor([[0, -1], [3, 2]])
+    j = torch.tensor([4, -5], dtype=torch.int32)
+    k = torch.tensor([2, -3])  # for the dim of size 3
+    cases = [
+        lambda t, i, j, k: t[i, j],                      # leading dims, broadcast indices
+        lambda t, i, j, k: t[:, i, j],                   # after a slice (sizes 5, 6)
+        lambda t, i, j, k: t[..., i, k],                 # trailing dims (sizes 6, 3)
+        lambda t, i, j, k: t[i[0, 0], j[0]],             # 0-dim indices
+        lambda t, i, j, k: t[i[:0, 0], j[:0]],           # empty indices
+        lambda t, i, j, k: t.transpose(2, 3)[:, :, k, i],  # dims that do not merge: CPU
+    ]
+    for n, case in enumerate(cases):
+        want = case(x, i, j, k)
+        got = case(tern(x), tern(i), tern(j), tern(k))
+        assert torch.equal(got.cpu(), want), n
+    # Only the transposed case, whose indexed dims do not merge, falls back.
+    assert fallback_log.get_fallback_ops() == {"aten::index.Tensor_out": 1}
+    # The padding-mask lookup of transformers' masking utilities.
+    mask = torch.rand(2, 7, generator=g) > 0.3
+    batch, kv = torch.arange(2)[:, None], torch.arange(7)[None, :]
+    assert torch.equal(tern(mask)[tern(batch), tern(kv)].cpu(), mask[batch, kv])
+    # An index out of range for its own dim raises, naming its value.
+    with pytest.raises(RuntimeError, match="index 5 .* out of range for axis 0 of size 5"):
+        tern(x)[tern(torch.tensor([0])), tern(torch.tensor([5]))].cpu()

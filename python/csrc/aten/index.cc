@@ -72,13 +72,127 @@ bool OneIndexTensor(const c10::List<std::optional<at::Tensor>>& indices, int64_t
   return defined == 1;
 }
 
-// x[..., idx, ...] with one integer index tensor (the other indices None).
+// The shape x[..., index, ...] has: self's dims before `axis`, the index's
+// dims, then self's dims after `axis + consumed` (a k-dim mask consumes k).
+std::vector<int64_t> IndexedShape(const at::Tensor& self, int64_t axis, c10::IntArrayRef index,
+                                  int64_t consumed) {
+  std::vector<int64_t> shape(self.sizes().begin(), self.sizes().begin() + axis);
+  shape.insert(shape.end(), index.begin(), index.end());
+  shape.insert(shape.end(), self.sizes().begin() + axis + consumed, self.sizes().end());
+  return shape;
+}
+
+// Whether `indices` holds k >= 2 integer tern index tensors at adjacent
+// positions [*first, *first + k) (None elsewhere); they go to *adjacent.
+bool AdjacentIndexTensors(const c10::List<std::optional<at::Tensor>>& indices, int64_t* first,
+                          std::vector<at::Tensor>* adjacent) {
+  *first = -1;
+  for (size_t i = 0; i < indices.size(); ++i) {
+    const std::optional<at::Tensor> t = indices.get(i);
+    if (!t.has_value() || !t->defined()) continue;
+    if (*first < 0) *first = static_cast<int64_t>(i);
+    if (static_cast<int64_t>(i) != *first + static_cast<int64_t>(adjacent->size()) ||
+        !IndexDtype(*t)) {
+      return false;
+    }
+    adjacent->push_back(*t);
+  }
+  return adjacent->size() >= 2;
+}
+
+// x[i, j] (x[..., i, j, ...]) with several adjacent integer index tensors:
+// one GATHER along the indexed dims merged into one, at the linear index
+// sum(i_d * stride_d) of the broadcast indices. Each index is first checked
+// against its own dim by a GATHER from a zero-stride table of that size (so
+// an out-of-range index fails with its own value, before anything is
+// written) and counted from the end when negative.
+bool IndexSeveral(const at::Tensor& self, int64_t first, const std::vector<at::Tensor>& adjacent,
+                  const at::Tensor& out) {
+  const int64_t k = static_cast<int64_t>(adjacent.size());
+  if (first + k > self.dim()) return false;
+  // The indexed dims must merge into one (a view of self): each dim of
+  // size > 1 steps over all the dims after it.
+  int64_t merged = 1;
+  for (int64_t d = first + k - 1; d >= first; --d) {
+    if (self.size(d) > 1 && self.stride(d) != self.stride(first + k - 1) * merged) return false;
+    merged *= self.size(d);
+  }
+  // The indices' broadcast shape (none: the CPU's error, through the fallback).
+  std::vector<int64_t> broadcast;
+  for (const at::Tensor& index : adjacent) {
+    const int64_t rank = std::max<int64_t>(static_cast<int64_t>(broadcast.size()), index.dim());
+    std::vector<int64_t> shape(static_cast<size_t>(rank), 1);
+    for (int64_t d = 0; d < rank; ++d) {
+      const int64_t a = d - (rank - static_cast<int64_t>(broadcast.size()));
+      const int64_t b = d - (rank - index.dim());
+      const int64_t x = a >= 0 ? broadcast[a] : 1, y = b >= 0 ? index.size(b) : 1;
+      if (x != y && x != 1 && y != 1) return false;
+      shape[d] = x == 1 ? y : x;
+    }
+    broadcast = std::move(shape);
+  }
+  ResizeOut(out, IndexedShape(self, first, broadcast, k));
+  std::vector<at::Tensor> inputs = {self};
+  inputs.insert(inputs.end(), adjacent.begin(), adjacent.end());
+  for (const at::Tensor& t : inputs) {
+    if (t.storage().is_alias_of(out.storage())) return false;
+  }
+  if (!OutputOk(out, {})) return false;
+  if (out.numel() == 0) return true;
+  Program p("aten::index.Tensor_out");
+  Operand linear;
+  int64_t stride = 1;  // elements of the merged dim per step of dim d
+  for (int64_t d = first + k - 1; d >= first; --d) {
+    const int64_t size = self.size(d);
+    const at::Tensor& index = adjacent[d - first];
+    Operand check = p.Temp(TERN_DTYPE_I64, index.dim() == 0 ? c10::IntArrayRef{1} : index.sizes());
+    Operand table = p.ConstInt(0, TERN_DTYPE_I64).Expand({size});
+    Operand raw = p.In(index);
+    p.Emit(TERN_OP_GATHER, {check, table, index.dim() == 0 ? raw.Unsqueeze(0) : raw}, {0});
+    Operand wide = Input(p, index, at::kLong, broadcast);
+    Operand negative = p.Temp(TERN_DTYPE_BOOL, broadcast);
+    p.Emit(TERN_OP_BINARY, {negative, wide, p.ConstInt(0, TERN_DTYPE_I64).Expand(broadcast)},
+           {TERN_BINARY_LT});
+    Operand term = p.Temp(TERN_DTYPE_I64, broadcast);
+    p.Emit(TERN_OP_BINARY, {term, wide, p.ConstInt(size, TERN_DTYPE_I64).Expand(broadcast)},
+           {TERN_BINARY_ADD});
+    p.Emit(TERN_OP_WHERE, {term, negative, term, wide});
+    if (stride != 1) {
+      p.Emit(TERN_OP_BINARY, {term, term, p.ConstInt(stride, TERN_DTYPE_I64).Expand(broadcast)},
+             {TERN_BINARY_MUL});
+    }
+    if (linear.present()) {
+      p.Emit(TERN_OP_BINARY, {linear, linear, term}, {TERN_BINARY_ADD});
+    } else {
+      linear = term;
+    }
+    stride *= size;
+  }
+  std::vector<int64_t> merged_shape(self.sizes().begin(), self.sizes().begin() + first);
+  merged_shape.push_back(merged);
+  merged_shape.insert(merged_shape.end(), self.sizes().begin() + first + k, self.sizes().end());
+  std::vector<int64_t> merged_strides(self.strides().begin(), self.strides().begin() + first);
+  merged_strides.push_back(self.stride(first + k - 1));
+  merged_strides.insert(merged_strides.end(), self.strides().begin() + first + k,
+                        self.strides().end());
+  Operand table = p.In(self.as_strided(merged_shape, merged_strides));
+  if (broadcast.empty()) linear = linear.Unsqueeze(0);
+  Operand O = p.Out(out);
+  if (broadcast.empty()) O = O.Unsqueeze(first);
+  p.Emit(TERN_OP_GATHER, {O, table, linear}, {first});
+  return p.ok() && p.Run();
+}
+
+// x[..., idx, ...] with one integer index tensor (the other indices None),
+// or several adjacent ones (x[i, j]).
+// Thread-safety: any thread (the current stream's queue orders the work).
 at::Tensor& IndexTensorOut(const at::Tensor& self,
                            const c10::List<std::optional<at::Tensor>>& indices, at::Tensor& out) {
   bool done = false;
   int64_t axis = -1;
   at::Tensor index;
   const bool one_index = OneIndexTensor(indices, &axis, &index);
+  std::vector<at::Tensor> adjacent;
   if (one_index && IsTern(self) && IndexDtype(index) && axis < self.dim() &&
       out.scalar_type() == self.scalar_type()) {
     std::vector<int64_t> shape(self.sizes().begin(), self.sizes().begin() + axis);
@@ -90,6 +204,9 @@ at::Tensor& IndexTensorOut(const at::Tensor& self,
       p.Emit(TERN_OP_GATHER, {p.Out(out), p.In(self), p.In(index)}, {axis});
       done = p.Run();
     }
+  } else if (!one_index && IsTern(self) && IsTern(out) && out.scalar_type() == self.scalar_type() &&
+             Supported(self.scalar_type()) && AdjacentIndexTensors(indices, &axis, &adjacent)) {
+    done = IndexSeveral(self, axis, adjacent, out);
   }
   if (done) return out;
   return TERN_FALLBACK(index_Tensor_out, self, indices, out);
@@ -293,16 +410,6 @@ at::Tensor& IndexAddOut(const at::Tensor& self, int64_t dim, const at::Tensor& i
   return TERN_FALLBACK(index_add_out, self, dim, index, source, alpha, out);
 }
 TERN_ATEN_IMPL("index_add.out", IndexAddOut);
-
-// The shape x[..., index, ...] has: self's dims before `axis`, the index's
-// dims, then self's dims after `axis + consumed` (a k-dim mask consumes k).
-std::vector<int64_t> IndexedShape(const at::Tensor& self, int64_t axis, c10::IntArrayRef index,
-                                  int64_t consumed) {
-  std::vector<int64_t> shape(self.sizes().begin(), self.sizes().begin() + axis);
-  shape.insert(shape.end(), index.begin(), index.end());
-  shape.insert(shape.end(), self.sizes().begin() + axis + consumed, self.sizes().end());
-  return shape;
-}
 
 // self[..., index, ...] = values (or += with accumulate) with one integer
 // index tensor at `axis` (the indices before it None, none after): the
