@@ -166,6 +166,16 @@ def test_scatter_src_edges(fallback_log):
         x.scatter(1, torch.tensor([[0, -1]]), x)
     with pytest.raises(RuntimeError, match="out of range"):
         tern(x).scatter(0, tern(torch.tensor([[3]])), tern(x)).cpu()
+    # scatter with a number follows the same index rule.
+    with pytest.raises(RuntimeError, match="out of range"):
+        tern(x).scatter(1, tern(torch.tensor([[-1]])), 2.0).cpu()
+    with pytest.raises(RuntimeError):
+        x.scatter(1, torch.tensor([[-1]]), 2.0)
+    for dtype in DTYPES:
+        y, index = rand((3, 4), dtype), torch.tensor([[3, 3, 0], [1, 2, 1]])
+        want = y.scatter(1, index, True if dtype == torch.bool else 5)
+        got = tern(y).scatter(1, tern(index), True if dtype == torch.bool else 5)
+        assert torch.equal(got.cpu(), want)
     # A src of another dtype: the CPU's error, through the fallback.
     with pytest.raises(RuntimeError, match="dtype"):
         tern(x).scatter(0, tern(torch.tensor([[0]])), tern(x.double()))

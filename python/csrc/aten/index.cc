@@ -303,9 +303,10 @@ at::Tensor& ScatterAddOut(const at::Tensor& self, int64_t dim, const at::Tensor&
 TERN_ATEN_IMPL("scatter_add.out", ScatterAddOut);
 
 // scatter(dim, index, value) with a number: every position that `index`
-// names along `dim` becomes `value`. Duplicate indices write the same value,
-// so counting the hits (a SCATTER_ADD_ALONG_AXIS of ones) and a WHERE gives
-// exactly what the CPU writes, without an overwriting scatter instruction.
+// names along `dim` becomes `value`: one SCATTER_ALONG_AXIS of the number
+// broadcast to the index's shape, whose index rule is torch.scatter's (a
+// negative or too large index raises, as on the CPU).
+// Thread-safety: any thread (the current stream's queue orders the work).
 at::Tensor& ScatterValueOut(const at::Tensor& self, int64_t dim, const at::Tensor& index,
                             const at::Scalar& value, at::Tensor& out) {
   bool done = false;
@@ -322,14 +323,8 @@ at::Tensor& ScatterValueOut(const at::Tensor& self, int64_t dim, const at::Tenso
       Program p("aten::scatter.value_out");
       Operand O = p.Out(out);
       CopyUnlessSame(p, self, out, O);
-      Operand hits = p.Temp(TERN_DTYPE_F32, self.sizes());
-      p.Emit(TERN_OP_FILL, {hits}, {}, {0.0});
-      p.Emit(TERN_OP_SCATTER_ADD_ALONG_AXIS,
-             {hits, p.In(index), p.Const(1.0, TERN_DTYPE_F32).Expand(index.sizes())}, {dim});
-      Operand hit = p.Temp(TERN_DTYPE_BOOL, self.sizes());
-      p.Emit(TERN_OP_BINARY, {hit, hits, p.Const(0.0, TERN_DTYPE_F32).Expand(self.sizes())},
-             {TERN_BINARY_GT});
-      p.Emit(TERN_OP_WHERE, {O, hit, ScalarArg(p, value, dtype).Expand(self.sizes()), O});
+      p.Emit(TERN_OP_SCATTER_ALONG_AXIS,
+             {O, p.In(index), ScalarArg(p, value, dtype).Expand(index.sizes())}, {dim});
       done = p.ok() && p.Run();
     }
   }
