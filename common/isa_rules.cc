@@ -93,6 +93,8 @@ constexpr OpInfo kOps[] = {
     {TERN_OP_RANDOM, "random", {"out"}, 1, 0, Bit(0)},
     {TERN_OP_SORT, "sort", {"values", "indices", "in"}, 3, 0, Bit(0) | Bit(1)},
     {TERN_OP_TOPK, "topk", {"values", "indices", "in"}, 3, 0, Bit(0) | Bit(1)},
+    {TERN_OP_SCATTER, "scatter", {"out", "indices", "src"}, 3, 0, Bit(0)},
+    {TERN_OP_SCATTER_ALONG_AXIS, "scatter_along_axis", {"out", "indices", "src"}, 3, 0, Bit(0)},
     {TERN_OP_ALL_REDUCE, "all_reduce", {"out", "in"}, 2, 0, Bit(0)},
     {TERN_OP_SEM_SIGNAL, "sem_signal", {}, 0, 0, 0},
     {TERN_OP_SEM_WAIT, "sem_wait", {}, 0, 0, 0},
@@ -480,6 +482,9 @@ uint64_t FeaturesOf(uint32_t opcode, std::span<const OperandDesc> operands,
     case TERN_OP_SORT:
     case TERN_OP_TOPK:
       return TERN_FEATURE_SORT;
+    case TERN_OP_SCATTER:
+    case TERN_OP_SCATTER_ALONG_AXIS:
+      return TERN_FEATURE_SCATTER;
     case TERN_OP_MATMUL:
       return (residual || (ints.size() > 2 && ints[2] != TERN_ACTIVATION_NONE))
                  ? TERN_FEATURE_TENSOR_EPILOGUES
@@ -500,7 +505,8 @@ std::string FeatureNames(uint64_t bits) {
   } kFeatures[] = {{TERN_FEATURE_ELEMENTWISE_PROGRAMS, "elementwise-programs"},
                    {TERN_FEATURE_TENSOR_EPILOGUES, "tensor-epilogues"},
                    {TERN_FEATURE_SCAN, "scan"},
-                   {TERN_FEATURE_SORT, "sort"}};
+                   {TERN_FEATURE_SORT, "sort"},
+                   {TERN_FEATURE_SCATTER, "scatter"}};
   std::string names;
   for (const auto& feature : kFeatures) {
     if (!(bits & feature.bit)) continue;
@@ -583,6 +589,10 @@ Status ValidateInstruction(uint32_t opcode, std::span<const OperandDesc> operand
       return rules::CheckSort(c, false);
     case TERN_OP_TOPK:
       return rules::CheckSort(c, true);
+    case TERN_OP_SCATTER:
+      return rules::CheckGather(c, true, /*accumulate=*/false);
+    case TERN_OP_SCATTER_ALONG_AXIS:
+      return rules::CheckTakeAlongAxis(c, true, /*accumulate=*/false);
     case TERN_OP_ALL_REDUCE:
       return rules::CheckAllReduce(c);
     case TERN_OP_SEM_SIGNAL:

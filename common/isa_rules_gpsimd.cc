@@ -33,8 +33,8 @@ Status CheckIndexedShape(const Checker& c, size_t table, size_t indices, size_t 
 
 }  // namespace
 
-Status CheckGather(Checker& c, bool scatter) {
-  // gather [out, table, indices]; scatter_add [out, indices, src] (out is the table).
+Status CheckGather(Checker& c, bool scatter, bool accumulate) {
+  // gather [out, table, indices]; scatter(_add) [out, indices, src] (out is the table).
   const size_t table = scatter ? 0 : 1, indices = scatter ? 1 : 2, gathered = scatter ? 2 : 0;
   TERN_RETURN_IF_ERROR(c.IntCount(1, 1, "axis"));
   TERN_RETURN_IF_ERROR(c.FloatCount(0, 0, "none"));
@@ -44,11 +44,11 @@ Status CheckGather(Checker& c, bool scatter) {
   TERN_RETURN_IF_ERROR(c.Axis(c.ints()[0], c.Op(table).rank, "axis", false, &axis));
   TERN_RETURN_IF_ERROR(c.IndexDtype(indices));
   TERN_RETURN_IF_ERROR(c.SameDtypeAs(gathered, table));
-  if (scatter) TERN_RETURN_IF_ERROR(c.NotBool(0));
+  if (scatter && accumulate) TERN_RETURN_IF_ERROR(c.NotBool(0));
   return CheckIndexedShape(c, table, indices, gathered, axis);
 }
 
-Status CheckTakeAlongAxis(Checker& c, bool scatter) {
+Status CheckTakeAlongAxis(Checker& c, bool scatter, bool accumulate) {
   // take [out, in, indices]: out.shape == indices.shape.
   // scatter [out, indices, src]: src.shape == indices.shape.
   const size_t table = scatter ? 0 : 1, indices = scatter ? 1 : 2, values = scatter ? 2 : 0;
@@ -62,7 +62,7 @@ Status CheckTakeAlongAxis(Checker& c, bool scatter) {
   TERN_RETURN_IF_ERROR(c.Axis(c.ints()[0], t.rank, "axis", false, &axis));
   TERN_RETURN_IF_ERROR(c.IndexDtype(indices));
   TERN_RETURN_IF_ERROR(c.SameDtypeAs(values, table));
-  if (scatter) TERN_RETURN_IF_ERROR(c.NotBool(0));
+  if (scatter && accumulate) TERN_RETURN_IF_ERROR(c.NotBool(0));
   if (idx.rank != t.rank) {
     return c.Fail("{} is {} but {} is {}: ranks must be equal", c.Name(indices),
                   c.Describe(indices), c.Name(table), c.Describe(table));

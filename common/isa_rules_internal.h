@@ -224,8 +224,10 @@ Status CheckUnaryFloats(Checker& c, int64_t fn);
 Status CheckActivation(const Checker& c, int64_t fn, std::span<const double> parameters);
 // GpSimd: gather and scatter_add share one rule (`scatter` picks the slots),
 // as do take_along_axis and scatter_add_along_axis.
-Status CheckGather(Checker& c, bool scatter);
-Status CheckTakeAlongAxis(Checker& c, bool scatter);
+// `scatter`: the written forms [out, indices, src]; `accumulate`: the adding
+// ones (scatter_add*, not bool) rather than the overwriting ones (scatter*).
+Status CheckGather(Checker& c, bool scatter, bool accumulate = true);
+Status CheckTakeAlongAxis(Checker& c, bool scatter, bool accumulate = true);
 Status CheckIota(Checker& c);
 Status CheckRandom(Checker& c);
 // sort and topk share one rule (`topk`: values and indices may be shorter

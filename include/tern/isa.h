@@ -115,16 +115,26 @@ typedef enum tern_opcode_t {
   TERN_OP_TAKE_ALONG_AXIS = 0x0502, /* [out, in, indices] ints[0] axis (torch.gather) */
   TERN_OP_SCATTER_ADD_ALONG_AXIS = 0x0503, /* [out, indices, src] ints[0] axis */
   TERN_OP_IOTA = 0x0504,                   /* [out] ints[0] axis; floats [start, step] */
-  TERN_OP_RANDOM = 0x0505, /* [out] ints [tern_random_fn_t, seed, offset]; floats: parameters.
-                              Counter-based (Philox4x32-10): same seed and offset, same bits */
-  TERN_OP_SORT = 0x0506,   /* a stable sort (feature TERN_FEATURE_SORT): [values, indices I64, in]
-                              all of in's shape; ints [axis, descending 0/1]. Equal keys keep
-                              their order; NaN sorts above +inf (last ascending, first
-                              descending); -0.0 equals 0.0 */
-  TERN_OP_TOPK = 0x0507,   /* the k largest or smallest (feature TERN_FEATURE_SORT): [values,
-                              indices I64, in]; values and indices have in's shape but k along
-                              axis (0 <= k <= in's); ints [axis, largest 0/1]. Written in SORT's
-                              order of the whole axis (best first, equal keys by index) */
+  TERN_OP_RANDOM = 0x0505,  /* [out] ints [tern_random_fn_t, seed, offset]; floats: parameters.
+                               Counter-based (Philox4x32-10): same seed and offset, same bits */
+  TERN_OP_SORT = 0x0506,    /* a stable sort (feature TERN_FEATURE_SORT): [values, indices I64, in]
+                               all of in's shape; ints [axis, descending 0/1]. Equal keys keep
+                               their order; NaN sorts above +inf (last ascending, first
+                               descending); -0.0 equals 0.0 */
+  TERN_OP_TOPK = 0x0507,    /* the k largest or smallest (feature TERN_FEATURE_SORT): [values,
+                               indices I64, in]; values and indices have in's shape but k along
+                               axis (0 <= k <= in's); ints [axis, largest 0/1]. Written in SORT's
+                               order of the whole axis (best first, equal keys by index) */
+  TERN_OP_SCATTER = 0x0508, /* the overwriting adjoint of GATHER (feature TERN_FEATURE_SCATTER):
+                               [out, indices, src] ints[0] axis, shapes as SCATTER_ADD;
+                               out[p, indices[j], q] = src[p, j, q]. Any dtype. Duplicate
+                               indices: the last in index order (row-major) wins */
+  TERN_OP_SCATTER_ALONG_AXIS = 0x0509, /* torch.scatter (feature TERN_FEATURE_SCATTER): [out,
+                                          indices, src] ints[0] axis, shapes as
+                                          SCATTER_ADD_ALONG_AXIS; out[p with p[axis] =
+                                          indices[p]] = src[p]. Any dtype. Indices in
+                                          [0, size) only (torch.scatter's rule). Duplicates
+                                          along the axis: the last position wins */
 
   /* Collective (reserved: validated, not yet executable) */
   TERN_OP_ALL_REDUCE = 0x0600,
@@ -269,9 +279,10 @@ typedef enum tern_program_step_t {
  * instructions have none and load in every tern 1.x. */
 #define TERN_FEATURE_ELEMENTWISE_PROGRAMS (UINT64_C(1) << 0) /* ELEMENTWISE */
 #define TERN_FEATURE_TENSOR_EPILOGUES \
-  (UINT64_C(1) << 1)                         /* MATMUL/CONV2D with an activation or a residual */
-#define TERN_FEATURE_SCAN (UINT64_C(1) << 2) /* SCAN */
-#define TERN_FEATURE_SORT (UINT64_C(1) << 3) /* SORT, TOPK */
+  (UINT64_C(1) << 1)                            /* MATMUL/CONV2D with an activation or a residual */
+#define TERN_FEATURE_SCAN (UINT64_C(1) << 2)    /* SCAN */
+#define TERN_FEATURE_SORT (UINT64_C(1) << 3)    /* SORT, TOPK */
+#define TERN_FEATURE_SCATTER (UINT64_C(1) << 4) /* SCATTER, SCATTER_ALONG_AXIS */
 
 typedef enum tern_random_fn_t {
   TERN_RANDOM_UNIFORM = 0,   /* floats [low, high) */

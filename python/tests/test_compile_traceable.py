@@ -46,6 +46,7 @@ OPS = [k for k in harness.SUBSET if k != "lgamma"] + [
     "masked_select", "isnan", "flip", "nn.functional.logsigmoid", "scatter", "eye",
     "isneginf", "isposinf", "nn.functional.normalize", "nn.functional.instance_norm",
     "nn.functional.max_pool1d", "__getitem__", "index_put", "rsub", "zero_",
+    "linalg.solve_triangular", "cummax", "cummin",
 ]
 
 # Native ops (by base name) that no compiled OpInfo graph holds, and why that
@@ -95,6 +96,8 @@ ELSEWHERE = {
 # Native ops that traced graphs hold under another name.
 ALIASES = {
     "_index_put_impl": {"index_put"},
+    "_cummax_helper": {"cummax"},
+    "_cummin_helper": {"cummin"},
     "native_batch_norm": {"_native_batch_norm_legit_functional",
                           "_native_batch_norm_legit_no_training", "_native_batch_norm_legit"},
 }

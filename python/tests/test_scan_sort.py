@@ -1,4 +1,4 @@
-"""cumsum, cumprod, sort, argsort and topk run natively on tern (the SCAN, SORT
+"""cumsum, cumprod, cummax, cummin, sort, argsort and topk run natively on tern (the SCAN, SORT
 and TOPK instructions) and match the CPU: values, indices, dtypes, dims,
 layouts, NaN and ties, and their backward functions, with no CPU fallback."""
 
@@ -50,6 +50,29 @@ def test_cumsum_cumprod_match_cpu(dtype, dim, fallback_log):
         xt = x.t()
         torch.testing.assert_close(getattr(tern(x).t(), fn.__name__)(dim).cpu(),
                                    getattr(xt, fn.__name__)(dim), rtol=0, atol=0, equal_nan=True)
+    assert fallback_log.get_fallback_ops() == {}
+
+
+@pytest.mark.parametrize("dtype", [d for d in SCAN_DTYPES if d != torch.bool], ids=str)
+@pytest.mark.parametrize("dim", [0, 1, -1])
+@pytest.mark.parametrize("op", ["cummax", "cummin"])
+def test_cummax_cummin_match_cpu_exactly(op, dtype, dim, fallback_log):
+    # Ties (the CPU moves the index to the latest equal value), NaN (it
+    # sticks, the index following each later NaN), infinities.
+    x = ties((6, 9, 4), dtype)
+    want = getattr(x, op)(dim)
+    got = getattr(tern(x), op)(dim)
+    torch.testing.assert_close(got.values.cpu(), want.values, rtol=0, atol=0, equal_nan=True)
+    assert torch.equal(got.indices.cpu(), want.indices)
+    # out= forms, a strided self, rank 0 and an empty self.
+    values, indices = tern(torch.empty(0, dtype=dtype)), tern(torch.empty(0, dtype=torch.long))
+    getattr(torch, op)(tern(x).transpose(0, 2), dim, out=(values, indices))
+    want_t = getattr(x.transpose(0, 2), op)(dim)
+    torch.testing.assert_close(values.cpu(), want_t.values, rtol=0, atol=0, equal_nan=True)
+    assert torch.equal(indices.cpu(), want_t.indices)
+    scalar = getattr(tern(x[0, 0, 0]), op)(0)
+    assert scalar.indices.item() == 0
+    assert getattr(tern(x[:0]), op)(dim).values.shape == x[:0].shape
     assert fallback_log.get_fallback_ops() == {}
 
 
@@ -177,7 +200,9 @@ def grad_of(fn, x):
 
 # PyTorch's backward of sort and topk (value_selecting_reduction_backward)
 # scatters the gradient with aten::scatter, which has no native kernel yet.
-BACKWARD_FALLBACKS = {"aten::scatter.src_out"}
+# sort's and topk's backward scatter the gradient (scatter.src, native on
+# tern since the SCATTER_ALONG_AXIS instruction): no fallback remains.
+BACKWARD_FALLBACKS = set()
 
 
 @pytest.mark.parametrize("name,fn,allowed", [
@@ -186,6 +211,8 @@ BACKWARD_FALLBACKS = {"aten::scatter.src_out"}
     ("sort", lambda x: x.sort(dim=1, descending=True, stable=True).values, BACKWARD_FALLBACKS),
     ("topk", lambda x: x.topk(3, dim=-1).values, BACKWARD_FALLBACKS),
     ("topk_dim0", lambda x: x.topk(2, dim=0, largest=False).values, BACKWARD_FALLBACKS),
+    ("cummax", lambda x: x.cummax(1).values, set()),
+    ("cummin", lambda x: x.cummin(0).values, set()),
 ])
 def test_backward_matches_cpu(name, fn, allowed, fallback_log):
     x = torch.randn(5, 8, generator=g)

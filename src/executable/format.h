@@ -32,9 +32,9 @@ inline constexpr uint64_t kFlatBufferAlignment = 8;
 inline constexpr uint64_t kMaxSegmentBytes = uint64_t{1} << 48;
 inline constexpr uint64_t kHeaderChecksumOffset = 56;
 // Required-feature bits this loader understands (TERN_FEATURE_*, isa.h).
-inline constexpr uint64_t kKnownRequiredFeatures = TERN_FEATURE_ELEMENTWISE_PROGRAMS |
-                                                   TERN_FEATURE_TENSOR_EPILOGUES |
-                                                   TERN_FEATURE_SCAN | TERN_FEATURE_SORT;
+inline constexpr uint64_t kKnownRequiredFeatures =
+    TERN_FEATURE_ELEMENTWISE_PROGRAMS | TERN_FEATURE_TENSOR_EPILOGUES | TERN_FEATURE_SCAN |
+    TERN_FEATURE_SORT | TERN_FEATURE_SCATTER;
 // Compile-time limits of the contents (documented in the format spec).
 inline constexpr uint32_t kMaxCores = 256;
 inline constexpr uint64_t kMaxConstantAlignment = 4096;

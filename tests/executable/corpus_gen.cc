@@ -94,6 +94,8 @@ void WriteValid(const std::string& dir) {
   Write(dir, "pipeline.bin", exetest::BuildPipeline());
   Write(dir, "gelu_of_sum.bin", BuildUnaryChain());
   Write(dir, "fused.bin", exetest::BuildFused());
+  Write(dir, "scan_topk.bin", exetest::BuildScanTopk());
+  Write(dir, "scatter.bin", exetest::BuildScatter());
   for (const auto& program : exetest::HazardCorpus()) {
     if (program.race == nullptr) Write(dir, std::string(program.name) + ".bin", program.bytes);
   }

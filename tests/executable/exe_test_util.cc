@@ -267,6 +267,49 @@ Bytes BuildScanTopk() {
   return bytes;
 }
 
+Bytes BuildScatter() {
+  static const int64_t out_shape[2] = {5, 3}, rows_shape[1] = {4}, src_shape[2] = {4, 3},
+                       along_shape[2] = {2, 3};
+  tern_builder_t builder = nullptr;
+  EXPECT_TERN_OK(tern_builder_create(nullptr, &builder));
+  EXPECT_TERN_OK(tern_builder_begin_function(builder, "assign", nullptr));
+  EXPECT_TERN_OK(tern_builder_add_input(builder, "rows", TERN_DTYPE_I64, 1, rows_shape, nullptr));
+  EXPECT_TERN_OK(tern_builder_add_input(builder, "src", TERN_DTYPE_F32, 2, src_shape, nullptr));
+  EXPECT_TERN_OK(
+      tern_builder_add_input(builder, "index2", TERN_DTYPE_I64, 2, along_shape, nullptr));
+  EXPECT_TERN_OK(tern_builder_add_input(builder, "src2", TERN_DTYPE_F32, 2, along_shape, nullptr));
+  EXPECT_TERN_OK(tern_builder_add_output(builder, "y", TERN_DTYPE_F32, 2, out_shape, nullptr));
+  const int64_t axis[1] = {0};
+  tern_operand_t scatter_operands[3] = {
+      Tensor(TERN_SEGMENT_OUTPUT, 0, TERN_DTYPE_F32, 2, out_shape),
+      Tensor(TERN_SEGMENT_INPUT, 0, TERN_DTYPE_I64, 1, rows_shape),
+      Tensor(TERN_SEGMENT_INPUT, 1, TERN_DTYPE_F32, 2, src_shape)};
+  tern_instruction_t scatter{};
+  scatter.struct_size = sizeof(scatter);
+  scatter.opcode = TERN_OP_SCATTER;
+  scatter.operand_count = 3;
+  scatter.operands = scatter_operands;
+  scatter.int_count = 1;
+  scatter.ints = axis;
+  EXPECT_TERN_OK(tern_builder_add_instruction(builder, &scatter));
+  tern_operand_t along_operands[3] = {
+      Tensor(TERN_SEGMENT_OUTPUT, 0, TERN_DTYPE_F32, 2, out_shape),
+      Tensor(TERN_SEGMENT_INPUT, 2, TERN_DTYPE_I64, 2, along_shape),
+      Tensor(TERN_SEGMENT_INPUT, 3, TERN_DTYPE_F32, 2, along_shape)};
+  tern_instruction_t along = scatter;
+  along.opcode = TERN_OP_SCATTER_ALONG_AXIS;
+  along.operands = along_operands;
+  EXPECT_TERN_OK(tern_builder_add_instruction(builder, &along));
+  EXPECT_TERN_OK(tern_builder_end_function(builder));
+  void* data = nullptr;
+  uint64_t size = 0;
+  EXPECT_TERN_OK(tern_builder_finish(builder, &data, &size));
+  Bytes bytes(static_cast<uint8_t*>(data), static_cast<uint8_t*>(data) + size);
+  tern_builder_free_data(data);
+  EXPECT_TERN_OK(tern_builder_destroy(builder));
+  return bytes;
+}
+
 Bytes BuildFused() {
   static const int64_t shape[2] = {4, 8}, square[2] = {4, 4};
   tern_builder_t builder = nullptr;

@@ -87,6 +87,11 @@ Bytes BuildFused();
 // One function "order": cumsum = scan sum of input x [4, 8] f32 along axis 1,
 // then the top 3 of x along axis 1 into values [4, 3] f32 and indices i64.
 Bytes BuildScanTopk();
+// One function "assign": output y [5, 3] f32 is updated in place by a scatter
+// of input src [4, 3] f32 at input rows i64 [4] along axis 0, then a
+// scatter_along_axis of input src2 [2, 3] f32 at input index2 i64 [2, 3]
+// along axis 0. Its header has the feature bit scatter.
+Bytes BuildScatter();
 
 // One function "pipeline" with 2 streams ordered by a semaphore: the DMA
 // engine copies input 'x' to scratch and signals semaphore 0; the vector

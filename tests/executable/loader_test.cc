@@ -230,6 +230,51 @@ TEST_F(LoaderTest, ScanAndSortDeclareTheirFeatures) {
                   "needs the feature scan");
 }
 
+TEST_F(LoaderTest, ScatterDeclaresItsFeatureAndRefusesMalformedOperands) {
+  const Bytes data = exetest::BuildScatter();
+  exetest::Image image = exetest::Decode(data);
+  EXPECT_EQ(image.required_features, TERN_FEATURE_SCATTER);
+  ExpectLoad(data, TERN_OK);
+  image.required_features = 0;
+  EXPECT_CONTAINS(ExpectLoad(exetest::Encode(image), TERN_ERROR_EXECUTABLE_INVALID),
+                  "needs the feature scatter");
+  // Files without the new instructions keep loading with no feature bits.
+  EXPECT_EQ(exetest::Decode(exetest::BuildAdd()).required_features, 0u);
+  ExpectLoad(exetest::BuildAdd(), TERN_OK);
+  // src's rows disagree with the indices.
+  const Bytes rows = exetest::EditModule(data, [](tern::format::ModuleT* m) {
+    m->functions[0]->streams[0]->instructions[0]->operands[2]->shape = {3, 3};
+  });
+  std::string message = ExpectLoad(rows, TERN_ERROR_EXECUTABLE_INVALID);
+  EXPECT_CONTAINS(message, "instruction 0 (scatter)");
+  EXPECT_CONTAINS(message, "src must be [4, 3]");
+  // Float indices.
+  const Bytes dtype = exetest::EditModule(data, [](tern::format::ModuleT* m) {
+    m->functions[0]->streams[0]->instructions[0]->operands[1]->dtype = TERN_DTYPE_F32;
+  });
+  EXPECT_CONTAINS(ExpectLoad(dtype, TERN_ERROR_EXECUTABLE_INVALID), "i32 or i64");
+  // An axis the output does not have; two ints.
+  const Bytes axis = exetest::EditModule(data, [](tern::format::ModuleT* m) {
+    m->functions[0]->streams[0]->instructions[1]->ints = {2};
+  });
+  message = ExpectLoad(axis, TERN_ERROR_EXECUTABLE_INVALID);
+  EXPECT_CONTAINS(message, "instruction 1 (scatter_along_axis)");
+  EXPECT_CONTAINS(message, "axis 2");
+  const Bytes ints = exetest::EditModule(data, [](tern::format::ModuleT* m) {
+    m->functions[0]->streams[0]->instructions[0]->ints = {0, 0};
+  });
+  EXPECT_CONTAINS(ExpectLoad(ints, TERN_ERROR_EXECUTABLE_INVALID), "takes 1 int (axis), got 2");
+  // Indices wider than the output along a dimension that is not the axis.
+  const Bytes wide = exetest::EditModule(data, [](tern::format::ModuleT* m) {
+    auto& operands = m->functions[0]->streams[0]->instructions[1]->operands;
+    operands[1]->strides = {0, 1};
+    operands[1]->shape = {2, 4};
+    operands[2]->strides = {0, 1};
+    operands[2]->shape = {2, 4};
+  });
+  EXPECT_CONTAINS(ExpectLoad(wide, TERN_ERROR_EXECUTABLE_INVALID), "exceeds");
+}
+
 TEST_F(LoaderTest, DetectsFlippedBytes) {
   const Bytes data = exetest::BuildAdd(true);
   const exetest::Image image = exetest::Decode(data);

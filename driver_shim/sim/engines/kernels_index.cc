@@ -12,7 +12,6 @@
 #include "driver_shim/sim/engines/numerics.h"
 
 namespace tern::sim::kernels {
-namespace {
 
 // Loads an index tensor in row-major order.
 std::vector<int64_t> LoadIndices(const TensorView& v) {
@@ -29,6 +28,8 @@ std::vector<int64_t> LoadIndices(const TensorView& v) {
   return out;
 }
 
+namespace {
+
 std::string PositionOf(const isa::OperandDesc& d, int64_t pos) {
   int64_t index[TERN_MAX_RANK] = {};
   for (int k = static_cast<int>(d.rank) - 1; k >= 0; --k) {
@@ -38,7 +39,8 @@ std::string PositionOf(const isa::OperandDesc& d, int64_t pos) {
   return IndexString(index, d.rank);
 }
 
-// Checks every index against [-size, size) and makes it non-negative.
+}  // namespace
+
 Status NormalizeIndices(const char* op, const isa::OperandDesc& idx, std::vector<int64_t>* values,
                         int64_t axis, int64_t size) {
   for (size_t i = 0; i < values->size(); ++i) {
@@ -53,19 +55,7 @@ Status NormalizeIndices(const char* op, const isa::OperandDesc& idx, std::vector
   return OkStatus();
 }
 
-int64_t NormAxis(int64_t axis, uint32_t rank) { return axis < 0 ? axis + rank : axis; }
-
-// Offsets of multi-index `pos` over dims [0, rank) of `shape` for several
-// stride sets.
-TERN_INLINE void OffsetsOf(int64_t pos, uint32_t rank, const int64_t* shape,
-                           std::initializer_list<std::pair<const int64_t*, int64_t*>> sets) {
-  for (auto& s : sets) *s.second = 0;
-  for (int d = static_cast<int>(rank) - 1; d >= 0; --d) {
-    const int64_t i = pos % shape[d];
-    pos /= shape[d];
-    for (auto& s : sets) *s.second += i * s.first[d];
-  }
-}
+namespace {
 
 // An output that scatter-adds accumulate into: the output itself (f32 and
 // integers) or an f32 shadow of it (bf16, f16) written back at the end.

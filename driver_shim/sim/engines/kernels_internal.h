@@ -13,6 +13,8 @@
 #include <initializer_list>
 #include <span>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "driver_shim/sim/engines/numerics.h"
 #include "driver_shim/sim/engines/run_instruction.h"
@@ -221,6 +223,27 @@ void ScatterF32(const TensorView& view, const float* in);
 // Formats "[1, 2, 3]".
 std::string IndexString(const int64_t* index, uint32_t rank);
 
+// --- index operands (kernels_index.cc), shared with kernels_scatter.cc -----
+
+// Loads an index tensor (i32 or i64) in row-major order.
+std::vector<int64_t> LoadIndices(const TensorView& v);
+// Checks every index against [-size, size) and makes it non-negative; the
+// error names `op`, the index, its position and the axis.
+Status NormalizeIndices(const char* op, const isa::OperandDesc& idx, std::vector<int64_t>* values,
+                        int64_t axis, int64_t size);
+inline int64_t NormAxis(int64_t axis, uint32_t rank) { return axis < 0 ? axis + rank : axis; }
+// Offsets of multi-index `pos` over dims [0, rank) of `shape` for several
+// stride sets.
+TERN_INLINE void OffsetsOf(int64_t pos, uint32_t rank, const int64_t* shape,
+                           std::initializer_list<std::pair<const int64_t*, int64_t*>> sets) {
+  for (auto& s : sets) *s.second = 0;
+  for (int d = static_cast<int>(rank) - 1; d >= 0; --d) {
+    const int64_t i = pos % shape[d];
+    pos /= shape[d];
+    for (auto& s : sets) *s.second += i * s.first[d];
+  }
+}
+
 // --- opcode families ----------------------------------------------------------
 
 Status RunCopy(const driver::Instruction& ins, Operands ops);
@@ -253,6 +276,8 @@ Status RunGather(const driver::Instruction& ins, Operands ops);
 Status RunScatterAdd(const driver::Instruction& ins, Operands ops);
 Status RunTakeAlongAxis(const driver::Instruction& ins, Operands ops);
 Status RunScatterAddAlongAxis(const driver::Instruction& ins, Operands ops);
+Status RunScatter(const driver::Instruction& ins, Operands ops);
+Status RunScatterAlongAxis(const driver::Instruction& ins, Operands ops);
 Status RunSort(const driver::Instruction& ins, Operands ops);
 Status RunTopk(const driver::Instruction& ins, Operands ops);
 

@@ -353,6 +353,10 @@ Status RunInstruction(const driver::Instruction& instruction,
       return RunSort(ins, operands);
     case TERN_OP_TOPK:
       return RunTopk(ins, operands);
+    case TERN_OP_SCATTER:
+      return RunScatter(ins, operands);
+    case TERN_OP_SCATTER_ALONG_AXIS:
+      return RunScatterAlongAxis(ins, operands);
     case TERN_OP_ALL_REDUCE:
       return MakeStatus(
           TERN_ERROR_UNIMPLEMENTED,

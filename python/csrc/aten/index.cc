@@ -1,5 +1,7 @@
 // Native indexing and assembly operators: index_select, gather, scatter_add,
-// index_add, single-tensor advanced indexing, embedding's backward, cat,
+// scatter (a value or a src tensor), index_add, index_put_ with one index
+// tensor (integer or boolean mask, assigning or accumulating), single-tensor
+// advanced indexing, embedding's backward, cat,
 // tril/triu, arange, and the negative log-likelihood loss forward and
 // backward (cross_entropy = log_softmax + nll_loss).
 #include <ATen/ATen.h>
@@ -7,6 +9,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
+#include <vector>
 
 #include "aten/native.h"
 #include "aten/register.h"
@@ -68,13 +72,127 @@ bool OneIndexTensor(const c10::List<std::optional<at::Tensor>>& indices, int64_t
   return defined == 1;
 }
 
-// x[..., idx, ...] with one integer index tensor (the other indices None).
+// The shape x[..., index, ...] has: self's dims before `axis`, the index's
+// dims, then self's dims after `axis + consumed` (a k-dim mask consumes k).
+std::vector<int64_t> IndexedShape(const at::Tensor& self, int64_t axis, c10::IntArrayRef index,
+                                  int64_t consumed) {
+  std::vector<int64_t> shape(self.sizes().begin(), self.sizes().begin() + axis);
+  shape.insert(shape.end(), index.begin(), index.end());
+  shape.insert(shape.end(), self.sizes().begin() + axis + consumed, self.sizes().end());
+  return shape;
+}
+
+// Whether `indices` holds k >= 2 integer tern index tensors at adjacent
+// positions [*first, *first + k) (None elsewhere); they go to *adjacent.
+bool AdjacentIndexTensors(const c10::List<std::optional<at::Tensor>>& indices, int64_t* first,
+                          std::vector<at::Tensor>* adjacent) {
+  *first = -1;
+  for (size_t i = 0; i < indices.size(); ++i) {
+    const std::optional<at::Tensor> t = indices.get(i);
+    if (!t.has_value() || !t->defined()) continue;
+    if (*first < 0) *first = static_cast<int64_t>(i);
+    if (static_cast<int64_t>(i) != *first + static_cast<int64_t>(adjacent->size()) ||
+        !IndexDtype(*t)) {
+      return false;
+    }
+    adjacent->push_back(*t);
+  }
+  return adjacent->size() >= 2;
+}
+
+// x[i, j] (x[..., i, j, ...]) with several adjacent integer index tensors:
+// one GATHER along the indexed dims merged into one, at the linear index
+// sum(i_d * stride_d) of the broadcast indices. Each index is first checked
+// against its own dim by a GATHER from a zero-stride table of that size (so
+// an out-of-range index fails with its own value, before anything is
+// written) and counted from the end when negative.
+bool IndexSeveral(const at::Tensor& self, int64_t first, const std::vector<at::Tensor>& adjacent,
+                  const at::Tensor& out) {
+  const int64_t k = static_cast<int64_t>(adjacent.size());
+  if (first + k > self.dim()) return false;
+  // The indexed dims must merge into one (a view of self): each dim of
+  // size > 1 steps over all the dims after it.
+  int64_t merged = 1;
+  for (int64_t d = first + k - 1; d >= first; --d) {
+    if (self.size(d) > 1 && self.stride(d) != self.stride(first + k - 1) * merged) return false;
+    merged *= self.size(d);
+  }
+  // The indices' broadcast shape (none: the CPU's error, through the fallback).
+  std::vector<int64_t> broadcast;
+  for (const at::Tensor& index : adjacent) {
+    const int64_t rank = std::max<int64_t>(static_cast<int64_t>(broadcast.size()), index.dim());
+    std::vector<int64_t> shape(static_cast<size_t>(rank), 1);
+    for (int64_t d = 0; d < rank; ++d) {
+      const int64_t a = d - (rank - static_cast<int64_t>(broadcast.size()));
+      const int64_t b = d - (rank - index.dim());
+      const int64_t x = a >= 0 ? broadcast[a] : 1, y = b >= 0 ? index.size(b) : 1;
+      if (x != y && x != 1 && y != 1) return false;
+      shape[d] = x == 1 ? y : x;
+    }
+    broadcast = std::move(shape);
+  }
+  ResizeOut(out, IndexedShape(self, first, broadcast, k));
+  std::vector<at::Tensor> inputs = {self};
+  inputs.insert(inputs.end(), adjacent.begin(), adjacent.end());
+  for (const at::Tensor& t : inputs) {
+    if (t.storage().is_alias_of(out.storage())) return false;
+  }
+  if (!OutputOk(out, {})) return false;
+  if (out.numel() == 0) return true;
+  Program p("aten::index.Tensor_out");
+  Operand linear;
+  int64_t stride = 1;  // elements of the merged dim per step of dim d
+  for (int64_t d = first + k - 1; d >= first; --d) {
+    const int64_t size = self.size(d);
+    const at::Tensor& index = adjacent[d - first];
+    Operand check = p.Temp(TERN_DTYPE_I64, index.dim() == 0 ? c10::IntArrayRef{1} : index.sizes());
+    Operand table = p.ConstInt(0, TERN_DTYPE_I64).Expand({size});
+    Operand raw = p.In(index);
+    p.Emit(TERN_OP_GATHER, {check, table, index.dim() == 0 ? raw.Unsqueeze(0) : raw}, {0});
+    Operand wide = Input(p, index, at::kLong, broadcast);
+    Operand negative = p.Temp(TERN_DTYPE_BOOL, broadcast);
+    p.Emit(TERN_OP_BINARY, {negative, wide, p.ConstInt(0, TERN_DTYPE_I64).Expand(broadcast)},
+           {TERN_BINARY_LT});
+    Operand term = p.Temp(TERN_DTYPE_I64, broadcast);
+    p.Emit(TERN_OP_BINARY, {term, wide, p.ConstInt(size, TERN_DTYPE_I64).Expand(broadcast)},
+           {TERN_BINARY_ADD});
+    p.Emit(TERN_OP_WHERE, {term, negative, term, wide});
+    if (stride != 1) {
+      p.Emit(TERN_OP_BINARY, {term, term, p.ConstInt(stride, TERN_DTYPE_I64).Expand(broadcast)},
+             {TERN_BINARY_MUL});
+    }
+    if (linear.present()) {
+      p.Emit(TERN_OP_BINARY, {linear, linear, term}, {TERN_BINARY_ADD});
+    } else {
+      linear = term;
+    }
+    stride *= size;
+  }
+  std::vector<int64_t> merged_shape(self.sizes().begin(), self.sizes().begin() + first);
+  merged_shape.push_back(merged);
+  merged_shape.insert(merged_shape.end(), self.sizes().begin() + first + k, self.sizes().end());
+  std::vector<int64_t> merged_strides(self.strides().begin(), self.strides().begin() + first);
+  merged_strides.push_back(self.stride(first + k - 1));
+  merged_strides.insert(merged_strides.end(), self.strides().begin() + first + k,
+                        self.strides().end());
+  Operand table = p.In(self.as_strided(merged_shape, merged_strides));
+  if (broadcast.empty()) linear = linear.Unsqueeze(0);
+  Operand O = p.Out(out);
+  if (broadcast.empty()) O = O.Unsqueeze(first);
+  p.Emit(TERN_OP_GATHER, {O, table, linear}, {first});
+  return p.ok() && p.Run();
+}
+
+// x[..., idx, ...] with one integer index tensor (the other indices None),
+// or several adjacent ones (x[i, j]).
+// Thread-safety: any thread (the current stream's queue orders the work).
 at::Tensor& IndexTensorOut(const at::Tensor& self,
                            const c10::List<std::optional<at::Tensor>>& indices, at::Tensor& out) {
   bool done = false;
   int64_t axis = -1;
   at::Tensor index;
   const bool one_index = OneIndexTensor(indices, &axis, &index);
+  std::vector<at::Tensor> adjacent;
   if (one_index && IsTern(self) && IndexDtype(index) && axis < self.dim() &&
       out.scalar_type() == self.scalar_type()) {
     std::vector<int64_t> shape(self.sizes().begin(), self.sizes().begin() + axis);
@@ -86,6 +204,9 @@ at::Tensor& IndexTensorOut(const at::Tensor& self,
       p.Emit(TERN_OP_GATHER, {p.Out(out), p.In(self), p.In(index)}, {axis});
       done = p.Run();
     }
+  } else if (!one_index && IsTern(self) && IsTern(out) && out.scalar_type() == self.scalar_type() &&
+             Supported(self.scalar_type()) && AdjacentIndexTensors(indices, &axis, &adjacent)) {
+    done = IndexSeveral(self, axis, adjacent, out);
   }
   if (done) return out;
   return TERN_FALLBACK(index_Tensor_out, self, indices, out);
@@ -114,6 +235,33 @@ at::Tensor& GatherOut(const at::Tensor& self, int64_t dim, const at::Tensor& ind
 }
 TERN_ATEN_IMPL("gather.out", GatherOut);
 
+// Whether `t` can be written in place natively: OutputOk's rules, but a
+// strided view (x[..., 1] of a contiguous x) counts as well when no two of
+// its elements share memory (sorted by stride, each stride exceeds the span
+// of the smaller ones), which at::has_internal_overlap does not decide.
+bool WritableInPlace(const at::Tensor& t) {
+  if (OutputOk(t, {})) return true;
+  if (!IsTern(t) || !Supported(t.scalar_type()) || t.is_conj() || t.is_neg()) return false;
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of dims of size > 1
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    if (t.size(d) > 1) dims.emplace_back(t.stride(d), t.size(d));
+  }
+  std::sort(dims.begin(), dims.end());
+  int64_t span = 1;  // elements covered by the dims so far
+  for (const auto& [stride, size] : dims) {
+    if (stride < span) return false;
+    span += (size - 1) * stride;
+  }
+  return true;
+}
+
+// Whether a scatter-like op may write `out` natively: in place (scatter_,
+// index_add_ on a strided view such as x[:, :, 2:-2]) when no two of its
+// elements share memory, else OutputOk's rules.
+bool ScatterTargetOk(const at::Tensor& self, const at::Tensor& out) {
+  return self.is_same(out) ? WritableInPlace(out) : OutputOk(out, {self});
+}
+
 // Copies self into out unless out is self (in place).
 void CopyUnlessSame(Program& p, const at::Tensor& self, const at::Tensor& out, Operand O) {
   if (self.data_ptr() == out.data_ptr() && self.sizes() == out.sizes() &&
@@ -139,7 +287,7 @@ at::Tensor& ScatterAddOut(const at::Tensor& self, int64_t dim, const at::Tensor&
     ResizeOut(out, self.sizes());
     const bool aliased =
         (src.storage().is_alias_of(out.storage()) || index.storage().is_alias_of(out.storage()));
-    if (shapes_ok && !aliased && OutputOk(out, {self})) {
+    if (shapes_ok && !aliased && ScatterTargetOk(self, out)) {
       Program p("aten::scatter_add.out");
       Operand O = p.Out(out);
       CopyUnlessSame(p, self, out, O);
@@ -155,9 +303,10 @@ at::Tensor& ScatterAddOut(const at::Tensor& self, int64_t dim, const at::Tensor&
 TERN_ATEN_IMPL("scatter_add.out", ScatterAddOut);
 
 // scatter(dim, index, value) with a number: every position that `index`
-// names along `dim` becomes `value`. Duplicate indices write the same value,
-// so counting the hits (a SCATTER_ADD_ALONG_AXIS of ones) and a WHERE gives
-// exactly what the CPU writes, without an overwriting scatter instruction.
+// names along `dim` becomes `value`: one SCATTER_ALONG_AXIS of the number
+// broadcast to the index's shape, whose index rule is torch.scatter's (a
+// negative or too large index raises, as on the CPU).
+// Thread-safety: any thread (the current stream's queue orders the work).
 at::Tensor& ScatterValueOut(const at::Tensor& self, int64_t dim, const at::Tensor& index,
                             const at::Scalar& value, at::Tensor& out) {
   bool done = false;
@@ -170,18 +319,12 @@ at::Tensor& ScatterValueOut(const at::Tensor& self, int64_t dim, const at::Tenso
       shapes_ok = shapes_ok && (d == dim || index.size(d) <= self.size(d));
     }
     ResizeOut(out, self.sizes());
-    if (shapes_ok && !index.storage().is_alias_of(out.storage()) && OutputOk(out, {self})) {
+    if (shapes_ok && !index.storage().is_alias_of(out.storage()) && ScatterTargetOk(self, out)) {
       Program p("aten::scatter.value_out");
       Operand O = p.Out(out);
       CopyUnlessSame(p, self, out, O);
-      Operand hits = p.Temp(TERN_DTYPE_F32, self.sizes());
-      p.Emit(TERN_OP_FILL, {hits}, {}, {0.0});
-      p.Emit(TERN_OP_SCATTER_ADD_ALONG_AXIS,
-             {hits, p.In(index), p.Const(1.0, TERN_DTYPE_F32).Expand(index.sizes())}, {dim});
-      Operand hit = p.Temp(TERN_DTYPE_BOOL, self.sizes());
-      p.Emit(TERN_OP_BINARY, {hit, hits, p.Const(0.0, TERN_DTYPE_F32).Expand(self.sizes())},
-             {TERN_BINARY_GT});
-      p.Emit(TERN_OP_WHERE, {O, hit, ScalarArg(p, value, dtype).Expand(self.sizes()), O});
+      p.Emit(TERN_OP_SCATTER_ALONG_AXIS,
+             {O, p.In(index), ScalarArg(p, value, dtype).Expand(index.sizes())}, {dim});
       done = p.ok() && p.Run();
     }
   }
@@ -189,6 +332,42 @@ at::Tensor& ScatterValueOut(const at::Tensor& self, int64_t dim, const at::Tenso
   return TERN_FALLBACK(scatter_value_out, self, dim, index, value, out);
 }
 TERN_ATEN_IMPL("scatter.value_out", ScatterValueOut);
+
+// scatter(dim, index, src): out[i][index[i][j]] = src[i][j] (dim 1), the
+// last position along `dim` winning where an index repeats within a line, as
+// the CPU's kernel (which walks each line in order). One SCATTER_ALONG_AXIS
+// after the copy of self; sort's and topk's backward.
+// Thread-safety: any thread (the current stream's queue orders the work).
+at::Tensor& ScatterSrcOut(const at::Tensor& self, int64_t dim, const at::Tensor& index,
+                          const at::Tensor& src, at::Tensor& out) {
+  bool done = false;
+  const at::ScalarType dtype = self.scalar_type();
+  if (IsTern(self) && IsTern(src) && self.dim() > 0 && Supported(dtype) &&
+      src.scalar_type() == dtype && out.scalar_type() == dtype && IndexDtype(index) &&
+      index.dim() == self.dim() && src.dim() == self.dim()) {
+    dim = c10::maybe_wrap_dim(dim, self.dim());
+    bool shapes_ok = true;
+    for (int64_t d = 0; d < self.dim(); ++d) {
+      shapes_ok =
+          shapes_ok && index.size(d) <= src.size(d) && (d == dim || index.size(d) <= self.size(d));
+    }
+    ResizeOut(out, self.sizes());
+    const bool aliased =
+        (src.storage().is_alias_of(out.storage()) || index.storage().is_alias_of(out.storage()));
+    if (shapes_ok && !aliased && ScatterTargetOk(self, out)) {
+      Program p("aten::scatter.src_out");
+      Operand O = p.Out(out);
+      CopyUnlessSame(p, self, out, O);
+      Operand S = p.In(src);
+      for (int64_t d = 0; d < src.dim(); ++d) S = S.Slice(d, 0, index.size(d));
+      p.Emit(TERN_OP_SCATTER_ALONG_AXIS, {O, p.In(index), S}, {dim});
+      done = p.Run();
+    }
+  }
+  if (done) return out;
+  return TERN_FALLBACK(scatter_src_out, self, dim, index, src, out);
+}
+TERN_ATEN_IMPL("scatter.src_out", ScatterSrcOut);
 
 at::Tensor& IndexAddOut(const at::Tensor& self, int64_t dim, const at::Tensor& index,
                         const at::Tensor& source, const at::Scalar& alpha, at::Tensor& out) {
@@ -203,7 +382,7 @@ at::Tensor& IndexAddOut(const at::Tensor& self, int64_t dim, const at::Tensor& i
     ResizeOut(out, self.sizes());
     const bool aliased =
         (source.storage().is_alias_of(out.storage()) || index.storage().is_alias_of(out.storage()));
-    if (source.sizes() == at::IntArrayRef(expected) && !aliased && OutputOk(out, {self})) {
+    if (source.sizes() == at::IntArrayRef(expected) && !aliased && ScatterTargetOk(self, out)) {
       Program p("aten::index_add.out");
       Operand O = p.Out(out);
       CopyUnlessSame(p, self, out, O);
@@ -227,11 +406,84 @@ at::Tensor& IndexAddOut(const at::Tensor& self, int64_t dim, const at::Tensor& i
 }
 TERN_ATEN_IMPL("index_add.out", IndexAddOut);
 
-// self[..., index, ...] += values with one integer index tensor at `axis`
-// (the indices before it None, none after): the backward of x[:, :, idx]
-// and what index_put_(accumulate=True) does in models. One SCATTER_ADD along
-// the axis; values broadcast to the indexed shape. Anything else (several
-// index tensors, boolean masks, assignment without accumulate) falls back.
+// self[..., index, ...] = values (or += with accumulate) with one integer
+// index tensor at `axis` (the indices before it None, none after): the
+// backward of x[:, :, idx], x[idx] = v, and what index_put_ does in models.
+// One SCATTER_ADD or SCATTER (the last of duplicate indices wins, as the
+// CPU's serial loop) along the axis; values broadcast to the indexed shape.
+bool IndexPutInteger(at::Tensor& self, int64_t axis, const at::Tensor& index,
+                     const at::Tensor& values, bool accumulate) {
+  const std::vector<int64_t> shape = IndexedShape(self, axis, index.sizes(), 1);
+  if (!at::is_expandable_to(values.sizes(), shape)) return false;
+  Program p("aten::_index_put_impl_");
+  Operand idx = p.In(index);
+  if (index.dim() == 0) idx = idx.Unsqueeze(0);
+  Operand src = Input(p, values, self.scalar_type(), shape);
+  // A 0-dim index removes the axis from the indexed shape; the instruction
+  // wants it back, of size 1.
+  if (index.dim() == 0) src = src.Unsqueeze(axis);
+  p.Emit(accumulate ? TERN_OP_SCATTER_ADD : TERN_OP_SCATTER, {p.Out(self), idx, src}, {axis});
+  return p.ok() && p.Run();
+}
+
+// self[..., mask, ...] = values with one boolean mask over self's dims
+// [axis, axis + mask.dim()). Values that broadcast along the selected
+// elements (x[mask] = 0, a value per trailing position) are a WHERE, with no
+// synchronisation. Values with one row per selected element are gathered
+// through the mask's running count (SCAN): row c - 1 for the c-th true
+// element. That needs the count on the host first, as the CPU's nonzero
+// does, to check the rows (a mismatch falls back for the CPU's error).
+bool IndexPutMask(at::Tensor& self, int64_t axis, const at::Tensor& mask,
+                  const at::Tensor& values) {
+  const int64_t k = mask.dim();
+  if (k == 0 || axis + k > self.dim() ||
+      mask.sizes() != self.sizes().slice(static_cast<size_t>(axis), static_cast<size_t>(k))) {
+    return false;
+  }
+  const int64_t post = self.dim() - axis - k;
+  // The selected dimension's place in values, right-aligned with the
+  // indexed shape [pre..., count, post...]; < 0 when values lacks it.
+  const int64_t vd = values.dim() - 1 - post;
+  const bool broadcast = vd < 0 || values.size(vd) == 1;
+  std::vector<int64_t> one_row = IndexedShape(self, axis, {1}, k);
+  Program p("aten::_index_put_impl_");
+  Operand O = p.Out(self);
+  Operand M = p.In(mask);
+  for (int64_t d = 0; d < post; ++d) M = M.Unsqueeze(M.dim());
+  M = M.Expand(self.sizes());
+  Operand V;
+  if (broadcast) {
+    if (!at::is_expandable_to(values.sizes(), one_row)) return false;
+    V = Input(p, values, self.scalar_type(), one_row).Select(axis, 0);
+    for (int64_t d = 0; d < k; ++d) V = V.Unsqueeze(axis);
+    V = V.Expand(self.sizes());
+  } else {
+    if (!IsTern(values)) return false;
+    const int64_t count = mask.sum().item<int64_t>();
+    if (values.size(vd) != count) return false;
+    if (count == 0) return true;  // nothing is selected
+    const std::vector<int64_t> rows = IndexedShape(self, axis, {count}, k);
+    if (!at::is_expandable_to(values.sizes(), rows)) return false;
+    // The row of each position: the mask's running count minus one (-1,
+    // the last row, before the first true element, where WHERE ignores it).
+    Operand flat = p.Temp(TERN_DTYPE_BOOL, mask.sizes());
+    p.Emit(TERN_OP_COPY, {flat, p.In(mask)});
+    Operand counts = p.Temp(TERN_DTYPE_I64, {mask.numel()});
+    p.Emit(TERN_OP_SCAN, {counts, flat.View({mask.numel()})}, {TERN_SCAN_SUM, 0});
+    Operand row = p.Temp(TERN_DTYPE_I64, {mask.numel()});
+    p.Emit(TERN_OP_BINARY, {row, counts, p.ConstInt(1, TERN_DTYPE_I64).Expand({mask.numel()})},
+           {TERN_BINARY_SUB});
+    V = p.Temp(*TD(self.scalar_type()), self.sizes());
+    p.Emit(TERN_OP_GATHER, {V, p.In(values).Expand(rows), row.View(mask.sizes())}, {axis});
+  }
+  p.Emit(TERN_OP_WHERE, {O, M, V, O});
+  return p.ok() && p.Run();
+}
+
+// index_put_ with one index tensor (integer or boolean) among slices, into
+// a tern tensor of its own dtype. Anything else (several index tensors, CPU
+// indices, values that alias self) falls back.
+// Thread-safety: any thread (the current stream's queue orders the work).
 at::Tensor& IndexPutImpl(at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices,
                          const at::Tensor& values, bool accumulate, bool unsafe) {
   bool done = false;
@@ -239,23 +491,16 @@ at::Tensor& IndexPutImpl(at::Tensor& self, const c10::List<std::optional<at::Ten
   at::Tensor index;
   const bool one_index = OneIndexTensor(indices, &axis, &index);
   const at::ScalarType dtype = self.scalar_type();
-  if (accumulate && one_index && IsTern(self) && IsTern(values) && IndexDtype(index) &&
-      axis < self.dim() && dtype != at::kBool && Supported(dtype) &&
-      values.scalar_type() == dtype && !values.storage().is_alias_of(self.storage()) &&
-      !index.storage().is_alias_of(self.storage()) && OutputOk(self, {})) {
-    std::vector<int64_t> shape(self.sizes().begin(), self.sizes().begin() + axis);
-    shape.insert(shape.end(), index.sizes().begin(), index.sizes().end());
-    shape.insert(shape.end(), self.sizes().begin() + axis + 1, self.sizes().end());
-    if (at::is_expandable_to(values.sizes(), shape)) {
-      Program p("aten::_index_put_impl_");
-      Operand idx = p.In(index);
-      if (index.dim() == 0) idx = idx.Unsqueeze(0);
-      Operand src = p.In(values).Expand(shape);
-      // A 0-dim index removes the axis from the indexed shape; the
-      // instruction wants it back, of size 1.
-      if (index.dim() == 0) src = src.Unsqueeze(axis);
-      p.Emit(TERN_OP_SCATTER_ADD, {p.Out(self), idx, src}, {axis});
-      done = p.ok() && p.Run();
+  // Values: a tern tensor of self's dtype, or a number (a 0-dim CPU tensor).
+  if (one_index && IsTern(self) && (IsTern(values) || IsCpuScalar(values)) && IsTern(index) &&
+      axis < self.dim() && Supported(dtype) && values.scalar_type() == dtype &&
+      !values.storage().is_alias_of(self.storage()) &&
+      !index.storage().is_alias_of(self.storage()) && WritableInPlace(self)) {
+    if (IndexDtype(index)) {
+      done = (!accumulate || dtype != at::kBool) &&
+             IndexPutInteger(self, axis, index, values, accumulate);
+    } else if (index.scalar_type() == at::kBool && !accumulate) {
+      done = IndexPutMask(self, axis, index, values);
     }
   }
   if (done) return self;
