@@ -206,6 +206,18 @@ def test_autoload_in_fresh_process(node_env):
     assert out.stdout.split() == ["2", "3.0", str(len(here))]
 
 
+def test_set_device_initializes_like_cuda(node_env):
+    # DeviceMesh calls set_device(LOCAL_RANK) itself unless is_initialized():
+    # a device the user chose must count, as torch.cuda.set_device does.
+    code = ("import torch, torch_tern; "
+            "before = torch.tern.is_initialized(); torch.tern.set_device(1); "
+            "print(before, torch.tern.is_initialized(), torch.tern.current_device())")
+    out = subprocess.run([sys.executable, "-c", code], env=node_env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "True", "1"], out.stdout
+
+
 def test_collect_env(node_env):
     out = subprocess.run([sys.executable, "-m", "torch_tern.collect_env"], env=node_env,
                          capture_output=True, text=True, timeout=120)

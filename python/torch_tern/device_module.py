@@ -157,6 +157,10 @@ def current_device() -> int:
 def set_device(device: Any) -> None:
     index = _device_index(device)
     if index >= 0:
+        # As torch.cuda.set_device: choosing a device initializes tern, so
+        # is_initialized() is True after it (DeviceMesh sets the device by
+        # LOCAL_RANK only when is_initialized() says no one has).
+        _lazy_init()
         _C._set_device(index)
 
 
