@@ -8,12 +8,16 @@
 
 #include <cerrno>
 #include <cstring>
+#include <mutex>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "src/executable/loader.h"
 #include "src/runtime/api_checks.h"
 #include "src/runtime/runtime_state.h"
 #include "tern/executable.h"
+#include "tern/io_set.h"
 
 namespace tern {
 
@@ -49,6 +53,15 @@ struct ExecutableObject {
   DeviceObject* device = nullptr;
   std::shared_ptr<const driver::Program> program;
   std::shared_ptr<ExecutableConstants> constants;
+};
+
+struct IoSetObject {
+  tern_executable_t executable = nullptr;  // looked up at each execution
+  DeviceObject* device = nullptr;          // the executable's
+  uint32_t function = 0;
+  std::mutex mutex;                             // binds and executions of the set, one at a time
+  std::vector<tern_binding_t> inputs, outputs;  // guarded by mutex
+  std::vector<bool> input_bound, output_bound;  // guarded by mutex
 };
 
 namespace {
@@ -460,6 +473,143 @@ TERN_API tern_status_t tern_queue_execute(tern_queue_t queue, tern_executable_t 
   TERN_API_TRY(GetRuntime(&rt));
   return Report(Execute(rt, queue, executable, function, inputs, input_count, outputs, output_count,
                         out_sequence));
+}
+
+TERN_API tern_status_t tern_io_set_create(tern_executable_t executable, const char* function,
+                                          tern_io_set_t* out_set) {
+  TERN_API_CLEAR_OUT(out_set, nullptr);
+  Runtime* rt;
+  TERN_API_TRY(GetRuntime(&rt));
+  std::shared_ptr<ExecutableObject> object;
+  TERN_API_TRY(LookupExecutable(rt, executable, &object));
+  const auto& functions = object->program->functions;
+  uint32_t index = 0;
+  if (function != nullptr) {
+    while (index < functions.size() && functions[index].name != function) ++index;
+    if (index == functions.size()) {
+      return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
+                               "the executable has no function named '{}'; its functions are {}",
+                               function, QuotedNames(functions)));
+    }
+  } else if (functions.empty()) {
+    return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "the executable has no functions"));
+  }
+  auto set = std::make_shared<IoSetObject>();
+  set->executable = executable;
+  set->device = object->device;
+  set->function = index;
+  const driver::Function& f = functions[index];
+  set->inputs.assign(f.inputs.size(), tern_binding_t{nullptr, 0});
+  set->outputs.assign(f.outputs.size(), tern_binding_t{nullptr, 0});
+  set->input_bound.assign(f.inputs.size(), false);
+  set->output_bound.assign(f.outputs.size(), false);
+  const uint64_t handle = rt->io_set_table.Insert(std::move(set));
+  if (handle == 0) return Report(HandleTableFull("I/O sets"));
+  *out_set = reinterpret_cast<tern_io_set_t>(handle);
+  return TERN_OK;
+}
+
+namespace tern {
+namespace {
+
+Status LookupIoSet(Runtime* rt, tern_io_set_t handle, std::shared_ptr<IoSetObject>* out) {
+  *out = rt->io_set_table.Lookup(reinterpret_cast<uint64_t>(handle));
+  if (!*out) {
+    return NotALiveHandle("set", "I/O set", "already destroyed",
+                          "create one with tern_io_set_create()");
+  }
+  return OkStatus();
+}
+
+}  // namespace
+}  // namespace tern
+
+TERN_API tern_status_t tern_io_set_bind(tern_io_set_t set, int is_output, const char* name,
+                                        tern_buffer_t buffer, uint64_t offset) {
+  Runtime* rt;
+  TERN_API_TRY(GetRuntime(&rt));
+  std::shared_ptr<IoSetObject> object;
+  TERN_API_TRY(LookupIoSet(rt, set, &object));
+  TERN_API_TRY(CheckIsOutput(is_output));
+  TERN_API_CHECK_NOT_NULL(name);
+  std::shared_ptr<ExecutableObject> executable;
+  TERN_API_TRY(LookupExecutable(rt, object->executable, &executable));
+  const driver::Function& f = executable->program->functions[object->function];
+  const auto& tensors = is_output ? f.outputs : f.inputs;
+  size_t index = 0;
+  while (index < tensors.size() && tensors[index].name != name) ++index;
+  if (index == tensors.size()) {
+    return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
+                             "function '{}' has no {} named '{}'; its {} are {}", f.name,
+                             is_output ? "output" : "input", name, is_output ? "outputs" : "inputs",
+                             QuotedNames(tensors)));
+  }
+  const driver::TensorSignature& tensor = tensors[index];
+  std::shared_ptr<BufferObject> buffer_object;
+  const std::string arg =
+      fmt::format("the buffer for {} '{}'", is_output ? "output" : "input", tensor.name);
+  TERN_API_TRY(LookupBuffer(rt, buffer, arg.c_str(), &buffer_object));
+  if (buffer_object->device != object->device) {
+    return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
+                             "{} is on device {} but the executable is loaded on device {}; bind "
+                             "a buffer of device {}",
+                             arg, buffer_object->device->index, object->device->index,
+                             object->device->index));
+  }
+  if (offset > buffer_object->size || tensor.size_bytes > buffer_object->size - offset) {
+    return Report(MakeStatus(TERN_ERROR_OUT_OF_RANGE,
+                             "{}: the tensor needs {} bytes at offset {} but the buffer has {} "
+                             "bytes; bind a larger buffer or a smaller offset",
+                             arg, tensor.size_bytes, offset, buffer_object->size));
+  }
+  std::lock_guard<std::mutex> lock(object->mutex);
+  auto& bindings = is_output ? object->outputs : object->inputs;
+  auto& bound = is_output ? object->output_bound : object->input_bound;
+  bindings[index] = tern_binding_t{buffer, offset};
+  bound[index] = true;
+  return TERN_OK;
+}
+
+TERN_API tern_status_t tern_queue_execute_io_set(tern_queue_t queue, tern_io_set_t set,
+                                                 uint64_t* out_sequence) {
+  if (out_sequence != nullptr) *out_sequence = 0;
+  Runtime* rt;
+  TERN_API_TRY(GetRuntime(&rt));
+  std::shared_ptr<IoSetObject> object;
+  TERN_API_TRY(LookupIoSet(rt, set, &object));
+  std::shared_ptr<ExecutableObject> executable;
+  TERN_API_TRY(LookupExecutable(rt, object->executable, &executable));
+  const driver::Function& f = executable->program->functions[object->function];
+  std::lock_guard<std::mutex> lock(object->mutex);
+  std::string unbound;
+  auto list_unbound = [&](const auto& tensors, const std::vector<bool>& bound, const char* kind) {
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      if (bound[i] || tensors[i].size_bytes == 0) continue;
+      unbound += fmt::format("{}{} '{}'", unbound.empty() ? "" : ", ", kind, tensors[i].name);
+    }
+  };
+  list_unbound(f.inputs, object->input_bound, "input");
+  list_unbound(f.outputs, object->output_bound, "output");
+  if (!unbound.empty()) {
+    return Report(MakeStatus(TERN_ERROR_FAILED_PRECONDITION,
+                             "the I/O set of function '{}' has nothing bound to {}; bind them "
+                             "with tern_io_set_bind() first",
+                             f.name, unbound));
+  }
+  TERN_API_TRY(Execute(rt, queue, object->executable, object->function, object->inputs.data(),
+                       static_cast<uint32_t>(object->inputs.size()), object->outputs.data(),
+                       static_cast<uint32_t>(object->outputs.size()), out_sequence));
+  return TERN_OK;
+}
+
+TERN_API tern_status_t tern_io_set_destroy(tern_io_set_t set) {
+  Runtime* rt;
+  TERN_API_TRY(GetRuntime(&rt));
+  if (!rt->io_set_table.Remove(reinterpret_cast<uint64_t>(set))) {
+    return Report(NotALiveHandle("set", "I/O set", "already destroyed",
+                                 "create one with tern_io_set_create()"));
+  }
+  return TERN_OK;
 }
 
 }  // extern "C"

@@ -24,6 +24,7 @@ enum class HandleKind : uint8_t {
   kEvent = 5,
   kExecutable = 6,
   kComm = 7,
+  kIoSet = 8,
 };
 
 // The most live objects of one kind a table holds (a handle's slot field is

@@ -153,6 +153,7 @@ void DestroyRuntime(Runtime* runtime) {
   }
   runtime->event_table.Clear();
   // Executables release their constants through their device: before devices go.
+  runtime->io_set_table.Clear();
   runtime->executable_table.Clear();
   for (auto& buffer : runtime->buffer_table.Clear()) ReleaseBuffer(*buffer);
   for (auto& core : runtime->core_table.Clear()) core->device->hw->CloseCore(core->physical);

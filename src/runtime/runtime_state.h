@@ -73,6 +73,8 @@ struct EventObject {
 
 // A loaded executable (defined in src/runtime/api_executable.cc).
 struct ExecutableObject;
+// A named I/O set of an executable's function (api_executable.cc).
+struct IoSetObject;
 // One rank of a communicator (defined in collectives/).
 struct CommObject;
 
@@ -88,6 +90,7 @@ class Runtime {
   HandleTable<QueueObject> queue_table{HandleKind::kQueue};
   HandleTable<EventObject> event_table{HandleKind::kEvent};
   HandleTable<ExecutableObject> executable_table{HandleKind::kExecutable};
+  HandleTable<IoSetObject> io_set_table{HandleKind::kIoSet};
   // Communicators go with the runtime object, after its queues drained.
   HandleTable<CommObject> comm_table{HandleKind::kComm};
 

@@ -6,6 +6,7 @@
 #include "tern/device.h"
 #include "tern/event.h"
 #include "tern/executable.h"
+#include "tern/io_set.h"
 #include "tern/export.h"
 #include "tern/isa.h"
 #include "tern/memory.h"

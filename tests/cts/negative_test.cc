@@ -70,6 +70,21 @@ void ExpectEveryFunctionFails(const Handles& h, tern_status_t expected, const ch
   CTS_EXPECT_ERROR(expected, tern_host_alloc(4096, &host), needle);
   EXPECT_EQ(nullptr, host);
   CTS_EXPECT_ERROR(expected, tern_host_free(h.host), needle);
+  CTS_EXPECT_ERROR(expected, tern_host_register(bytes, sizeof(bytes)), needle);
+  CTS_EXPECT_ERROR(expected, tern_host_unregister(bytes), needle);
+
+  tern_io_set_t io_set = Forge<tern_io_set_t>(0x1234);
+  CTS_EXPECT_ERROR(expected, tern_io_set_create(Forge<tern_executable_t>(0x1234), nullptr, &io_set),
+                   needle);
+  EXPECT_EQ(nullptr, io_set);
+  CTS_EXPECT_ERROR(expected, tern_io_set_bind(Forge<tern_io_set_t>(0x1234), 0, "x", h.buffer, 0),
+                   needle);
+  CTS_EXPECT_ERROR(expected, tern_io_set_destroy(Forge<tern_io_set_t>(0x1234)), needle);
+  sequence = 99;
+  CTS_EXPECT_ERROR(expected,
+                   tern_queue_execute_io_set(h.queue, Forge<tern_io_set_t>(0x1234), &sequence),
+                   needle);
+  EXPECT_EQ(0u, sequence);
 
   tern_queue_t queue = Forge<tern_queue_t>(0x1234);
   CTS_EXPECT_ERROR(expected, tern_queue_create(h.core, nullptr, &queue), needle);

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <vector>
@@ -115,6 +116,81 @@ TEST_F(ExecuteTest, AddsTwoInputs) {
   const std::vector<float> result = Read(z, 32);
   for (int i = 0; i < 32; ++i) EXPECT_EQ(result[i], 100.0f + 2.0f * i) << i;
   EXPECT_EQ(tern_executable_unload(executable), TERN_OK);
+}
+
+// Named I/O sets (tern/io_set.h): bound once by name, executed many times
+// with the results of tern_queue_execute; every bind is checked when made.
+TEST_F(ExecuteTest, IoSetBindsByNameOnceAndRunsManyTimes) {
+  tern_executable_t executable = Load(exetest::BuildAdd());
+  tern_buffer_t x = Floats(Iota(32, 0.0f));
+  tern_buffer_t y = Floats(Iota(32, 100.0f));
+  tern_buffer_t z = Buffer(128);
+  tern_io_set_t set = nullptr;
+  ASSERT_EQ(tern_io_set_create(executable, "add", &set), TERN_OK) << LastError();
+  ASSERT_EQ(tern_io_set_bind(set, 0, "y", y, 0), TERN_OK) << LastError();
+  ASSERT_EQ(tern_io_set_bind(set, 1, "z", z, 0), TERN_OK) << LastError();
+  // Not everything is bound yet: the execution names what is missing.
+  EXPECT_EQ(tern_queue_execute_io_set(queue_, set, nullptr), TERN_ERROR_FAILED_PRECONDITION);
+  EXPECT_CONTAINS(LastError(), "input 'x'");
+  ASSERT_EQ(tern_io_set_bind(set, 0, "x", x, 0), TERN_OK) << LastError();
+  for (int run = 0; run < 3; ++run) {
+    uint64_t sequence = 0;
+    ASSERT_EQ(tern_queue_execute_io_set(queue_, set, &sequence), TERN_OK) << LastError();
+    EXPECT_GT(sequence, 0u);
+  }
+  ASSERT_EQ(tern_queue_synchronize(queue_, kTimeout), TERN_OK) << LastError();
+  std::vector<float> result = Read(z, 32);
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(result[i], 100.0f + 2.0f * i) << i;
+  // A later bind replaces the earlier one for the next execution.
+  ASSERT_EQ(tern_io_set_bind(set, 0, "y", x, 0), TERN_OK) << LastError();
+  ASSERT_EQ(tern_queue_execute_io_set(queue_, set, nullptr), TERN_OK) << LastError();
+  ASSERT_EQ(tern_queue_synchronize(queue_, kTimeout), TERN_OK) << LastError();
+  result = Read(z, 32);
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(result[i], 2.0f * i) << i;
+  EXPECT_EQ(tern_io_set_destroy(set), TERN_OK);
+  EXPECT_EQ(tern_io_set_destroy(set), TERN_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(tern_executable_unload(executable), TERN_OK);
+}
+
+TEST_F(ExecuteTest, IoSetRefusesBadBindsWhenTheyAreMade) {
+  tern_executable_t executable = Load(exetest::BuildAdd());
+  tern_io_set_t set = nullptr;
+  EXPECT_EQ(tern_io_set_create(executable, "mul", &set), TERN_ERROR_INVALID_ARGUMENT);
+  EXPECT_CONTAINS(LastError(), "'add'");
+  EXPECT_EQ(set, nullptr);
+  ASSERT_EQ(tern_io_set_create(executable, nullptr, &set), TERN_OK) << LastError();
+  tern_buffer_t small = Buffer(64);
+  tern_buffer_t big = Buffer(128);
+  EXPECT_EQ(tern_io_set_bind(set, 0, "w", big, 0), TERN_ERROR_INVALID_ARGUMENT);
+  EXPECT_CONTAINS(LastError(), "'x', 'y'");
+  EXPECT_EQ(tern_io_set_bind(set, 1, "x", big, 0), TERN_ERROR_INVALID_ARGUMENT) << "x is an input";
+  EXPECT_EQ(tern_io_set_bind(set, 2, "x", big, 0), TERN_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(tern_io_set_bind(set, 0, nullptr, big, 0), TERN_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(tern_io_set_bind(set, 0, "x", small, 0), TERN_ERROR_OUT_OF_RANGE);
+  EXPECT_CONTAINS(LastError(), "needs 128 bytes");
+  EXPECT_EQ(tern_io_set_bind(set, 0, "x", big, 8), TERN_ERROR_OUT_OF_RANGE);
+  tern_buffer_t elsewhere = Buffer(128, other_device_);
+  EXPECT_EQ(tern_io_set_bind(set, 0, "x", elsewhere, 0), TERN_ERROR_INVALID_ARGUMENT);
+  EXPECT_CONTAINS(LastError(), "device 1");
+  EXPECT_EQ(tern_io_set_bind(set, 0, "x", nullptr, 0), TERN_ERROR_INVALID_HANDLE);
+  // Binds that failed changed nothing: x is still unbound.
+  ASSERT_EQ(tern_io_set_bind(set, 0, "y", big, 0), TERN_OK) << LastError();
+  ASSERT_EQ(tern_io_set_bind(set, 1, "z", big, 0), TERN_OK) << LastError();
+  EXPECT_EQ(tern_queue_execute_io_set(queue_, set, nullptr), TERN_ERROR_FAILED_PRECONDITION);
+  EXPECT_CONTAINS(LastError(), "input 'x'");
+  // A buffer freed after its bind fails the execution, naming it.
+  tern_buffer_t doomed = Buffer(128);
+  ASSERT_EQ(tern_io_set_bind(set, 0, "x", doomed, 0), TERN_OK) << LastError();
+  ASSERT_EQ(tern_buffer_free(doomed), TERN_OK);
+  buffers_.erase(std::find(buffers_.begin(), buffers_.end(), doomed));
+  EXPECT_EQ(tern_queue_execute_io_set(queue_, set, nullptr), TERN_ERROR_INVALID_HANDLE);
+  EXPECT_CONTAINS(LastError(), "'x'");
+  // The set does not keep its executable loaded.
+  ASSERT_EQ(tern_io_set_bind(set, 0, "x", big, 0), TERN_OK) << LastError();
+  ASSERT_EQ(tern_executable_unload(executable), TERN_OK);
+  EXPECT_EQ(tern_queue_execute_io_set(queue_, set, nullptr), TERN_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(tern_io_set_destroy(set), TERN_OK);
+  EXPECT_EQ(tern_queue_execute_io_set(queue_, set, nullptr), TERN_ERROR_INVALID_HANDLE);
 }
 
 TEST_F(ExecuteTest, ReadsConstantsMappedFromAFile) {
