@@ -129,6 +129,7 @@ const Choice& Chosen() {
 }  // namespace
 
 void MoveBytes(uint8_t* dst, const uint8_t* src, uint64_t size) {
+  if (size == 0) return;  // (either pointer may then be null, which memmove must not see)
   if (size >= kStringMoveThreshold && (dst + size <= src || src + size <= dst) &&
       Chosen().use_string_move) {
     StringMove(dst, src, size);
