@@ -46,6 +46,7 @@ __all__ = [
     "TernDeviceProperties",
     "amp",
     "memory",
+    "profiler",
     "random",
     "device_memory_used",
     "device_of",
@@ -673,4 +674,4 @@ def get_autocast_dtype() -> torch.dtype:
 
 # ---- Submodules, as torch.cuda has them ----------------------------------------
 # Imported last: they take their functions from this module.
-from . import amp, memory, random  # noqa: E402,F401
+from . import amp, memory, profiler, random  # noqa: E402,F401

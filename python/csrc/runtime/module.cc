@@ -17,6 +17,7 @@
 #include "runtime/allocator.h"
 #include "runtime/generator.h"
 #include "runtime/host_allocator.h"
+#include "runtime/profiling.h"
 #include "runtime/runtime.h"
 
 namespace py = pybind11;
@@ -167,6 +168,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_init", &Init, "Initialize tern (tern_init) for torch; raises if not usable.");
   RegisterCompilerBindings(m);
   distributed::RegisterDistributedBindings(m);
+  RegisterProfilingBindings(m);
   m.def("_is_initialized", &IsInitialized);
   m.def("_is_in_bad_fork", [] { return torch::utils::is_device_in_bad_fork(at::kPrivateUse1); });
   m.def("_init_error", &InitError);
