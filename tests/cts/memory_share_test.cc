@@ -8,8 +8,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "cts_fixture.h"
 
@@ -303,6 +306,48 @@ TEST_P(MemoryShareTest, ProtectModeOffImportedAddressShowsTheData) {
   CTS_EXPECT_OK(tern_buffer_free(imported));
   CTS_EXPECT_OK(tern_buffer_free(exported));
   close(fd);
+}
+
+TEST_P(MemoryShareTest, ConcurrentAllocExportImportFree) {
+  // Threads share buffers among themselves while others allocate ordinary
+  // ones over the ranges that freed shared buffers give back: every import
+  // must see its exporter's data, and the accounting must end at zero.
+  constexpr int kThreads = 4;
+  constexpr int kRounds = 40;
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < kRounds; ++round) {
+        const uint64_t size = kPage * (1 + (t + round) % 3) - 7 * round;
+        const std::vector<uint8_t> data = Pattern(size, static_cast<uint32_t>(t * 1000 + round));
+        tern_buffer_params_t params = BufferParams(size);
+        params.flags = (round % 2 == 0) ? TERN_BUFFER_FLAG_SHAREABLE : 0;
+        tern_buffer_t buffer = nullptr;
+        int fd = -1;
+        tern_buffer_t imported = nullptr;
+        std::vector<uint8_t> back(size);
+        bool ok = tern_buffer_alloc(device(0), &params, &buffer) == TERN_OK &&
+                  tern_buffer_write(buffer, 0, data.data(), size) == TERN_OK;
+        if (ok && params.flags != 0) {
+          ok = tern_buffer_export(buffer, &fd) == TERN_OK &&
+               tern_buffer_import(device(0), fd, size, &imported) == TERN_OK &&
+               tern_buffer_free(buffer) == TERN_OK;
+          buffer = imported;
+        }
+        ok = ok && tern_buffer_read(buffer, 0, back.data(), size) == TERN_OK && back == data;
+        if (buffer != nullptr && tern_buffer_free(buffer) != TERN_OK) ok = false;
+        if (fd >= 0) close(fd);
+        if (!ok) failures.fetch_add(1);
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_EQ(0, failures.load()) << tern_last_error_message();
+  const tern_memory_stats_t stats = MemoryStats(0);
+  EXPECT_EQ(0u, stats.used_bytes);
+  EXPECT_EQ(0u, stats.node_used_bytes);
+  EXPECT_EQ(0u, stats.allocation_count);
 }
 
 CTS_INSTANTIATE(MemoryShareTest);
