@@ -88,8 +88,10 @@ TERN_API tern_status_t tern_buffer_free(tern_buffer_t buffer);
  * alive counts nowhere; importing it charges the importer, and fails with
  * TERN_ERROR_OUT_OF_MEMORY when the node has no room for it.
  *
- * Backends that cannot share memory fail these calls with
- * TERN_ERROR_UNIMPLEMENTED. */
+ * A process holds at most 256 shared buffers (exported or imported) at once
+ * on the simulated device; allocating or importing one more fails with
+ * TERN_ERROR_UNAVAILABLE. Backends that cannot share memory fail these calls
+ * with TERN_ERROR_UNIMPLEMENTED. */
 
 /* Exports `buffer`, which must have been allocated with
  * TERN_BUFFER_FLAG_SHAREABLE (or imported), and stores a new file descriptor

@@ -308,6 +308,35 @@ TEST_P(MemoryShareTest, ProtectModeOffImportedAddressShowsTheData) {
   close(fd);
 }
 
+TEST_P(MemoryShareTest, SharedBufferLimitOfTheSimulatedDevice) {
+  // 256 shared buffers per process (the node registry's per-process list);
+  // one more is refused by name, and a free makes room again.
+  constexpr int kLimit = 256;
+  std::vector<tern_buffer_t> buffers;
+  for (int i = 0; i < kLimit; ++i) {
+    tern_buffer_t buffer = AllocShareable(0, 64);
+    ASSERT_NE(nullptr, buffer) << "buffer " << i;
+    buffers.push_back(buffer);
+  }
+  tern_buffer_params_t params = BufferParams(64);
+  params.flags = TERN_BUFFER_FLAG_SHAREABLE;
+  tern_buffer_t extra = nullptr;
+  CTS_EXPECT_ERROR(TERN_ERROR_UNAVAILABLE, tern_buffer_alloc(device(0), &params, &extra), "256");
+  const int fd = Export(buffers[0]);
+  ASSERT_GE(fd, 0);
+  CTS_EXPECT_ERROR(TERN_ERROR_UNAVAILABLE, tern_buffer_import(device(0), fd, 64, &extra), "256");
+  EXPECT_EQ(nullptr, extra);
+  EXPECT_EQ(static_cast<uint32_t>(kLimit), MemoryStats(0).allocation_count);
+  CTS_ASSERT_OK(tern_buffer_free(buffers.back()));
+  buffers.pop_back();
+  extra = Import(0, fd, 64);
+  EXPECT_NE(nullptr, extra);
+  if (extra != nullptr) buffers.push_back(extra);
+  close(fd);
+  for (tern_buffer_t buffer : buffers) CTS_EXPECT_OK(tern_buffer_free(buffer));
+  EXPECT_EQ(0u, MemoryStats(0).node_used_bytes);
+}
+
 TEST_P(MemoryShareTest, ConcurrentAllocExportImportFree) {
   // Threads share buffers among themselves while others allocate ordinary
   // ones over the ranges that freed shared buffers give back: every import
