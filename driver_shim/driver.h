@@ -190,6 +190,61 @@ class Device {
   // backend has none.
   virtual int SharedMemoryFd() const { return -1; }
 
+  // --- Memory shared between processes (tern_buffer_export / _import) ----
+  // A shareable range is backed by an object of its own (a memfd on the
+  // simulator, a dma-buf on hardware) placed at the range in this device's
+  // memory: exporting it hands out that object only, never the rest of the
+  // device's memory. The backend charges shareable memory node-wide itself
+  // (instead of ReserveMemory): once, however many processes hold it, for as
+  // long as any live process does. Ranges start and end on kShareGranule
+  // boundaries. The defaults fail with TERN_ERROR_UNIMPLEMENTED.
+  static constexpr uint64_t kShareGranule = 4096;
+
+  // What an exported object holds, read from its descriptor.
+  struct SharedMemoryDesc {
+    uint64_t size = 0;   // bytes the exporter asked for
+    uint64_t bytes = 0;  // bytes of the object (size rounded up to kShareGranule)
+    tern_memory_category_t category = TERN_MEMORY_TENSORS;
+    uint64_t id = 0;  // names the object node-wide, for the accounting
+  };
+
+  // Backs [offset, offset + bytes) with a new shareable object for a buffer
+  // of `size` bytes of `category`, and charges it to this process.
+  virtual Status CreateShareable(uint64_t offset, uint64_t bytes, uint64_t size,
+                                 tern_memory_category_t category) {
+    (void)offset;
+    (void)bytes;
+    (void)size;
+    (void)category;
+    return Unshareable();
+  }
+  // A new descriptor (close-on-exec, the caller's to close) of the object
+  // at `offset` (made by CreateShareable or ImportShareable).
+  virtual Status ExportShareable(uint64_t offset, int* out_fd) {
+    (void)offset;
+    *out_fd = -1;
+    return Unshareable();
+  }
+  // Checks that `fd` is an exported object of this device, intact, and
+  // describes it. Fails with TERN_ERROR_INVALID_ARGUMENT saying what is wrong.
+  virtual Status InspectShareable(int fd, SharedMemoryDesc* out_desc) {
+    (void)fd;
+    *out_desc = SharedMemoryDesc{};
+    return Unshareable();
+  }
+  // Maps the object of `fd` (as InspectShareable described it) at
+  // [offset, offset + desc.bytes), keeping a descriptor of its own, and
+  // charges it to this process as a holder.
+  virtual Status ImportShareable(int fd, uint64_t offset, const SharedMemoryDesc& desc) {
+    (void)fd;
+    (void)offset;
+    (void)desc;
+    return Unshareable();
+  }
+  // Ends this process's use of the object at `offset`: the range is device
+  // memory of its own again, and this process stops holding the object.
+  virtual void ReleaseShareable(uint64_t offset) { (void)offset; }
+
   virtual Status GetTelemetry(tern_device_telemetry_t* out) const = 0;
 
   struct Fault {
@@ -201,6 +256,14 @@ class Device {
     uint64_t after_commands = 0;
   };
   virtual Status InjectFault(const Fault& fault) = 0;
+
+ protected:
+  static Status Unshareable() {
+    return MakeStatus(TERN_ERROR_UNIMPLEMENTED,
+                      "this driver backend cannot share device memory between processes "
+                      "(tern_buffer_export / tern_buffer_import); use the simulated device "
+                      "(TERN_DRIVER=sim), or copy through host memory");
+  }
 };
 
 struct DriverOptions {

@@ -61,11 +61,28 @@ struct SlotDeviceUsage {
   std::atomic<uint32_t> cores_owned;  // bit c: core c
 };
 
+// One shared allocation (tern_buffer_export / tern_buffer_import) that the
+// process holds: `id` names the allocation node-wide (0: the entry is free),
+// `info` packs its bytes, device and category (PackShared). Every holder
+// lists it; the node's sum counts each id once, so the memory stays charged
+// while any live process holds it and leaves the sum when the last holder
+// frees it or is reaped.
+struct SharedHold {
+  std::atomic<uint64_t> id;
+  std::atomic<uint64_t> info;
+};
+
+constexpr uint32_t kMaxSharedHolds = NodeRegistry::kMaxSharedPerProcess;
+
 struct alignas(64) ProcessSlot {
   std::atomic<uint32_t> state;  // SlotState
   std::atomic<int32_t> pid;
   std::atomic<uint64_t> command[kCommandWords];
   SlotDeviceUsage devices[kMaxDevices];
+  // Entries of `shared` in use (or being filled): readers skip the array
+  // when it is 0, so the node's sum costs nothing while nothing is shared.
+  std::atomic<uint32_t> shared_count;
+  SharedHold shared[kMaxSharedHolds];
 };
 
 // magic, version and generation keep their offsets in every layout version so
@@ -82,7 +99,8 @@ struct alignas(64) Header {
 
 constexpr uint64_t kMagic = 0x314d49534e524554ull;  // "TERNSIM1" in little-endian bytes
 // Bump whenever SharedNodeState changes shape (e.g. TERN_ERROR_CLASS_COUNT grows).
-constexpr uint32_t kLayoutVersion = 4;  // 4: memory counted only in process slots
+// 4: memory counted only in process slots; 5: shared allocations held per slot.
+constexpr uint32_t kLayoutVersion = 5;
 
 }  // namespace node_layout
 
@@ -145,6 +163,15 @@ bool HeldByOther(int fd, off_t offset) {
 }
 
 uint64_t SaturatingAdd(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
+
+// A shared hold's `info` word: bytes (at most kMaxHbmBytes, 41 bits) above
+// 8 bits of device (4) and category (4).
+uint64_t PackShared(uint64_t bytes, uint32_t device, uint32_t category) {
+  return (bytes << 8) | (uint64_t{device & 0xf} << 4) | (category & 0xf);
+}
+uint64_t SharedBytes(uint64_t info) { return info >> 8; }
+uint32_t SharedDevice(uint64_t info) { return static_cast<uint32_t>((info >> 4) & 0xf); }
+uint32_t SharedCategory(uint64_t info) { return static_cast<uint32_t>(info & 0xf); }
 
 // How long Open waits for another process's short critical section (the init
 // lock) before it gives up and names what holds it.
@@ -866,16 +893,106 @@ uint64_t NodeRegistry::NodeMemoryUsed(uint32_t device,
     // Every slot, live or dead: a dead process's memory counts until it is
     // reaped. Free slots hold zeroes. Saturating, since the file may hold
     // anything.
+    std::vector<std::pair<uint64_t, uint64_t>> shared;  // (id, info), only when any is held
     for (const ProcessSlot& s : state_->slots) {
       for (uint32_t c = 0; c < TERN_MEMORY_CATEGORY_COUNT; ++c) {
         const uint64_t v = s.devices[device].used_by_category[c].load();
         sums[c] = SaturatingAdd(sums[c], v);
         total = SaturatingAdd(total, v);
       }
+      if (s.shared_count.load() == 0) continue;
+      for (const SharedHold& hold : s.shared) {
+        // The id is published after the info and cleared before it changes:
+        // an id read the same on both sides of the info belongs to it (one
+        // id always names the same allocation).
+        const uint64_t id = hold.id.load();
+        if (id == 0) continue;
+        const uint64_t info = hold.info.load();
+        if (hold.id.load() != id || SharedDevice(info) != device) continue;
+        shared.emplace_back(id, info);
+      }
+    }
+    // Each shared allocation once, however many processes hold it.
+    std::sort(shared.begin(), shared.end());
+    for (size_t i = 0; i < shared.size(); ++i) {
+      if (i > 0 && shared[i].first == shared[i - 1].first) continue;
+      const uint32_t c = SharedCategory(shared[i].second);
+      if (c >= TERN_MEMORY_CATEGORY_COUNT) continue;  // garbage in the file
+      const uint64_t v = SharedBytes(shared[i].second);
+      sums[c] = SaturatingAdd(sums[c], v);
+      total = SaturatingAdd(total, v);
     }
   }
   if (by_category != nullptr) std::memcpy(by_category, sums, sizeof(sums));
   return total;
+}
+
+Status NodeRegistry::ReserveShared(uint32_t device, uint64_t id, uint64_t bytes,
+                                   tern_memory_category_t category) {
+  TERN_RETURN_IF_ERROR(CheckUsable("reserving shared device memory"));
+  if (slot_ < 0) {
+    return MakeStatus(TERN_ERROR_FAILED_PRECONDITION,
+                      "cannot reserve shared device memory: this node registry was opened as an "
+                      "observer, which owns nothing; open it as a participant");
+  }
+  TERN_RETURN_IF_ERROR(CheckIndex(device, 0, false));
+  if (static_cast<uint32_t>(category) >= TERN_MEMORY_CATEGORY_COUNT || id == 0 ||
+      bytes > kMaxHbmBytes) {
+    return MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
+                      "invalid shared allocation (id {:#x}, {} bytes, category {})", id, bytes,
+                      static_cast<int>(category));
+  }
+  std::lock_guard<std::mutex> lock(shared_mu_);
+  ProcessSlot& mine = state_->slots[slot_];
+  SharedHold* hold = nullptr;
+  for (SharedHold& h : mine.shared) {
+    if (h.id.load() == 0) {
+      hold = &h;
+      break;
+    }
+  }
+  if (hold == nullptr) {
+    return MakeStatus(TERN_ERROR_UNAVAILABLE,
+                      "this process already holds {} shared device buffers (exported or "
+                      "imported), the most the simulated node tracks per process; free some",
+                      kMaxSharedPerProcess);
+  }
+  // As in ReserveMemory: claim in our own slot (count, info, then the id that
+  // publishes it), then check the node's sum, which includes the claim; undo
+  // on overflow. seq_cst throughout, so of two racing claims one sees the
+  // other.
+  const uint64_t capacity = topology_.hbm_bytes;
+  mine.shared_count.fetch_add(1);
+  hold->info.store(PackShared(bytes, device, category));
+  constexpr int kAttempts = 1000;
+  for (int attempt = 0; bytes <= capacity && attempt < kAttempts; ++attempt) {
+    hold->id.store(id);
+    if (NodeMemoryUsed(device, nullptr) <= capacity) return OkStatus();
+    hold->id.store(0);
+    if (attempt == 0) ReapImpl();
+    if (NodeMemoryUsed(device, nullptr) > capacity - bytes) break;
+    std::this_thread::yield();
+  }
+  hold->info.store(0);
+  mine.shared_count.fetch_sub(1);
+  return OutOfMemoryError(device, bytes, category);
+}
+
+void NodeRegistry::ReleaseShared(uint32_t device, uint64_t id) {
+  if (forked_.load(std::memory_order_relaxed) || slot_ < 0 || id == 0 ||
+      device >= topology_.device_count) {
+    return;
+  }
+  std::lock_guard<std::mutex> lock(shared_mu_);
+  ProcessSlot& mine = state_->slots[slot_];
+  for (SharedHold& h : mine.shared) {
+    if (h.id.load() == id && SharedDevice(h.info.load()) == device) {
+      h.id.store(0);  // leaves the node's sum (unless another holder lists it)
+      h.info.store(0);
+      mine.shared_count.fetch_sub(1);
+      return;
+    }
+  }
 }
 
 void NodeRegistry::ReapDeadProcesses() { ReapImpl(); }
@@ -888,6 +1005,10 @@ bool NodeRegistry::SlotIsClear(uint32_t slot) const {
     for (const auto& bytes : usage.used_by_category) {
       if (bytes.load() != 0) return false;
     }
+  }
+  if (s.shared_count.load() != 0) return false;
+  for (const SharedHold& hold : s.shared) {
+    if (hold.id.load() != 0 || hold.info.load() != 0) return false;
   }
   return true;
 }
@@ -921,6 +1042,13 @@ void NodeRegistry::ReapSlotLocked(uint32_t slot) const {
       if (cores & (1u << core)) dev.cores[core].owner_pid.compare_exchange_strong(expected, 0);
     }
   }
+  // Its shared holds: each id leaves the node's sum unless a live process
+  // holds it too (then that process is charged from now on).
+  for (SharedHold& hold : s.shared) {
+    hold.id.store(0);
+    hold.info.store(0);
+  }
+  s.shared_count.store(0);
   s.pid.store(0);
   StoreCommand(s.command, "");
   s.state.store(kSlotFree, std::memory_order_release);
@@ -1005,6 +1133,20 @@ Status NodeRegistry::Snapshot(uint32_t device, tern_device_telemetry_t* out) con
     for (uint32_t c = 0; c < TERN_MEMORY_CATEGORY_COUNT; ++c) {
       p.memory_by_category[c] = s.devices[device].used_by_category[c].load();
       total += p.memory_by_category[c];
+    }
+    // Shared buffers count under every process that holds them (and once in
+    // the device's total).
+    if (s.shared_count.load() != 0) {
+      for (const SharedHold& hold : s.shared) {
+        const uint64_t id = hold.id.load();
+        const uint64_t info = hold.info.load();
+        if (id == 0 || hold.id.load() != id || SharedDevice(info) != device ||
+            SharedCategory(info) >= TERN_MEMORY_CATEGORY_COUNT) {
+          continue;
+        }
+        p.memory_by_category[SharedCategory(info)] += SharedBytes(info);
+        total += SharedBytes(info);
+      }
     }
     p.cores_owned = s.devices[device].cores_owned.load();
     if (total == 0 && p.cores_owned == 0) {

@@ -58,6 +58,8 @@ class NodeRegistry {
   static constexpr uint32_t kMaxCoresPerDevice = TERN_TELEMETRY_MAX_CORES;
   static constexpr uint32_t kMaxProcesses = TERN_TELEMETRY_MAX_PROCESSES;
   static constexpr uint64_t kMaxHbmBytes = uint64_t{1} << 40;  // per device, as TERN_SIM_TOPOLOGY
+  // Shared allocations (ReserveShared) one process may hold at once.
+  static constexpr uint32_t kMaxSharedPerProcess = 256;
 
   struct Topology {
     uint32_t device_count = 0;      // 1..kMaxDevices
@@ -124,6 +126,24 @@ class NodeRegistry {
   // Returns bytes charged with ReserveMemory(). Never releases more than this
   // process holds in `category`. Thread-safety: safe from any thread; lock-free.
   void ReleaseMemory(uint32_t device, uint64_t bytes, tern_memory_category_t category);
+  // Charges a shared allocation: `bytes` of `category` on `device` that
+  // several processes may map (an exported buffer and its imports), named
+  // node-wide by `id` (not 0; the same id in every process that holds it).
+  // Each holder lists the id in its own slot, and the node's sum counts each
+  // id once, so the memory stays charged while any live process holds it and
+  // leaves the sum when the last holder releases it or is reaped (SIGKILL
+  // included). Holding an id that a live process already holds costs no
+  // capacity; otherwise fails with TERN_ERROR_OUT_OF_MEMORY like
+  // ReserveMemory(). Fails with TERN_ERROR_UNAVAILABLE when this process holds
+  // kMaxSharedPerProcess shared allocations already. A process may hold the
+  // same id more than once (each ReleaseShared() drops one).
+  // Thread-safety: safe from any thread.
+  Status ReserveShared(uint32_t device, uint64_t id, uint64_t bytes,
+                       tern_memory_category_t category);
+  // Drops one hold of `id` taken with ReserveShared(); nothing when this
+  // process holds none. Thread-safety: safe from any thread.
+  void ReleaseShared(uint32_t device, uint64_t id);
+
   // Node-wide bytes in use on `device` by every process; fills `by_category`
   // (TERN_MEMORY_CATEGORY_COUNT entries) when not null. 0 for a bad device.
   // Thread-safety: safe from any thread; lock-free.
@@ -198,6 +218,10 @@ class NodeRegistry {
   // descriptor succeeds silently, so ownership is also tracked here.
   mutable std::mutex mu_;
   uint32_t owned_cores_[kMaxDevices] = {};  // GUARDED_BY(mu_); bit c: core c owned
+
+  // Serializes this process's changes to its shared holds (its slot's
+  // `shared` entries); readers in any process need no lock.
+  mutable std::mutex shared_mu_;
 
   // Serializes this process's reapers: they share one descriptor, so the
   // kernel lock alone would let two threads reap the same slot.

@@ -4,11 +4,15 @@
 #include <fmt/format.h>
 #include <linux/falloc.h>
 #include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <bit>
 #include <cerrno>
+#include <charconv>
 #include <cstring>
+#include <string_view>
 
 #include "common/logging.h"
 #include "common/timeline.h"
@@ -95,6 +99,10 @@ SimDevice::SimDevice(SimDriver* driver, driver::DeviceStaticInfo info)
     : driver_(driver), info_(std::move(info)) {}
 
 SimDevice::~SimDevice() {
+  for (auto& [offset, region] : shared_) {
+    registry().ReleaseShared(index(), region.id);
+    close(region.fd);
+  }
   if (user_view_ != nullptr) munmap(user_view_, info_.memory_bytes);
   if (engine_view_ != nullptr) munmap(engine_view_, info_.memory_bytes);
   if (memfd_ >= 0) close(memfd_);
@@ -114,11 +122,8 @@ Status SimDevice::Init() {
   // device address too. MAP_NORESERVE: pages are committed on first touch.
   const uint64_t alignment = std::bit_ceil(info_.memory_bytes);
   Status status;
-  user_view_ = static_cast<uint8_t*>(MapAligned(memfd_, info_.memory_bytes, alignment, 0,
-                                                driver_->config().protect
-                                                    ? PROT_NONE  // a host dereference faults
-                                                    : PROT_READ | PROT_WRITE,
-                                                &status));
+  user_view_ = static_cast<uint8_t*>(
+      MapAligned(memfd_, info_.memory_bytes, alignment, 0, user_protection(), &status));
   if (user_view_ == nullptr) return status;
   // The engine view is internal, and deliberately not that aligned: the
   // kernel places large host mappings (pinned buffers among them) at 2 MiB
@@ -137,6 +142,11 @@ Status SimDevice::Init() {
 }
 
 NodeRegistry& SimDevice::registry() const { return driver_->registry(); }
+
+int SimDevice::user_protection() const {
+  return driver_->config().protect ? PROT_NONE  // a host dereference faults
+                                   : PROT_READ | PROT_WRITE;
+}
 
 uint64_t SimDevice::exec_timeout_ns() const { return driver_->options().exec_timeout_ns; }
 
@@ -371,6 +381,227 @@ Status SimDevice::InjectFault(const Fault& fault) {
   TERN_LOG_INFO("armed fault kind {} on device {} core {} after {} commands",
                 static_cast<int>(fault.kind), index(), fault.core, fault.after_commands);
   return OkStatus();
+}
+
+// --- Shareable memory -------------------------------------------------------
+
+namespace {
+
+constexpr char kShareNamePrefix[] = "tern-buffer:";
+constexpr int kShareSeals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
+
+// The accounting id of a shareable memfd: its inode (which no other file has
+// while it lives, and which a process without the memfd cannot produce)
+// mixed with the random nonce of its name (which no later memfd that reuses
+// the inode number has). Never 0.
+uint64_t ShareId(const struct stat& st, uint64_t nonce) {
+  uint64_t h = nonce ^ (static_cast<uint64_t>(st.st_ino) * 0x9e3779b97f4a7c15ull) ^
+               (static_cast<uint64_t>(st.st_dev) << 32);
+  h ^= h >> 30;
+  h *= 0xbf58476d1ce4e5b9ull;
+  h ^= h >> 27;
+  h *= 0x94d049bb133111ebull;
+  h ^= h >> 31;
+  return h == 0 ? 1 : h;
+}
+
+bool ParseU64(std::string_view text, int base, uint64_t* out) {
+  if (text.empty()) return false;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), *out, base);
+  return ec == std::errc() && end == text.data() + text.size();
+}
+
+}  // namespace
+
+Status SimDevice::MapShared(int fd, uint64_t offset, uint64_t bytes) {
+  if (offset % driver::Device::kShareGranule != 0 || bytes % driver::Device::kShareGranule != 0 ||
+      bytes == 0 || offset > info_.memory_bytes || bytes > info_.memory_bytes - offset) {
+    return MakeStatus(TERN_ERROR_INTERNAL,
+                      "shareable range [{:#x}, +{}) of device {} is not whole pages inside its "
+                      "memory",
+                      offset, bytes, index());
+  }
+  if (mmap(user_view_ + offset, bytes, user_protection(), MAP_SHARED | MAP_FIXED | MAP_NORESERVE,
+           fd, 0) == MAP_FAILED) {
+    const int err = errno;
+    RestoreRange(offset, bytes);
+    return ErrnoStatus(TERN_ERROR_HOST_OUT_OF_MEMORY, err, "mapping shared device memory");
+  }
+  if (mmap(engine_view_ + offset, bytes, PROT_READ | PROT_WRITE,
+           MAP_SHARED | MAP_FIXED | MAP_NORESERVE, fd, 0) == MAP_FAILED) {
+    const int err = errno;
+    RestoreRange(offset, bytes);
+    return ErrnoStatus(TERN_ERROR_HOST_OUT_OF_MEMORY, err, "mapping shared device memory");
+  }
+  return OkStatus();
+}
+
+void SimDevice::RestoreRange(uint64_t offset, uint64_t bytes) {
+  // MAP_FIXED replaces the shared mapping in one step; should it fail (the
+  // kernel out of mapping entries), the range stays on the shared object,
+  // which is still correct memory, only not returned to the device.
+  const off_t file_offset = static_cast<off_t>(offset);
+  if (mmap(user_view_ + offset, bytes, user_protection(), MAP_SHARED | MAP_FIXED | MAP_NORESERVE,
+           memfd_, file_offset) == MAP_FAILED ||
+      mmap(engine_view_ + offset, bytes, PROT_READ | PROT_WRITE,
+           MAP_SHARED | MAP_FIXED | MAP_NORESERVE, memfd_, file_offset) == MAP_FAILED) {
+    TERN_LOG_WARN("device {}: cannot map device memory back over [{:#x}, +{}): {}", index(), offset,
+                  bytes, std::strerror(errno));
+  }
+}
+
+Status SimDevice::CreateShareable(uint64_t offset, uint64_t bytes, uint64_t size,
+                                  tern_memory_category_t category) {
+  uint64_t nonce = 0;
+  if (getrandom(&nonce, sizeof(nonce), 0) != static_cast<ssize_t>(sizeof(nonce))) {
+    return ErrnoStatus(TERN_ERROR_IO, errno, "getrandom for a shareable buffer's name");
+  }
+  const std::string name = fmt::format("{}{}:{:016x}:{}:{}", kShareNamePrefix, info_.uuid, nonce,
+                                       size, static_cast<int>(category));
+  const int fd = memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) return ErrnoStatus(TERN_ERROR_IO, errno, "memfd_create for a shareable buffer");
+  struct stat st;
+  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0 || fcntl(fd, F_ADD_SEALS, kShareSeals) != 0 ||
+      fstat(fd, &st) != 0) {
+    const int err = errno;
+    close(fd);
+    return ErrnoStatus(
+        TERN_ERROR_HOST_OUT_OF_MEMORY, err,
+        fmt::format("sizing and sealing {} bytes of shareable device memory", bytes));
+  }
+  const uint64_t id = ShareId(st, nonce);
+  Status status = registry().ReserveShared(index(), id, bytes, category);
+  if (!status.ok()) {
+    close(fd);
+    return status;
+  }
+  status = MapShared(fd, offset, bytes);
+  if (!status.ok()) {
+    registry().ReleaseShared(index(), id);
+    close(fd);
+    return status;
+  }
+  std::lock_guard<std::mutex> lock(shared_mutex_);
+  shared_[offset] = SharedRegion{fd, bytes, id};
+  return OkStatus();
+}
+
+Status SimDevice::ExportShareable(uint64_t offset, int* out_fd) {
+  *out_fd = -1;
+  std::lock_guard<std::mutex> lock(shared_mutex_);
+  auto it = shared_.find(offset);
+  if (it == shared_.end()) {
+    return MakeStatus(TERN_ERROR_INTERNAL, "device {} has no shareable memory at offset {:#x}",
+                      index(), offset);
+  }
+  const int fd = fcntl(it->second.fd, F_DUPFD_CLOEXEC, 0);
+  if (fd < 0) return ErrnoStatus(TERN_ERROR_IO, errno, "duplicating a shareable buffer's memfd");
+  *out_fd = fd;
+  return OkStatus();
+}
+
+Status SimDevice::InspectShareable(int fd, SharedMemoryDesc* out_desc) {
+  *out_desc = SharedMemoryDesc{};
+  struct stat st;
+  if (fd < 0 || fstat(fd, &st) != 0) {
+    return MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
+                      "fd {} is not an open file descriptor; pass the descriptor that "
+                      "tern_buffer_export() returned (or the one received from the exporting "
+                      "process)",
+                      fd);
+  }
+  // A memfd's link in /proc reads "/memfd:<name> (deleted)".
+  char link[512];
+  const ssize_t n = readlink(fmt::format("/proc/self/fd/{}", fd).c_str(), link, sizeof(link) - 1);
+  std::string_view target(link, n > 0 ? static_cast<size_t>(n) : 0);
+  const std::string memfd_prefix = std::string("/memfd:") + kShareNamePrefix;
+  const std::string_view deleted = " (deleted)";
+  if (!S_ISREG(st.st_mode) || !target.starts_with(memfd_prefix)) {
+    return MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
+                      "fd {} ({}) is not a device buffer exported by tern_buffer_export(); pass "
+                      "the descriptor that it returned",
+                      fd, target.empty() ? "unknown file" : std::string(target));
+  }
+  std::string_view name = target.substr(memfd_prefix.size());
+  if (name.ends_with(deleted)) name.remove_suffix(deleted.size());
+  // <uuid>:<nonce>:<size>:<category>
+  std::string_view fields[4];
+  size_t count = 0;
+  while (count < 4) {
+    const size_t colon = name.find(':');
+    fields[count++] = name.substr(0, colon);
+    if (colon == std::string_view::npos) break;
+    name.remove_prefix(colon + 1);
+  }
+  uint64_t nonce = 0, size = 0, category = 0;
+  if (count != 4 || fields[0].size() != 36 || !ParseU64(fields[1], 16, &nonce) ||
+      !ParseU64(fields[2], 10, &size) || !ParseU64(fields[3], 10, &category) || size == 0 ||
+      category >= TERN_MEMORY_CATEGORY_COUNT) {
+    return MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
+                      "fd {} ({}) is named like an exported device buffer but its name does not "
+                      "parse; pass the descriptor that tern_buffer_export() returned",
+                      fd, std::string(target));
+  }
+  if (fields[0] != info_.uuid) {
+    return MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
+                      "fd {} holds a buffer of the device with UUID {}, not of device {} (UUID "
+                      "{}); import it on the device it was allocated on (tern_device_get_info "
+                      "gives each device's uuid)",
+                      fd, std::string(fields[0]), index(), info_.uuid);
+  }
+  const int seals = fcntl(fd, F_GET_SEALS);
+  const uint64_t bytes =
+      (size + driver::Device::kShareGranule - 1) & ~(driver::Device::kShareGranule - 1);
+  if (seals < 0 || (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW)) {
+    return MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
+                      "fd {} is not sealed against resizing, so it is not a buffer exported by "
+                      "tern_buffer_export() (whose memory cannot shrink under an importer)",
+                      fd);
+  }
+  if (static_cast<uint64_t>(st.st_size) != bytes) {
+    return MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
+                      "fd {} holds {} bytes, but a buffer of {} bytes needs {}: it was truncated "
+                      "or is not a buffer exported by tern_buffer_export()",
+                      fd, static_cast<uint64_t>(st.st_size), size, bytes);
+  }
+  out_desc->size = size;
+  out_desc->bytes = bytes;
+  out_desc->category = static_cast<tern_memory_category_t>(category);
+  out_desc->id = ShareId(st, nonce);
+  return OkStatus();
+}
+
+Status SimDevice::ImportShareable(int fd, uint64_t offset, const SharedMemoryDesc& desc) {
+  const int own = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (own < 0) return ErrnoStatus(TERN_ERROR_IO, errno, "duplicating an imported buffer's fd");
+  Status status = registry().ReserveShared(index(), desc.id, desc.bytes, desc.category);
+  if (!status.ok()) {
+    close(own);
+    return status;
+  }
+  status = MapShared(own, offset, desc.bytes);
+  if (!status.ok()) {
+    registry().ReleaseShared(index(), desc.id);
+    close(own);
+    return status;
+  }
+  std::lock_guard<std::mutex> lock(shared_mutex_);
+  shared_[offset] = SharedRegion{own, desc.bytes, desc.id};
+  return OkStatus();
+}
+
+void SimDevice::ReleaseShareable(uint64_t offset) {
+  SharedRegion region;
+  {
+    std::lock_guard<std::mutex> lock(shared_mutex_);
+    auto it = shared_.find(offset);
+    if (it == shared_.end()) return;
+    region = it->second;
+    shared_.erase(it);
+  }
+  RestoreRange(offset, region.bytes);
+  close(region.fd);
+  registry().ReleaseShared(index(), region.id);
 }
 
 // --- SimDriver --------------------------------------------------------------

@@ -12,6 +12,7 @@
 #define TERN_DRIVER_SHIM_SIM_SIM_DRIVER_H_
 
 #include <condition_variable>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -49,6 +50,16 @@ class SimDevice final : public driver::Device {
   Status GetTelemetry(tern_device_telemetry_t* out) const override;
   Status InjectFault(const Fault& fault) override;
 
+  // Shareable memory: each shareable range has a memfd of its own, sealed
+  // against resizing and named "tern-buffer:<device uuid>:<nonce>:<size>:
+  // <category>", mapped MAP_FIXED over the range in both views.
+  Status CreateShareable(uint64_t offset, uint64_t bytes, uint64_t size,
+                         tern_memory_category_t category) override;
+  Status ExportShareable(uint64_t offset, int* out_fd) override;
+  Status InspectShareable(int fd, SharedMemoryDesc* out_desc) override;
+  Status ImportShareable(int fd, uint64_t offset, const SharedMemoryDesc& desc) override;
+  void ReleaseShareable(uint64_t offset) override;
+
   // Runs one command for a queue of `core`: checks armed faults, moves the
   // data, counts it. `*out_class` gets the error class of a failure.
   // `trace_track` (0: none) receives a span per instruction of an execution.
@@ -74,9 +85,24 @@ class SimDevice final : public driver::Device {
   Status CheckFaults(uint32_t core, const driver::Command& command, tern_error_class_t* out_class);
   Status Move(const driver::Command& command);
 
+  // Maps `fd` over [offset, offset + bytes) of both views; on failure puts
+  // the device's own memory back.
+  Status MapShared(int fd, uint64_t offset, uint64_t bytes);
+  // Maps the device's own memory over [offset, offset + bytes) of both views.
+  void RestoreRange(uint64_t offset, uint64_t bytes);
+  int user_protection() const;
+
   SimDriver* driver_;
   driver::DeviceStaticInfo info_;
   int memfd_ = -1;
+
+  struct SharedRegion {
+    int fd = -1;  // this process's descriptor of the range's memfd
+    uint64_t bytes = 0;
+    uint64_t id = 0;  // the node-wide accounting id
+  };
+  std::mutex shared_mutex_;
+  std::map<uint64_t, SharedRegion> shared_;  // by offset; guarded by shared_mutex_
   uint8_t* engine_view_ = nullptr;
   uint8_t* user_view_ = nullptr;
 

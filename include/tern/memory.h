@@ -25,9 +25,15 @@
 extern "C" {
 #endif
 
+/* tern_buffer_params_t.flags: the buffer may be exported to other processes
+ * with tern_buffer_export(). A shareable buffer is backed by memory of its
+ * own (whole pages: its device address is page aligned and it occupies its
+ * size rounded up to a page); ask for it only for buffers you will share. */
+#define TERN_BUFFER_FLAG_SHAREABLE 0x1u
+
 typedef struct tern_buffer_params_t {
   uint32_t struct_size;            /* IN: sizeof(tern_buffer_params_t) */
-  uint32_t flags;                  /* IN: reserved, must be 0 */
+  uint32_t flags;                  /* IN: 0 or TERN_BUFFER_FLAG_SHAREABLE */
   uint64_t size;                   /* IN: bytes, > 0 */
   uint64_t alignment;              /* IN: power of two, or 0 for the device minimum (64);
                                       at most the device memory size rounded up to a power
@@ -49,8 +55,71 @@ TERN_API tern_status_t tern_buffer_alloc(tern_device_t device, const tern_buffer
 
 /* Frees `buffer`. Commands already submitted that use it must have completed;
  * a second free of the same handle fails with TERN_ERROR_INVALID_HANDLE.
+ * For a shared buffer (exported, or imported) this ends only this process's
+ * use: the memory lives on while another process holds it (see
+ * tern_buffer_export()).
  * Thread-safety: safe from any thread; the handle is invalid afterwards. */
 TERN_API tern_status_t tern_buffer_free(tern_buffer_t buffer);
+
+/* Sharing device memory between processes.
+ *
+ * tern_buffer_export() returns a file descriptor for one buffer allocated
+ * with TERN_BUFFER_FLAG_SHAREABLE; another process that receives the
+ * descriptor (over a unix socket with SCM_RIGHTS, or by inheritance) passes it
+ * to tern_buffer_import() and gets a buffer of its own on the same device,
+ * backed by the same memory: what one process writes (with copies,
+ * executions or tern_buffer_write) the other reads once its work has
+ * completed; order work across processes yourself (for example by a
+ * message after tern_queue_synchronize()). The descriptor gives access to
+ * that buffer only, never to the rest of the device's memory; a process
+ * that was not given it cannot import the buffer. (On the simulated device
+ * it is a sealed memfd; a hardware backend exports a dma-buf.)
+ *
+ * Lifetime: the memory lives while any process holds it: a live buffer
+ * handle (exported or imported) or an open descriptor. The exporter may free
+ * its buffer, or die (SIGKILL included), while an importer goes on using the
+ * memory; a descriptor stays importable after its exporter died.
+ *
+ * Accounting: a shared buffer counts once in the node's device memory
+ * (tern_memory_stats_t.node_used_bytes, tools' totals) while any live
+ * process holds a handle to it, and under each such process in its own
+ * figures (used_bytes, per-process telemetry). When the last holder frees it
+ * or dies, the node's count drops. Memory that only open descriptors keep
+ * alive counts nowhere; importing it charges the importer, and fails with
+ * TERN_ERROR_OUT_OF_MEMORY when the node has no room for it.
+ *
+ * A process holds at most 256 shared buffers (exported or imported) at once
+ * on the simulated device; allocating or importing one more fails with
+ * TERN_ERROR_UNAVAILABLE. Backends that cannot share memory fail these calls
+ * with TERN_ERROR_UNIMPLEMENTED. */
+
+/* Exports `buffer`, which must have been allocated with
+ * TERN_BUFFER_FLAG_SHAREABLE (or imported), and stores a new file descriptor
+ * for it in `*out_fd` (set to -1 on entry). The descriptor is close-on-exec
+ * and the caller's: close() it when it has been handed on; each call makes a
+ * new one. Fails with TERN_ERROR_FAILED_PRECONDITION for a buffer allocated
+ * without the flag.
+ * Thread-safety: safe from any thread. */
+TERN_API tern_status_t tern_buffer_export(tern_buffer_t buffer, int* out_fd);
+
+/* Imports the buffer that `fd` (from tern_buffer_export(), in this or
+ * another process) stands for into `device`, which must be the device it was
+ * allocated on, and stores a new handle in `*out_buffer` (set to NULL on
+ * entry). `size` must be the buffer's size as allocated. The new buffer has
+ * its own device address in this process; use it as any buffer (copies,
+ * executions, tern_buffer_get_info, export) and free it with
+ * tern_buffer_free(). `fd` stays the caller's (tern keeps a descriptor of its
+ * own). Importing the same descriptor twice gives two handles to the same
+ * memory, each to be freed. Fails with TERN_ERROR_INVALID_ARGUMENT when `fd`
+ * is not an open descriptor, is not an exported tern buffer (another file,
+ * an unsealed or truncated memfd), belongs to another device, or `size` is
+ * not the buffer's size (the message gives the real one); with
+ * TERN_ERROR_OUT_OF_MEMORY when no process holds the memory any more and the
+ * node has no room for it, or this process's device address space has no
+ * free block large enough.
+ * Thread-safety: safe from any thread. */
+TERN_API tern_status_t tern_buffer_import(tern_device_t device, int fd, uint64_t size,
+                                          tern_buffer_t* out_buffer);
 
 typedef struct tern_buffer_info_t {
   uint32_t struct_size; /* IN: sizeof(tern_buffer_info_t) */

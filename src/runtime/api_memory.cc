@@ -16,6 +16,19 @@ namespace tern {
 
 void ReleaseBuffer(const BufferObject& buffer) {
   DeviceObject* dev = buffer.device;
+  if (buffer.shared) {
+    // The range becomes the device's own memory again before the allocator
+    // may hand it out; the driver drops this process's hold (and charge).
+    dev->hw->ReleaseShareable(buffer.offset);
+    {
+      std::lock_guard<std::mutex> lock(dev->memory_mutex);
+      dev->allocator->Free(buffer.offset);
+      dev->used -= buffer.allocated;
+      dev->used_by_category[buffer.category] -= buffer.allocated;
+    }
+    dev->hw->MemoryFreed(buffer.offset, buffer.allocated, buffer.category);
+    return;
+  }
   {
     std::lock_guard<std::mutex> lock(dev->memory_mutex);
     dev->allocator->Free(buffer.offset);
@@ -86,8 +99,9 @@ void AddToUsed(DeviceObject* dev, uint64_t bytes, tern_memory_category_t categor
 
 }  // namespace
 
-Status AllocateDeviceMemory(DeviceObject* dev, uint64_t size, uint64_t alignment,
-                            tern_memory_category_t category, BufferObject* out) {
+Status PlaceDeviceMemory(DeviceObject* dev, uint64_t size, uint64_t alignment,
+                         tern_memory_category_t category, const ChargeFunction& charge,
+                         BufferObject* out) {
   if (size > dev->info.memory_bytes) {
     return OutOfMemory(dev, size, category, "that is more than the device's whole memory");
   }
@@ -108,7 +122,7 @@ Status AllocateDeviceMemory(DeviceObject* dev, uint64_t size, uint64_t alignment
     return OutOfMemory(dev, size, category,
                        "no free block of this process's device address space is large enough");
   }
-  Status reserved = dev->hw->ReserveMemory(buffer.allocated, category);
+  Status reserved = charge(buffer.offset, buffer.allocated);
   if (!reserved.ok()) {
     {
       std::lock_guard<std::mutex> lock(dev->memory_mutex);
@@ -119,6 +133,14 @@ Status AllocateDeviceMemory(DeviceObject* dev, uint64_t size, uint64_t alignment
   AddToUsed(dev, buffer.allocated, category);
   *out = buffer;
   return OkStatus();
+}
+
+Status AllocateDeviceMemory(DeviceObject* dev, uint64_t size, uint64_t alignment,
+                            tern_memory_category_t category, BufferObject* out) {
+  return PlaceDeviceMemory(
+      dev, size, alignment, category,
+      [&](uint64_t, uint64_t allocated) { return dev->hw->ReserveMemory(allocated, category); },
+      out);
 }
 
 Status ChargeDeviceMemory(DeviceObject* dev, uint64_t bytes, tern_memory_category_t category) {
@@ -151,7 +173,8 @@ Status AllocateBuffer(Runtime* rt, tern_device_t device, const tern_buffer_param
   if (params == nullptr) return MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "params is NULL");
   TERN_RETURN_IF_ERROR(
       CheckStructSize(params->struct_size, sizeof(tern_buffer_params_t), "tern_buffer_params_t"));
-  TERN_RETURN_IF_ERROR(CheckNoFlags(params->flags, "tern_buffer_params_t"));
+  TERN_RETURN_IF_ERROR(CheckFlags(params->flags, TERN_BUFFER_FLAG_SHAREABLE, "tern_buffer_params_t",
+                                  "TERN_BUFFER_FLAG_SHAREABLE (0x1)"));
   if (params->size == 0) {
     return MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "cannot allocate 0 bytes: size must be > 0");
   }
@@ -176,8 +199,13 @@ Status AllocateBuffer(Runtime* rt, tern_device_t device, const tern_buffer_param
                       std::bit_ceil(dev->info.memory_bytes));
   }
   auto buffer = std::make_shared<BufferObject>();
-  TERN_RETURN_IF_ERROR(
-      AllocateDeviceMemory(dev, params->size, params->alignment, params->category, buffer.get()));
+  if ((params->flags & TERN_BUFFER_FLAG_SHAREABLE) != 0) {
+    TERN_RETURN_IF_ERROR(AllocateSharedDeviceMemory(dev, params->size, params->alignment,
+                                                    params->category, buffer.get()));
+  } else {
+    TERN_RETURN_IF_ERROR(
+        AllocateDeviceMemory(dev, params->size, params->alignment, params->category, buffer.get()));
+  }
   const uint64_t handle = rt->buffer_table.Insert(buffer);
   if (handle == 0) {
     ReleaseBuffer(*buffer);

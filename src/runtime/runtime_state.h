@@ -3,6 +3,7 @@
 #define TERN_SRC_RUNTIME_RUNTIME_STATE_H_
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -48,6 +49,10 @@ struct BufferObject {
   uint64_t size = 0;       // as requested
   uint64_t allocated = 0;  // as rounded by the allocator (what is charged)
   tern_memory_category_t category = TERN_MEMORY_TENSORS;
+  // Backed by a shareable object of its own (TERN_BUFFER_FLAG_SHAREABLE, or
+  // imported): the driver charges it (CreateShareable / ImportShareable) and
+  // ReleaseBuffer ends it with ReleaseShareable.
+  bool shared = false;
 };
 
 struct QueueObject {
@@ -156,6 +161,20 @@ void ReleaseBuffer(const BufferObject& buffer);
 // Fails with an out-of-memory report.
 Status AllocateDeviceMemory(DeviceObject* dev, uint64_t size, uint64_t alignment,
                             tern_memory_category_t category, BufferObject* out);
+
+// What AllocateDeviceMemory does, with `charge(offset, allocated)` in place
+// of the node-wide charge (ReserveMemory) once the block is placed; a failed
+// charge frees the block (OUT_OF_MEMORY becomes the full report).
+using ChargeFunction = std::function<Status(uint64_t offset, uint64_t allocated)>;
+Status PlaceDeviceMemory(DeviceObject* dev, uint64_t size, uint64_t alignment,
+                         tern_memory_category_t category, const ChargeFunction& charge,
+                         BufferObject* out);
+
+// AllocateDeviceMemory for a shareable buffer (TERN_BUFFER_FLAG_SHAREABLE):
+// whole pages, backed by an object of its own that tern_buffer_export hands
+// out (api_memory_share.cc).
+Status AllocateSharedDeviceMemory(DeviceObject* dev, uint64_t size, uint64_t alignment,
+                                  tern_memory_category_t category, BufferObject* out);
 
 // Charges `bytes` of `category` to the device without placing them in its
 // address range (constants used in place from a file mapping), and undoes it.

@@ -63,7 +63,8 @@ inline constexpr SkipEntry kSkipList[] = {
     // A hardware backend would add TERN_OK entries here for what only the
     // simulated device can do: "*TestTopology*" and "DeviceVisibleCoresTest.*"
     // (the layout TERN_SIM_TOPOLOGY=2x2x256M gives), "*ProtectMode*"
-    // (TERN_SIM_PROTECT) and "QueueErrorTest.*" (tern_debug_inject_fault).
+    // (TERN_SIM_PROTECT), "QueueErrorTest.*" (tern_debug_inject_fault) and
+    // "*SharedBufferLimitOfTheSimulatedDevice" (the sim's 256 shared buffers).
 };
 
 // Matches `text` against a glob with '*' (any run) and '?' (one character).

@@ -1,6 +1,8 @@
 // CTS: negative tests for every public function. Each bad input must give its
 // exact documented code and a message of its own, never a crash, and must
 // leave the objects involved as they were.
+#include <unistd.h>
+
 #include <cstdlib>
 #include <thread>
 
@@ -63,6 +65,12 @@ void ExpectEveryFunctionFails(const Handles& h, tern_status_t expected, const ch
   CTS_EXPECT_ERROR(expected, tern_buffer_get_info(h.buffer, &buffer_info), needle);
   CTS_EXPECT_ERROR(expected, tern_buffer_write(h.buffer, 0, bytes, sizeof(bytes)), needle);
   CTS_EXPECT_ERROR(expected, tern_buffer_read(h.buffer, 0, bytes, sizeof(bytes)), needle);
+  int fd = 1234;
+  CTS_EXPECT_ERROR(expected, tern_buffer_export(h.buffer, &fd), needle);
+  EXPECT_EQ(-1, fd);
+  buffer = Forge<tern_buffer_t>(0x1234);
+  CTS_EXPECT_ERROR(expected, tern_buffer_import(h.device, 0, 4096, &buffer), needle);
+  EXPECT_EQ(nullptr, buffer);
   tern_memory_stats_t stats{};
   stats.struct_size = sizeof(stats);
   CTS_EXPECT_ERROR(expected, tern_device_memory_stats(h.device, &stats), needle);
@@ -508,7 +516,7 @@ TEST_P(NegativeTest, BufferAlloc) {
                      "struct_size");
   }
   params = good;
-  for (uint32_t flags : {1u, 0x100u, 0x80000000u}) {
+  for (uint32_t flags : {2u, 3u, 0x100u, 0x80000000u}) {
     SCOPED_TRACE(flags);
     params.flags = flags;
     CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT, tern_buffer_alloc(device(0), &params, &buffer),
@@ -572,6 +580,92 @@ TEST_P(NegativeTest, BufferFree) {
   tern_core_info_t info{};
   info.struct_size = sizeof(info);
   CTS_EXPECT_OK(tern_core_get_info(core_, &info));
+}
+
+TEST_P(NegativeTest, BufferExport) {
+  int fd = 1234;
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT, tern_buffer_export(buffer_, nullptr), "out_fd");
+  for (const auto& [label, handle] : BadBuffers()) {
+    SCOPED_TRACE(label);
+    tern_buffer_t bad = handle;
+    fd = 1234;
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE, tern_buffer_export(bad, &fd), "buffer");
+    EXPECT_EQ(-1, fd);
+  }
+  // A buffer allocated without TERN_BUFFER_FLAG_SHAREABLE.
+  fd = 1234;
+  CTS_EXPECT_ERROR(TERN_ERROR_FAILED_PRECONDITION, tern_buffer_export(buffer_, &fd),
+                   "TERN_BUFFER_FLAG_SHAREABLE");
+  EXPECT_EQ(-1, fd);
+  // A freed shareable buffer.
+  tern_buffer_params_t params = BufferParams(4096);
+  params.flags = TERN_BUFFER_FLAG_SHAREABLE;
+  tern_buffer_t shareable = nullptr;
+  CTS_ASSERT_OK(tern_buffer_alloc(device(0), &params, &shareable));
+  CTS_ASSERT_OK(tern_buffer_free(shareable));
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE, tern_buffer_export(shareable, &fd), "buffer");
+  EXPECT_EQ(-1, fd);
+  ExpectBufferUntouched();
+}
+
+TEST_P(NegativeTest, BufferImport) {
+  tern_buffer_params_t params = BufferParams(kBufferSize);
+  params.flags = TERN_BUFFER_FLAG_SHAREABLE;
+  tern_buffer_t shareable = nullptr;
+  CTS_ASSERT_OK(tern_buffer_alloc(device(0), &params, &shareable));
+  int fd = -1;
+  CTS_ASSERT_OK(tern_buffer_export(shareable, &fd));
+  ASSERT_GE(fd, 0);
+  const tern_memory_stats_t before = MemoryStats(0);
+
+  tern_buffer_t buffer = Forge<tern_buffer_t>(0x1234);
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT,
+                   tern_buffer_import(device(0), fd, kBufferSize, nullptr), "out_buffer");
+  for (const auto& [label, handle] : BadDevicesWithStale()) {
+    SCOPED_TRACE(label);
+    tern_device_t bad = handle;
+    buffer = Forge<tern_buffer_t>(0x1234);
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE, tern_buffer_import(bad, fd, kBufferSize, &buffer),
+                     "device");
+    EXPECT_EQ(nullptr, buffer);
+  }
+  // Bad sizes: 0, and anything but the buffer's own.
+  for (uint64_t size :
+       {uint64_t{0}, uint64_t{1}, kBufferSize - 1, kBufferSize + 1, 2 * kBufferSize, UINT64_MAX}) {
+    SCOPED_TRACE(size);
+    buffer = Forge<tern_buffer_t>(0x1234);
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT, tern_buffer_import(device(0), fd, size, &buffer),
+                     "size");
+    EXPECT_EQ(nullptr, buffer);
+  }
+  // Bad descriptors: negative, not open, and open files that are no
+  // exported buffer.
+  int pipe_fds[2];
+  ASSERT_EQ(0, pipe(pipe_fds));
+  const int closed = dup(pipe_fds[0]);
+  ASSERT_GE(closed, 0);
+  close(closed);
+  for (int bad : {-1, -100, closed, pipe_fds[0], pipe_fds[1], 0}) {
+    SCOPED_TRACE(bad);
+    buffer = Forge<tern_buffer_t>(0x1234);
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT,
+                     tern_buffer_import(device(0), bad, kBufferSize, &buffer), "fd");
+    EXPECT_EQ(nullptr, buffer);
+  }
+  close(pipe_fds[0]);
+  close(pipe_fds[1]);
+  // Nothing was imported, and the descriptor still works.
+  const tern_memory_stats_t after = MemoryStats(0);
+  EXPECT_EQ(before.allocation_count, after.allocation_count);
+  EXPECT_EQ(before.used_bytes, after.used_bytes);
+  EXPECT_EQ(before.node_used_bytes, after.node_used_bytes);
+  CTS_ASSERT_OK(tern_buffer_import(device(0), fd, kBufferSize, &buffer));
+  CTS_EXPECT_OK(tern_buffer_free(buffer));
+  // A double free of the imported handle.
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE, tern_buffer_free(buffer), "freed");
+  CTS_EXPECT_OK(tern_buffer_free(shareable));
+  close(fd);
+  ExpectBufferUntouched();
 }
 
 TEST_P(NegativeTest, BufferGetInfo) {
