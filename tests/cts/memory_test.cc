@@ -358,8 +358,9 @@ TEST_P(MemoryTest, HostRegisterUnregister) {
   uint8_t* host = storage.data() + 100;  // deliberately not page aligned
   const uint64_t size = 3 << 20;
   CTS_ASSERT_OK(tern_host_register(host, size));
-#if !defined(__SANITIZE_ADDRESS__)
-  // (AddressSanitizer turns mlock into a no-op: it would lock the shadow too.)
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+  // (AddressSanitizer and ThreadSanitizer turn mlock into a no-op: it would
+  // lock their shadow memory too.)
   // Locked: /proc/self/status counts the pages (VmLck).
   auto locked_kib = [] {
     std::ifstream status("/proc/self/status");
