@@ -228,8 +228,11 @@ Status Bind(Runtime* rt, const QueueObject& queue, const driver::TensorSignature
     *out = driver::MemoryRef{nullptr, dev->hw.get(), 0};  // nothing to read or write
     return OkStatus();
   }
-  std::shared_ptr<BufferObject> buffer;
-  TERN_RETURN_IF_ERROR(LookupBuffer(rt, binding.buffer, arg().c_str(), &buffer));
+  // The argument's name is formatted only for an error: this runs for every
+  // binding of every execution.
+  std::shared_ptr<BufferObject> buffer =
+      rt->buffer_table.Lookup(reinterpret_cast<uint64_t>(binding.buffer));
+  if (!buffer) TERN_RETURN_IF_ERROR(LookupBuffer(rt, binding.buffer, arg().c_str(), &buffer));
   if (buffer->device != dev) {
     return MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
                       "{} is a buffer of device {} but the queue runs on device {}; bind buffers "

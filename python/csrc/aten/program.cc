@@ -5,6 +5,7 @@
 #include <c10/util/Exception.h>
 
 #include <array>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <list>
@@ -51,7 +52,9 @@ struct Entry {
 std::mutex g_mutex;
 auto* g_cache = new std::unordered_map<std::string, Entry>();
 auto* g_lru = new std::list<std::string>();  // front: most recently used
-CacheInfo g_info;
+CacheInfo g_info;                            // launches aside: g_launches
+// Counted without g_mutex: every native op's run adds one.
+std::atomic<int64_t> g_launches{0};
 
 template <typename T>
 void Append(std::string& key, const T& value) {
@@ -263,15 +266,17 @@ Operand Program::Bind(const at::Tensor& t, bool output) {
   uint32_t index = 0;
   for (const Binding& b : bindings_) {
     if (b.output != output) continue;
-    if (b.tensor.defined() && b.dtype == *dtype && b.span == span &&
-        b.tensor.data_ptr() == t.data_ptr()) {
+    if (b.is_tensor && b.dtype == *dtype && b.span == span && b.data == t.data_ptr()) {
       o.index = index;
       return o;
     }
     ++index;
   }
   o.index = output ? outputs_++ : inputs_++;
-  bindings_.push_back({t, output, *dtype, span});
+  Binding b{true, output, *dtype, span};
+  b.data = t.data_ptr();
+  b.storage = t.storage();
+  bindings_.push_back(std::move(b));
   return o;
 }
 
@@ -283,7 +288,7 @@ Operand Program::BindRaw(tern_buffer_t buffer, uint64_t offset, tern_dtype_t dty
   o.strides = {1};
   o.segment = output ? TERN_SEGMENT_OUTPUT : TERN_SEGMENT_INPUT;
   o.index = output ? outputs_++ : inputs_++;
-  Binding b{at::Tensor(), output, dtype, elements};
+  Binding b{false, output, dtype, elements};
   b.raw_buffer = buffer;
   b.raw_offset = offset;
   bindings_.push_back(b);
@@ -427,7 +432,7 @@ Operand Program::ConstInt(int64_t value, tern_dtype_t dtype) {
 Operand Program::AddArg(const void* bytes, tern_dtype_t dtype) {
   if (args_input_ < 0) {
     args_input_ = static_cast<int32_t>(inputs_++);
-    bindings_.push_back({at::Tensor(), false, TERN_DTYPE_I8, 0});
+    bindings_.push_back({false, false, TERN_DTYPE_I8, 0});
   }
   return AppendSlot(args_, TERN_SEGMENT_INPUT, static_cast<uint32_t>(args_input_), bytes, dtype);
 }
@@ -501,7 +506,7 @@ std::string Build(c10::DeviceIndex device, const std::string& name,
     uint32_t index = 0;
     for (const Program::Binding& b : bindings) {
       if (b.output != outputs) continue;
-      const int64_t span = (b.tensor.defined() || b.raw_buffer != nullptr) ? b.span : args_bytes;
+      const int64_t span = (b.is_tensor || b.raw_buffer != nullptr) ? b.span : args_bytes;
       const std::string tensor_name = (outputs ? "out" : "in") + std::to_string(index++);
       uint32_t declared = 0;
       ok = outputs ? check(tern_builder_add_output(builder, tensor_name.c_str(), b.dtype, 1, &span,
@@ -587,16 +592,17 @@ bool Program::Run(bool cache) {
   for (const Binding& b : bindings_) any_output = any_output || (b.output && b.span > 0);
   if (!any_output) return true;  // nothing to write
 
-  std::string key = name_;
+  // One buffer per thread: the key is rebuilt for every run of every op.
+  thread_local std::string key;
+  key.assign(name_);
   key.push_back('\0');
   Append(key, static_cast<int32_t>(device_.index()));
   Append(key, static_cast<int32_t>(bindings_.size()));
   for (const Binding& b : bindings_) {
     Append(key, static_cast<uint8_t>(b.output));
     Append(key, static_cast<uint8_t>(b.dtype));
-    Append(key, (b.tensor.defined() || b.raw_buffer != nullptr)
-                    ? b.span
-                    : static_cast<int64_t>(args_.size()));
+    Append(key,
+           (b.is_tensor || b.raw_buffer != nullptr) ? b.span : static_cast<int64_t>(args_.size()));
   }
   Append(key, scratch_bytes_);
   Append(key, static_cast<int32_t>(constants_.size()));
@@ -640,7 +646,7 @@ bool Program::Run(bool cache) {
         entry.function = built.function;
         entry.error = std::move(error);
         entry.lru = g_lru->begin();
-        it = g_cache->emplace(std::move(key), std::move(entry)).first;
+        it = g_cache->emplace(key, std::move(entry)).first;
         if (g_cache->size() > kCacheCapacity) {
           auto victim = g_cache->find(g_lru->back());
           evicted = victim->second.executable;
@@ -677,8 +683,9 @@ bool Program::Run(bool cache) {
     tern_binding_t binding{nullptr, 0};
     if (b.raw_buffer != nullptr) {
       binding = {b.raw_buffer, b.raw_offset};
-    } else if ((b.tensor.defined() ? b.span : 1) > 0) {
-      const DeviceLocation loc = Locate(b.tensor.defined() ? b.tensor : args_tensor);
+    } else if (b.is_tensor ? b.span > 0 : true) {
+      const DeviceLocation loc =
+          b.is_tensor ? TernDeviceAllocator::Get().Resolve(b.data, device) : Locate(args_tensor);
       binding = {loc.buffer, loc.offset};
     }
     (b.output ? out : in).push_back(binding);
@@ -688,8 +695,7 @@ bool Program::Run(bool cache) {
                          out.data(), static_cast<uint32_t>(out.size()), nullptr);
   if (one_off) Unload(executable);
   TERN_CHECK(status);
-  std::lock_guard<std::mutex> lock(g_mutex);
-  ++g_info.launches;
+  g_launches.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
 
@@ -714,6 +720,7 @@ bool TryCopyKernel(const at::Tensor& src, const at::Tensor& dst) {
 CacheInfo GetCacheInfo() {
   std::lock_guard<std::mutex> lock(g_mutex);
   CacheInfo info = g_info;
+  info.launches = g_launches.load(std::memory_order_relaxed);
   info.executables_available = ExecutablesAvailable();
   return info;
 }
@@ -724,6 +731,7 @@ void ClearCache() {
   g_cache->clear();
   g_lru->clear();
   g_info = CacheInfo();
+  g_launches.store(0, std::memory_order_relaxed);
 }
 
 }  // namespace torch_tern::program

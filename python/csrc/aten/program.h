@@ -125,12 +125,18 @@ class Program {
   bool Run(bool cache = true);
 
   struct Binding {
-    at::Tensor tensor;  // undefined for the args blob and raw buffers
+    bool is_tensor;  // false for the args blob and raw buffers
     bool output;
     tern_dtype_t dtype;
     int64_t span;
     tern_buffer_t raw_buffer = nullptr;
     uint64_t raw_offset = 0;
+    // A bound tensor's first element, and its storage, which keeps that
+    // memory alive until the run is queued (a temporary's too). The storage,
+    // not the tensor: copying a tensor that Python holds takes the GIL
+    // (PyTorch keeps its Python object alive), once per binding per op.
+    const void* data = nullptr;
+    c10::Storage storage;
   };
   struct Instruction {
     tern_opcode_t opcode;
