@@ -48,7 +48,9 @@ TERN_API tern_status_t tern_buffer_alloc(tern_device_t device, const tern_buffer
                                          tern_buffer_t* out_buffer);
 
 /* Frees `buffer`. Commands already submitted that use it must have completed;
- * a second free of the same handle fails with TERN_ERROR_INVALID_HANDLE.
+ * a second free of the same handle fails with TERN_ERROR_INVALID_HANDLE. A
+ * buffer from tern_queue_alloc() goes back to its pool, idle
+ * (tern/memory_pool.h).
  * Thread-safety: safe from any thread; the handle is invalid afterwards. */
 TERN_API tern_status_t tern_buffer_free(tern_buffer_t buffer);
 
