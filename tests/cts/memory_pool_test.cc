@@ -464,6 +464,8 @@ TEST_P(MemoryPoolTest, PoolsOfEachDevice) {
   CTS_EXPECT_OK(tern_memory_pool_destroy(pool));
 }
 
+void Nap(void*, tern_status_t) { std::this_thread::sleep_for(std::chrono::milliseconds(1)); }
+
 // Several threads allocate, use and free on their own queues from one pool,
 // hand buffers across queues through events, while another thread changes
 // the threshold, trims and reads statistics. Every buffer's contents are
@@ -499,8 +501,14 @@ TEST_P(MemoryPoolTest, ConcurrentQueuesShareAPool) {
       }
       checks.emplace_back(std::vector<uint32_t>(words), pattern);
       std::vector<uint32_t>& out = checks.back().first;
-      bool ok = tern_queue_fill(queue, buffer, 0, words * 4, pattern, nullptr) == TERN_OK &&
-                tern_queue_copy_d2h(queue, out.data(), buffer, 0, words * 4, nullptr) == TERN_OK;
+      bool ok = tern_queue_fill(queue, buffer, 0, words * 4, pattern, nullptr) == TERN_OK;
+      // Now and then the queue sleeps between writing and reading the block,
+      // while the other threads allocate: a block handed to them before this
+      // queue passed its free would be overwritten before it is read back.
+      if (i % 4 == 0) {
+        ok = ok && tern_queue_host_callback(queue, Nap, nullptr, nullptr) == TERN_OK;
+      }
+      ok = ok && tern_queue_copy_d2h(queue, out.data(), buffer, 0, words * 4, nullptr) == TERN_OK;
       if (i % 3 == 0) {
         // Hand the buffer to the next thread's queue, which frees it.
         ok = ok && tern_queue_record_event(queue, event, nullptr) == TERN_OK &&
