@@ -107,7 +107,8 @@ typedef enum tern_memory_pool_attribute_t {
    * it takes effect at the pool's next synchronisation point. */
   TERN_MEMORY_POOL_ATTR_RELEASE_THRESHOLD = 0,
   /* uint64_t, read only: the pool's tern_memory_category_t. */
-  TERN_MEMORY_POOL_ATTR_CATEGORY = 1
+  TERN_MEMORY_POOL_ATTR_CATEGORY = 1,
+  TERN_MEMORY_POOL_ATTR_COUNT = 2
 } tern_memory_pool_attribute_t;
 
 /* Sets `attribute` of `pool` to `value`. Fails with

@@ -87,7 +87,7 @@ Status DestroyPool(Runtime* rt, tern_memory_pool_t handle) {
 }
 
 Status CheckAttribute(uint32_t attribute) {
-  if (attribute > TERN_MEMORY_POOL_ATTR_CATEGORY) {
+  if (attribute >= TERN_MEMORY_POOL_ATTR_COUNT) {
     return MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
                       "memory pool attribute {} is unknown; use a tern_memory_pool_attribute_t "
                       "value",

@@ -1271,8 +1271,10 @@ TEST_P(NegativeTest, MemoryPoolSetAttribute) {
         TERN_ERROR_INVALID_HANDLE,
         tern_memory_pool_set_attribute(bad, TERN_MEMORY_POOL_ATTR_RELEASE_THRESHOLD, 0), "pool");
   }
+  // Unknown values a C++ caller can form (C callers can pass any int; the
+  // library reads it as an integer).
   tern_memory_pool_attribute_t attribute;
-  for (int raw : {2, 99, -1}) {
+  for (int raw : {static_cast<int>(TERN_MEMORY_POOL_ATTR_COUNT), 3}) {
     SCOPED_TRACE(raw);
     SetRawEnum(&attribute, raw);
     CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT,
@@ -1305,8 +1307,10 @@ TEST_P(NegativeTest, MemoryPoolGetAttribute) {
         "pool");
     EXPECT_EQ(0u, value);
   }
+  // Unknown values a C++ caller can form (C callers can pass any int; the
+  // library reads it as an integer).
   tern_memory_pool_attribute_t attribute;
-  for (int raw : {2, 99, -1}) {
+  for (int raw : {static_cast<int>(TERN_MEMORY_POOL_ATTR_COUNT), 3}) {
     SCOPED_TRACE(raw);
     SetRawEnum(&attribute, raw);
     uint64_t value = 99;
