@@ -7,7 +7,9 @@
 //   (b) H2D, D2H and D2D copy bandwidth, pipelined, beside memcpy between two
 //       host buffers of the same size;
 //   (c) device alloc + free of 256 B with 10,000 live allocations, beside
-//       malloc + free with 10,000 live mallocs.
+//       malloc + free with 10,000 live mallocs;
+//   (d) stream-ordered alloc + free (tern_queue_alloc + tern_queue_free) of
+//       256 B to 16 MiB, beside tern_buffer_alloc + tern_buffer_free.
 //
 // Tern and its baseline are measured alternately (A B A B ...) because the
 // speed of a shared or virtual machine drifts over seconds; bandwidth is
@@ -54,7 +56,7 @@ struct Options {
   bool quick = false;         // fewer iterations and sizes (the CI smoke test)
   bool fail_on_miss = false;  // exit 2 when a target is missed
   std::string json_path;      // also write the figures as JSON here
-  std::string only;           // run one section: round_trip, bandwidth or alloc
+  std::string only;           // run one section: round_trip, bandwidth, alloc or stream_ordered
 };
 
 void Usage(FILE* out) {
@@ -62,7 +64,7 @@ void Usage(FILE* out) {
       out,
       "usage: tern_bench_runtime [--quick] [--json FILE] [--fail-on-miss] [--only SECTION]\n"
       "  --quick         fewer iterations and sizes (a smoke test, not a measurement)\n"
-      "  --only SECTION  run one section: round_trip, bandwidth or alloc\n"
+      "  --only SECTION  run one section: round_trip, bandwidth, alloc or stream_ordered\n"
       "  --json FILE     also write every figure to FILE as JSON\n"
       "  --fail-on-miss  exit 2 when a target is missed (default: report only)\n"
       "Environment: TERN_SIM_TOPOLOGY defaults to 2x2x2G here, so that 256 MiB\n"
@@ -234,7 +236,7 @@ class BarePingPong {
 // --- Results -------------------------------------------------------------------------
 
 struct Row {
-  std::string section;  // "round_trip", "bandwidth", "alloc"
+  std::string section;  // "round_trip", "bandwidth", "alloc", "stream_ordered"
   std::string name;
   std::string text;  // the printed line
   bool has_target = false;
@@ -719,6 +721,118 @@ void BenchAlloc(const Setup& setup, const Options& options, Report* report) {
   }
 }
 
+// --- (d) Stream-ordered allocation ----------------------------------------------------------
+//
+// tern_queue_alloc + tern_queue_free on an idle queue, beside the synchronous
+// tern_buffer_alloc + tern_buffer_free of the same size, for a few sizes:
+// from a pool that keeps its freed blocks (release threshold UINT64_MAX, the
+// setting for a training loop) and from the device's default pool
+// (threshold 0: a block freed on an idle queue goes back to the device at
+// once). The three sides run in alternating blocks, latency on pooled
+// samples.
+
+void BenchStreamOrdered(const Setup& setup, const Options& options, Report* report) {
+  const int iterations = options.quick ? 2000 : 20000;
+  const int block = options.quick ? 500 : 1000;
+  const uint64_t sizes[] = {256, 64 * kKiB, kMiB, 16 * kMiB};
+
+  tern_memory_pool_params_t pool_params;
+  std::memset(&pool_params, 0, sizeof(pool_params));
+  pool_params.struct_size = sizeof(pool_params);
+  pool_params.release_threshold = UINT64_MAX;
+  pool_params.category = TERN_MEMORY_TENSORS;
+  tern_memory_pool_t cached_pool = nullptr;
+  Check(tern_memory_pool_create(setup.device, &pool_params, &cached_pool),
+        "tern_memory_pool_create");
+
+  for (uint64_t size : sizes) {
+    tern_buffer_params_t params;
+    std::memset(&params, 0, sizeof(params));
+    params.struct_size = sizeof(params);
+    params.category = TERN_MEMORY_TENSORS;
+    params.size = size;
+    auto sync_block = [&](int count, std::vector<uint64_t>* out) {
+      for (int i = 0; i < count; ++i) {
+        const uint64_t start = NowNs();
+        tern_buffer_t buffer = nullptr;
+        Check(tern_buffer_alloc(setup.device, &params, &buffer), "tern_buffer_alloc");
+        Check(tern_buffer_free(buffer), "tern_buffer_free");
+        const uint64_t end = NowNs();
+        if (out) out->push_back(end - start);
+      }
+    };
+    auto queue_block = [&](tern_memory_pool_t pool, int count, std::vector<uint64_t>* out) {
+      for (int i = 0; i < count; ++i) {
+        const uint64_t start = NowNs();
+        tern_buffer_t buffer = nullptr;
+        Check(tern_queue_alloc(setup.queue, size, pool, &buffer), "tern_queue_alloc");
+        Check(tern_queue_free(setup.queue, buffer), "tern_queue_free");
+        const uint64_t end = NowNs();
+        if (out) out->push_back(end - start);
+      }
+    };
+
+    sync_block(block, nullptr);
+    queue_block(cached_pool, block, nullptr);
+    queue_block(nullptr, block, nullptr);
+    std::vector<uint64_t> sync_samples, cached_samples, default_samples;
+    for (int done = 0, round = 0; done < iterations; done += block, ++round) {
+      const int count = std::min(block, iterations - done);
+      // Rotate which side goes first.
+      for (int k = 0; k < 3; ++k) {
+        switch ((round + k) % 3) {
+          case 0:
+            sync_block(count, &sync_samples);
+            break;
+          case 1:
+            queue_block(cached_pool, count, &cached_samples);
+            break;
+          default:
+            queue_block(nullptr, count, &default_samples);
+            break;
+        }
+      }
+    }
+    const Latency sync = Summarize(sync_samples);
+    const Latency cached = Summarize(cached_samples);
+    const Latency by_default = Summarize(default_samples);
+    const double cached_ratio = sync.median_ns > 0 ? cached.median_ns / sync.median_ns : 0;
+    const double default_ratio = sync.median_ns > 0 ? by_default.median_ns / sync.median_ns : 0;
+    const bool pass = cached_ratio <= 2.0 && default_ratio <= 2.0;
+
+    Row row;
+    row.section = "stream_ordered";
+    row.name = "queue alloc+free " + FormatSize(size);
+    row.has_target = true;
+    row.pass = pass;
+    row.text = Format(
+        "queue alloc+free %-7s pool median %6.3f us p99 %6.3f | default pool %6.3f p99 %6.3f | "
+        "buffer alloc+free %6.3f p99 %6.3f | ratios %.2f %.2f (target <= 2.0) %s",
+        FormatSize(size).c_str(), cached.median_ns / 1e3, cached.p99_ns / 1e3,
+        by_default.median_ns / 1e3, by_default.p99_ns / 1e3, sync.median_ns / 1e3,
+        sync.p99_ns / 1e3, cached_ratio, default_ratio, Verdict(pass));
+    row.json =
+        Format("{\"name\": \"queue alloc+free\", \"size\": %" PRIu64
+               ", \"samples\": %zu, \"pool_median_ns\": %.0f, \"pool_p99_ns\": %.0f, "
+               "\"default_pool_median_ns\": %.0f, \"default_pool_p99_ns\": %.0f, \"baseline\": "
+               "\"tern_buffer_alloc+tern_buffer_free\", \"baseline_median_ns\": %.0f, "
+               "\"baseline_p99_ns\": %.0f, \"pool_ratio\": %.3f, \"default_pool_ratio\": %.3f, "
+               "\"target\": \"ratios <= 2.0\", \"pass\": %s}",
+               size, cached.samples, cached.median_ns, cached.p99_ns, by_default.median_ns,
+               by_default.p99_ns, sync.median_ns, sync.p99_ns, cached_ratio, default_ratio,
+               pass ? "true" : "false");
+    report->Add(std::move(row));
+  }
+  tern_memory_pool_stats_t stats;
+  std::memset(&stats, 0, sizeof(stats));
+  stats.struct_size = sizeof(stats);
+  Check(tern_memory_pool_get_stats(cached_pool, &stats), "tern_memory_pool_get_stats");
+  std::printf("  (pool: %" PRIu64 " allocations, %" PRIu64 " reused on the same queue, %" PRIu64
+              " blocks taken from the device)\n",
+              stats.allocations, stats.reused_same_queue, stats.device_allocations);
+  Check(tern_memory_pool_destroy(cached_pool), "tern_memory_pool_destroy");
+}
+
 // --- Driver ------------------------------------------------------------------------------------
 
 // CPU time of the whole machine and of this process, to tell how much of
@@ -775,7 +889,7 @@ void WriteJson(const std::string& path, const Options& options, const Report& re
   }
   std::fprintf(f, "{\n  %s,\n  \"quick\": %s,\n  \"misses\": %d", header_json.c_str(),
                options.quick ? "true" : "false", report.misses);
-  for (const char* section : {"round_trip", "bandwidth", "alloc"}) {
+  for (const char* section : {"round_trip", "bandwidth", "alloc", "stream_ordered"}) {
     std::fprintf(f, ",\n  \"%s\": [", section);
     bool first = true;
     for (const Row& row : report.rows) {
@@ -826,6 +940,10 @@ int Run(const Options& options) {
     std::printf("\n");
     BenchAlloc(setup, options, &report);
   }
+  if (selected("stream_ordered")) {
+    std::printf("\n");
+    BenchStreamOrdered(setup, options, &report);
+  }
 
   const std::string load_after = LoadAverage();
   const double others = OthersShare(cpu_before, SampleCpu());
@@ -865,8 +983,11 @@ int main(int argc, char** argv) {
       options.json_path = argv[++i];
     } else if (arg == "--only" && i + 1 < argc) {
       options.only = argv[++i];
-      if (options.only != "round_trip" && options.only != "bandwidth" && options.only != "alloc") {
-        std::fprintf(stderr, "tern_bench_runtime: --only takes round_trip, bandwidth or alloc\n");
+      if (options.only != "round_trip" && options.only != "bandwidth" && options.only != "alloc" &&
+          options.only != "stream_ordered") {
+        std::fprintf(stderr,
+                     "tern_bench_runtime: --only takes round_trip, bandwidth, alloc or "
+                     "stream_ordered\n");
         return 1;
       }
     } else if (arg == "--help" || arg == "-h") {

@@ -57,7 +57,8 @@ TERN_API tern_status_t tern_buffer_alloc(tern_device_t device, const tern_buffer
  * a second free of the same handle fails with TERN_ERROR_INVALID_HANDLE.
  * For a shared buffer (exported, or imported) this ends only this process's
  * use: the memory lives on while another process holds it (see
- * tern_buffer_export()).
+ * tern_buffer_export()). A buffer from tern_queue_alloc() goes back to its
+ * pool, idle (tern/memory_pool.h).
  * Thread-safety: safe from any thread; the handle is invalid afterwards. */
 TERN_API tern_status_t tern_buffer_free(tern_buffer_t buffer);
 

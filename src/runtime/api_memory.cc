@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "src/runtime/api_checks.h"
+#include "src/runtime/memory_pool.h"
 #include "src/runtime/runtime_state.h"
 
 namespace tern {
@@ -256,6 +257,12 @@ TERN_API tern_status_t tern_buffer_free(tern_buffer_t buffer) {
       rt->buffer_table.Remove(reinterpret_cast<uint64_t>(buffer));
   if (!object) {
     return Report(NotALiveHandleToDestroy("buffer", "buffer", "already freed", "never allocated"));
+  }
+  if (object->pool) {
+    // From tern_queue_alloc: idle now (the caller vouches for it), so the
+    // block goes back to its pool, reusable by every queue.
+    PoolFree(*object, nullptr, 0);
+    return TERN_OK;
   }
   ReleaseBuffer(*object);
   return TERN_OK;

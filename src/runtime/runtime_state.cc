@@ -14,6 +14,7 @@
 #include "common/logging.h"
 #include "common/trace.h"
 #include "src/runtime/api_checks.h"
+#include "src/runtime/memory_pool.h"
 
 namespace tern {
 namespace {
@@ -138,6 +139,7 @@ Status CreateRuntime(const tern_init_options_t* options, std::unique_ptr<Runtime
     // Device handles do not own their objects: the runtime does.
     device->handle = reinterpret_cast<tern_device_t>(runtime->device_table.Insert(
         std::shared_ptr<DeviceObject>(device.get(), [](DeviceObject*) {})));
+    CreateDefaultMemoryPool(runtime.get(), device.get());
   }
   TERN_LOG_INFO("initialized: driver '{}', {} devices, exec timeout {} ns", driver_name,
                 runtime->devices.size(), runtime->exec_timeout_ns);
@@ -146,7 +148,8 @@ Status CreateRuntime(const tern_init_options_t* options, std::unique_ptr<Runtime
 }
 
 void DestroyRuntime(Runtime* runtime) {
-  // Queues first (they drain), then events, buffers, cores, devices, driver.
+  // Queues first (they drain), then events, buffers, memory pools, cores,
+  // devices, driver.
   for (auto& queue : runtime->queue_table.Clear()) {
     queue->hw.reset();
     queue->core->queue_count.fetch_sub(1);
@@ -156,6 +159,8 @@ void DestroyRuntime(Runtime* runtime) {
   runtime->io_set_table.Clear();
   runtime->executable_table.Clear();
   for (auto& buffer : runtime->buffer_table.Clear()) ReleaseBuffer(*buffer);
+  // Memory pools give their cached blocks back (the queues have drained).
+  for (auto& pool : runtime->memory_pool_table.Clear()) PoolReleaseAll(*pool);
   for (auto& core : runtime->core_table.Clear()) core->device->hw->CloseCore(core->physical);
   runtime->device_table.Clear();
   {

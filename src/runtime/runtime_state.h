@@ -17,6 +17,9 @@
 
 namespace tern {
 
+// A pool of stream-ordered device memory (src/runtime/memory_pool.h).
+struct MemoryPoolObject;
+
 struct DeviceObject {
   uint32_t index = 0;  // dense index in this process
   tern_device_t handle = nullptr;
@@ -34,6 +37,10 @@ struct DeviceObject {
 
   std::mutex cores_mutex;
   std::vector<bool> core_open;  // by visible index; guarded by cores_mutex
+
+  // The pool tern_queue_alloc uses when given none; set by tern_init.
+  std::shared_ptr<MemoryPoolObject> default_pool;
+  tern_memory_pool_t default_pool_handle = nullptr;
 };
 
 struct CoreObject {
@@ -53,6 +60,9 @@ struct BufferObject {
   // imported): the driver charges it (CreateShareable / ImportShareable) and
   // ReleaseBuffer ends it with ReleaseShareable.
   bool shared = false;
+  // The pool of a buffer from tern_queue_alloc (its block returns there);
+  // null for tern_buffer_alloc's buffers and the runtime's own allocations.
+  std::shared_ptr<MemoryPoolObject> pool;
 };
 
 struct QueueObject {
@@ -96,6 +106,7 @@ class Runtime {
   HandleTable<EventObject> event_table{HandleKind::kEvent};
   HandleTable<ExecutableObject> executable_table{HandleKind::kExecutable};
   HandleTable<IoSetObject> io_set_table{HandleKind::kIoSet};
+  HandleTable<MemoryPoolObject> memory_pool_table{HandleKind::kMemoryPool};
   // Communicators go with the runtime object, after its queues drained.
   HandleTable<CommObject> comm_table{HandleKind::kComm};
 

@@ -10,6 +10,7 @@
 #include "tern/io_set.h"
 #include "tern/isa.h"
 #include "tern/memory.h"
+#include "tern/memory_pool.h"
 #include "tern/profile.h"
 #include "tern/queue.h"
 #include "tern/runtime.h"

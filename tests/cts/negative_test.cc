@@ -25,6 +25,7 @@ struct Handles {
   tern_queue_t queue;
   tern_event_t event;
   void* host;  // from tern_host_alloc, or not tern's at all
+  tern_memory_pool_t pool;
 };
 
 // Calls every function that needs a runtime; each must fail with `expected`
@@ -80,6 +81,36 @@ void ExpectEveryFunctionFails(const Handles& h, tern_status_t expected, const ch
   CTS_EXPECT_ERROR(expected, tern_host_free(h.host), needle);
   CTS_EXPECT_ERROR(expected, tern_host_register(bytes, sizeof(bytes)), needle);
   CTS_EXPECT_ERROR(expected, tern_host_unregister(bytes), needle);
+
+  tern_memory_pool_t pool = Forge<tern_memory_pool_t>(0x1234);
+  tern_memory_pool_params_t pool_params{};
+  pool_params.struct_size = sizeof(pool_params);
+  CTS_EXPECT_ERROR(expected, tern_memory_pool_create(h.device, &pool_params, &pool), needle);
+  EXPECT_EQ(nullptr, pool);
+  pool = Forge<tern_memory_pool_t>(0x1234);
+  CTS_EXPECT_ERROR(expected, tern_device_default_memory_pool(h.device, &pool), needle);
+  EXPECT_EQ(nullptr, pool);
+  CTS_EXPECT_ERROR(expected, tern_memory_pool_destroy(h.pool), needle);
+  CTS_EXPECT_ERROR(
+      expected, tern_memory_pool_set_attribute(h.pool, TERN_MEMORY_POOL_ATTR_RELEASE_THRESHOLD, 0),
+      needle);
+  uint64_t value = 99;
+  CTS_EXPECT_ERROR(
+      expected,
+      tern_memory_pool_get_attribute(h.pool, TERN_MEMORY_POOL_ATTR_RELEASE_THRESHOLD, &value),
+      needle);
+  EXPECT_EQ(0u, value);
+  CTS_EXPECT_ERROR(expected, tern_memory_pool_trim_to(h.pool, 0), needle);
+  tern_memory_pool_stats_t pool_stats{};
+  pool_stats.struct_size = sizeof(pool_stats);
+  pool_stats.reserved_bytes = 99;
+  CTS_EXPECT_ERROR(expected, tern_memory_pool_get_stats(h.pool, &pool_stats), needle);
+  EXPECT_EQ(0u, pool_stats.reserved_bytes);
+  buffer = Forge<tern_buffer_t>(0x1234);
+  CTS_EXPECT_ERROR(expected, tern_queue_alloc(h.queue, 4096, h.pool, &buffer), needle);
+  EXPECT_EQ(nullptr, buffer);
+  CTS_EXPECT_ERROR(expected, tern_queue_alloc(h.queue, 4096, nullptr, &buffer), needle);
+  CTS_EXPECT_ERROR(expected, tern_queue_free(h.queue, h.buffer), needle);
 
   tern_io_set_t io_set = Forge<tern_io_set_t>(0x1234);
   CTS_EXPECT_ERROR(expected, tern_io_set_create(Forge<tern_executable_t>(0x1234), nullptr, &io_set),
@@ -145,9 +176,10 @@ class NegativeBeforeInitTest : public BackendTest {};
 TEST_P(NegativeBeforeInitTest, EveryFunctionIsNotInitialized) {
   void* not_tern = std::malloc(64);
   const Handles forged = {
-      Forge<tern_device_t>(0x0100000100000001), Forge<tern_core_t>(0x0200000200000001),
-      Forge<tern_buffer_t>(0x0300000300000001), Forge<tern_queue_t>(0x0400000400000001),
-      Forge<tern_event_t>(0x0500000500000001),  not_tern};
+      Forge<tern_device_t>(0x0100000100000001),     Forge<tern_core_t>(0x0200000200000001),
+      Forge<tern_buffer_t>(0x0300000300000001),     Forge<tern_queue_t>(0x0400000400000001),
+      Forge<tern_event_t>(0x0500000500000001),      not_tern,
+      Forge<tern_memory_pool_t>(0x0a00000a00000001)};
   ExpectEveryFunctionFails(forged, TERN_ERROR_NOT_INITIALIZED, "tern_init");
   std::free(not_tern);
 }
@@ -230,6 +262,9 @@ TEST_P(NegativeAfterShutdownTest, EveryFunctionIsNotInitialized) {
   live.buffer = Alloc(0, 4096);
   live.event = CreateEvent();
   CTS_ASSERT_OK(tern_host_alloc(4096, &live.host));
+  tern_memory_pool_params_t pool_params{};
+  pool_params.struct_size = sizeof(pool_params);
+  CTS_ASSERT_OK(tern_memory_pool_create(live.device, &pool_params, &live.pool));
   CTS_ASSERT_OK(tern_queue_record_event(live.queue, live.event, nullptr));
   CTS_ASSERT_OK(tern_shutdown());
   ExpectEveryFunctionFails(live, TERN_ERROR_NOT_INITIALIZED, "tern_init");
@@ -250,6 +285,7 @@ class NegativeTest : public RuntimeTest {
     stale_queue_ = CreateQueue(stale_core_);
     stale_buffer_ = Alloc(0, 64);
     stale_event_ = CreateEvent();
+    CTS_ASSERT_OK(tern_device_default_memory_pool(device(0), &stale_pool_));
     RestartRuntime();
     if (HasFatalFailure()) return;
 
@@ -272,6 +308,19 @@ class NegativeTest : public RuntimeTest {
     CTS_ASSERT_OK(tern_buffer_free(dead_buffer_));
     dead_event_ = CreateEvent();
     CTS_ASSERT_OK(tern_event_destroy(dead_event_));
+    tern_memory_pool_params_t pool_params = PoolParams();
+    CTS_ASSERT_OK(tern_memory_pool_create(device(0), &pool_params, &pool_));
+    CTS_ASSERT_OK(tern_memory_pool_create(device(0), &pool_params, &dead_pool_));
+    CTS_ASSERT_OK(tern_memory_pool_destroy(dead_pool_));
+  }
+
+  static tern_memory_pool_params_t PoolParams() {
+    tern_memory_pool_params_t params;
+    std::memset(&params, 0, sizeof(params));
+    params.struct_size = sizeof(params);
+    params.release_threshold = UINT64_MAX;
+    params.category = TERN_MEMORY_TENSORS;
+    return params;
   }
 
   // Labelled handles of type H that are not live objects of that type: NULL,
@@ -293,6 +342,7 @@ class NegativeTest : public RuntimeTest {
     add("a buffer handle", Bits(buffer_));
     add("a queue handle", Bits(queue_));
     add("an event handle", Bits(event_));
+    add("a memory pool handle", Bits(pool_));
     add("forged 0x1", 1);
     add("forged 0xdeadbeef", 0xdeadbeef);
     add("forged all ones", ~uintptr_t{0});
@@ -319,6 +369,9 @@ class NegativeTest : public RuntimeTest {
   }
   std::vector<std::pair<std::string, tern_event_t>> BadEvents() {
     return BadHandles<tern_event_t>(dead_event_, stale_event_, {event_});
+  }
+  std::vector<std::pair<std::string, tern_memory_pool_t>> BadPools() {
+    return BadHandles<tern_memory_pool_t>(dead_pool_, stale_pool_, {pool_});
   }
 
   // The stale device handle is checked separately: there is no destroyed one.
@@ -374,6 +427,9 @@ class NegativeTest : public RuntimeTest {
   tern_queue_t stale_queue_ = nullptr;
   tern_buffer_t stale_buffer_ = nullptr;
   tern_event_t stale_event_ = nullptr;
+  tern_memory_pool_t pool_ = nullptr;
+  tern_memory_pool_t dead_pool_ = nullptr;
+  tern_memory_pool_t stale_pool_ = nullptr;  // a default pool of the earlier session
 };
 
 TEST_P(NegativeTest, InitWhileInitialized) {
@@ -1208,6 +1264,284 @@ TEST_P(NegativeTest, DebugInjectFault) {
   CTS_ASSERT_OK(tern_queue_copy_d2h(queue_, bytes, buffer_, 0, 64, nullptr));
   CTS_EXPECT_OK(tern_queue_synchronize(queue_, kLongTimeout));
   CTS_EXPECT_OK(tern_buffer_read(buffer_, 0, bytes, 64));
+}
+
+// --- Memory pools and stream-ordered allocation (tern/memory_pool.h) ------------------
+
+TEST_P(NegativeTest, MemoryPoolCreate) {
+  const tern_memory_pool_params_t good = PoolParams();
+  tern_memory_pool_t pool = Forge<tern_memory_pool_t>(0x1234);
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT, tern_memory_pool_create(device(0), &good, nullptr),
+                   "out_pool");
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT, tern_memory_pool_create(device(0), nullptr, &pool),
+                   "params");
+  EXPECT_EQ(nullptr, pool);
+  for (const auto& [label, handle] : BadDevicesWithStale()) {
+    SCOPED_TRACE(label);
+    tern_device_t bad = handle;
+    pool = Forge<tern_memory_pool_t>(0x1234);
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE, tern_memory_pool_create(bad, &good, &pool),
+                     "device");
+    EXPECT_EQ(nullptr, pool);
+  }
+  tern_memory_pool_params_t params = good;
+  for (uint32_t size : TooSmallStructSizes<tern_memory_pool_params_t>()) {
+    SCOPED_TRACE(size);
+    params.struct_size = size;
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT,
+                     tern_memory_pool_create(device(0), &params, &pool), "struct_size");
+  }
+  params = good;
+  for (uint32_t flags : {1u, 0x100u, 0x80000000u}) {
+    SCOPED_TRACE(flags);
+    params.flags = flags;
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT,
+                     tern_memory_pool_create(device(0), &params, &pool), "flags");
+  }
+  params = good;
+  params.reserved = 1;
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT, tern_memory_pool_create(device(0), &params, &pool),
+                   "reserved");
+  params = good;
+  for (int category : {static_cast<int>(TERN_MEMORY_CATEGORY_COUNT), 7, 100, -1}) {
+    SCOPED_TRACE(category);
+    SetRawEnum(&params.category, category);
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT,
+                     tern_memory_pool_create(device(0), &params, &pool), "category");
+    EXPECT_EQ(nullptr, pool);
+  }
+  ExpectBufferUntouched();
+}
+
+TEST_P(NegativeTest, MemoryPoolDestroy) {
+  for (const auto& [label, handle] : BadPools()) {
+    SCOPED_TRACE(label);
+    tern_memory_pool_t bad = handle;
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE, tern_memory_pool_destroy(bad), "pool");
+  }
+  // Default pools live until shutdown.
+  for (uint32_t d = 0; d < device_count(); ++d) {
+    tern_memory_pool_t pool = nullptr;
+    CTS_ASSERT_OK(tern_device_default_memory_pool(device(d), &pool));
+    CTS_EXPECT_ERROR(TERN_ERROR_FAILED_PRECONDITION, tern_memory_pool_destroy(pool), "default");
+  }
+  // Outstanding allocations: refused, the pool unchanged.
+  tern_buffer_t a = nullptr, b = nullptr;
+  CTS_ASSERT_OK(tern_queue_alloc(queue_, 1000, pool_, &a));
+  CTS_ASSERT_OK(tern_queue_alloc(queue_, 3000, pool_, &b));
+  CTS_EXPECT_ERROR(TERN_ERROR_FAILED_PRECONDITION, tern_memory_pool_destroy(pool_),
+                   "2 live allocations", "tern_queue_free");
+  CTS_ASSERT_OK(tern_queue_free(queue_, a));
+  CTS_EXPECT_ERROR(TERN_ERROR_FAILED_PRECONDITION, tern_memory_pool_destroy(pool_),
+                   "1 live allocation");
+  CTS_EXPECT_OK(tern_queue_fill(queue_, b, 0, 4, 0, nullptr));
+  CTS_ASSERT_OK(tern_queue_free(queue_, b));
+  // A double destroy.
+  CTS_EXPECT_OK(tern_memory_pool_destroy(pool_));
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE, tern_memory_pool_destroy(pool_), "destroyed");
+  // The wrong-kind "destroys" destroyed nothing.
+  ExpectBufferUntouched();
+  CTS_EXPECT_OK(tern_event_query(event_));
+}
+
+TEST_P(NegativeTest, DeviceDefaultMemoryPool) {
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT, tern_device_default_memory_pool(device(0), nullptr),
+                   "out_pool");
+  for (const auto& [label, handle] : BadDevicesWithStale()) {
+    SCOPED_TRACE(label);
+    tern_device_t bad = handle;
+    tern_memory_pool_t pool = Forge<tern_memory_pool_t>(0x1234);
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE, tern_device_default_memory_pool(bad, &pool),
+                     "device");
+    EXPECT_EQ(nullptr, pool);
+  }
+}
+
+TEST_P(NegativeTest, MemoryPoolSetAttribute) {
+  for (const auto& [label, handle] : BadPools()) {
+    SCOPED_TRACE(label);
+    tern_memory_pool_t bad = handle;
+    CTS_EXPECT_ERROR(
+        TERN_ERROR_INVALID_HANDLE,
+        tern_memory_pool_set_attribute(bad, TERN_MEMORY_POOL_ATTR_RELEASE_THRESHOLD, 0), "pool");
+  }
+  // Unknown values a C++ caller can form (C callers can pass any int; the
+  // library reads it as an integer).
+  tern_memory_pool_attribute_t attribute;
+  for (int raw : {static_cast<int>(TERN_MEMORY_POOL_ATTR_COUNT), 3}) {
+    SCOPED_TRACE(raw);
+    SetRawEnum(&attribute, raw);
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT,
+                     tern_memory_pool_set_attribute(pool_, attribute, 0), "attribute");
+  }
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT,
+                   tern_memory_pool_set_attribute(pool_, TERN_MEMORY_POOL_ATTR_CATEGORY, 1),
+                   "read-only");
+  // Nothing changed.
+  uint64_t value = 0;
+  CTS_EXPECT_OK(
+      tern_memory_pool_get_attribute(pool_, TERN_MEMORY_POOL_ATTR_RELEASE_THRESHOLD, &value));
+  EXPECT_EQ(UINT64_MAX, value);
+  CTS_EXPECT_OK(tern_memory_pool_get_attribute(pool_, TERN_MEMORY_POOL_ATTR_CATEGORY, &value));
+  EXPECT_EQ(static_cast<uint64_t>(TERN_MEMORY_TENSORS), value);
+}
+
+TEST_P(NegativeTest, MemoryPoolGetAttribute) {
+  CTS_EXPECT_ERROR(
+      TERN_ERROR_INVALID_ARGUMENT,
+      tern_memory_pool_get_attribute(pool_, TERN_MEMORY_POOL_ATTR_RELEASE_THRESHOLD, nullptr),
+      "out_value");
+  for (const auto& [label, handle] : BadPools()) {
+    SCOPED_TRACE(label);
+    tern_memory_pool_t bad = handle;
+    uint64_t value = 99;
+    CTS_EXPECT_ERROR(
+        TERN_ERROR_INVALID_HANDLE,
+        tern_memory_pool_get_attribute(bad, TERN_MEMORY_POOL_ATTR_RELEASE_THRESHOLD, &value),
+        "pool");
+    EXPECT_EQ(0u, value);
+  }
+  // Unknown values a C++ caller can form (C callers can pass any int; the
+  // library reads it as an integer).
+  tern_memory_pool_attribute_t attribute;
+  for (int raw : {static_cast<int>(TERN_MEMORY_POOL_ATTR_COUNT), 3}) {
+    SCOPED_TRACE(raw);
+    SetRawEnum(&attribute, raw);
+    uint64_t value = 99;
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT,
+                     tern_memory_pool_get_attribute(pool_, attribute, &value), "attribute");
+    EXPECT_EQ(0u, value);
+  }
+}
+
+TEST_P(NegativeTest, MemoryPoolTrimTo) {
+  for (const auto& [label, handle] : BadPools()) {
+    SCOPED_TRACE(label);
+    tern_memory_pool_t bad = handle;
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE, tern_memory_pool_trim_to(bad, 0), "pool");
+  }
+}
+
+TEST_P(NegativeTest, MemoryPoolGetStats) {
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT, tern_memory_pool_get_stats(pool_, nullptr),
+                   "out_stats");
+  tern_memory_pool_stats_t stats;
+  for (uint32_t size : TooSmallStructSizes<tern_memory_pool_stats_t>()) {
+    SCOPED_TRACE(size);
+    std::memset(&stats, 0, sizeof(stats));
+    stats.struct_size = size;
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT, tern_memory_pool_get_stats(pool_, &stats),
+                     "struct_size");
+  }
+  std::string kept_stale;
+  for (const auto& [label, handle] : BadPools()) {
+    SCOPED_TRACE(label);
+    tern_memory_pool_t bad = handle;
+    std::memset(&stats, 0xcd, sizeof(stats));
+    stats.struct_size = sizeof(stats);
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE, tern_memory_pool_get_stats(bad, &stats), "pool");
+    if (stats.reserved_bytes != 0 || stats.allocations != 0) kept_stale += " [" + label + "]";
+  }
+  EXPECT_EQ("", kept_stale) << "out_stats kept stale contents after failing for these";
+}
+
+TEST_P(NegativeTest, QueueAlloc) {
+  tern_buffer_t buffer = Forge<tern_buffer_t>(0x1234);
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT, tern_queue_alloc(queue_, 64, pool_, nullptr),
+                   "out_buffer");
+  for (const auto& [label, handle] : BadQueues()) {
+    SCOPED_TRACE(label);
+    tern_queue_t bad = handle;
+    buffer = Forge<tern_buffer_t>(0x1234);
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE, tern_queue_alloc(bad, 64, pool_, &buffer), "queue");
+    EXPECT_EQ(nullptr, buffer);
+  }
+  for (const auto& [label, handle] : BadPools()) {
+    if (handle == nullptr) continue;  // NULL: the default pool
+    SCOPED_TRACE(label);
+    tern_memory_pool_t bad = handle;
+    buffer = Forge<tern_buffer_t>(0x1234);
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE, tern_queue_alloc(queue_, 64, bad, &buffer), "pool");
+    EXPECT_EQ(nullptr, buffer);
+  }
+  for (tern_memory_pool_t pool : {pool_, static_cast<tern_memory_pool_t>(nullptr)}) {
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT, tern_queue_alloc(queue_, 0, pool, &buffer),
+                     "0 bytes");
+    EXPECT_EQ(nullptr, buffer);
+    const uint64_t capacity = DeviceInfo(0).memory_bytes;
+    for (uint64_t size : {capacity + 1, UINT64_MAX / 2, UINT64_MAX - 63, UINT64_MAX}) {
+      SCOPED_TRACE(size);
+      buffer = Forge<tern_buffer_t>(0x1234);
+      CTS_EXPECT_ERROR(TERN_ERROR_OUT_OF_MEMORY, tern_queue_alloc(queue_, size, pool, &buffer),
+                       "whole memory");
+      EXPECT_EQ(nullptr, buffer);
+    }
+  }
+  if (device_count() > 1) {
+    tern_memory_pool_t other_device = nullptr;
+    CTS_ASSERT_OK(tern_device_default_memory_pool(device(1), &other_device));
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT,
+                     tern_queue_alloc(queue_, 64, other_device, &buffer), "device 1");
+    EXPECT_EQ(nullptr, buffer);
+  }
+  // Nothing was allocated, and nothing was enqueued.
+  const tern_memory_stats_t stats = MemoryStats(0);
+  EXPECT_EQ(1u, stats.allocation_count);
+  EXPECT_EQ(kBufferSize, stats.used_bytes);
+  tern_memory_pool_stats_t pool_stats{};
+  pool_stats.struct_size = sizeof(pool_stats);
+  CTS_EXPECT_OK(tern_memory_pool_get_stats(pool_, &pool_stats));
+  EXPECT_EQ(0u, pool_stats.allocations);
+  EXPECT_EQ(0u, pool_stats.reserved_bytes);
+  ExpectQueueUntouched();
+}
+
+TEST_P(NegativeTest, QueueFree) {
+  tern_buffer_t buffer = nullptr;
+  CTS_ASSERT_OK(tern_queue_alloc(queue_, 4096, pool_, &buffer));
+  for (const auto& [label, handle] : BadQueues()) {
+    SCOPED_TRACE(label);
+    tern_queue_t bad = handle;
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE, tern_queue_free(bad, buffer), "queue");
+  }
+  for (const auto& [label, handle] : BadBuffers()) {
+    SCOPED_TRACE(label);
+    tern_buffer_t bad = handle;
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE, tern_queue_free(queue_, bad), "buffer");
+  }
+  // A buffer from tern_buffer_alloc has no pool: refused, and still live.
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT, tern_queue_free(queue_, buffer_),
+                   "tern_buffer_alloc", "tern_buffer_free");
+  ExpectBufferUntouched();
+  if (device_count() > 1) {
+    tern_core_t core1 = OpenCore(1, 0);
+    tern_queue_t queue1 = CreateQueue(core1);
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT, tern_queue_free(queue1, buffer), "device 0",
+                     "device 1");
+    CTS_EXPECT_OK(tern_queue_destroy(queue1));
+    CTS_EXPECT_OK(tern_core_close(core1));
+  }
+  // The refusals left the buffer live and its pool as it was.
+  tern_memory_pool_stats_t stats{};
+  stats.struct_size = sizeof(stats);
+  CTS_EXPECT_OK(tern_memory_pool_get_stats(pool_, &stats));
+  EXPECT_EQ(1u, stats.allocation_count);
+  CTS_EXPECT_OK(tern_queue_fill(queue_, buffer, 0, 4096, 0, nullptr));
+  CTS_ASSERT_OK(tern_queue_free(queue_, buffer));
+  // A double free, and use after free.
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE, tern_queue_free(queue_, buffer), "buffer");
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE, tern_buffer_free(buffer), "freed");
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE, tern_queue_fill(queue_, buffer, 0, 4, 0, nullptr),
+                   "buffer");
+  uint8_t bytes[4];
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE, tern_buffer_read(buffer, 0, bytes, 4), "buffer");
+  tern_buffer_info_t info{};
+  info.struct_size = sizeof(info);
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE, tern_buffer_get_info(buffer, &info), "buffer");
+  CTS_EXPECT_OK(tern_queue_synchronize(queue_, kLongTimeout));
+  CTS_EXPECT_OK(tern_memory_pool_get_stats(pool_, &stats));
+  EXPECT_EQ(0u, stats.allocation_count);
+  EXPECT_EQ(1u, stats.allocations);
 }
 
 CTS_INSTANTIATE(NegativeTest);
