@@ -25,6 +25,7 @@ enum class HandleKind : uint8_t {
   kExecutable = 6,
   kComm = 7,
   kIoSet = 8,
+  kGraph = 9,
 };
 
 // The most live objects of one kind a table holds (a handle's slot field is

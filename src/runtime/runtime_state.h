@@ -75,6 +75,8 @@ struct EventObject {
 struct ExecutableObject;
 // A named I/O set of an executable's function (api_executable.cc).
 struct IoSetObject;
+// A recorded command sequence (api_graph.cc).
+struct GraphObject;
 // One rank of a communicator (defined in collectives/).
 struct CommObject;
 
@@ -91,6 +93,7 @@ class Runtime {
   HandleTable<EventObject> event_table{HandleKind::kEvent};
   HandleTable<ExecutableObject> executable_table{HandleKind::kExecutable};
   HandleTable<IoSetObject> io_set_table{HandleKind::kIoSet};
+  HandleTable<GraphObject> graph_table{HandleKind::kGraph};
   // Communicators go with the runtime object, after its queues drained.
   HandleTable<CommObject> comm_table{HandleKind::kComm};
 
