@@ -95,43 +95,52 @@ TERN_API tern_status_t tern_graph_destroy(tern_graph_t graph);
  * serialised, and the graph records them in the order they took effect. */
 
 /* Records tern_queue_copy_h2d(): `size` bytes from host memory `src` to `dst`
- * at `dst_offset`. The host bytes are read when a launch runs the command. */
+ * at `dst_offset`. The host bytes are read when a launch runs the command.
+ * Thread-safety: as every tern_graph_add_*() call (above). */
 TERN_API tern_status_t tern_graph_add_copy_h2d(tern_graph_t graph, tern_buffer_t dst,
                                                uint64_t dst_offset, const void* src, uint64_t size,
                                                uint32_t* out_command);
 
-/* Records tern_queue_copy_d2h(). */
+/* Records tern_queue_copy_d2h(); the host bytes are written when a launch
+ * runs the command.
+ * Thread-safety: as every tern_graph_add_*() call (above). */
 TERN_API tern_status_t tern_graph_add_copy_d2h(tern_graph_t graph, void* dst, tern_buffer_t src,
                                                uint64_t src_offset, uint64_t size,
                                                uint32_t* out_command);
 
 /* Records tern_queue_copy_d2d(); one of the buffers must live on the graph's
- * device. */
+ * device.
+ * Thread-safety: as every tern_graph_add_*() call (above). */
 TERN_API tern_status_t tern_graph_add_copy_d2d(tern_graph_t graph, tern_buffer_t dst,
                                                uint64_t dst_offset, tern_buffer_t src,
                                                uint64_t src_offset, uint64_t size,
                                                uint32_t* out_command);
 
-/* Records tern_queue_fill(). */
+/* Records tern_queue_fill().
+ * Thread-safety: as every tern_graph_add_*() call (above). */
 TERN_API tern_status_t tern_graph_add_fill(tern_graph_t graph, tern_buffer_t dst,
                                            uint64_t dst_offset, uint64_t size, uint32_t pattern,
                                            uint32_t* out_command);
 
 /* Records tern_queue_execute(); the executable must be loaded on the
- * graph's device and must stay loaded while the graph is launched. */
+ * graph's device and must stay loaded while the graph is launched.
+ * Thread-safety: as every tern_graph_add_*() call (above). */
 TERN_API tern_status_t tern_graph_add_execute(tern_graph_t graph, tern_executable_t executable,
                                               uint32_t function, const tern_binding_t* inputs,
                                               uint32_t input_count, const tern_binding_t* outputs,
                                               uint32_t output_count, uint32_t* out_command);
 
 /* Records tern_queue_host_callback(): each launch calls `callback` when it
- * reaches the command. */
+ * reaches the command.
+ * Thread-safety: as every tern_graph_add_*() call (above); the callback runs
+ * on a runtime thread, as for tern_queue_host_callback(). */
 TERN_API tern_status_t tern_graph_add_host_callback(tern_graph_t graph,
                                                     tern_host_callback_fn callback, void* user_data,
                                                     uint32_t* out_command);
 
 /* Records tern_queue_wait_event(): each launch waits, when it reaches the
- * command, for the event's latest recording at the time of the launch. */
+ * command, for the event's latest recording at the time of the launch.
+ * Thread-safety: as every tern_graph_add_*() call (above). */
 TERN_API tern_status_t tern_graph_add_wait_event(tern_graph_t graph, tern_event_t event,
                                                  uint32_t* out_command);
 
