@@ -58,6 +58,43 @@ std::vector<uint8_t> BuildAdd() {
   return bytes;
 }
 
+// "twice_plus": s = x + x into scratch, then z = s + y: needs 128 bytes of
+// scratch per execution.
+std::vector<uint8_t> BuildWithScratch() {
+  tern_builder_t builder = nullptr;
+  EXPECT_EQ(TERN_OK, tern_builder_create(nullptr, &builder));
+  EXPECT_EQ(TERN_OK, tern_builder_begin_function(builder, "twice_plus", nullptr));
+  EXPECT_EQ(TERN_OK, tern_builder_add_input(builder, "x", TERN_DTYPE_F32, 2, kShape, nullptr));
+  EXPECT_EQ(TERN_OK, tern_builder_add_input(builder, "y", TERN_DTYPE_F32, 2, kShape, nullptr));
+  EXPECT_EQ(TERN_OK, tern_builder_add_output(builder, "z", TERN_DTYPE_F32, 2, kShape, nullptr));
+  EXPECT_EQ(TERN_OK, tern_builder_set_scratch(builder, kTensorBytes));
+  const int64_t ints[1] = {TERN_BINARY_ADD};
+  const tern_operand_t first[3] = {Operand(TERN_SEGMENT_SCRATCH, 0), Operand(TERN_SEGMENT_INPUT, 0),
+                                   Operand(TERN_SEGMENT_INPUT, 0)};
+  const tern_operand_t second[3] = {Operand(TERN_SEGMENT_OUTPUT, 0),
+                                    Operand(TERN_SEGMENT_SCRATCH, 0),
+                                    Operand(TERN_SEGMENT_INPUT, 1)};
+  for (const tern_operand_t* operands : {first, second}) {
+    tern_instruction_t instruction{};
+    instruction.struct_size = sizeof(instruction);
+    instruction.opcode = TERN_OP_BINARY;
+    instruction.operand_count = 3;
+    instruction.operands = operands;
+    instruction.int_count = 1;
+    instruction.ints = ints;
+    EXPECT_EQ(TERN_OK, tern_builder_add_instruction(builder, &instruction))
+        << tern_last_error_message();
+  }
+  EXPECT_EQ(TERN_OK, tern_builder_end_function(builder));
+  void* data = nullptr;
+  uint64_t size = 0;
+  EXPECT_EQ(TERN_OK, tern_builder_finish(builder, &data, &size)) << tern_last_error_message();
+  std::vector<uint8_t> bytes(static_cast<uint8_t*>(data), static_cast<uint8_t*>(data) + size);
+  tern_builder_free_data(data);
+  EXPECT_EQ(TERN_OK, tern_builder_destroy(builder));
+  return bytes;
+}
+
 std::vector<float> Floats(float start) {
   std::vector<float> values(kFloats);
   for (uint32_t i = 0; i < kFloats; ++i) values[i] = start + static_cast<float>(i);
@@ -397,6 +434,44 @@ TEST_P(GraphTest, DestroyReleasesEverything) {
   CTS_EXPECT_OK(tern_executable_unload(add));
   CTS_EXPECT_OK(tern_buffer_free(x));
   EXPECT_EQ(before, MemoryStats(0).used_bytes);
+}
+
+// The executions of a graph share one scratch block, reserved at finalize
+// and released with the graph.
+TEST_P(GraphTest, ExecutionsShareTheGraphsScratch) {
+  const std::vector<uint8_t> bytes = BuildWithScratch();
+  tern_executable_t exe = nullptr;
+  CTS_ASSERT_OK(tern_executable_load(device(0), bytes.data(), bytes.size(), nullptr, &exe));
+  tern_buffer_t x = Alloc(0, 4096), y = Alloc(0, 4096), z = Alloc(0, 4096);
+  const std::vector<float> xs = Floats(1), ys = Floats(50);
+  CTS_ASSERT_OK(tern_buffer_write(x, 0, xs.data(), kTensorBytes));
+  CTS_ASSERT_OK(tern_buffer_write(y, 0, ys.data(), kTensorBytes));
+  const uint64_t scratch_before = MemoryStats(0).used_by_category[TERN_MEMORY_SCRATCH];
+  tern_graph_t graph = CreateGraph();
+  // z0 = 2x + y; z1 = 2 z0 + y; z2 = 2 z1 + y, in three slots of z.
+  for (uint64_t i = 0; i < 3; ++i) {
+    const tern_binding_t in[2] = {{i == 0 ? x : z, i == 0 ? 0 : (i - 1) * 512}, {y, 0}};
+    const tern_binding_t out[1] = {{z, i * 512}};
+    CTS_ASSERT_OK(tern_graph_add_execute(graph, exe, 0, in, 2, out, 1, nullptr));
+  }
+  EXPECT_EQ(kTensorBytes, Info(graph).scratch_bytes);
+  CTS_ASSERT_OK(tern_graph_finalize(graph));
+  EXPECT_LT(scratch_before, MemoryStats(0).used_by_category[TERN_MEMORY_SCRATCH])
+      << "finalize reserves the scratch";
+  for (int launch = 0; launch < 2; ++launch) {
+    CTS_ASSERT_OK(tern_queue_launch_graph(queue_, graph, nullptr, nullptr));
+  }
+  CTS_ASSERT_OK(tern_queue_synchronize(queue_, kLongTimeout));
+  std::vector<float> expected(kFloats);
+  for (uint32_t i = 0; i < kFloats; ++i) expected[i] = 2 * xs[i] + ys[i];
+  for (uint64_t slot = 0; slot < 3; ++slot) {
+    const std::vector<float> got = ReadFloats(z, slot * 512);
+    for (uint32_t i = 0; i < kFloats; ++i) EXPECT_EQ(expected[i], got[i]) << slot << " " << i;
+    for (uint32_t i = 0; i < kFloats; ++i) expected[i] = 2 * expected[i] + ys[i];
+  }
+  CTS_EXPECT_OK(tern_graph_destroy(graph));
+  EXPECT_EQ(scratch_before, MemoryStats(0).used_by_category[TERN_MEMORY_SCRATCH]);
+  CTS_EXPECT_OK(tern_executable_unload(exe));
 }
 
 CTS_INSTANTIATE(GraphTest);

@@ -1357,13 +1357,16 @@ TEST_P(NegativeGraphTest, AddParameter) {
   CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT,
                    tern_graph_add_parameter(graph_, 0, TERN_GRAPH_OPERAND_DST, 1, &parameter),
                    "index is 1");
-  tern_graph_operand_t bad_operand;
-  SetRawEnum(&bad_operand, 7);
-  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT,
-                   tern_graph_add_parameter(graph_, 0, bad_operand, 0, &parameter), "operand 7");
-  SetRawEnum(&bad_operand, -1);
-  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT,
-                   tern_graph_add_parameter(graph_, 0, bad_operand, 0, &parameter), "operand -1");
+  // The operand travels as an int until the call, as it would from C: a
+  // tern_graph_operand_t variable holding 7 is undefined behaviour in C++.
+  for (int32_t bad_operand : {7, -1, 4}) {
+    SCOPED_TRACE(bad_operand);
+    const std::string needle = "operand " + std::to_string(bad_operand);
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT,
+                     tern_graph_add_parameter(
+                         graph_, 0, static_cast<tern_graph_operand_t>(bad_operand), 0, &parameter),
+                     needle.c_str());
+  }
   CTS_ASSERT_OK(tern_graph_add_parameter(graph_, 2, TERN_GRAPH_OPERAND_SRC, 0, &parameter));
   EXPECT_EQ(0u, parameter);
   CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT,
