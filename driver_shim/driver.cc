@@ -23,6 +23,8 @@ const char* CommandKindName(CommandKind kind) {
       return "execute";
     case CommandKind::kHostTask:
       return "host task";
+    case CommandKind::kSequence:
+      return "graph launch";
   }
   return "unknown";
 }

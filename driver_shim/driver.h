@@ -69,11 +69,23 @@ enum class CommandKind : uint8_t {
   // collective's transfers. On a queue halted by an earlier failure it is
   // skipped, not run.
   kHostTask,
+  // Runs a recorded sequence of commands (details->launch: a graph launch) in
+  // order, as this one command of the queue: the submitter crosses to the
+  // engine once for the whole sequence. The sequence holds kNop, kCopy,
+  // kFill, kExecute, kHostFunction and kWait commands. When details->
+  // wait_timeline is set, the engine first waits until it reaches wait_value
+  // (the previous launch of the same sequence; its failure does not matter).
+  // When a command of the sequence fails, the rest are skipped (host
+  // functions still run, with the error) and the sequence command fails
+  // with a message naming the failing command's index.
+  kSequence,
 };
 
 const char* CommandKindName(CommandKind kind);
 
-// The parts of a command that only waits and executions need,
+struct SequenceLaunch;
+
+// The parts of a command that only waits, executions and sequences need,
 // kept out of line so that the common commands (copies, fills, event records,
 // callbacks) fit in two cache lines: a queue's engine reads each command from
 // the submitting thread's cache, one line at a time.
@@ -90,6 +102,8 @@ struct CommandDetails {
   std::vector<MemoryRef> outputs;
   MemoryRef constants;
   MemoryRef scratch;
+  // kSequence: what to run (defined below Command).
+  std::shared_ptr<const SequenceLaunch> launch;
 };
 
 struct Command {
@@ -116,6 +130,21 @@ struct Command {
     if (!details) details = std::make_unique<CommandDetails>();
     return *details;
   }
+};
+
+// A recorded sequence of commands (a graph), immutable once recorded and
+// shared by every launch of it that is in flight.
+struct CommandSequence {
+  std::string name;  // for errors and traces: "graph 'g'"
+  std::vector<Command> commands;
+};
+
+// One launch of a sequence: the recorded commands, and the ones this launch
+// runs instead (new bindings, event waits resolved at launch), ascending by
+// index, each index at most once.
+struct SequenceLaunch {
+  std::shared_ptr<const CommandSequence> sequence;
+  std::vector<std::pair<uint32_t, Command>> replacements;
 };
 
 // A hardware queue: executes commands in submission order on one core.

@@ -350,6 +350,7 @@ Status SimDevice::Run(uint32_t core, const Command& command, tern_error_class_t*
     case CommandKind::kHostFunction:
     case CommandKind::kHostTask:
     case CommandKind::kWait:
+    case CommandKind::kSequence:
       // Handled by the queue, which owns ordering and error state.
       return OkStatus();
   }

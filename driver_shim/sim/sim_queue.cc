@@ -86,6 +86,22 @@ std::string HostTaskName(const Command& command) {
   return name;
 }
 
+// A skipped graph launch: its host functions still run, with `code`.
+void CallHostFunctions(const Command& command, tern_status_t code) {
+  if (!command.details || !command.details->launch || !command.details->launch->sequence) return;
+  const driver::SequenceLaunch& launch = *command.details->launch;
+  const std::vector<Command>& commands = launch.sequence->commands;
+  auto replacement = launch.replacements.begin();
+  for (uint32_t index = 0; index < commands.size(); ++index) {
+    const Command* sub = &commands[index];
+    if (replacement != launch.replacements.end() && replacement->first == index) {
+      sub = &replacement->second;
+      ++replacement;
+    }
+    if (sub->kind == CommandKind::kHostFunction) sub->host_function(sub->host_user_data, code);
+  }
+}
+
 }  // namespace
 
 std::string SimQueue::Describe(uint64_t sequence, const Command& command) const {
@@ -104,9 +120,11 @@ Status SimQueue::Execute(uint64_t sequence, Command& command) {
   if (halted_) {
     uint64_t failed_at = 0;
     Status failure = completion_->CurrentFailure(&failed_at);
+    const tern_status_t code = failure.ok() ? TERN_ERROR_ABORTED : failure.code();
     if (command.kind == CommandKind::kHostFunction) {
-      command.host_function(command.host_user_data,
-                            failure.ok() ? TERN_ERROR_ABORTED : failure.code());
+      command.host_function(command.host_user_data, code);
+    } else if (command.kind == CommandKind::kSequence) {
+      CallHostFunctions(command, code);
     }
     return MakeStatus(TERN_ERROR_ABORTED, "{} was skipped because command {} failed",
                       Describe(sequence, command), failed_at);
@@ -118,34 +136,22 @@ Status SimQueue::Execute(uint64_t sequence, Command& command) {
   const uint64_t start = traced ? MonotonicNs() : CycleClock::Now();
   Status status;
   tern_error_class_t error_class = TERN_ERROR_CLASS_OTHER;
-  if (command.kind == CommandKind::kWait) {
-    if (command.details && command.details->wait_timeline) {
-      const driver::CommandDetails& wait = *command.details;
-      wait.wait_timeline->Wait(wait.wait_value, UINT64_MAX);
-      Status dependency = wait.wait_timeline->FailureAt(wait.wait_value);
-      if (!dependency.ok()) {
-        status = MakeStatus(TERN_ERROR_DEPENDENCY_FAILED, "it waited on {}, which failed: {}",
-                            wait.wait_description, dependency.message());
-      }
-    }
+  if (command.kind == CommandKind::kSequence) {
+    status = RunSequence(sequence, command, traced, &error_class);
   } else {
-    status = device_->Run(core_, command, &error_class, traced ? trace_track_ : 0);
-    if (status.ok() && command.kind == CommandKind::kHostTask && command.host_task != nullptr) {
-      status = command.host_task(command.host_user_data, nullptr);
-    }
-    // A callback always runs, even when its own command failed, so that the
-    // caller can release what it holds.
-    if (command.kind == CommandKind::kHostFunction) {
-      command.host_function(command.host_user_data, status.ok() ? TERN_OK : status.code());
-    }
+    status = RunOne(command, traced, &error_class);
   }
   const uint64_t end = traced ? MonotonicNs() : CycleClock::Now();
   const uint64_t run_ns = traced ? end - start : CycleClock::ToNs(end - start);
   if (traced) TraceCommand(sequence, command, start, end, status);
 
   CoreCounters& counters = *counters_;
-  counters.commands.fetch_add(1, std::memory_order_relaxed);
-  if (command.kind != CommandKind::kWait) {
+  if (command.kind == CommandKind::kSequence) {
+    // Its commands were counted one by one, like commands of the queue.
+  } else {
+    counters.commands.fetch_add(1, std::memory_order_relaxed);
+  }
+  if (command.kind != CommandKind::kWait && command.kind != CommandKind::kSequence) {
     counters.busy_ns.fetch_add(run_ns, std::memory_order_relaxed);
     counters.CountLatency(run_ns);
   }
@@ -162,6 +168,84 @@ Status SimQueue::Execute(uint64_t sequence, Command& command) {
     completion_->Fail(sequence, status);
   }
   return status;
+}
+
+Status SimQueue::RunOne(const Command& command, bool traced, tern_error_class_t* error_class) {
+  Status status;
+  if (command.kind == CommandKind::kWait) {
+    if (command.details && command.details->wait_timeline) {
+      const driver::CommandDetails& wait = *command.details;
+      wait.wait_timeline->Wait(wait.wait_value, UINT64_MAX);
+      Status dependency = wait.wait_timeline->FailureAt(wait.wait_value);
+      if (!dependency.ok()) {
+        status = MakeStatus(TERN_ERROR_DEPENDENCY_FAILED, "it waited on {}, which failed: {}",
+                            wait.wait_description, dependency.message());
+      }
+    }
+    return status;
+  }
+  status = device_->Run(core_, command, error_class, traced ? trace_track_ : 0);
+  if (status.ok() && command.kind == CommandKind::kHostTask && command.host_task != nullptr) {
+    status = command.host_task(command.host_user_data, nullptr);
+  }
+  // A callback always runs, even when its own command failed, so that the
+  // caller can release what it holds.
+  if (command.kind == CommandKind::kHostFunction) {
+    command.host_function(command.host_user_data, status.ok() ? TERN_OK : status.code());
+  }
+  return status;
+}
+
+Status SimQueue::RunSequence(uint64_t sequence, const Command& command, bool traced,
+                             tern_error_class_t* error_class) {
+  if (!command.details || !command.details->launch || !command.details->launch->sequence) {
+    *error_class = TERN_ERROR_CLASS_INVALID_COMMAND;
+    return MakeStatus(TERN_ERROR_INTERNAL, "graph launch command without a sequence");
+  }
+  const driver::CommandDetails& details = *command.details;
+  // The previous launch of the same graph, on another queue: the graph's
+  // commands share its scratch memory. Its outcome is its own queue's.
+  if (details.wait_timeline) details.wait_timeline->Wait(details.wait_value, UINT64_MAX);
+  const driver::SequenceLaunch& launch = *details.launch;
+  const std::vector<Command>& commands = launch.sequence->commands;
+  auto replacement = launch.replacements.begin();
+  CoreCounters& counters = *counters_;
+  Status failure;
+  uint64_t failed_index = 0;
+  for (uint32_t index = 0; index < commands.size(); ++index) {
+    const Command* sub = &commands[index];
+    if (replacement != launch.replacements.end() && replacement->first == index) {
+      sub = &replacement->second;
+      ++replacement;
+    }
+    counters.commands.fetch_add(1, std::memory_order_relaxed);
+    if (!failure.ok()) {
+      if (sub->kind == CommandKind::kHostFunction) {
+        sub->host_function(sub->host_user_data, failure.code());
+      }
+      continue;
+    }
+    const uint64_t start = traced ? MonotonicNs() : CycleClock::Now();
+    Status status = RunOne(*sub, traced, error_class);
+    const uint64_t end = traced ? MonotonicNs() : CycleClock::Now();
+    if (traced) TraceCommand(sequence, *sub, start, end, status);
+    if (sub->kind != CommandKind::kWait) {
+      const uint64_t run_ns = traced ? end - start : CycleClock::ToNs(end - start);
+      counters.busy_ns.fetch_add(run_ns, std::memory_order_relaxed);
+      counters.CountLatency(run_ns);
+    }
+    if (sub->kind == CommandKind::kExecute && status.ok()) {
+      counters.executions.fetch_add(1, std::memory_order_relaxed);
+    }
+    if (!status.ok()) {
+      failure = std::move(status);
+      failed_index = index;
+    }
+  }
+  if (failure.ok()) return failure;
+  return Status(failure.code(), fmt::format("command {} ({}) of {} failed: {}", failed_index,
+                                            driver::CommandKindName(commands[failed_index].kind),
+                                            launch.sequence->name, failure.message()));
 }
 
 void SimQueue::TraceCommand(uint64_t sequence, const Command& command, uint64_t start, uint64_t end,

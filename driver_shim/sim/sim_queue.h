@@ -59,6 +59,14 @@ class SimQueue final : public driver::HwQueue {
   bool AwaitSlot(const Slot& slot, uint64_t sequence);
   // Runs one command; returns its status (OK, failure, or ABORTED).
   Status Execute(uint64_t sequence, driver::Command& command);
+  // Runs `command` (not a sequence) and calls its host function, if any,
+  // with the outcome.
+  Status RunOne(const driver::Command& command, bool traced, tern_error_class_t* error_class);
+  // Runs a kSequence command's commands in order: the first failure skips
+  // the rest (host functions still run, with the error). Counts each
+  // command in the core's counters.
+  Status RunSequence(uint64_t sequence, const driver::Command& command, bool traced,
+                     tern_error_class_t* error_class);
   void TraceCommand(uint64_t sequence, const driver::Command& command, uint64_t start, uint64_t end,
                     const Status& status) const;
   std::string Describe(uint64_t sequence, const driver::Command& command) const;

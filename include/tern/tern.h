@@ -30,6 +30,7 @@
 #include "tern/event.h"
 #include "tern/executable.h"
 #include "tern/export.h"
+#include "tern/graph.h"
 #include "tern/io_set.h"
 #include "tern/isa.h"
 #include "tern/memory.h"

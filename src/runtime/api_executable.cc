@@ -15,6 +15,7 @@
 
 #include "src/executable/loader.h"
 #include "src/runtime/api_checks.h"
+#include "src/runtime/execution.h"
 #include "src/runtime/runtime_state.h"
 #include "tern/executable.h"
 #include "tern/io_set.h"
@@ -218,12 +219,12 @@ Status GetFunction(const ExecutableObject& object, uint32_t function,
 }
 
 // Resolves binding `index` of the inputs or outputs to device memory.
-Status Bind(Runtime* rt, const QueueObject& queue, const driver::TensorSignature& tensor,
-            const tern_binding_t& binding, bool input, uint32_t index, driver::MemoryRef* out) {
+Status Bind(Runtime* rt, DeviceObject* dev, const char* place,
+            const driver::TensorSignature& tensor, const tern_binding_t& binding, bool input,
+            uint32_t index, driver::MemoryRef* out) {
   auto arg = [&] {
     return fmt::format("{}[{}] ('{}')", input ? "inputs" : "outputs", index, tensor.name);
   };
-  DeviceObject* dev = queue.core->device;
   if (binding.buffer == nullptr && tensor.size_bytes == 0) {
     *out = driver::MemoryRef{nullptr, dev->hw.get(), 0};  // nothing to read or write
     return OkStatus();
@@ -235,9 +236,9 @@ Status Bind(Runtime* rt, const QueueObject& queue, const driver::TensorSignature
   if (!buffer) TERN_RETURN_IF_ERROR(LookupBuffer(rt, binding.buffer, arg().c_str(), &buffer));
   if (buffer->device != dev) {
     return MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
-                      "{} is a buffer of device {} but the queue runs on device {}; bind buffers "
-                      "of the queue's device (copy the data there first)",
-                      arg(), buffer->device->index, dev->index);
+                      "{} is a buffer of device {} but {} device {}; bind buffers of device {} "
+                      "(copy the data there first)",
+                      arg(), buffer->device->index, place, dev->index, dev->index);
   }
   if (binding.offset > buffer->size || tensor.size_bytes > buffer->size - binding.offset) {
     return MakeStatus(TERN_ERROR_OUT_OF_RANGE,
@@ -249,19 +250,20 @@ Status Bind(Runtime* rt, const QueueObject& queue, const driver::TensorSignature
   return OkStatus();
 }
 
-Status Execute(Runtime* rt, tern_queue_t queue_handle, tern_executable_t executable_handle,
-               uint32_t function_index, const tern_binding_t* inputs, uint32_t input_count,
-               const tern_binding_t* outputs, uint32_t output_count, uint64_t* out_sequence) {
-  std::shared_ptr<QueueObject> queue;
-  TERN_RETURN_IF_ERROR(LookupQueue(rt, queue_handle, "queue", &queue));
+}  // namespace
+
+Status PrepareExecution(Runtime* rt, DeviceObject* dev, const char* place,
+                        tern_executable_t executable_handle, uint32_t function_index,
+                        const tern_binding_t* inputs, uint32_t input_count,
+                        const tern_binding_t* outputs, uint32_t output_count,
+                        PreparedExecution* out) {
   std::shared_ptr<ExecutableObject> executable;
   TERN_RETURN_IF_ERROR(LookupExecutable(rt, executable_handle, &executable));
-  DeviceObject* dev = queue->core->device;
   if (executable->device != dev) {
     return MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
-                      "the executable is loaded on device {} but the queue runs on device {}; "
-                      "load it on the queue's device too",
-                      executable->device->index, dev->index);
+                      "the executable is loaded on device {} but {} device {}; load it on device "
+                      "{} too",
+                      executable->device->index, place, dev->index, dev->index);
   }
   const driver::Function* function_object = nullptr;
   TERN_RETURN_IF_ERROR(GetFunction(*executable, function_index, &function_object));
@@ -278,7 +280,8 @@ Status Execute(Runtime* rt, tern_queue_t queue_handle, tern_executable_t executa
                       inputs == nullptr && input_count > 0 ? "inputs" : "outputs", function.name,
                       inputs == nullptr && input_count > 0 ? input_count : output_count);
   }
-  driver::Command command;
+  driver::Command& command = out->command;
+  command = driver::Command{};
   command.kind = driver::CommandKind::kExecute;
   driver::CommandDetails& run = command.Details();
   run.program = executable->program;
@@ -286,24 +289,52 @@ Status Execute(Runtime* rt, tern_queue_t queue_handle, tern_executable_t executa
   run.inputs.resize(input_count);
   run.outputs.resize(output_count);
   for (uint32_t i = 0; i < input_count; ++i) {
-    TERN_RETURN_IF_ERROR(Bind(rt, *queue, function.inputs[i], inputs[i], true, i, &run.inputs[i]));
+    TERN_RETURN_IF_ERROR(
+        Bind(rt, dev, place, function.inputs[i], inputs[i], true, i, &run.inputs[i]));
   }
   for (uint32_t i = 0; i < output_count; ++i) {
     TERN_RETURN_IF_ERROR(
-        Bind(rt, *queue, function.outputs[i], outputs[i], false, i, &run.outputs[i]));
+        Bind(rt, dev, place, function.outputs[i], outputs[i], false, i, &run.outputs[i]));
   }
   run.constants = executable->constants->Ref();
+  run.scratch = driver::MemoryRef{nullptr, dev->hw.get(), 0};  // never read without scratch
+  out->scratch_bytes = function.scratch_bytes;
+  out->constants = executable->constants;
+  return OkStatus();
+}
+
+Status CheckExecutableLive(Runtime* rt, tern_executable_t executable, const char* arg) {
+  if (rt->executable_table.Peek(reinterpret_cast<uint64_t>(executable)) != nullptr) {
+    return OkStatus();
+  }
+  return NotALiveHandle(arg, "executable", "already unloaded",
+                        "load one with tern_executable_load()");
+}
+
+namespace {
+
+Status Execute(Runtime* rt, tern_queue_t queue_handle, tern_executable_t executable_handle,
+               uint32_t function_index, const tern_binding_t* inputs, uint32_t input_count,
+               const tern_binding_t* outputs, uint32_t output_count, uint64_t* out_sequence) {
+  std::shared_ptr<QueueObject> queue;
+  TERN_RETURN_IF_ERROR(LookupQueue(rt, queue_handle, "queue", &queue));
+  DeviceObject* dev = queue->core->device;
+  PreparedExecution prepared;
+  TERN_RETURN_IF_ERROR(PrepareExecution(rt, dev, "the queue runs on", executable_handle,
+                                        function_index, inputs, input_count, outputs, output_count,
+                                        &prepared));
+  driver::Command& command = prepared.command;
+  driver::CommandDetails& run = command.Details();
   auto resources = std::make_shared<ExecutionResources>();
-  resources->constants = executable->constants;
-  if (function.scratch_bytes > 0) {
+  resources->constants = std::static_pointer_cast<ExecutableConstants>(prepared.constants);
+  if (prepared.scratch_bytes > 0) {
     BufferObject scratch;
     TERN_RETURN_IF_ERROR(
-        AllocateDeviceMemory(dev, function.scratch_bytes, 0, TERN_MEMORY_SCRATCH, &scratch)
-            .WithContext(fmt::format("allocating the scratch of function '{}'", function.name)));
+        AllocateDeviceMemory(dev, prepared.scratch_bytes, 0, TERN_MEMORY_SCRATCH, &scratch)
+            .WithContext(fmt::format("allocating the scratch of function '{}'",
+                                     run.program->functions[run.function].name)));
     resources->scratch = scratch;
     run.scratch = driver::MemoryRef{nullptr, dev->hw.get(), scratch.offset};
-  } else {
-    run.scratch = driver::MemoryRef{nullptr, dev->hw.get(), 0};  // never read
   }
   command.keep_alive = std::move(resources);
   uint64_t sequence = 0;

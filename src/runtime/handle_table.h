@@ -25,6 +25,7 @@ enum class HandleKind : uint8_t {
   kExecutable = 6,
   kComm = 7,
   kIoSet = 8,
+  kGraph = 9,
   kMemoryPool = 10,
 };
 

@@ -156,6 +156,8 @@ void DestroyRuntime(Runtime* runtime) {
   }
   runtime->event_table.Clear();
   // Executables release their constants through their device: before devices go.
+  // Graphs hold constants and scratch memory of their executions.
+  runtime->graph_table.Clear();
   runtime->io_set_table.Clear();
   runtime->executable_table.Clear();
   for (auto& buffer : runtime->buffer_table.Clear()) ReleaseBuffer(*buffer);

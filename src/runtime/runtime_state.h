@@ -90,6 +90,8 @@ struct EventObject {
 struct ExecutableObject;
 // A named I/O set of an executable's function (api_executable.cc).
 struct IoSetObject;
+// A recorded command sequence (api_graph.cc).
+struct GraphObject;
 // One rank of a communicator (defined in collectives/).
 struct CommObject;
 
@@ -107,6 +109,7 @@ class Runtime {
   HandleTable<ExecutableObject> executable_table{HandleKind::kExecutable};
   HandleTable<IoSetObject> io_set_table{HandleKind::kIoSet};
   HandleTable<MemoryPoolObject> memory_pool_table{HandleKind::kMemoryPool};
+  HandleTable<GraphObject> graph_table{HandleKind::kGraph};
   // Communicators go with the runtime object, after its queues drained.
   HandleTable<CommObject> comm_table{HandleKind::kComm};
 

@@ -125,6 +125,47 @@ void ExpectEveryFunctionFails(const Handles& h, tern_status_t expected, const ch
                    needle);
   EXPECT_EQ(0u, sequence);
 
+  const tern_graph_t forged_graph = Forge<tern_graph_t>(0x1234);
+  tern_graph_t graph = forged_graph;
+  CTS_EXPECT_ERROR(expected, tern_graph_create(h.device, nullptr, &graph), needle);
+  EXPECT_EQ(nullptr, graph);
+  CTS_EXPECT_ERROR(expected, tern_graph_destroy(forged_graph), needle);
+  uint32_t command = 99;
+  CTS_EXPECT_ERROR(expected,
+                   tern_graph_add_copy_h2d(forged_graph, h.buffer, 0, bytes, 16, &command), needle);
+  EXPECT_EQ(0u, command);
+  command = 99;
+  CTS_EXPECT_ERROR(expected,
+                   tern_graph_add_copy_d2h(forged_graph, bytes, h.buffer, 0, 16, &command), needle);
+  EXPECT_EQ(0u, command);
+  CTS_EXPECT_ERROR(expected,
+                   tern_graph_add_copy_d2d(forged_graph, h.buffer, 0, h.buffer, 16, 16, &command),
+                   needle);
+  CTS_EXPECT_ERROR(expected, tern_graph_add_fill(forged_graph, h.buffer, 0, 16, 0, &command),
+                   needle);
+  const tern_binding_t binding = {h.buffer, 0};
+  CTS_EXPECT_ERROR(expected,
+                   tern_graph_add_execute(forged_graph, Forge<tern_executable_t>(0x1234), 0,
+                                          &binding, 1, &binding, 1, &command),
+                   needle);
+  CTS_EXPECT_ERROR(expected,
+                   tern_graph_add_host_callback(forged_graph, NoopCallback, nullptr, &command),
+                   needle);
+  CTS_EXPECT_ERROR(expected, tern_graph_add_wait_event(forged_graph, h.event, &command), needle);
+  uint32_t parameter = 99;
+  CTS_EXPECT_ERROR(expected,
+                   tern_graph_add_parameter(forged_graph, 0, TERN_GRAPH_OPERAND_DST, 0, &parameter),
+                   needle);
+  EXPECT_EQ(0u, parameter);
+  CTS_EXPECT_ERROR(expected, tern_graph_finalize(forged_graph), needle);
+  tern_graph_info_t graph_info{};
+  graph_info.struct_size = sizeof(graph_info);
+  CTS_EXPECT_ERROR(expected, tern_graph_get_info(forged_graph, &graph_info), needle);
+  sequence = 99;
+  CTS_EXPECT_ERROR(expected, tern_queue_launch_graph(h.queue, forged_graph, nullptr, &sequence),
+                   needle);
+  EXPECT_EQ(0u, sequence);
+
   tern_queue_t queue = Forge<tern_queue_t>(0x1234);
   CTS_EXPECT_ERROR(expected, tern_queue_create(h.core, nullptr, &queue), needle);
   EXPECT_EQ(nullptr, queue);
@@ -1545,6 +1586,369 @@ TEST_P(NegativeTest, QueueFree) {
 }
 
 CTS_INSTANTIATE(NegativeTest);
+
+// --- graph.h --------------------------------------------------------------------------
+
+class NegativeGraphTest : public NegativeTest {
+ protected:
+  void SetUp() override {
+    NegativeTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    CTS_ASSERT_OK(tern_graph_create(device(0), nullptr, &graph_));
+    CTS_ASSERT_OK(tern_graph_create(device(0), nullptr, &dead_graph_));
+    CTS_ASSERT_OK(tern_graph_destroy(dead_graph_));
+  }
+  void TearDown() override {
+    if (graph_ != nullptr) {
+      EXPECT_EQ(TERN_OK, tern_graph_destroy(graph_));
+    }
+    NegativeTest::TearDown();
+  }
+
+  std::vector<std::pair<std::string, tern_graph_t>> BadGraphs() {
+    return BadHandles<tern_graph_t>(dead_graph_, nullptr, {graph_});
+  }
+  uint32_t CommandCount(tern_graph_t graph) {
+    tern_graph_info_t info{};
+    info.struct_size = sizeof(info);
+    CTS_EXPECT_OK(tern_graph_get_info(graph, &info));
+    return info.command_count;
+  }
+  // A finalized graph: fill buffer_[0, 64), parameter 0 its destination.
+  tern_graph_t FinalizedGraph() {
+    tern_graph_t graph = nullptr;
+    EXPECT_EQ(TERN_OK, tern_graph_create(device(0), nullptr, &graph));
+    EXPECT_EQ(TERN_OK, tern_graph_add_fill(graph, buffer_, 0, 64, 0xabababab, nullptr));
+    uint32_t parameter = 99;
+    EXPECT_EQ(TERN_OK, tern_graph_add_parameter(graph, 0, TERN_GRAPH_OPERAND_DST, 0, &parameter));
+    EXPECT_EQ(TERN_OK, tern_graph_finalize(graph));
+    return graph;
+  }
+
+  tern_graph_t graph_ = nullptr;
+  tern_graph_t dead_graph_ = nullptr;
+};
+
+TEST_P(NegativeGraphTest, Create) {
+  tern_graph_t graph = Forge<tern_graph_t>(0x1234);
+  for (const auto& [label, handle] : BadDevicesWithStale()) {
+    SCOPED_TRACE(label);
+    tern_device_t bad = handle;
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE, tern_graph_create(bad, nullptr, &graph), "device");
+    EXPECT_EQ(nullptr, graph);
+  }
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT, tern_graph_create(device(0), nullptr, nullptr),
+                   "out_graph");
+  tern_graph_params_t params{};
+  for (uint32_t size : TooSmallStructSizes<tern_graph_params_t>()) {
+    params.struct_size = size;
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT, tern_graph_create(device(0), &params, &graph),
+                     "struct_size");
+  }
+  params.struct_size = sizeof(params);
+  params.flags = 0x4;
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT, tern_graph_create(device(0), &params, &graph),
+                   "flags");
+  EXPECT_EQ(nullptr, graph);
+}
+
+TEST_P(NegativeGraphTest, DestroyTwiceAndWrongKinds) {
+  for (const auto& [label, handle] : BadGraphs()) {
+    SCOPED_TRACE(label);
+    tern_graph_t bad = handle;
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE, tern_graph_destroy(bad), "graph");
+  }
+  tern_graph_t graph = nullptr;
+  CTS_ASSERT_OK(tern_graph_create(device(0), nullptr, &graph));
+  CTS_ASSERT_OK(tern_graph_destroy(graph));
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE, tern_graph_destroy(graph), "already destroyed");
+  // A graph handle is no queue, buffer or event.
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE,
+                   tern_queue_destroy(reinterpret_cast<tern_queue_t>(graph_)));
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE,
+                   tern_buffer_free(reinterpret_cast<tern_buffer_t>(graph_)));
+  EXPECT_EQ(0u, CommandCount(graph_));
+  ExpectQueueUntouched();
+}
+
+TEST_P(NegativeGraphTest, RecordCopiesAndFill) {
+  std::vector<uint8_t> data(kBufferSize + 8, 0x99);
+  uint32_t command = 99;
+  for (const auto& [label, handle] : BadGraphs()) {
+    SCOPED_TRACE(label);
+    tern_graph_t bad = handle;
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE,
+                     tern_graph_add_copy_h2d(bad, buffer_, 0, data.data(), 64, &command), "graph");
+    EXPECT_EQ(0u, command);
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE,
+                     tern_graph_add_fill(bad, buffer_, 0, 64, 0, nullptr), "graph");
+  }
+  for (const auto& [label, handle] : BadBuffers()) {
+    SCOPED_TRACE(label);
+    tern_buffer_t bad = handle;
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE,
+                     tern_graph_add_copy_h2d(graph_, bad, 0, data.data(), 64, &command), "dst");
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE,
+                     tern_graph_add_copy_d2h(graph_, data.data(), bad, 0, 64, &command), "src");
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE,
+                     tern_graph_add_copy_d2d(graph_, buffer_, 0, bad, 0, 64, &command), "src");
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE,
+                     tern_graph_add_copy_d2d(graph_, bad, 0, buffer_, 0, 64, &command), "dst");
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE,
+                     tern_graph_add_fill(graph_, bad, 0, 64, 0, &command), "dst");
+  }
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT,
+                   tern_graph_add_copy_h2d(graph_, buffer_, 0, nullptr, 64, &command), "src");
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT,
+                   tern_graph_add_copy_d2h(graph_, nullptr, buffer_, 0, 64, &command), "dst");
+  for (const Range& range : BadRanges()) {
+    SCOPED_TRACE("offset " + std::to_string(range.offset) + " size " + std::to_string(range.size));
+    CTS_EXPECT_ERROR(
+        TERN_ERROR_OUT_OF_RANGE,
+        tern_graph_add_copy_h2d(graph_, buffer_, range.offset, data.data(), range.size, &command));
+    CTS_EXPECT_ERROR(
+        TERN_ERROR_OUT_OF_RANGE,
+        tern_graph_add_copy_d2h(graph_, data.data(), buffer_, range.offset, range.size, &command));
+    CTS_EXPECT_ERROR(
+        TERN_ERROR_OUT_OF_RANGE,
+        tern_graph_add_copy_d2d(graph_, buffer_, range.offset, buffer_, 0, range.size, &command));
+    CTS_EXPECT_ERROR(TERN_ERROR_OUT_OF_RANGE,
+                     tern_graph_add_fill(graph_, buffer_, range.offset, range.size, 0, &command));
+  }
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT,
+                   tern_graph_add_fill(graph_, buffer_, 2, 64, 0, &command), "multiples of 4");
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT,
+                   tern_graph_add_fill(graph_, buffer_, 0, 6, 0, &command), "multiples of 4");
+  if (buffer1_ != nullptr) {
+    // A graph of device 0 cannot write device 1's memory from the host, and
+    // a device-to-device copy needs one end on device 0.
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT,
+                     tern_graph_add_copy_h2d(graph_, buffer1_, 0, data.data(), 64, &command),
+                     "device 1", "graph records for device 0");
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT,
+                     tern_graph_add_fill(graph_, buffer1_, 0, 64, 0, &command), "device");
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT,
+                     tern_graph_add_copy_d2d(graph_, buffer1_, 0, buffer1_, 64, 64, &command),
+                     "neither dst nor src");
+  }
+  EXPECT_EQ(0u, CommandCount(graph_)) << "a refused command was recorded";
+  ExpectQueueUntouched();
+  ExpectBufferUntouched();
+}
+
+TEST_P(NegativeGraphTest, RecordCallbackAndWait) {
+  uint32_t command = 99;
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT,
+                   tern_graph_add_host_callback(graph_, nullptr, nullptr, &command), "callback");
+  EXPECT_EQ(0u, command);
+  for (const auto& [label, handle] : BadEvents()) {
+    SCOPED_TRACE(label);
+    tern_event_t bad = handle;
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE, tern_graph_add_wait_event(graph_, bad, &command),
+                     "event");
+  }
+  for (const auto& [label, handle] : BadGraphs()) {
+    SCOPED_TRACE(label);
+    tern_graph_t bad = handle;
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE,
+                     tern_graph_add_host_callback(bad, NoopCallback, nullptr, &command), "graph");
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE, tern_graph_add_wait_event(bad, event_, &command),
+                     "graph");
+  }
+  EXPECT_EQ(0u, CommandCount(graph_));
+}
+
+TEST_P(NegativeGraphTest, AddParameter) {
+  uint32_t parameter = 99;
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT,
+                   tern_graph_add_parameter(graph_, 0, TERN_GRAPH_OPERAND_DST, 0, nullptr),
+                   "out_parameter");
+  CTS_EXPECT_ERROR(TERN_ERROR_OUT_OF_RANGE,
+                   tern_graph_add_parameter(graph_, 0, TERN_GRAPH_OPERAND_DST, 0, &parameter),
+                   "command 0 does not exist");
+  EXPECT_EQ(0u, parameter);
+  std::vector<uint8_t> data(64);
+  CTS_ASSERT_OK(tern_graph_add_copy_h2d(graph_, buffer_, 0, data.data(), 64, nullptr));
+  CTS_ASSERT_OK(tern_graph_add_host_callback(graph_, NoopCallback, nullptr, nullptr));
+  CTS_ASSERT_OK(tern_graph_add_copy_d2d(graph_, buffer_, 0, buffer_, 64, 64, nullptr));
+  CTS_EXPECT_ERROR(TERN_ERROR_OUT_OF_RANGE,
+                   tern_graph_add_parameter(graph_, 3, TERN_GRAPH_OPERAND_DST, 0, &parameter),
+                   "3 commands");
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT,
+                   tern_graph_add_parameter(graph_, 0, TERN_GRAPH_OPERAND_SRC, 0, &parameter),
+                   "TERN_GRAPH_OPERAND_SRC");
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT,
+                   tern_graph_add_parameter(graph_, 0, TERN_GRAPH_OPERAND_INPUT, 0, &parameter));
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT,
+                   tern_graph_add_parameter(graph_, 1, TERN_GRAPH_OPERAND_DST, 0, &parameter),
+                   "host callback");
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT,
+                   tern_graph_add_parameter(graph_, 0, TERN_GRAPH_OPERAND_DST, 1, &parameter),
+                   "index is 1");
+  // The operand travels as an int until the call, as it would from C: a
+  // tern_graph_operand_t variable holding 7 is undefined behaviour in C++.
+  for (int32_t bad_operand : {7, -1, 4}) {
+    SCOPED_TRACE(bad_operand);
+    const std::string needle = "operand " + std::to_string(bad_operand);
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT,
+                     tern_graph_add_parameter(
+                         graph_, 0, static_cast<tern_graph_operand_t>(bad_operand), 0, &parameter),
+                     needle.c_str());
+  }
+  CTS_ASSERT_OK(tern_graph_add_parameter(graph_, 2, TERN_GRAPH_OPERAND_SRC, 0, &parameter));
+  EXPECT_EQ(0u, parameter);
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT,
+                   tern_graph_add_parameter(graph_, 2, TERN_GRAPH_OPERAND_SRC, 0, &parameter),
+                   "parameter 0 already");
+  CTS_ASSERT_OK(tern_graph_add_parameter(graph_, 2, TERN_GRAPH_OPERAND_DST, 0, &parameter));
+  EXPECT_EQ(1u, parameter);
+  for (const auto& [label, handle] : BadGraphs()) {
+    SCOPED_TRACE(label);
+    tern_graph_t bad = handle;
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE,
+                     tern_graph_add_parameter(bad, 0, TERN_GRAPH_OPERAND_DST, 0, &parameter),
+                     "graph");
+  }
+}
+
+TEST_P(NegativeGraphTest, FinalizedGraphRecordsNothing) {
+  tern_graph_t graph = FinalizedGraph();
+  std::vector<uint8_t> data(64);
+  uint32_t command = 99, parameter = 99;
+  CTS_EXPECT_ERROR(TERN_ERROR_FAILED_PRECONDITION, tern_graph_finalize(graph), "finalized already");
+  CTS_EXPECT_ERROR(TERN_ERROR_FAILED_PRECONDITION,
+                   tern_graph_add_copy_h2d(graph, buffer_, 0, data.data(), 64, &command),
+                   "finalized");
+  EXPECT_EQ(0u, command);
+  CTS_EXPECT_ERROR(TERN_ERROR_FAILED_PRECONDITION,
+                   tern_graph_add_fill(graph, buffer_, 0, 64, 0, &command), "finalized");
+  CTS_EXPECT_ERROR(TERN_ERROR_FAILED_PRECONDITION,
+                   tern_graph_add_host_callback(graph, NoopCallback, nullptr, &command),
+                   "finalized");
+  CTS_EXPECT_ERROR(TERN_ERROR_FAILED_PRECONDITION,
+                   tern_graph_add_wait_event(graph, event_, &command), "finalized");
+  CTS_EXPECT_ERROR(TERN_ERROR_FAILED_PRECONDITION,
+                   tern_graph_add_parameter(graph, 0, TERN_GRAPH_OPERAND_DST, 0, &parameter),
+                   "finalized");
+  EXPECT_EQ(0u, parameter);
+  EXPECT_EQ(1u, CommandCount(graph));
+  for (const auto& [label, handle] : BadGraphs()) {
+    SCOPED_TRACE(label);
+    tern_graph_t bad = handle;
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE, tern_graph_finalize(bad), "graph");
+  }
+  CTS_EXPECT_OK(tern_graph_destroy(graph));
+}
+
+TEST_P(NegativeGraphTest, GetInfo) {
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT, tern_graph_get_info(graph_, nullptr), "out_info");
+  tern_graph_info_t info{};
+  for (uint32_t size : TooSmallStructSizes<tern_graph_info_t>()) {
+    info.struct_size = size;
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT, tern_graph_get_info(graph_, &info),
+                     "struct_size");
+  }
+  info.struct_size = sizeof(info);
+  for (const auto& [label, handle] : BadGraphs()) {
+    SCOPED_TRACE(label);
+    tern_graph_t bad = handle;
+    info.command_count = 7;
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE, tern_graph_get_info(bad, &info), "graph");
+    EXPECT_EQ(0u, info.command_count);
+  }
+}
+
+TEST_P(NegativeGraphTest, Launch) {
+  tern_graph_t graph = FinalizedGraph();
+  uint64_t sequence = 99;
+  for (const auto& [label, handle] : BadQueues()) {
+    SCOPED_TRACE(label);
+    tern_queue_t bad = handle;
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE,
+                     tern_queue_launch_graph(bad, graph, nullptr, &sequence), "queue");
+    EXPECT_EQ(0u, sequence);
+  }
+  for (const auto& [label, handle] : BadGraphs()) {
+    SCOPED_TRACE(label);
+    tern_graph_t bad = handle;
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE,
+                     tern_queue_launch_graph(queue_, bad, nullptr, &sequence), "graph");
+  }
+  // Still recording.
+  CTS_EXPECT_ERROR(TERN_ERROR_FAILED_PRECONDITION,
+                   tern_queue_launch_graph(queue_, graph_, nullptr, &sequence),
+                   "tern_graph_finalize");
+  EXPECT_EQ(0u, sequence);
+  tern_graph_launch_params_t params{};
+  for (uint32_t size : TooSmallStructSizes<tern_graph_launch_params_t>()) {
+    params.struct_size = size;
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT,
+                     tern_queue_launch_graph(queue_, graph, &params, &sequence), "struct_size");
+  }
+  params.struct_size = sizeof(params);
+  params.flags = 1;
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT,
+                   tern_queue_launch_graph(queue_, graph, &params, &sequence), "flags");
+  params.flags = 0;
+  params.reserved = 1;
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT,
+                   tern_queue_launch_graph(queue_, graph, &params, &sequence), "reserved");
+  params.reserved = 0;
+  params.argument_count = 1;
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT,
+                   tern_queue_launch_graph(queue_, graph, &params, &sequence), "arguments is NULL");
+  tern_graph_argument_t arguments[2] = {};
+  arguments[0].buffer = buffer_;
+  arguments[1].buffer = buffer_;
+  params.arguments = arguments;
+  arguments[0].parameter = 1;
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT,
+                   tern_queue_launch_graph(queue_, graph, &params, &sequence), "parameter 1",
+                   "1 parameters");
+  arguments[0].parameter = 0;
+  arguments[0].reserved = 3;
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT,
+                   tern_queue_launch_graph(queue_, graph, &params, &sequence), "reserved");
+  arguments[0].reserved = 0;
+  params.argument_count = 2;
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT,
+                   tern_queue_launch_graph(queue_, graph, &params, &sequence), "second time");
+  params.argument_count = 1;
+  for (const auto& [label, handle] : BadBuffers()) {
+    SCOPED_TRACE(label);
+    arguments[0].buffer = handle;
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE,
+                     tern_queue_launch_graph(queue_, graph, &params, &sequence), "arguments[0]");
+  }
+  arguments[0].buffer = buffer_;
+  for (uint64_t offset : {kBufferSize - 60, kBufferSize, kBufferSize + 4, UINT64_MAX - 3}) {
+    SCOPED_TRACE(offset);
+    arguments[0].offset = offset;
+    CTS_EXPECT_ERROR(TERN_ERROR_OUT_OF_RANGE,
+                     tern_queue_launch_graph(queue_, graph, &params, &sequence), "arguments[0]");
+  }
+  arguments[0].offset = 0;
+  if (buffer1_ != nullptr) {
+    arguments[0].buffer = buffer1_;
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT,
+                     tern_queue_launch_graph(queue_, graph, &params, &sequence), "device 1");
+    // A queue of device 1 cannot run a graph of device 0.
+    tern_core_t core1 = OpenCore(1, 0);
+    tern_queue_t queue1 = CreateQueue(core1);
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT,
+                     tern_queue_launch_graph(queue1, graph, nullptr, &sequence),
+                     "records for device 0", "device 1");
+    CTS_EXPECT_OK(tern_queue_destroy(queue1));
+  }
+  EXPECT_EQ(0u, sequence);
+  ExpectQueueUntouched();
+  ExpectBufferUntouched();
+  CTS_EXPECT_OK(tern_graph_destroy(graph));
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE,
+                   tern_queue_launch_graph(queue_, graph, nullptr, &sequence), "graph");
+}
+
+CTS_INSTANTIATE(NegativeGraphTest);
 
 }  // namespace
 }  // namespace tern::cts
