@@ -9,7 +9,10 @@
 //   (c) device alloc + free of 256 B with 10,000 live allocations, beside
 //       malloc + free with 10,000 live mallocs;
 //   (d) stream-ordered alloc + free (tern_queue_alloc + tern_queue_free) of
-//       256 B to 16 MiB, beside tern_buffer_alloc + tern_buffer_free.
+//       256 B to 16 MiB, beside tern_buffer_alloc + tern_buffer_free;
+//   (e) H2D and D2H copies from and to host memory the caller allocated and
+//       registered (tern_host_register), beside the same copies with
+//       tern_host_alloc memory.
 //
 // Tern and its baseline are measured alternately (A B A B ...) because the
 // speed of a shared or virtual machine drifts over seconds; bandwidth is
@@ -56,7 +59,7 @@ struct Options {
   bool quick = false;         // fewer iterations and sizes (the CI smoke test)
   bool fail_on_miss = false;  // exit 2 when a target is missed
   std::string json_path;      // also write the figures as JSON here
-  std::string only;           // run one section: round_trip, bandwidth, alloc or stream_ordered
+  std::string only;  // run one section: round_trip, bandwidth, alloc, stream_ordered, host_register
 };
 
 void Usage(FILE* out) {
@@ -64,7 +67,8 @@ void Usage(FILE* out) {
       out,
       "usage: tern_bench_runtime [--quick] [--json FILE] [--fail-on-miss] [--only SECTION]\n"
       "  --quick         fewer iterations and sizes (a smoke test, not a measurement)\n"
-      "  --only SECTION  run one section: round_trip, bandwidth, alloc or stream_ordered\n"
+      "  --only SECTION  run one section: round_trip, bandwidth, alloc, stream_ordered or\n"
+      "                  host_register\n"
       "  --json FILE     also write every figure to FILE as JSON\n"
       "  --fail-on-miss  exit 2 when a target is missed (default: report only)\n"
       "Environment: TERN_SIM_TOPOLOGY defaults to 2x2x2G here, so that 256 MiB\n"
@@ -236,7 +240,7 @@ class BarePingPong {
 // --- Results -------------------------------------------------------------------------
 
 struct Row {
-  std::string section;  // "round_trip", "bandwidth", "alloc", "stream_ordered"
+  std::string section;  // "round_trip", "bandwidth", "alloc", "stream_ordered", "host_register"
   std::string name;
   std::string text;  // the printed line
   bool has_target = false;
@@ -634,6 +638,106 @@ void BenchBandwidth(const Setup& setup, const Options& options, Report* report) 
   FreeCopyBuffers(&buffers);
 }
 
+// --- (e) Copies with registered host memory ---------------------------------------------------
+//
+// A data loader's buffers are its own (malloc, numpy, a framework's pinned
+// pool); tern_host_register lets the DMA engine use them as it uses
+// tern_host_alloc memory. Both sides copy the same sizes to and from the same
+// device buffer, alternating, each warmed by one untimed copy.
+
+double HostCopies(const Setup& setup, tern_buffer_t device, void* host, bool to_device,
+                  uint64_t size, uint64_t count) {
+  auto enqueue = [&] {
+    if (to_device) {
+      Check(tern_queue_copy_h2d(setup.queue, device, 0, host, size, nullptr),
+            "tern_queue_copy_h2d");
+    } else {
+      Check(tern_queue_copy_d2h(setup.queue, host, device, 0, size, nullptr),
+            "tern_queue_copy_d2h");
+    }
+  };
+  enqueue();
+  Check(tern_queue_synchronize(setup.queue, TERN_TIMEOUT_INFINITE), "tern_queue_synchronize");
+  const uint64_t start = NowNs();
+  for (uint64_t i = 0; i < count; ++i) enqueue();
+  Check(tern_queue_synchronize(setup.queue, TERN_TIMEOUT_INFINITE), "tern_queue_synchronize");
+  return static_cast<double>(NowNs() - start) / 1e9;
+}
+
+void BenchHostRegister(const Setup& setup, const Options& options, Report* report) {
+  const uint64_t capacity = options.quick ? 1 * kMiB : 64 * kMiB;
+  const int reps = options.quick ? 3 : 15;
+  void* pinned = nullptr;
+  Check(tern_host_alloc(capacity, &pinned), "tern_host_alloc");
+  void* registered = std::aligned_alloc(4096, capacity);
+  if (registered == nullptr) throw TernFailure("aligned_alloc of the registered buffer failed");
+  std::memset(pinned, 0x5a, capacity);
+  std::memset(registered, 0x5a, capacity);
+  Check(tern_host_register(registered, capacity), "tern_host_register");
+  tern_buffer_params_t params;
+  std::memset(&params, 0, sizeof(params));
+  params.struct_size = sizeof(params);
+  params.size = capacity;
+  params.category = TERN_MEMORY_TENSORS;
+  tern_buffer_t device = nullptr;
+  Check(tern_buffer_alloc(setup.device, &params, &device), "tern_buffer_alloc");
+  HostCopies(setup, device, pinned, true, capacity, 1);  // commits the device pages
+
+  std::printf(
+      "\ncopies with registered host memory (tern_host_register on aligned_alloc memory) vs "
+      "tern_host_alloc memory,\n  %d rounds alternating; ratio: median of the rounds' "
+      "registered/pinned bandwidth ratios\n",
+      reps);
+  for (bool to_device : {true, false}) {
+    for (uint64_t size = 256 * kKiB; size <= capacity; size *= 4) {
+      const uint64_t count = std::max<uint64_t>(2, (options.quick ? 4 : 64) * kMiB / size);
+      const double bytes = static_cast<double>(size) * static_cast<double>(count);
+      std::vector<double> ratios;
+      double registered_best = 0, pinned_best = 0;
+      for (int rep = 0; rep < reps; ++rep) {
+        double registered_s = 0, pinned_s = 0;
+        if (rep % 2 == 0)
+          registered_s = HostCopies(setup, device, registered, to_device, size, count);
+        pinned_s = HostCopies(setup, device, pinned, to_device, size, count);
+        if (rep % 2 == 1)
+          registered_s = HostCopies(setup, device, registered, to_device, size, count);
+        ratios.push_back(pinned_s / registered_s);
+        registered_best = std::max(registered_best, bytes / registered_s / 1e9);
+        pinned_best = std::max(pinned_best, bytes / pinned_s / 1e9);
+      }
+      std::sort(ratios.begin(), ratios.end());
+      const double ratio = ratios[ratios.size() / 2];
+      const bool has_target = size >= kMiB;
+      const bool pass = !has_target || ratio >= 0.9;
+      const char* direction = to_device ? "H2D" : "D2H";
+      Row row;
+      row.section = "host_register";
+      row.name = std::string(direction) + " " + FormatSize(size);
+      row.has_target = has_target;
+      row.pass = pass;
+      row.text =
+          Format("%s %-8s x%-5" PRIu64
+                 " registered %6.2f GB/s | tern_host_alloc %6.2f GB/s (bests) | "
+                 "ratio %.2f %s",
+                 direction, FormatSize(size).c_str(), count, registered_best, pinned_best, ratio,
+                 has_target ? (pass ? "(target >= 0.90) PASS" : "(target >= 0.90) MISS")
+                            : "(no target below 1 MiB)");
+      row.json = Format("{\"direction\": \"%s\", \"size\": %" PRIu64 ", \"copies\": %" PRIu64
+                        ", \"reps\": %d, \"registered_gbps_best\": %.3f, "
+                        "\"baseline\": \"tern_host_alloc memory\", \"baseline_gbps_best\": %.3f, "
+                        "\"ratio\": %.3f, \"target\": %s, \"pass\": %s}",
+                        direction, size, count, reps, registered_best, pinned_best, ratio,
+                        has_target ? "\">= 0.9\"" : "null",
+                        has_target ? (pass ? "true" : "false") : "null");
+      report->Add(std::move(row));
+    }
+  }
+  Check(tern_buffer_free(device), "tern_buffer_free");
+  Check(tern_host_unregister(registered), "tern_host_unregister");
+  std::free(registered);
+  Check(tern_host_free(pinned), "tern_host_free");
+}
+
 // --- (c) Allocation latency -----------------------------------------------------------------
 
 void BenchAlloc(const Setup& setup, const Options& options, Report* report) {
@@ -889,7 +993,8 @@ void WriteJson(const std::string& path, const Options& options, const Report& re
   }
   std::fprintf(f, "{\n  %s,\n  \"quick\": %s,\n  \"misses\": %d", header_json.c_str(),
                options.quick ? "true" : "false", report.misses);
-  for (const char* section : {"round_trip", "bandwidth", "alloc", "stream_ordered"}) {
+  for (const char* section :
+       {"round_trip", "bandwidth", "alloc", "stream_ordered", "host_register"}) {
     std::fprintf(f, ",\n  \"%s\": [", section);
     bool first = true;
     for (const Row& row : report.rows) {
@@ -944,6 +1049,7 @@ int Run(const Options& options) {
     std::printf("\n");
     BenchStreamOrdered(setup, options, &report);
   }
+  if (selected("host_register")) BenchHostRegister(setup, options, &report);
 
   const std::string load_after = LoadAverage();
   const double others = OthersShare(cpu_before, SampleCpu());
@@ -984,10 +1090,10 @@ int main(int argc, char** argv) {
     } else if (arg == "--only" && i + 1 < argc) {
       options.only = argv[++i];
       if (options.only != "round_trip" && options.only != "bandwidth" && options.only != "alloc" &&
-          options.only != "stream_ordered") {
+          options.only != "stream_ordered" && options.only != "host_register") {
         std::fprintf(stderr,
-                     "tern_bench_runtime: --only takes round_trip, bandwidth, alloc or "
-                     "stream_ordered\n");
+                     "tern_bench_runtime: --only takes round_trip, bandwidth, alloc, "
+                     "stream_ordered or host_register\n");
         return 1;
       }
     } else if (arg == "--help" || arg == "-h") {
