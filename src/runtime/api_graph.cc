@@ -427,20 +427,7 @@ Status BuildReplacements(Runtime* rt, const GraphObject& graph,
       const std::string arg = fmt::format("the event of {}", DescribeCommand(graph, index));
       TERN_RETURN_IF_ERROR(LookupEvent(rt, graph.commands[index].event, arg.c_str(), &event)
                                .WithContext("record a new graph"));
-      std::shared_ptr<EventPoint> point;
-      {
-        std::lock_guard<std::mutex> lock(event->mutex);
-        point = event->point;
-      }
-      driver::Command wait;
-      wait.kind = driver::CommandKind::kWait;
-      if (point) {
-        driver::CommandDetails& details = wait.Details();
-        details.wait_timeline = point->timeline;
-        details.wait_value = point->sequence;
-        details.wait_description = point->description;
-      }
-      waits.emplace_back(index, std::move(wait));
+      waits.emplace_back(index, MakeEventWaitCommand(*event));
     }
     // Waits have no parameters: the two lists never name one command twice.
     const size_t middle = out->size();

@@ -92,20 +92,7 @@ Status Fill(Runtime* rt, QueueObject& queue, tern_buffer_t dst, uint64_t dst_off
 Status WaitEvent(Runtime* rt, QueueObject& queue, tern_event_t event, uint64_t* out_sequence) {
   std::shared_ptr<EventObject> object;
   TERN_RETURN_IF_ERROR(LookupEvent(rt, event, "event", &object));
-  std::shared_ptr<EventPoint> point;
-  {
-    std::lock_guard<std::mutex> lock(object->mutex);
-    point = object->point;
-  }
-  driver::Command command;
-  command.kind = driver::CommandKind::kWait;
-  if (point) {
-    driver::CommandDetails& wait = command.Details();
-    wait.wait_timeline = point->timeline;
-    wait.wait_value = point->sequence;
-    wait.wait_description = point->description;
-  }
-  return Submit(queue, std::move(command), out_sequence);
+  return Submit(queue, MakeEventWaitCommand(*object), out_sequence);
 }
 
 Status RecordEvent(Runtime* rt, QueueObject& queue, tern_event_t event, uint64_t* out_sequence) {

@@ -235,6 +235,23 @@ Status PeekQueue(Runtime* rt, tern_queue_t handle, const char* arg, QueueObject*
                                "create one with tern_queue_create()");
 }
 
+driver::Command MakeEventWaitCommand(EventObject& event) {
+  std::shared_ptr<EventPoint> point;
+  {
+    std::lock_guard<std::mutex> lock(event.mutex);
+    point = event.point;
+  }
+  driver::Command command;
+  command.kind = driver::CommandKind::kWait;
+  if (point) {
+    driver::CommandDetails& wait = command.Details();
+    wait.wait_timeline = point->timeline;
+    wait.wait_value = point->sequence;
+    wait.wait_description = point->description;
+  }
+  return command;
+}
+
 Status CheckBufferRange(const BufferObject& buffer, uint64_t offset, uint64_t size,
                         const char* arg) {
   if (offset > buffer.size || size > buffer.size - offset) {

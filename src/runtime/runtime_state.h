@@ -149,6 +149,11 @@ Status PeekQueue(Runtime* rt, tern_queue_t handle, const char* arg, QueueObject*
 Status LookupEvent(Runtime* rt, tern_event_t handle, const char* arg,
                    std::shared_ptr<EventObject>* out);
 
+// The command that waits for `event`'s latest recording, as of now (it waits
+// for nothing when the event was never recorded): what
+// tern_queue_wait_event submits and what a graph launch resolves its waits to.
+driver::Command MakeEventWaitCommand(EventObject& event);
+
 // Checks that [offset, offset + size) lies inside `buffer`.
 Status CheckBufferRange(const BufferObject& buffer, uint64_t offset, uint64_t size,
                         const char* arg);
