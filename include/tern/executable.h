@@ -100,7 +100,10 @@ TERN_API tern_status_t tern_executable_find_tensor(tern_executable_t executable,
                                                    int is_output, const char* name,
                                                    uint32_t* out_index);
 
-/* A device buffer range bound to an input or output. */
+/* A device buffer range bound to an input or output. Its layout is fixed
+ * (it has no struct_size): callers pass arrays of it, and a binding that
+ * needs more will come as a new structure and entry point, as the named I/O
+ * sets (tern/io_set.h) did. */
 typedef struct tern_binding_t {
   tern_buffer_t buffer;
   uint64_t offset; /* bytes from the start of the buffer */
@@ -112,6 +115,14 @@ typedef struct tern_binding_t {
  * failure during execution (an index out of range, a fault) becomes the
  * queue's sticky error and its message names the instruction and the graph
  * op it came from.
+ * Ownership: the runtime copies `inputs` and `outputs` during the call; the
+ * arrays may be reused or freed as soon as it returns (the buffers must stay
+ * allocated until the execution ran, which tern_buffer_free ensures). The
+ * function's scratch (tern_function_info_t.scratch_bytes) belongs to the
+ * runtime: it is allocated from the device for this execution when it is
+ * submitted (category scratch; TERN_ERROR_OUT_OF_MEMORY if it does not fit)
+ * and returned when the execution completes. The caller neither provides
+ * nor sees it.
  * Thread-safety: safe from any thread (see queue.h for submission rules). */
 TERN_API tern_status_t tern_queue_execute(tern_queue_t queue, tern_executable_t executable,
                                           uint32_t function, const tern_binding_t* inputs,

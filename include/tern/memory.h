@@ -53,8 +53,13 @@ TERN_API const char* tern_memory_category_name(tern_memory_category_t category);
 TERN_API tern_status_t tern_buffer_alloc(tern_device_t device, const tern_buffer_params_t* params,
                                          tern_buffer_t* out_buffer);
 
-/* Frees `buffer`. Commands already submitted that use it must have completed;
- * a second free of the same handle fails with TERN_ERROR_INVALID_HANDLE.
+/* Frees `buffer`. Commands that were submitted before this call and may use
+ * it are not cut short: the call first waits until every command already
+ * given to any queue of the buffer's device has completed (as cudaFree
+ * does), so the memory serves no other allocation while they could still read
+ * or write it. Do not call it from a host callback of that device's queues
+ * (the callback would wait for itself). With nothing in flight it does not
+ * wait. A second free of the same handle fails with TERN_ERROR_INVALID_HANDLE.
  * For a shared buffer (exported, or imported) this ends only this process's
  * use: the memory lives on while another process holds it (see
  * tern_buffer_export()). A buffer from tern_queue_alloc() goes back to its

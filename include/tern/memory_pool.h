@@ -37,13 +37,12 @@
  *
  * Mixing the two ways of freeing:
  * - tern_buffer_free() of a queue-allocated buffer is defined: as always
- *   with tern_buffer_free(), the caller vouches that the commands using it
- *   have completed, and the block goes back to its pool, idle, reusable by
- *   every queue at once.
+ *   with tern_buffer_free(), it first waits for the commands already given
+ *   to the device's queues, and the block goes back to its pool, idle,
+ *   reusable by every queue at once.
  * - tern_queue_free() of a buffer from tern_buffer_alloc() fails with
  *   TERN_ERROR_INVALID_ARGUMENT and changes nothing: such a buffer has no
- *   pool to return to; free it with tern_buffer_free() once its commands
- *   have completed.
+ *   pool to return to; free it with tern_buffer_free().
  *
  * Accounting: every block a pool holds (in use or cached) is device memory
  * of the pool's category, counted in tern_device_memory_stats() as used by

@@ -52,7 +52,16 @@ TERN_API tern_status_t tern_queue_destroy(tern_queue_t queue);
  * queue; their commands are ordered as their calls are. Each stores the
  * command's sequence number in `*out_sequence` when that pointer is not NULL.
  * A submission that fails validation (bad handle, offset or size) enqueues
- * nothing and leaves the queue's state alone. */
+ * nothing and leaves the queue's state alone.
+ *
+ * Which device a buffer may be on: the device buffers of a copy to or from
+ * the host, of a fill and of an execution must be buffers of the queue's
+ * device (TERN_ERROR_INVALID_ARGUMENT otherwise, naming both devices); a
+ * device-to-device copy may join two devices, and one of its two buffers must
+ * be on the queue's device. Host memory is read (H2D) or written (D2H) when
+ * the queue runs the copy, not during the call: keep it valid until then.
+ * Freeing a buffer waits for the commands already submitted (see
+ * tern_buffer_free). */
 
 /* An empty command: completes as soon as the queue reaches it. */
 TERN_API tern_status_t tern_queue_nop(tern_queue_t queue, uint64_t* out_sequence);

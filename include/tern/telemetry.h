@@ -26,6 +26,11 @@ extern "C" {
  * and bucket 23 those that ran 2^22 us (about 4.2 s) or longer. */
 #define TERN_TELEMETRY_LATENCY_BUCKETS 24
 
+/* The per-core and per-process records have a fixed layout (no struct_size):
+ * they sit in arrays inside tern_device_telemetry_t, whose struct_size
+ * versions the whole snapshot. Figures added later go into new arrays at the
+ * end of tern_device_telemetry_t, filled when struct_size covers them (as
+ * latency_histogram was). */
 typedef struct tern_core_telemetry_t {
   uint32_t physical_index;
   int32_t owner_pid;                       /* 0 when no process owns the core */

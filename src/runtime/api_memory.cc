@@ -258,9 +258,12 @@ TERN_API tern_status_t tern_buffer_free(tern_buffer_t buffer) {
   if (!object) {
     return Report(NotALiveHandleToDestroy("buffer", "buffer", "already freed", "never allocated"));
   }
+  // Commands already given to the device's queues may still use the memory:
+  // it serves no other allocation before they have completed.
+  WaitForDeviceQueues(object->device);
   if (object->pool) {
-    // From tern_queue_alloc: idle now (the caller vouches for it), so the
-    // block goes back to its pool, reusable by every queue.
+    // From tern_queue_alloc: idle now, so the block goes back to its pool,
+    // reusable by every queue.
     PoolFree(*object, nullptr, 0);
     return TERN_OK;
   }

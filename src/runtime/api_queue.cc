@@ -172,6 +172,13 @@ TERN_API tern_status_t tern_queue_create(tern_core_t core, const tern_queue_para
     return Report(status);
   }
   queue->completion = queue->hw->completion().get();
+  DeviceObject* device = object->device;
+  {
+    std::lock_guard<std::mutex> lock(device->queues_mutex);
+    // Drop the entries of destroyed queues while here.
+    std::erase_if(device->queues, [](const std::weak_ptr<QueueObject>& q) { return q.expired(); });
+    device->queues.push_back(queue);
+  }
   *out_queue = reinterpret_cast<tern_queue_t>(rt->queue_table.Insert(std::move(queue)));
   return TERN_OK;
 }
@@ -182,6 +189,14 @@ TERN_API tern_status_t tern_queue_destroy(tern_queue_t queue) {
   std::shared_ptr<QueueObject> object = rt->queue_table.Remove(reinterpret_cast<uint64_t>(queue));
   if (!object) {
     return Report(NotALiveHandleToDestroy("queue", "queue", "already destroyed", "never created"));
+  }
+  {
+    // Out of the device's list before the hardware queue goes (WaitForDeviceQueues).
+    DeviceObject* device = object->core->device;
+    std::lock_guard<std::mutex> lock(device->queues_mutex);
+    std::erase_if(device->queues, [&](const std::weak_ptr<QueueObject>& q) {
+      return q.expired() || q.lock() == object;
+    });
   }
   std::shared_ptr<const Timeline> completion = object->hw->completion();
   object->hw.reset();  // drains

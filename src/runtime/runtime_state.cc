@@ -235,6 +235,23 @@ Status PeekQueue(Runtime* rt, tern_queue_t handle, const char* arg, QueueObject*
                                "create one with tern_queue_create()");
 }
 
+void WaitForDeviceQueues(DeviceObject* device) {
+  std::vector<std::pair<std::shared_ptr<const Timeline>, uint64_t>> points;
+  {
+    std::lock_guard<std::mutex> lock(device->queues_mutex);
+    for (const std::weak_ptr<QueueObject>& weak : device->queues) {
+      std::shared_ptr<QueueObject> queue = weak.lock();
+      if (!queue || !queue->hw) continue;
+      const uint64_t submitted = queue->hw->submitted();
+      if (queue->completion->value() >= submitted) continue;  // idle: the common case
+      points.emplace_back(queue->hw->completion(), submitted);
+    }
+  }
+  // Every command completes (a failed or aborted one too; a destroyed queue
+  // drains), so these waits end.
+  for (const auto& [timeline, target] : points) (void)timeline->Wait(target, UINT64_MAX);
+}
+
 driver::Command MakeEventWaitCommand(EventObject& event) {
   std::shared_ptr<EventPoint> point;
   {

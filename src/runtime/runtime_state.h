@@ -20,6 +20,8 @@ namespace tern {
 // A pool of stream-ordered device memory (src/runtime/memory_pool.h).
 struct MemoryPoolObject;
 
+struct QueueObject;
+
 struct DeviceObject {
   uint32_t index = 0;  // dense index in this process
   tern_device_t handle = nullptr;
@@ -37,6 +39,12 @@ struct DeviceObject {
 
   std::mutex cores_mutex;
   std::vector<bool> core_open;  // by visible index; guarded by cores_mutex
+
+  // The live queues of this device (tern_buffer_free waits for what they
+  // were given before it). A queue leaves the list before its hardware queue
+  // is destroyed.
+  std::mutex queues_mutex;
+  std::vector<std::weak_ptr<QueueObject>> queues;  // guarded by queues_mutex
 
   // The pool tern_queue_alloc uses when given none; set by tern_init.
   std::shared_ptr<MemoryPoolObject> default_pool;
@@ -153,6 +161,12 @@ Status LookupEvent(Runtime* rt, tern_event_t handle, const char* arg,
 // for nothing when the event was never recorded): what
 // tern_queue_wait_event submits and what a graph launch resolves its waits to.
 driver::Command MakeEventWaitCommand(EventObject& event);
+
+// Waits until every command submitted to any queue of `device` before this
+// call has completed (succeeded, failed or been aborted): what
+// tern_buffer_free does before the memory can serve another allocation, so
+// that no command still in flight reads or writes it.
+void WaitForDeviceQueues(DeviceObject* device);
 
 // Checks that [offset, offset + size) lies inside `buffer`.
 Status CheckBufferRange(const BufferObject& buffer, uint64_t offset, uint64_t size,

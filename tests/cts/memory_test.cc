@@ -2,8 +2,12 @@
 // synchronous transfers), pinned host memory and protect mode.
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <fstream>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "cts_fixture.h"
 
@@ -320,6 +324,50 @@ TEST_P(MemoryTest, BuffersKeepTheirOwnContents) {
   EXPECT_TRUE(pb == back);
   CTS_ASSERT_OK(tern_buffer_read(c, 0, back.data(), 4096));
   EXPECT_TRUE(pc == back);
+}
+
+// What a free does to work still in flight (tern/memory.h): it returns only
+// once every command already given to the device's queues has completed, so
+// a copy queued behind a slow callback still reads the data, and the range
+// serves a new buffer only afterwards.
+TEST_P(MemoryTest, FreeWaitsForCommandsInFlight) {
+  tern_queue_t queue = CreateQueue(OpenCore(0, 0));
+  constexpr uint64_t kSize = 1 << 20;
+  tern_buffer_t buffer = Alloc(0, kSize);
+  const std::vector<uint8_t> data = Pattern(kSize, 21);
+  CTS_ASSERT_OK(tern_buffer_write(buffer, 0, data.data(), kSize));
+
+  std::atomic<bool> callback_done{false};
+  struct Nap {
+    std::atomic<bool>* done;
+  } nap{&callback_done};
+  CTS_ASSERT_OK(tern_queue_host_callback(
+      queue,
+      [](void* user_data, tern_status_t) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(150));
+        static_cast<Nap*>(user_data)->done->store(true);
+      },
+      &nap, nullptr));
+  std::vector<uint8_t> back(kSize, 0);
+  uint64_t copy_sequence = 0;
+  CTS_ASSERT_OK(tern_queue_copy_d2h(queue, back.data(), buffer, 0, kSize, &copy_sequence));
+
+  CTS_ASSERT_OK(tern_buffer_free(buffer));
+  EXPECT_TRUE(callback_done.load()) << "the free returned before the queue ran its callback";
+  uint64_t completed = 0;
+  CTS_ASSERT_OK(tern_queue_query(queue, &completed));
+  EXPECT_GE(completed, copy_sequence) << "the free returned before the copy that reads the buffer";
+  EXPECT_EQ(back, data);
+
+  // The range is free for the next buffer, and the finished copy cannot
+  // touch it: what is written there stays.
+  tern_buffer_t next = Alloc(0, kSize);
+  const std::vector<uint8_t> other = Pattern(kSize, 22);
+  CTS_ASSERT_OK(tern_buffer_write(next, 0, other.data(), kSize));
+  CTS_ASSERT_OK(tern_queue_synchronize(queue, TERN_TIMEOUT_INFINITE));
+  std::vector<uint8_t> read(kSize, 0);
+  CTS_ASSERT_OK(tern_buffer_read(next, 0, read.data(), kSize));
+  EXPECT_EQ(read, other);
 }
 
 TEST_P(MemoryTest, HostAllocFree) {
