@@ -99,9 +99,12 @@ Choice Measure() {
   return choice;
 }
 
+std::once_flag g_environment_read;
+std::string g_forced_mode;  // TERN_SIM_COPY; written once under g_environment_read
+
 Choice Choose() {
-  const char* forced = std::getenv("TERN_SIM_COPY");
-  const std::string mode = forced != nullptr ? forced : "";
+  ReadByteMoverEnvironment();
+  const std::string& mode = g_forced_mode;
   if (mode == "memmove") return {false, "memmove (TERN_SIM_COPY=memmove)"};
   if (mode == "string-move") {
     if (HaveFastStringMove()) {
@@ -127,6 +130,13 @@ const Choice& Chosen() {
 }
 
 }  // namespace
+
+void ReadByteMoverEnvironment() {
+  std::call_once(g_environment_read, [] {
+    const char* forced = std::getenv("TERN_SIM_COPY");
+    g_forced_mode = forced != nullptr ? forced : "";
+  });
+}
 
 void MoveBytes(uint8_t* dst, const uint8_t* src, uint64_t size) {
   if (size == 0) return;  // (either pointer may then be null, which memmove must not see)

@@ -33,6 +33,12 @@ void MoveBytes(uint8_t* dst, const uint8_t* src, uint64_t size);
 // Thread-safety: any thread.
 std::string ByteMoveStrategy();
 
+// Reads TERN_SIM_COPY, once per process. The simulator calls it while
+// tern_init runs, so that no engine thread reads the environment later:
+// getenv may crash while another thread of the program calls setenv.
+// Thread-safety: any thread.
+void ReadByteMoverEnvironment();
+
 }  // namespace tern::sim
 
 #endif  // TERN_DRIVER_SHIM_SIM_BYTE_MOVER_H_
