@@ -148,17 +148,8 @@ Status CheckRecording(const GraphObject& graph) {
 // calls check it, against the graph's device when `must_be_local`.
 Status DeviceOperand(Runtime* rt, const GraphObject& graph, tern_buffer_t buffer, uint64_t offset,
                      uint64_t size, const char* arg, bool must_be_local, driver::MemoryRef* out) {
-  std::shared_ptr<BufferObject> object;
-  TERN_RETURN_IF_ERROR(LookupBuffer(rt, buffer, arg, &object));
-  TERN_RETURN_IF_ERROR(CheckBufferRange(*object, offset, size, arg));
-  if (must_be_local && object->device != graph.device) {
-    return MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
-                      "{} lives on device {} but the graph records for device {}; record into a "
-                      "graph of device {}, or copy device-to-device first",
-                      arg, object->device->index, graph.device->index, object->device->index);
-  }
-  *out = driver::MemoryRef{nullptr, object->device->hw.get(), object->offset + offset};
-  return OkStatus();
+  return ResolveDeviceRange(rt, buffer, offset, size, arg, must_be_local ? graph.device : nullptr,
+                            "the graph records for", "record into a graph", out);
 }
 
 // Appends a recorded command; stores its index in *out_command when not NULL.

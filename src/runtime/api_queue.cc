@@ -22,17 +22,9 @@ Status Submit(QueueObject& queue, driver::Command command, uint64_t* out_sequenc
 // A device buffer range as a copy endpoint, checked against the queue's device.
 Status DeviceRef(Runtime* rt, const QueueObject& queue, tern_buffer_t buffer, uint64_t offset,
                  uint64_t size, const char* arg, bool must_be_local, driver::MemoryRef* out) {
-  std::shared_ptr<BufferObject> object;
-  TERN_RETURN_IF_ERROR(LookupBuffer(rt, buffer, arg, &object));
-  TERN_RETURN_IF_ERROR(CheckBufferRange(*object, offset, size, arg));
-  if (must_be_local && object->device != queue.core->device) {
-    return MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
-                      "{} lives on device {} but the queue runs on device {}; submit to a queue "
-                      "of device {}, or copy device-to-device first",
-                      arg, object->device->index, queue.core->device->index, object->device->index);
-  }
-  *out = driver::MemoryRef{nullptr, object->device->hw.get(), object->offset + offset};
-  return OkStatus();
+  return ResolveDeviceRange(rt, buffer, offset, size, arg,
+                            must_be_local ? queue.core->device : nullptr, "the queue runs on",
+                            "submit to a queue", out);
 }
 
 Status CopyH2D(Runtime* rt, QueueObject& queue, tern_buffer_t dst, uint64_t dst_offset,

@@ -269,6 +269,23 @@ driver::Command MakeEventWaitCommand(EventObject& event) {
   return command;
 }
 
+Status ResolveDeviceRange(Runtime* rt, tern_buffer_t buffer, uint64_t offset, uint64_t size,
+                          const char* arg, const DeviceObject* required, const char* place,
+                          const char* remedy, driver::MemoryRef* out) {
+  std::shared_ptr<BufferObject> object;
+  TERN_RETURN_IF_ERROR(LookupBuffer(rt, buffer, arg, &object));
+  TERN_RETURN_IF_ERROR(CheckBufferRange(*object, offset, size, arg));
+  if (required != nullptr && object->device != required) {
+    return MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
+                      "{} lives on device {} but {} device {}; {} of device {}, or copy "
+                      "device-to-device first",
+                      arg, object->device->index, place, required->index, remedy,
+                      object->device->index);
+  }
+  *out = driver::MemoryRef{nullptr, object->device->hw.get(), object->offset + offset};
+  return OkStatus();
+}
+
 Status CheckBufferRange(const BufferObject& buffer, uint64_t offset, uint64_t size,
                         const char* arg) {
   if (offset > buffer.size || size > buffer.size - offset) {

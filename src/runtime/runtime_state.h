@@ -168,6 +168,14 @@ driver::Command MakeEventWaitCommand(EventObject& event);
 // that no command still in flight reads or writes it.
 void WaitForDeviceQueues(DeviceObject* device);
 
+// Resolves [offset, offset + size) of `buffer` to device memory for a
+// command: a live buffer, the range inside it and, when `required` is set, a
+// buffer of that device; else INVALID_ARGUMENT: "<arg> lives on device 1 but
+// <place> device 0; <remedy> of device 1, or copy device-to-device first".
+Status ResolveDeviceRange(Runtime* rt, tern_buffer_t buffer, uint64_t offset, uint64_t size,
+                          const char* arg, const DeviceObject* required, const char* place,
+                          const char* remedy, driver::MemoryRef* out);
+
 // Checks that [offset, offset + size) lies inside `buffer`.
 Status CheckBufferRange(const BufferObject& buffer, uint64_t offset, uint64_t size,
                         const char* arg);
