@@ -1,5 +1,8 @@
 #include "driver.h"
 
+#include <memory>
+#include <vector>
+
 #include "driver_shim/null/null_driver.h"
 #include "driver_shim/sim/sim_driver.h"
 
@@ -38,6 +41,41 @@ Status CreateDriver(const std::string& name, const DriverOptions& options,
                     "unknown driver backend '{}'; set TERN_DRIVER to 'sim' (the simulated device) "
                     "or 'null' (the skeleton backend)",
                     name);
+}
+
+void CommandDetails::Clear() {
+  wait_timeline.reset();
+  wait_description.clear();
+  wait_value = 0;
+  program.reset();
+  function = 0;
+  inputs.clear();
+  outputs.clear();
+  constants = MemoryRef{};
+  scratch = MemoryRef{};
+  launch.reset();
+  constants_owner.reset();
+}
+
+namespace {
+
+// Recycled details of this thread, ready for its next commands.
+constexpr size_t kRecycledDetailsPerThread = 32;
+thread_local std::vector<std::unique_ptr<CommandDetails>> recycled_details;
+
+}  // namespace
+
+std::unique_ptr<CommandDetails> NewCommandDetails() {
+  if (recycled_details.empty()) return std::make_unique<CommandDetails>();
+  std::unique_ptr<CommandDetails> details = std::move(recycled_details.back());
+  recycled_details.pop_back();
+  return details;
+}
+
+void RecycleCommandDetails(std::unique_ptr<CommandDetails> details) {
+  if (!details || recycled_details.size() >= kRecycledDetailsPerThread) return;
+  details->Clear();
+  recycled_details.push_back(std::move(details));
 }
 
 }  // namespace tern::driver

@@ -104,7 +104,25 @@ struct CommandDetails {
   MemoryRef scratch;
   // kSequence: what to run (defined below Command).
   std::shared_ptr<const SequenceLaunch> launch;
+  // Keeps alive what `constants` points into (an executable's constants);
+  // released with the other references when the command completes.
+  std::shared_ptr<const void> constants_owner;
+
+  // Back to a new object's state: drops every reference, keeps the vectors'
+  // and the string's capacity, so that a completed command's details can
+  // serve a later one (RecycleCommandDetails).
+  void Clear();
 };
+
+// Details for a new command: one this thread recycled, else a new one.
+// Why: the submitting thread allocates a command's details and the queue
+// thread used to free them, so every execution met the allocator's lock from
+// both sides; recycled on the submitting side, they cost no allocation.
+std::unique_ptr<CommandDetails> NewCommandDetails();
+// Clears `details` and keeps it for this thread's NewCommandDetails (a few
+// dozen at most; beyond that it is freed). A queue calls it where a new
+// command takes the place of a completed one.
+void RecycleCommandDetails(std::unique_ptr<CommandDetails> details);
 
 struct Command {
   // Field order matters: in a queue's ring a command follows an 8-byte
@@ -127,7 +145,7 @@ struct Command {
 
   // The details, created on first use.
   CommandDetails& Details() {
-    if (!details) details = std::make_unique<CommandDetails>();
+    if (!details) details = NewCommandDetails();
     return *details;
   }
 };

@@ -52,6 +52,9 @@ Status SimQueue::Submit(Command command, uint64_t* out_sequence) {
   submitted_.store(sequence, std::memory_order_release);
   const uint32_t index = static_cast<uint32_t>((sequence - 1) % kSlotsPerSegment);
   Slot& slot = tail_->slots[index];
+  // The completed command that held this slot left its (cleared) details for
+  // this thread to reuse.
+  if (slot.command.details) driver::RecycleCommandDetails(std::move(slot.command.details));
   slot.command = std::move(command);
   if (index == kSlotsPerSegment - 1) {
     // The engine moves on to the next segment as soon as it has run this
@@ -308,9 +311,10 @@ void SimQueue::Loop() {
     if (!AwaitSlot(slot, next)) return;
     (void)Execute(next, slot.command);
     // Release what the command kept alive before the waiter wakes up. The
-    // other fields stay: the next submitter to use the slot overwrites them.
+    // other fields stay: the next submitter to use the slot overwrites them,
+    // and reuses the details object (driver::RecycleCommandDetails).
     if (slot.command.keep_alive) slot.command.keep_alive.reset();
-    if (slot.command.details) slot.command.details.reset();
+    if (slot.command.details) slot.command.details->Clear();
     completion_->Signal(next);
     ++next;
     if (++index == kSlotsPerSegment) {

@@ -325,9 +325,9 @@ Status Execute(Runtime* rt, tern_queue_t queue_handle, tern_executable_t executa
                                         &prepared));
   driver::Command& command = prepared.command;
   driver::CommandDetails& run = command.Details();
-  auto resources = std::make_shared<ExecutionResources>();
-  resources->constants = std::static_pointer_cast<ExecutableConstants>(prepared.constants);
   if (prepared.scratch_bytes > 0) {
+    auto resources = std::make_shared<ExecutionResources>();
+    resources->constants = std::static_pointer_cast<ExecutableConstants>(prepared.constants);
     BufferObject scratch;
     TERN_RETURN_IF_ERROR(
         AllocateDeviceMemory(dev, prepared.scratch_bytes, 0, TERN_MEMORY_SCRATCH, &scratch)
@@ -335,8 +335,11 @@ Status Execute(Runtime* rt, tern_queue_t queue_handle, tern_executable_t executa
                                      run.program->functions[run.function].name)));
     resources->scratch = scratch;
     run.scratch = driver::MemoryRef{nullptr, dev->hw.get(), scratch.offset};
+    command.keep_alive = std::move(resources);
+  } else {
+    // Nothing to release at completion but a reference: no allocation.
+    run.constants_owner = std::move(prepared.constants);
   }
-  command.keep_alive = std::move(resources);
   uint64_t sequence = 0;
   TERN_RETURN_IF_ERROR(queue->hw->Submit(std::move(command), &sequence));
   if (out_sequence != nullptr) *out_sequence = sequence;
