@@ -1,6 +1,7 @@
 """cumsum, cumprod, cummax, cummin, sort, argsort and topk run natively on tern (the SCAN, SORT
 and TOPK instructions) and match the CPU: values, indices, dtypes, dims,
-layouts, NaN and ties, and their backward functions, with no CPU fallback."""
+layouts, NaN and ties, and their backward functions, with no CPU fallback.
+flip and roll (reordering copies) likewise."""
 
 import pytest
 import torch
@@ -232,3 +233,34 @@ def test_flip_matches_cpu(dims, fallback_log):
     assert torch.equal(torch.flip(tern(i), (1,)).cpu(), torch.flip(i, (1,)))
     assert torch.equal(torch.flip(tern(torch.tensor(2.0)), (0,)).cpu(), torch.tensor(2.0))
     assert fallback_log.get_fallback_ops() == {}
+
+
+@pytest.mark.parametrize("shifts,dims", [
+    (1, 0), (-2, 1), (7, -1), (5, 2), (0, 1), ((1, -3), (0, 2)), ((2, 1, -1), (2, 0, 1)),
+    (3, None), (-13, None), (60, None)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.bool],
+                         ids=str)
+def test_roll_matches_cpu(shifts, dims, dtype, fallback_log):
+    x = rand((3, 4, 5), dtype)
+    args = (shifts,) if dims is None else (shifts, dims)
+    assert torch.equal(torch.roll(tern(x), *args).cpu(), torch.roll(x, *args))
+    # A non-contiguous input (a flattened roll copies it first).
+    xt = x.transpose(0, 2)
+    assert torch.equal(torch.roll(tern(xt), *args).cpu(), torch.roll(xt, *args))
+    assert fallback_log.get_fallback_ops() == {}
+
+
+def test_roll_backward_and_edge_cases(fallback_log):
+    x = torch.randn(4, 6, generator=g, requires_grad=True)
+    xt = tern(x.detach()).requires_grad_()
+    w = torch.randn(4, 6, generator=g)
+    (torch.roll(x, (1, -2), (0, 1)) * w).sum().backward()
+    (torch.roll(xt, (1, -2), (0, 1)) * tern(w)).sum().backward()
+    assert torch.equal(xt.grad.cpu(), x.grad)
+    empty = torch.empty(0, 3)
+    assert torch.roll(tern(empty), 2, 0).shape == (0, 3)
+    scalar = torch.tensor(3.0)
+    assert torch.equal(torch.roll(tern(scalar), 1).cpu(), scalar)
+    assert fallback_log.get_fallback_ops() == {}
+    with pytest.raises(RuntimeError):
+        torch.roll(tern(x.detach()), (1, 2), (0,))  # as on the CPU: shifts and dims differ

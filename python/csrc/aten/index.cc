@@ -559,6 +559,67 @@ at::Tensor Flip(const at::Tensor& self, at::IntArrayRef dims) {
 }
 TERN_ATEN_IMPL("flip", Flip);
 
+// roll: per rolled dimension two strided copies (the last `shift` elements
+// move to the front); several dimensions chain through temporaries. With no
+// dims the tensor rolls as if flattened: a contiguous copy viewed as 1-D.
+at::Tensor& RollOut(const at::Tensor& self, at::IntArrayRef shifts, at::IntArrayRef dims,
+                    at::Tensor& out) {
+  bool done = false;
+  const at::ScalarType dtype = self.scalar_type();
+  // The CPU's rules: one shift and no dims (flattened), or one shift per dim.
+  bool ok = !shifts.empty() && (dims.empty() ? shifts.size() == 1 : shifts.size() == dims.size());
+  for (int64_t d : dims) ok = ok && self.dim() > 0 && d >= -self.dim() && d < self.dim();
+  if (ok && IsTern(self) && Supported(dtype) && out.scalar_type() == dtype &&
+      (!IsTern(out) || !out.storage().is_alias_of(self.storage()))) {
+    ResizeOut(out, self.sizes());
+    if (OutputOk(out, {self})) {
+      Program p("aten::roll");
+      Operand result = p.Out(out);
+      std::vector<std::pair<int64_t, int64_t>> moves;  // (axis, shift in [1, n))
+      Operand current = p.In(self);
+      if (dims.empty()) {
+        const int64_t n = self.numel();
+        if (!current.IsContiguous()) {
+          Operand dense = p.Temp(*TD(dtype), self.sizes());
+          p.Emit(TERN_OP_COPY, {dense, current});
+          current = dense;
+        }
+        current = current.View({n});
+        result = result.IsContiguous() ? result.View({n}) : Operand{};
+        if (n > 0 && shifts[0] % n != 0) moves.emplace_back(0, ((shifts[0] % n) + n) % n);
+      } else {
+        for (size_t i = 0; i < dims.size(); ++i) {
+          const int64_t axis = c10::maybe_wrap_dim(dims[i], self.dim());
+          const int64_t n = self.size(axis);
+          if (n > 0 && shifts[i] % n != 0) moves.emplace_back(axis, ((shifts[i] % n) + n) % n);
+        }
+      }
+      if (result.present()) {
+        if (moves.empty() || self.numel() == 0) p.Emit(TERN_OP_COPY, {result, current});
+        for (size_t i = 0; i < moves.size() && self.numel() > 0; ++i) {
+          const auto [axis, shift] = moves[i];
+          const int64_t n = current.shape[axis];
+          Operand next = i + 1 == moves.size() ? result : p.Temp(*TD(dtype), current.shape);
+          p.Emit(TERN_OP_COPY,
+                 {next.Slice(axis, shift, n - shift), current.Slice(axis, 0, n - shift)});
+          p.Emit(TERN_OP_COPY, {next.Slice(axis, 0, shift), current.Slice(axis, n - shift, shift)});
+          current = next;
+        }
+        done = p.ok() && p.Run();
+      }
+    }
+  }
+  if (done) return out;
+  return TERN_FALLBACK(roll_out, self, shifts, dims, out);
+}
+TERN_ATEN_IMPL("roll.out", RollOut);
+
+at::Tensor Roll(const at::Tensor& self, at::IntArrayRef shifts, at::IntArrayRef dims) {
+  at::Tensor out = at::empty({0}, self.options());
+  return RollOut(self, shifts, dims, out);
+}
+TERN_ATEN_IMPL("roll", Roll);
+
 // The gradient of an embedding lookup: zeros, then every row of grad added
 // at its index (in index order), the padding row left at zero.
 at::Tensor EmbeddingDenseBackward(const at::Tensor& grad_output, const at::Tensor& indices,
