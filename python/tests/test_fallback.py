@@ -77,3 +77,17 @@ def test_error_mode_from_process_start(node_env):
                          timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "raised True"
+
+
+def test_fallback_out_on_another_device_is_the_same_device_error(fallback_log):
+    # As on CUDA (PyTorch's test_shape_ops.py test_nonzero): an out= tensor on
+    # the CPU for tern inputs is the same-device error, not cpu_fallback's
+    # failed copy back ("Could not run 'aten::_copy_from_and_resize' ... CPU").
+    x = torch.tensor([0.0, 1.0, 2.0], device="tern")
+    with pytest.raises(RuntimeError, match="on the same device"):
+        torch.nonzero(x, out=torch.empty(0, dtype=torch.long))
+    assert "aten::nonzero.out" in fallback_log.get_fallback_ops()
+    # A tern out= tensor still works through the fallback.
+    out = torch.empty(0, dtype=torch.long, device="tern")
+    torch.nonzero(x, out=out)
+    assert out.cpu().tolist() == [[1], [2]]

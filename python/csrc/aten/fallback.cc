@@ -7,6 +7,13 @@
 //   unset / "allow"  run on the CPU silently (default)
 //   "warn"           also warn, once per operator
 //   "error"          raise instead, naming the operator
+//
+// An argument the operator writes (out=, or self of an in-place op) must be
+// a tern tensor when another argument is: CUDA raises the same-device error
+// there, and cpu_fallback would compute on the CPU and then fail to copy the
+// result back ("Could not run 'aten::_copy_from_and_resize' with arguments
+// from the 'CPU' backend"). PyTorch's own tests expect the former
+// (test_shape_ops.py test_nonzero: "on the same device").
 #include "aten/fallback.h"
 
 #include <ATen/native/CPUFallback.h>
@@ -15,6 +22,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -28,6 +36,38 @@ std::unordered_set<std::string>* g_warned = new std::unordered_set<std::string>(
 std::string OperatorName(const c10::OperatorHandle& op) {
   const c10::OperatorName& name = op.operator_name();
   return name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
+}
+
+void CheckWrittenArgumentsOnTern(const c10::OperatorHandle& op, const std::string& name,
+                                 const torch::jit::Stack& stack) {
+  const std::vector<c10::Argument>& args = op.schema().arguments();
+  const size_t n = args.size();
+  if (stack.size() < n) return;
+  const c10::IValue* first = stack.data() + (stack.size() - n);
+  std::optional<c10::Device> tern;
+  for (size_t i = 0; i < n && !tern; ++i) {
+    if (first[i].isTensor() && first[i].toTensor().defined() &&
+        first[i].toTensor().device().type() == c10::DeviceType::PrivateUse1) {
+      tern = first[i].toTensor().device();
+    }
+  }
+  if (!tern) return;
+  for (size_t i = 0; i < n; ++i) {
+    const c10::AliasInfo* alias = args[i].alias_info();
+    if (alias == nullptr || !alias->isWrite()) continue;
+    auto check = [&](const at::Tensor& t) {
+      TORCH_CHECK(!t.defined() || t.device().type() == c10::DeviceType::PrivateUse1,
+                  "Expected all tensors to be on the same device, but found at least two "
+                  "devices, ",
+                  *tern, " and ", t.device(), "! (when checking argument '", args[i].name(),
+                  "' of ", name, ")");
+    };
+    if (first[i].isTensor()) {
+      check(first[i].toTensor());
+    } else if (first[i].isTensorList()) {
+      for (const at::Tensor& t : first[i].toTensorVector()) check(t);
+    }
+  }
 }
 
 }  // namespace
@@ -50,6 +90,7 @@ void CpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     TORCH_WARN("torch_tern: operator '", name,
                "' has no native tern kernel; running it on the CPU");
   }
+  CheckWrittenArgumentsOnTern(op, name, *stack);
   at::native::cpu_fallback(op, stack);
 }
 
