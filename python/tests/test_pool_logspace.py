@@ -1,7 +1,8 @@
 """Native logspace, max pooling (1-D, 2-D, 3-D, with indices, and their
-backward) and max unpooling against the CPU, including the cases that used
-to take the CPU fallback: logspace entirely; ceil_mode, channels-last
-gradients and every 3-D max pool; max_unpool."""
+backward), max unpooling, searchsorted, unique and unique_consecutive against
+the CPU, including the cases that used to take the CPU fallback: logspace,
+max_unpool, searchsorted and unique entirely; ceil_mode, channels-last
+gradients and every 3-D max pool."""
 
 import itertools
 
@@ -168,3 +169,68 @@ def test_max_unpool_invalid_index_raises():
     with pytest.raises(RuntimeError):
         F.max_unpool2d(values, idx, 2).cpu()
 
+
+@pytest.mark.parametrize("out_int32", [False, True])
+def test_searchsorted_matches_cpu(out_int32, fallback_log):
+    torch.manual_seed(4)
+    seq1 = torch.tensor([-1.0, 0.0, 0.0, 0.5, 2.0, 2.0, 3.0])
+    seq2 = torch.randn(3, 6).sort(-1).values
+    seq2[1, 2] = seq2[1, 3]  # a tie
+    vals1 = torch.tensor([[-2.0, 0.0, 0.25], [2.0, 9.0, float("nan")]])
+    vals2 = torch.cat([torch.randn(3, 4), seq2[:, :2]], 1)
+    unsorted = torch.randn(3, 6)
+    sorter = unsorted.argsort(-1)
+    cases = [(seq1, vals1, None), (seq2, vals2, None), (unsorted, vals2, sorter),
+             (seq1, torch.tensor(0.5), None)]
+    for (seq, vals, srt), kw in itertools.product(
+            cases, [{}, {"right": True}, {"side": "left"}, {"side": "right"}]):
+        expected = torch.searchsorted(seq, vals, out_int32=out_int32, sorter=srt, **kw)
+        actual = torch.searchsorted(seq.to("tern"), vals.to("tern"), out_int32=out_int32,
+                                    sorter=None if srt is None else srt.to("tern"), **kw)
+        assert torch.equal(actual.cpu(), expected), (seq, vals, kw)
+        for scalar in (0.0, 2.5, -7.0):
+            if seq.dim() == 1:
+                expected = torch.searchsorted(seq, scalar, out_int32=out_int32, **kw)
+                actual = torch.searchsorted(seq.to("tern"), scalar, out_int32=out_int32, **kw)
+                assert torch.equal(actual.cpu(), expected), (scalar, kw)
+    out = torch.empty(0, dtype=torch.int32 if out_int32 else torch.int64, device="tern")
+    torch.searchsorted(seq1.to("tern"), vals1.to("tern"), out_int32=out_int32, out=out)
+    assert torch.equal(out.cpu(), torch.searchsorted(seq1, vals1, out_int32=out_int32))
+    _no_fallback(fallback_log, "searchsorted")
+
+
+def test_searchsorted_errors_as_cpu():
+    seq = torch.tensor([0.0, 1.0], device="tern")
+    with pytest.raises(RuntimeError, match="side"):
+        torch.searchsorted(seq, seq, right=True, side="left")
+
+
+UNIQUE_INPUTS = [
+    torch.tensor([3.0, 1.0, 2.0, 1.0, float("nan"), 3.0, float("nan"), -0.0, 0.0]),
+    torch.tensor([[5, 5, 2], [2, 7, 5]]),
+    torch.tensor(4.0),
+    torch.zeros(0, 3),
+    torch.tensor([1.0, 1.0, 2.0, 2.0, 2.0, 1.0, 3.0, 3.0]).reshape(2, 4).t(),  # not contiguous
+]
+
+
+@pytest.mark.parametrize("return_inverse", [False, True])
+@pytest.mark.parametrize("return_counts", [False, True])
+def test_unique_matches_cpu(return_inverse, return_counts, fallback_log):
+    for x in UNIQUE_INPUTS:
+        for sorted_ in (False, True):
+            kw = dict(return_inverse=return_inverse, return_counts=return_counts)
+            expected = torch.unique(x, sorted=sorted_, **kw)
+            actual = torch.unique(x.to("tern"), sorted=sorted_, **kw)
+            for a, e in zip(actual if isinstance(actual, tuple) else [actual],
+                            expected if isinstance(expected, tuple) else [expected]):
+                torch.testing.assert_close(a.cpu(), e, equal_nan=True, rtol=0, atol=0)
+        expected = torch.unique_consecutive(x, **kw)
+        actual = torch.unique_consecutive(x.to("tern"), **kw)
+        for a, e in zip(actual if isinstance(actual, tuple) else [actual],
+                        expected if isinstance(expected, tuple) else [expected]):
+            torch.testing.assert_close(a.cpu(), e, equal_nan=True, rtol=0, atol=0)
+    x = UNIQUE_INPUTS[0]
+    torch.testing.assert_close(torch.unique_consecutive(x.to("tern"), dim=0).cpu(),
+                               torch.unique_consecutive(x, dim=0), equal_nan=True)
+    _no_fallback(fallback_log, "unique")
