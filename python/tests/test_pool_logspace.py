@@ -1,7 +1,7 @@
 """Native logspace, max pooling (1-D, 2-D, 3-D, with indices, and their
 backward), max unpooling, searchsorted, unique and unique_consecutive against
 the CPU, including the cases that used to take the CPU fallback: logspace,
-max_unpool, searchsorted and unique entirely; ceil_mode, channels-last
+max_unpool, searchsorted and unique (with or without a dim) entirely; ceil_mode, channels-last
 gradients and every 3-D max pool."""
 
 import itertools
@@ -234,3 +234,29 @@ def test_unique_matches_cpu(return_inverse, return_counts, fallback_log):
     torch.testing.assert_close(torch.unique_consecutive(x.to("tern"), dim=0).cpu(),
                                torch.unique_consecutive(x, dim=0), equal_nan=True)
     _no_fallback(fallback_log, "unique")
+
+
+def test_unique_dim_matches_cpu(fallback_log):
+    torch.manual_seed(5)
+    x = torch.randint(0, 3, (6, 2, 4)).float()
+    x[3] = x[1]  # repeated slices along every dim
+    x[:, :, 2] = x[:, :, 0]
+    x[:, 1] = -0.0 * x[:, 0]
+    inputs = [x, x.transpose(0, 2), torch.tensor([2.0, 1.0, 2.0, 2.0]), torch.zeros(5, 0, 5),
+              torch.randint(0, 2, (5, 1, 5))]
+    for t in inputs:
+        for dim in range(-t.dim(), t.dim()):
+            if t.numel() == 0 and t.size(dim) != 0:
+                continue  # the CPU's error
+            kw = dict(return_inverse=True, return_counts=True)
+            for e, a in zip(torch.unique(t, dim=dim, **kw),
+                            torch.unique(t.to("tern"), dim=dim, **kw)):
+                assert torch.equal(a.cpu(), e), (t.shape, dim)
+            for e, a in zip(torch.unique_consecutive(t, dim=dim, **kw),
+                            torch.unique_consecutive(t.to("tern"), dim=dim, **kw)):
+                assert torch.equal(a.cpu(), e), (t.shape, dim)
+            # The raw ops return the inverse and the counts even when not asked for.
+            for e, a in zip(torch.ops.aten.unique_dim(t, dim),
+                            torch.ops.aten.unique_dim(t.to("tern"), dim)):
+                assert torch.equal(a.cpu(), e), (t.shape, dim)
+    _no_fallback(fallback_log, "unique with a dim")

@@ -271,6 +271,117 @@ std::optional<std::tuple<at::Tensor, at::Tensor, at::Tensor>> UniqueFlat(
   return std::make_tuple(values, inverse, counts);
 }
 
+constexpr int64_t kMaxUniqueRowLength = 128;  // one SORT per element of a slice
+
+// unique_dim and unique_dim_consecutive: the same with the slices along
+// `dim` (rows of L elements) for elements. The rows are ordered
+// lexicographically by L stable sorts, last column first (a least-significant
+// first radix sort of the row order), runs start where a row differs from the
+// one before in any element (NaN != NaN, as the CPU's at::equal), and the
+// unique rows are scattered to their runs. The CPU returns the inverse and
+// the counts whether they were asked for or not; so does this.
+std::optional<std::tuple<at::Tensor, at::Tensor, at::Tensor>> UniqueRows(const char* name,
+                                                                         const at::Tensor& self,
+                                                                         int64_t dim, bool sort) {
+  const at::ScalarType dtype = self.scalar_type();
+  if (!IsTern(self) || !Supported(dtype) || dtype == at::kBool || self.dim() == 0) {
+    return std::nullopt;
+  }
+  dim = c10::maybe_wrap_dim(dim, self.dim());
+  const int64_t r = self.size(dim);
+  const auto long_options = self.options().dtype(at::kLong);
+  if (r == 0) {
+    return std::make_tuple(at::empty(self.sizes(), self.options()), at::empty({0}, long_options),
+                           at::empty({0}, long_options));
+  }
+  const int64_t l = self.numel() / r;
+  if (l == 0 || l > kMaxUniqueRowLength) return std::nullopt;  // l == 0: the CPU's error
+  const tern_dtype_t d = *TD(dtype);
+  // The dims with `dim` first: rows are the slices along it.
+  std::vector<int64_t> dims = {dim};
+  for (int64_t i = 0; i < self.dim(); ++i) {
+    if (i != dim) dims.push_back(i);
+  }
+  at::Tensor ordered = at::empty({r, l}, self.options()), order = at::empty({r}, long_options);
+  at::Tensor run = at::empty({r}, long_options);
+  {
+    Program p(name);
+    const Operand moved = p.In(self).Permute(dims);
+    const Operand rows = p.Temp(d, moved.shape);
+    p.Emit(TERN_OP_COPY, {rows, moved});
+    const Operand T = rows.View({r, l}), S = p.Out(ordered), R = p.Out(run);
+    if (sort) {
+      const Operand P = p.Out(order);
+      const Operand key = p.Temp(d, {r}), sorted_key = p.Temp(d, {r});
+      const Operand step = p.Temp(TERN_DTYPE_I64, {r}), next = p.Temp(TERN_DTYPE_I64, {r});
+      p.Emit(TERN_OP_IOTA, {P}, {0}, {0.0, 1.0});
+      for (int64_t c = l - 1; c >= 0; --c) {
+        // key[i] = T[P[i], c]; a stable sort of the keys refines the order.
+        p.Emit(TERN_OP_GATHER, {key, T.Select(1, c), P}, {0});
+        p.Emit(TERN_OP_SORT, {sorted_key, step, key}, {0, 0});
+        p.Emit(TERN_OP_GATHER, {next, P, step}, {0});
+        p.Emit(TERN_OP_COPY, {P, next});
+      }
+      p.Emit(TERN_OP_GATHER, {S, T, P}, {0});
+    } else {
+      p.Emit(TERN_OP_COPY, {S, T});
+    }
+    const Operand starts = p.Temp(TERN_DTYPE_BOOL, {r});
+    p.Emit(TERN_OP_FILL, {starts.Slice(0, 0, 1)}, {1});
+    if (r > 1) {
+      const Operand differs = p.Temp(TERN_DTYPE_BOOL, {r - 1, l});
+      p.Emit(TERN_OP_BINARY, {differs, S.Slice(0, 1, r - 1), S.Slice(0, 0, r - 1)},
+             {TERN_BINARY_NE});
+      p.Emit(TERN_OP_REDUCE, {starts.Slice(0, 1, r - 1).Unsqueeze(1), differs},
+             {TERN_REDUCE_ANY, 1});
+    }
+    p.Emit(TERN_OP_SCAN, {R, starts}, {TERN_SCAN_SUM, 0});
+    p.Emit(TERN_OP_BINARY, {R, R, p.ConstInt(1, TERN_DTYPE_I64).Expand({r})}, {TERN_BINARY_SUB});
+    if (!p.ok() || !p.Run()) return std::nullopt;
+  }
+  const int64_t k = run[r - 1].item<int64_t>() + 1;  // waits for the first program
+  std::vector<int64_t> shape = self.sizes().vec();
+  shape[dim] = k;
+  at::Tensor values = at::empty(shape, self.options());
+  at::Tensor inverse = at::empty({r}, long_options), counts = at::empty({k}, long_options);
+  Program p(name);
+  const Operand R = p.In(run);
+  const Operand V = p.Out(values).Permute(dims);
+  const Operand unique_rows = p.Temp(d, V.shape);
+  p.Emit(TERN_OP_SCATTER, {unique_rows.View({k, l}), R, p.In(ordered)}, {0});
+  p.Emit(TERN_OP_COPY, {V, unique_rows});
+  if (sort) {
+    p.Emit(TERN_OP_SCATTER_ALONG_AXIS, {p.Out(inverse), p.In(order), R}, {0});
+  } else {
+    p.Emit(TERN_OP_COPY, {p.Out(inverse), R});
+  }
+  const Operand C = p.Out(counts), ones = p.Temp(TERN_DTYPE_I64, {r});
+  p.Emit(TERN_OP_FILL, {C}, {0});
+  p.Emit(TERN_OP_FILL, {ones}, {1});
+  p.Emit(TERN_OP_SCATTER_ADD_ALONG_AXIS, {C, R, ones}, {0});
+  if (!p.ok() || !p.Run()) return std::nullopt;
+  return std::make_tuple(values, inverse, counts);
+}
+
+// Thread-safety: any thread (the current stream's queue orders the work).
+std::tuple<at::Tensor, at::Tensor, at::Tensor> UniqueDim(const at::Tensor& self, int64_t dim,
+                                                         bool sorted, bool return_inverse,
+                                                         bool return_counts) {
+  if (auto r = UniqueRows("aten::unique_dim", self, dim, true)) return *r;
+  return TERN_FALLBACK(unique_dim, self, dim, sorted, return_inverse, return_counts);
+}
+TERN_ATEN_IMPL("unique_dim", UniqueDim);
+
+// Thread-safety: any thread (the current stream's queue orders the work).
+std::tuple<at::Tensor, at::Tensor, at::Tensor> UniqueDimConsecutive(const at::Tensor& self,
+                                                                    int64_t dim,
+                                                                    bool return_inverse,
+                                                                    bool return_counts) {
+  if (auto r = UniqueRows("aten::unique_dim_consecutive", self, dim, false)) return *r;
+  return TERN_FALLBACK(unique_dim_consecutive, self, dim, return_inverse, return_counts);
+}
+TERN_ATEN_IMPL("unique_dim_consecutive", UniqueDimConsecutive);
+
 // Thread-safety: any thread (the current stream's queue orders the work).
 std::tuple<at::Tensor, at::Tensor, at::Tensor> Unique2(const at::Tensor& self, bool sorted,
                                                        bool return_inverse, bool return_counts) {
@@ -286,11 +397,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> UniqueConsecutive(const at::Tenso
                                                                  bool return_inverse,
                                                                  bool return_counts,
                                                                  std::optional<int64_t> dim) {
-  if (!dim.has_value() || self.dim() == 1) {
+  // The CPU's rule: a dim other than 0 of a 1-D tensor takes the rows' path.
+  if (!dim.has_value() || (*dim == 0 && self.dim() == 1)) {
     if (auto r =
             UniqueFlat("aten::unique_consecutive", self, false, return_inverse, return_counts)) {
       return *r;
     }
+  } else if (auto r = UniqueRows("aten::unique_consecutive", self, *dim, false)) {
+    return *r;
   }
   return TERN_FALLBACK(unique_consecutive, self, return_inverse, return_counts, dim);
 }
