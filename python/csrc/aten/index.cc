@@ -833,6 +833,60 @@ at::Tensor& LinspaceOut(const at::Scalar& start, const at::Scalar& end, int64_t 
 }
 TERN_ATEN_IMPL("linspace.out", LinspaceOut);
 
+// The CPU's logspace: base ** the exponents linspace would give, where the
+// step is computed from start and end rounded to the output dtype (as the CPU
+// does: (scalar_t(end) - scalar_t(start)) / (steps - 1)) and the exponents in
+// f64 (IOTA) rounded to f32. The power is taken in f32, then cast for bf16/f16.
+// Thread-safety: any thread (the current stream's queue orders the work).
+at::Tensor& LogspaceOut(const at::Scalar& start, const at::Scalar& end, int64_t steps, double base,
+                        at::Tensor& out) {
+  bool done = false;
+  const at::ScalarType dtype = out.scalar_type();
+  if (IsTern(out) && at::isFloatingType(dtype) && Supported(dtype) && steps >= 0 &&
+      !start.isComplex() && !end.isComplex()) {
+    if (out.numel() != steps) out.resize_({steps});
+    if (out.dim() == 1 && OutputOk(out, {})) {
+      // start and end in the output dtype, their difference rounded there too.
+      double s = 0.0, e = 0.0, diff = 0.0;
+      if (dtype == at::kHalf) {
+        const c10::Half hs = start.to<c10::Half>(), he = end.to<c10::Half>();
+        s = hs;
+        e = he;
+        diff = static_cast<c10::Half>(he - hs);
+      } else if (dtype == at::kBFloat16) {
+        const c10::BFloat16 bs = start.to<c10::BFloat16>(), be = end.to<c10::BFloat16>();
+        s = bs;
+        e = be;
+        diff = static_cast<c10::BFloat16>(be - bs);
+      } else {
+        const float fs = start.to<float>(), fe = end.to<float>();
+        s = fs;
+        e = fe;
+        diff = fe - fs;
+      }
+      Program p("aten::logspace.out");
+      const Target t = BeginOut(p, out, at::kFloat);
+      if (steps == 1) {
+        p.Emit(TERN_OP_FILL, {t.write}, {}, {std::pow(base, start.toDouble())});
+      } else if (steps > 1) {
+        const double step = diff / static_cast<double>(steps - 1);
+        const int64_t half = steps / 2;
+        Operand x = p.Temp(TERN_DTYPE_F32, {steps});
+        if (half > 0) p.Emit(TERN_OP_IOTA, {x.Slice(0, 0, half)}, {0}, {s, step});
+        p.Emit(TERN_OP_IOTA, {x.Slice(0, half, steps - half)}, {0},
+               {e - step * static_cast<double>(steps - 1 - half), step});
+        p.Emit(TERN_OP_BINARY, {t.write, p.Const(base, TERN_DTYPE_F32).Expand({steps}), x},
+               {TERN_BINARY_POW});
+      }
+      Finish(p, t);
+      done = steps == 0 || (p.ok() && p.Run());
+    }
+  }
+  if (done) return out;
+  return TERN_FALLBACK(logspace_out, start, end, steps, base, out);
+}
+TERN_ATEN_IMPL("logspace.out", LogspaceOut);
+
 // ---- nll_loss ----------------------------------------------------------------------------
 
 struct NllParts {
