@@ -259,6 +259,71 @@ Status Checker::Structure() const {
   return OkStatus();
 }
 
+bool HasF64(std::span<const OperandDesc> operands) {
+  for (const OperandDesc& d : operands) {
+    if (d.present() && d.dtype == TERN_DTYPE_F64) return true;
+  }
+  return false;
+}
+
+// f64 is a storage dtype with a few exact operations, enough for host-side
+// bookkeeping that stays on the device (an AMP scale's reciprocal, a
+// float64 accumulator's update): the engines compute in f32 and 16-bit
+// formats, and a Vector operation on f64 runs at a fraction of their rate.
+Status CheckF64(Checker& c, uint32_t opcode) {
+  auto refuse = [&](const char* what) {
+    return c.Unsupported(
+        "{} does not take f64: f64 is a storage dtype with copy, cast, fill, where and the "
+        "Vector engine's add, sub, mul, div, max, min, comparisons, neg, abs, reciprocal, sqrt, "
+        "rsqrt, exp and log (feature f64); cast to f32 first",
+        what);
+  };
+  switch (opcode) {
+    case TERN_OP_COPY:
+    case TERN_OP_CAST:
+    case TERN_OP_FILL:
+    case TERN_OP_WHERE:
+      return OkStatus();
+    case TERN_OP_BINARY: {
+      const int64_t fn = c.ints().empty() ? -1 : c.ints()[0];
+      switch (fn) {
+        case TERN_BINARY_ADD:
+        case TERN_BINARY_SUB:
+        case TERN_BINARY_MUL:
+        case TERN_BINARY_DIV:
+        case TERN_BINARY_MAX:
+        case TERN_BINARY_MIN:
+        case TERN_BINARY_EQ:
+        case TERN_BINARY_NE:
+        case TERN_BINARY_LT:
+        case TERN_BINARY_LE:
+        case TERN_BINARY_GT:
+        case TERN_BINARY_GE:
+          return OkStatus();
+        default:
+          return refuse(BinaryFnName(fn) ? BinaryFnName(fn) : "this binary function");
+      }
+    }
+    case TERN_OP_UNARY: {
+      const int64_t fn = c.ints().empty() ? -1 : c.ints()[0];
+      switch (fn) {
+        case TERN_UNARY_NEG:
+        case TERN_UNARY_ABS:
+        case TERN_UNARY_RECIPROCAL:
+        case TERN_UNARY_SQRT:
+        case TERN_UNARY_RSQRT:
+        case TERN_UNARY_EXP:
+        case TERN_UNARY_LOG:
+          return OkStatus();
+        default:
+          return refuse(UnaryFnName(fn) ? UnaryFnName(fn) : "this unary function");
+      }
+    }
+    default:
+      return refuse(OpcodeName(opcode));
+  }
+}
+
 }  // namespace rules
 
 int64_t OperandDesc::element_count() const {
@@ -279,6 +344,7 @@ size_t DTypeSize(tern_dtype_t dtype) {
     case TERN_DTYPE_BOOL:
       return 1;
     case TERN_DTYPE_I64:
+    case TERN_DTYPE_F64:
       return 8;
     default:
       return 0;
@@ -301,6 +367,8 @@ const char* DTypeName(tern_dtype_t dtype) {
       return "i64";
     case TERN_DTYPE_BOOL:
       return "bool";
+    case TERN_DTYPE_F64:
+      return "f64";
     default:
       return "unknown";
   }
@@ -471,8 +539,10 @@ bool OperandIsWritten(uint32_t opcode, size_t slot) {
   return info && slot < info->count && (info->written_mask & Bit(slot));
 }
 
-uint64_t FeaturesOf(uint32_t opcode, std::span<const OperandDesc> operands,
-                    std::span<const int64_t> ints) {
+namespace {
+
+uint64_t OpcodeFeatures(uint32_t opcode, std::span<const OperandDesc> operands,
+                        std::span<const int64_t> ints) {
   const bool residual = operands.size() > 4 && operands[4].present();
   switch (opcode) {
     case TERN_OP_ELEMENTWISE:
@@ -498,6 +568,13 @@ uint64_t FeaturesOf(uint32_t opcode, std::span<const OperandDesc> operands,
   }
 }
 
+}  // namespace
+
+uint64_t FeaturesOf(uint32_t opcode, std::span<const OperandDesc> operands,
+                    std::span<const int64_t> ints) {
+  return OpcodeFeatures(opcode, operands, ints) | (rules::HasF64(operands) ? TERN_FEATURE_F64 : 0);
+}
+
 std::string FeatureNames(uint64_t bits) {
   static constexpr struct {
     uint64_t bit;
@@ -506,7 +583,8 @@ std::string FeatureNames(uint64_t bits) {
                    {TERN_FEATURE_TENSOR_EPILOGUES, "tensor-epilogues"},
                    {TERN_FEATURE_SCAN, "scan"},
                    {TERN_FEATURE_SORT, "sort"},
-                   {TERN_FEATURE_SCATTER, "scatter"}};
+                   {TERN_FEATURE_SCATTER, "scatter"},
+                   {TERN_FEATURE_F64, "f64"}};
   std::string names;
   for (const auto& feature : kFeatures) {
     if (!(bits & feature.bit)) continue;
@@ -532,6 +610,7 @@ Status ValidateInstruction(uint32_t opcode, std::span<const OperandDesc> operand
   }
   rules::Checker c(*info, operands, ints, floats);
   TERN_RETURN_IF_ERROR(c.Structure());
+  if (rules::HasF64(operands)) TERN_RETURN_IF_ERROR(rules::CheckF64(c, opcode));
   switch (opcode) {
     case TERN_OP_COPY:
       return rules::CheckCopy(c);

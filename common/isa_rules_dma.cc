@@ -22,7 +22,7 @@ Status CheckCast(Checker& c) {
 
 Status CheckFill(Checker& c) {
   tern_dtype_t dtype = c.Op(0).dtype;
-  if (IsFloat(dtype)) {
+  if (IsFloat(dtype) || dtype == TERN_DTYPE_F64) {
     TERN_RETURN_IF_ERROR(c.IntCount(0, 0, "a float dtype takes its value from floats[0]"));
     return c.FloatCount(1, 1, "value");
   }

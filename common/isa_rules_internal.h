@@ -194,6 +194,10 @@ class Checker {
 // present and well formed.
 
 // DMA
+// Whether an operand is f64, and the rule for instructions that have one
+// (before the opcode's own rule).
+bool HasF64(std::span<const OperandDesc> operands);
+Status CheckF64(Checker& c, uint32_t opcode);
 Status CheckCopy(Checker& c);
 Status CheckCast(Checker& c);
 Status CheckFill(Checker& c);

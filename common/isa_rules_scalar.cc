@@ -102,7 +102,7 @@ Status CheckUnary(Checker& c) {
   const tern_dtype_t dtype = c.Op(1).dtype;
   switch (UnaryKindOf(fn)) {
     case UnaryKind::kFloat:
-      if (!IsFloat(dtype)) {
+      if (!IsFloat(dtype) && dtype != TERN_DTYPE_F64) {  // f64: CheckF64's functions
         return c.Fail("in is {}; {} takes float dtypes (f32, bf16, f16): cast first", c.Describe(1),
                       UnaryFnName(fn));
       }

@@ -128,7 +128,7 @@ Status CheckBinary(Checker& c) {
     case TERN_BINARY_DIV:
     case TERN_BINARY_ATAN2:
     case TERN_BINARY_COPYSIGN:
-      if (!IsFloat(dtype)) {
+      if (!IsFloat(dtype) && dtype != TERN_DTYPE_F64) {  // f64: CheckF64's functions
         return c.Fail(
             "a is {}; {} takes float dtypes (f32, bf16, f16){}", c.Describe(1), BinaryFnName(fn),
             fn == TERN_BINARY_DIV ? "; use floor_divide for integers or cast to a float dtype"

@@ -29,7 +29,9 @@ typedef enum tern_dtype_t {
   TERN_DTYPE_I32 = 4,
   TERN_DTYPE_I64 = 5,
   TERN_DTYPE_BOOL = 6, /* one byte, 0 or 1 */
-  TERN_DTYPE_COUNT = 7
+  TERN_DTYPE_F64 = 7,  /* feature TERN_FEATURE_F64: copies, casts, fills and Vector elementwise
+                          arithmetic only (docs/isa.md) */
+  TERN_DTYPE_COUNT = 8
 } tern_dtype_t;
 
 /* Bytes of one element of `dtype` (TERN_DTYPE_BOOL: 1), or 0 for a value this
@@ -283,6 +285,7 @@ typedef enum tern_program_step_t {
 #define TERN_FEATURE_SCAN (UINT64_C(1) << 2)    /* SCAN */
 #define TERN_FEATURE_SORT (UINT64_C(1) << 3)    /* SORT, TOPK */
 #define TERN_FEATURE_SCATTER (UINT64_C(1) << 4) /* SCATTER, SCATTER_ALONG_AXIS */
+#define TERN_FEATURE_F64 (UINT64_C(1) << 5)     /* an f64 operand (TERN_DTYPE_F64) */
 
 typedef enum tern_random_fn_t {
   TERN_RANDOM_UNIFORM = 0,   /* floats [low, high) */

@@ -34,7 +34,7 @@ inline constexpr uint64_t kHeaderChecksumOffset = 56;
 // Required-feature bits this loader understands (TERN_FEATURE_*, isa.h).
 inline constexpr uint64_t kKnownRequiredFeatures =
     TERN_FEATURE_ELEMENTWISE_PROGRAMS | TERN_FEATURE_TENSOR_EPILOGUES | TERN_FEATURE_SCAN |
-    TERN_FEATURE_SORT | TERN_FEATURE_SCATTER;
+    TERN_FEATURE_SORT | TERN_FEATURE_SCATTER | TERN_FEATURE_F64;
 // Compile-time limits of the contents (documented in the format spec).
 inline constexpr uint32_t kMaxCores = 256;
 inline constexpr uint64_t kMaxConstantAlignment = 4096;

@@ -378,7 +378,7 @@ std::vector<MalformedCase> MalformedCases() {
       {"BadAttributeDType", EditedGraph([](fb::GraphT& g) {
          FirstAttribute(g, "cast").value.AsDTypeValue()->dtype = TERN_DTYPE_COUNT;
        }),
-       kUnsupported, "dtype 7"},
+       kUnsupported, "dtype 8"},
       {"UnknownValueKind", EditedGraph([](fb::GraphT& g) { g.values[0]->kind = 9; }), kUnsupported,
        "kind 9"},
       {"ConstantSizeMismatch", EditedGraph([](fb::GraphT& g) { g.constants[1]->size -= 4; }),

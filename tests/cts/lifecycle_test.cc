@@ -81,7 +81,7 @@ TEST(LifecycleApi, DtypeSizesAndNames) {
   const Expected every_dtype[] = {
       {TERN_DTYPE_F32, 4, "f32"},   {TERN_DTYPE_BF16, 2, "bf16"}, {TERN_DTYPE_F16, 2, "f16"},
       {TERN_DTYPE_I8, 1, "i8"},     {TERN_DTYPE_I32, 4, "i32"},   {TERN_DTYPE_I64, 8, "i64"},
-      {TERN_DTYPE_BOOL, 1, "bool"},
+      {TERN_DTYPE_BOOL, 1, "bool"}, {TERN_DTYPE_F64, 8, "f64"},
   };
   static_assert(sizeof(every_dtype) / sizeof(every_dtype[0]) == TERN_DTYPE_COUNT,
                 "a dtype was added: list it here");

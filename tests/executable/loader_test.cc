@@ -196,10 +196,10 @@ TEST_F(LoaderTest, AcceptsNewerMinorVersionWithLongerHeaderAndEntries) {
 
 TEST_F(LoaderTest, RejectsUnknownRequiredFeature) {
   exetest::Image image = exetest::Decode(exetest::BuildAdd());
-  image.required_features = (1ull << 5) | (1ull << 40);
+  image.required_features = (1ull << 6) | (1ull << 40);
   const std::string message = ExpectLoad(exetest::Encode(image), TERN_ERROR_EXECUTABLE_UNSUPPORTED);
-  EXPECT_CONTAINS(message, "5, 40");
-  EXPECT_CONTAINS(message, "0x10000000020");
+  EXPECT_CONTAINS(message, "6, 40");
+  EXPECT_CONTAINS(message, "0x10000000040");
 }
 
 TEST_F(LoaderTest, FusedInstructionsDeclareTheirFeatures) {

@@ -125,6 +125,11 @@ double Tensor::Get(int64_t linear) const {
       std::memcpy(&h, p, 2);
       return sim::num::F16ToF32(h);
     }
+    case TERN_DTYPE_F64: {
+      double d;
+      std::memcpy(&d, p, 8);
+      return d;
+    }
     default:
       return static_cast<double>(GetInt(linear));
   }
@@ -170,6 +175,9 @@ void Tensor::Set(int64_t linear, double v) {
       std::memcpy(p, &h, 2);
       return;
     }
+    case TERN_DTYPE_F64:
+      std::memcpy(p, &v, 8);
+      return;
     default:
       SetInt(linear, static_cast<int64_t>(v));
   }

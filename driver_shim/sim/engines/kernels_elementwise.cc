@@ -30,9 +30,9 @@ Arg ArgOf(const TensorView& view) {
 }
 
 // Calls fn(out, inputs, n) on chunks of at most kChunk elements, T being
-// float or int64_t: inputs are loaded (converted) into T buffers unless they
-// are contiguous f32 (float domain), and out is stored from a T buffer
-// unless it is contiguous f32.
+// float, double (f64 operands) or int64_t: inputs are loaded (converted)
+// into T buffers unless they are contiguous f32 (float domain), and out is
+// stored from a T buffer unless it is contiguous f32.
 template <typename T, typename Fn>
 void Elementwise(const isa::OperandDesc& shape, Arg out, std::initializer_list<Arg> inputs,
                  Fn&& fn) {
@@ -66,6 +66,8 @@ void Elementwise(const isa::OperandDesc& shape, Arg out, std::initializer_list<A
               continue;
             }
             LoadF32(args[i].dtype, p, stride, m, buffers[i]);
+          } else if constexpr (std::is_same_v<T, double>) {
+            LoadF64(args[i].dtype, p, stride, m, buffers[i]);
           } else {
             LoadI64(args[i].dtype, p, stride, m, buffers[i]);
           }
@@ -80,6 +82,9 @@ void Elementwise(const isa::OperandDesc& shape, Arg out, std::initializer_list<A
           }
           fn(buffers[0], in, m);
           StoreF32(args[0].dtype, po, ostride, m, buffers[0]);
+        } else if constexpr (std::is_same_v<T, double>) {
+          fn(buffers[0], in, m);
+          StoreF64(args[0].dtype, po, ostride, m, buffers[0]);
         } else {
           fn(buffers[0], in, m);
           StoreI64(args[0].dtype, po, ostride, m, buffers[0]);
@@ -120,7 +125,9 @@ Status RunCast(const driver::Instruction&, Operands ops) {
   auto identity = [](auto* o, const auto* const* in, int64_t n) {
     for (int64_t i = 0; i < n; ++i) o[i] = in[0][i];
   };
-  if (!isa::IsFloat(dst.dtype) && !isa::IsFloat(src.dtype)) {
+  if (dst.dtype == TERN_DTYPE_F64 || src.dtype == TERN_DTYPE_F64) {
+    Elementwise<double>(dst, ArgOf(ops[0]), {ArgOf(ops[1])}, identity);
+  } else if (!isa::IsFloat(dst.dtype) && !isa::IsFloat(src.dtype)) {
     Elementwise<int64_t>(dst, ArgOf(ops[0]), {ArgOf(ops[1])}, identity);
   } else {
     Elementwise<float>(dst, ArgOf(ops[0]), {ArgOf(ops[1])}, identity);
@@ -132,7 +139,10 @@ Status RunFill(const driver::Instruction& ins, Operands ops) {
   const isa::OperandDesc& dst = *ops[0].desc;
   uint64_t pattern = 0;
   const size_t esize = isa::DTypeSize(dst.dtype);
-  if (isa::IsFloat(dst.dtype)) {
+  if (dst.dtype == TERN_DTYPE_F64) {
+    const double v = ins.floats[0];
+    std::memcpy(&pattern, &v, 8);
+  } else if (isa::IsFloat(dst.dtype)) {
     float v = static_cast<float>(ins.floats[0]);
     if (dst.dtype == TERN_DTYPE_F32) {
       std::memcpy(&pattern, &v, 4);
@@ -394,6 +404,54 @@ void BinaryI64(int64_t fn, int64_t* o, const int64_t* a, const int64_t* b, int64
 #undef TERN_LOOP2
 
 // The first element (row-major) of `view` that is zero, as an index string.
+// The f64 functions CheckF64 allows; comparisons write 1 or 0 (stored as bool).
+void BinaryF64(int64_t fn, double* o, const double* a, const double* b, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const double x = a[i], y = b[i];
+    switch (fn) {
+      case TERN_BINARY_ADD:
+        o[i] = x + y;
+        break;
+      case TERN_BINARY_SUB:
+        o[i] = x - y;
+        break;
+      case TERN_BINARY_MUL:
+        o[i] = x * y;
+        break;
+      case TERN_BINARY_DIV:
+        o[i] = x / y;
+        break;
+      case TERN_BINARY_MAX:  // NaN propagates, as torch.maximum
+        o[i] = x != x || y != y ? std::numeric_limits<double>::quiet_NaN() : std::max(x, y);
+        break;
+      case TERN_BINARY_MIN:
+        o[i] = x != x || y != y ? std::numeric_limits<double>::quiet_NaN() : std::min(x, y);
+        break;
+      case TERN_BINARY_EQ:
+        o[i] = x == y;
+        break;
+      case TERN_BINARY_NE:
+        o[i] = x != y;
+        break;
+      case TERN_BINARY_LT:
+        o[i] = x < y;
+        break;
+      case TERN_BINARY_LE:
+        o[i] = x <= y;
+        break;
+      case TERN_BINARY_GT:
+        o[i] = x > y;
+        break;
+      case TERN_BINARY_GE:
+        o[i] = x >= y;
+        break;
+      default:  // refused by the rules
+        o[i] = std::numeric_limits<double>::quiet_NaN();
+        break;
+    }
+  }
+}
+
 std::string FirstZero(const TensorView& view) {
   const isa::OperandDesc& d = *view.desc;
   const int64_t count = d.element_count();
@@ -415,6 +473,12 @@ std::string FirstZero(const TensorView& view) {
 Status RunBinary(const driver::Instruction& ins, Operands ops) {
   const int64_t fn = ins.ints[0];
   const isa::OperandDesc& out = *ops[0].desc;
+  if (ops[1].desc->dtype == TERN_DTYPE_F64) {
+    Elementwise<double>(
+        out, ArgOf(ops[0]), {ArgOf(ops[1]), ArgOf(ops[2])},
+        [fn](double* o, const double* const* in, int64_t n) { BinaryF64(fn, o, in[0], in[1], n); });
+    return OkStatus();
+  }
   if (isa::IsFloat(ops[1].desc->dtype)) {
     Elementwise<float>(
         out, ArgOf(ops[0]), {ArgOf(ops[1]), ArgOf(ops[2])},
@@ -444,7 +508,9 @@ Status RunWhere(const driver::Instruction&, Operands ops) {
     const auto* b = in[2];
     for (int64_t i = 0; i < n; ++i) o[i] = c[i] != 0 ? a[i] : b[i];
   };
-  if (isa::IsFloat(out.dtype)) {
+  if (out.dtype == TERN_DTYPE_F64) {
+    Elementwise<double>(out, ArgOf(ops[0]), {ArgOf(ops[1]), ArgOf(ops[2]), ArgOf(ops[3])}, select);
+  } else if (isa::IsFloat(out.dtype)) {
     Elementwise<float>(out, ArgOf(ops[0]), {ArgOf(ops[1]), ArgOf(ops[2]), ArgOf(ops[3])}, select);
   } else {
     Elementwise<int64_t>(out, ArgOf(ops[0]), {ArgOf(ops[1]), ArgOf(ops[2]), ArgOf(ops[3])}, select);
@@ -827,11 +893,44 @@ void UnaryBackwardF32(int64_t fn, UnaryParams p, float* o, const float* go, cons
 
 }  // namespace
 
+namespace {
+
+// The f64 functions CheckF64 allows, correctly rounded as the C library's.
+double UnaryF64(int64_t fn, double x) {
+  switch (fn) {
+    case TERN_UNARY_NEG:
+      return -x;
+    case TERN_UNARY_ABS:
+      return std::fabs(x);
+    case TERN_UNARY_RECIPROCAL:
+      return 1.0 / x;
+    case TERN_UNARY_SQRT:
+      return std::sqrt(x);
+    case TERN_UNARY_RSQRT:
+      return 1.0 / std::sqrt(x);
+    case TERN_UNARY_EXP:
+      return std::exp(x);
+    case TERN_UNARY_LOG:
+      return std::log(x);
+    default:  // refused by the rules
+      return std::numeric_limits<double>::quiet_NaN();
+  }
+}
+
+}  // namespace
+
 Status RunUnary(const driver::Instruction& ins, Operands ops) {
   const int64_t fn = ins.ints[0];
   const UnaryParams p = ParamsOf(fn, ins.floats);
   const isa::OperandDesc& out = *ops[0].desc;
   const tern_dtype_t in_dtype = ops[1].desc->dtype;
+  if (in_dtype == TERN_DTYPE_F64) {
+    Elementwise<double>(out, ArgOf(ops[0]), {ArgOf(ops[1])},
+                        [fn](double* o, const double* const* in, int64_t n) {
+                          for (int64_t i = 0; i < n; ++i) o[i] = UnaryF64(fn, in[0][i]);
+                        });
+    return OkStatus();
+  }
   if (isa::IsFloat(in_dtype)) {
     Elementwise<float>(
         out, ArgOf(ops[0]), {ArgOf(ops[1])},

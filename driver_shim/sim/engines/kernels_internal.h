@@ -174,6 +174,10 @@ void StoreF32(tern_dtype_t dtype, uint8_t* p, int64_t stride, int64_t n, const f
 // Integer and bool dtypes (floats convert as above). Integer stores wrap.
 void LoadI64(tern_dtype_t dtype, const uint8_t* p, int64_t stride, int64_t n, int64_t* out);
 void StoreI64(tern_dtype_t dtype, uint8_t* p, int64_t stride, int64_t n, const int64_t* in);
+// Any dtype to and from f64 (integers exact up to 2^53; to the 16-bit floats
+// through f32, as PyTorch rounds).
+void LoadF64(tern_dtype_t dtype, const uint8_t* p, int64_t stride, int64_t n, double* out);
+void StoreF64(tern_dtype_t dtype, uint8_t* p, int64_t stride, int64_t n, const double* in);
 
 // n elements of `esize` bytes (1, 2, 4 or 8) from src, `ss` elements apart
 // (0 repeats one), to dst, `ds` apart: the copy instruction's runs and the

@@ -70,6 +70,16 @@ TERN_INLINE I FloatToInt(float v) {
   return c >= kHi ? std::numeric_limits<I>::max() : static_cast<I>(c);
 }
 
+// The same rules from an f64 value.
+template <typename I>
+TERN_INLINE I DoubleToInt(double v) {
+  constexpr double kLo = -static_cast<double>(uint64_t{1} << (sizeof(I) * 8 - 1));
+  constexpr double kHi = static_cast<double>(uint64_t{1} << (sizeof(I) * 8 - 1));
+  double c = v != v ? 0.0 : v;
+  c = c < kLo ? kLo : c;
+  return c >= kHi ? std::numeric_limits<I>::max() : static_cast<I>(c);
+}
+
 template <typename S, typename Conv>
 TERN_INLINE void LoadLoop(const uint8_t* p, int64_t stride, int64_t n, float* out, Conv conv) {
   const S* src = reinterpret_cast<const S*>(p);
@@ -83,8 +93,8 @@ TERN_INLINE void LoadLoop(const uint8_t* p, int64_t stride, int64_t n, float* ou
   }
 }
 
-template <typename D, typename Conv>
-TERN_INLINE void StoreLoop(uint8_t* p, int64_t stride, int64_t n, const float* in, Conv conv) {
+template <typename D, typename Conv, typename In>
+TERN_INLINE void StoreLoop(uint8_t* p, int64_t stride, int64_t n, const In* in, Conv conv) {
   D* dst = reinterpret_cast<D*>(p);
   if (stride == 1) {
     for (int64_t i = 0; i < n; ++i) dst[i] = conv(in[i]);
@@ -116,6 +126,8 @@ void LoadF32(tern_dtype_t dtype, const uint8_t* p, int64_t stride, int64_t n, fl
       return LoadLoop<int64_t>(p, stride, n, out, [](int64_t v) { return static_cast<float>(v); });
     case TERN_DTYPE_BOOL:
       return LoadLoop<uint8_t>(p, stride, n, out, [](uint8_t v) { return v ? 1.0f : 0.0f; });
+    case TERN_DTYPE_F64:
+      return LoadLoop<double>(p, stride, n, out, [](double v) { return static_cast<float>(v); });
     default:
       return;
   }
@@ -143,6 +155,8 @@ void StoreF32(tern_dtype_t dtype, uint8_t* p, int64_t stride, int64_t n, const f
     case TERN_DTYPE_BOOL:
       return StoreLoop<uint8_t>(p, stride, n, in,
                                 [](float v) { return static_cast<uint8_t>(v != 0.0f); });
+    case TERN_DTYPE_F64:
+      return StoreLoop<double>(p, stride, n, in, [](float v) { return static_cast<double>(v); });
     default:
       return;
   }
@@ -186,6 +200,11 @@ void LoadI64(tern_dtype_t dtype, const uint8_t* p, int64_t stride, int64_t n, in
       for (int64_t i = 0; i < n; ++i) out[i] = src[i * stride] != 0;
       return;
     }
+    case TERN_DTYPE_F64: {
+      const double* src = reinterpret_cast<const double*>(p);
+      for (int64_t i = 0; i < n; ++i) out[i] = DoubleToInt<int64_t>(src[i * stride]);
+      return;
+    }
     default: {  // floats: through f32, truncating
       float tmp[256];
       for (int64_t done = 0; done < n; done += 256) {
@@ -211,7 +230,68 @@ void StoreI64(tern_dtype_t dtype, uint8_t* p, int64_t stride, int64_t n, const i
     case TERN_DTYPE_BOOL:
       for (int64_t i = 0; i < n; ++i) p[i * stride] = in[i] != 0;
       return;
+    case TERN_DTYPE_F64: {
+      double* dst = reinterpret_cast<double*>(p);
+      for (int64_t i = 0; i < n; ++i) dst[i * stride] = static_cast<double>(in[i]);
+      return;
+    }
     default: {
+      float tmp[256];
+      for (int64_t done = 0; done < n; done += 256) {
+        const int64_t m = std::min<int64_t>(256, n - done);
+        for (int64_t i = 0; i < m; ++i) tmp[i] = static_cast<float>(in[done + i]);
+        StoreF32(dtype, p + done * stride * static_cast<int64_t>(isa::DTypeSize(dtype)), stride, m,
+                 tmp);
+      }
+      return;
+    }
+  }
+}
+
+TERN_VECTOR_CLONES
+void LoadF64(tern_dtype_t dtype, const uint8_t* p, int64_t stride, int64_t n, double* out) {
+  if (dtype == TERN_DTYPE_F64) {
+    const double* src = reinterpret_cast<const double*>(p);
+    for (int64_t i = 0; i < n; ++i) out[i] = src[i * stride];
+    return;
+  }
+  if (dtype == TERN_DTYPE_I64 || dtype == TERN_DTYPE_I32 || dtype == TERN_DTYPE_I8 ||
+      dtype == TERN_DTYPE_BOOL) {
+    int64_t tmp[256];
+    for (int64_t done = 0; done < n; done += 256) {
+      const int64_t m = std::min<int64_t>(256, n - done);
+      LoadI64(dtype, p + done * stride * static_cast<int64_t>(isa::DTypeSize(dtype)), stride, m,
+              tmp);
+      for (int64_t i = 0; i < m; ++i) out[done + i] = static_cast<double>(tmp[i]);
+    }
+    return;
+  }
+  float tmp[256];  // the 32- and 16-bit floats: exact in f64
+  for (int64_t done = 0; done < n; done += 256) {
+    const int64_t m = std::min<int64_t>(256, n - done);
+    LoadF32(dtype, p + done * stride * static_cast<int64_t>(isa::DTypeSize(dtype)), stride, m, tmp);
+    for (int64_t i = 0; i < m; ++i) out[done + i] = tmp[i];
+  }
+}
+
+TERN_VECTOR_CLONES
+void StoreF64(tern_dtype_t dtype, uint8_t* p, int64_t stride, int64_t n, const double* in) {
+  switch (dtype) {
+    case TERN_DTYPE_F64: {
+      double* dst = reinterpret_cast<double*>(p);
+      for (int64_t i = 0; i < n; ++i) dst[i * stride] = in[i];
+      return;
+    }
+    case TERN_DTYPE_I8:
+      return StoreLoop<int8_t>(p, stride, n, in, [](double v) { return DoubleToInt<int8_t>(v); });
+    case TERN_DTYPE_I32:
+      return StoreLoop<int32_t>(p, stride, n, in, [](double v) { return DoubleToInt<int32_t>(v); });
+    case TERN_DTYPE_I64:
+      return StoreLoop<int64_t>(p, stride, n, in, [](double v) { return DoubleToInt<int64_t>(v); });
+    case TERN_DTYPE_BOOL:
+      return StoreLoop<uint8_t>(p, stride, n, in,
+                                [](double v) { return static_cast<uint8_t>(v != 0.0); });
+    default: {  // the 32- and 16-bit floats: through f32, as PyTorch's casts round
       float tmp[256];
       for (int64_t done = 0; done < n; done += 256) {
         const int64_t m = std::min<int64_t>(256, n - done);
@@ -228,6 +308,8 @@ double LoadOneF64(tern_dtype_t dtype, const uint8_t* p) {
   switch (dtype) {
     case TERN_DTYPE_I64:
       return static_cast<double>(*reinterpret_cast<const int64_t*>(p));
+    case TERN_DTYPE_F64:
+      return *reinterpret_cast<const double*>(p);
     default: {
       float v;
       LoadF32(dtype, p, 1, 1, &v);
