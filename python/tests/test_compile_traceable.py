@@ -47,7 +47,8 @@ OPS = [k for k in harness.SUBSET if k != "lgamma"] + [
     "isneginf", "isposinf", "nn.functional.normalize", "nn.functional.instance_norm",
     "nn.functional.max_pool1d", "__getitem__", "index_put", "rsub", "zero_",
     "linalg.solve_triangular", "cummax", "cummin", "logspace", "nn.functional.max_pool3d",
-    "nn.functional.max_unpool2d", "nn.functional.max_unpool3d", "searchsorted",
+    "nn.functional.max_unpool2d", "nn.functional.max_unpool3d", "searchsorted", "roll",
+    "nn.functional.avg_pool2d",
 ]
 
 # Native ops (by base name) that no compiled OpInfo graph holds, and why that

@@ -21,13 +21,13 @@ def test_log_counts_fallback_ops(fallback_log):
 
 
 def test_declined_native_op_is_logged(fallback_log):
-    # add has a native kernel, but tern has no float64: the kernel declines
+    # add has a native kernel, but tern has no int16: the kernel declines
     # and the op runs (and is counted) on the CPU.
     a = torch.ones(4, device="tern")
     assert torch.equal((a + a).cpu(), torch.full((4,), 2.0))
     assert fallback_log.get_fallback_ops() == {}
-    d = torch.ones(4, dtype=torch.float64, device="tern")
-    assert torch.equal((d + d).cpu(), torch.full((4,), 2.0, dtype=torch.float64))
+    d = torch.ones(4, dtype=torch.int16, device="tern")
+    assert torch.equal((d + d).cpu(), torch.full((4,), 2, dtype=torch.int16))
     assert fallback_log.get_fallback_ops() == {"aten::add.out": 1}
 
 

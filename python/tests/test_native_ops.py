@@ -234,7 +234,8 @@ def test_scalar_arguments_do_not_rebuild(fallback_log):
 
 
 def test_declined_kernels_fall_back(fallback_log):
-    # float64 is not a tern dtype: the native kernel declines, the CPU runs it.
+    # float64 times a Python number: tern's f64 arithmetic takes two float64
+    # tern tensors only, so the native kernel declines and the CPU runs it.
     x = torch.arange(6, dtype=torch.float64).to("tern")
     assert torch.equal((x * 2).cpu(), torch.arange(6, dtype=torch.float64) * 2)
     assert fallback_log.get_fallback_ops() == {"aten::mul.out": 1}

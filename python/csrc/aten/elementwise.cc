@@ -7,6 +7,7 @@
 // top of their `.out` kernel (structured kernels), so registering `.out`
 // covers all three; the others are registered one by one.
 #include <ATen/ATen.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/ScalarOps.h>
 #include <torch/library.h>
 
@@ -38,9 +39,18 @@ at::ScalarType ComputeDtype(at::ScalarType common, bool scalar_involved) {
   return scalar_involved && IsReducedFloat(common) ? at::kFloat : common;
 }
 
+bool BinaryF64(const char* name, tern_binary_fn_t fn, Kind kind, const at::Tensor& a,
+               const at::Tensor& b, const at::Tensor& out, const c10::Scalar& alpha);
+
 // out = fn(a, alpha * b), broadcasting.
 bool Binary(const char* name, tern_binary_fn_t fn, Kind kind, const at::Tensor& a,
             const at::Tensor& b, const at::Tensor& out, const c10::Scalar& alpha = c10::Scalar(1)) {
+  // A float64 tern tensor (not a Python number, which arrives as a wrapped
+  // float64 CPU scalar).
+  if ((IsTern(a) && a.scalar_type() == at::kDouble) ||
+      (IsTern(b) && b.scalar_type() == at::kDouble)) {
+    return BinaryF64(name, fn, kind, a, b, out, alpha);
+  }
   if (!Operable(a) || !Operable(b) || (!IsTern(a) && !IsTern(b)) || !IsTern(out)) return false;
   at::ScalarType common = ResultType(a, b);
   if (kind == Kind::kFloat && at::isIntegralType(common, /*includeBool=*/true)) {
@@ -86,6 +96,83 @@ bool Unary(const char* name, tern_unary_fn_t fn, const at::Tensor& self, const a
   const Target t = BeginOut(p, out, bool_out ? at::kBool : cd);
   p.Emit(TERN_OP_UNARY, {t.write, A}, {fn}, std::move(floats));
   Finish(p, t);
+  return p.Run();
+}
+
+// float64 tensors, where the ISA's f64 functions (common/isa_rules.cc,
+// CheckF64) cover the op: a mixed-precision loop's float64 bookkeeping
+// (GradScaler takes the reciprocal of its scale in float64) stays on the
+// device instead of taking the CPU fallback.
+bool OutputOkF64(const at::Tensor& out, std::initializer_list<at::Tensor> inputs) {
+  if (out.numel() > 1 && at::has_internal_overlap(out) != at::MemOverlap::No) return false;
+  for (const at::Tensor& t : inputs) {
+    if (!t.storage().is_alias_of(out.storage())) continue;
+    // In place is fine; any other overlap is not.
+    if (t.data_ptr() != out.data_ptr() || t.strides() != out.strides()) return false;
+  }
+  return true;
+}
+
+bool UnaryF64(const char* name, tern_unary_fn_t fn, const at::Tensor& self, const at::Tensor& out) {
+  switch (fn) {
+    case TERN_UNARY_NEG:
+    case TERN_UNARY_ABS:
+    case TERN_UNARY_RECIPROCAL:
+    case TERN_UNARY_SQRT:
+    case TERN_UNARY_RSQRT:
+    case TERN_UNARY_EXP:
+    case TERN_UNARY_LOG:
+      break;
+    default:
+      return false;
+  }
+  if (!IsTern(self) || !IsTern(out) || self.scalar_type() != at::kDouble ||
+      out.scalar_type() != at::kDouble) {
+    return false;
+  }
+  ResizeOut(out, self.sizes());
+  if (!OutputOkF64(out, {self})) return false;
+  Program p(name);
+  p.AllowF64();
+  const Operand o = p.Out(out);
+  p.Emit(TERN_OP_UNARY, {o, p.In(self)}, {fn});
+  return p.ok() && p.Run();
+}
+
+bool BinaryF64(const char* name, tern_binary_fn_t fn, Kind kind, const at::Tensor& a,
+               const at::Tensor& b, const at::Tensor& out, const c10::Scalar& alpha) {
+  switch (fn) {
+    case TERN_BINARY_ADD:
+    case TERN_BINARY_SUB:
+    case TERN_BINARY_MUL:
+    case TERN_BINARY_DIV:
+    case TERN_BINARY_MAX:
+    case TERN_BINARY_MIN:
+    case TERN_BINARY_EQ:
+    case TERN_BINARY_NE:
+    case TERN_BINARY_LT:
+    case TERN_BINARY_LE:
+    case TERN_BINARY_GT:
+    case TERN_BINARY_GE:
+      break;
+    default:
+      return false;
+  }
+  const at::ScalarType want_out = kind == Kind::kCompare ? at::kBool : at::kDouble;
+  if (!IsTern(a) || !IsTern(b) || !IsTern(out) || a.scalar_type() != at::kDouble ||
+      b.scalar_type() != at::kDouble || out.scalar_type() != want_out ||
+      !(alpha.isIntegral(false) ? alpha.toLong() == 1 : alpha.toDouble() == 1.0)) {
+    return false;
+  }
+  const std::vector<int64_t> shape = at::infer_size(a.sizes(), b.sizes());
+  ResizeOut(out, shape);
+  if (!OutputOkF64(out, {a, b})) return false;
+  Program p(name);
+  p.AllowF64();
+  const Operand o = p.Out(out);
+  const Operand A = p.In(a), B = p.In(b);
+  if (!p.ok()) return false;
+  p.Emit(TERN_OP_BINARY, {o, A.Expand(shape), B.Expand(shape)}, {fn});
   return p.Run();
 }
 
@@ -285,11 +372,12 @@ TERN_ATEN_IMPL("pow.Tensor_Scalar_out", PowTensorScalarOut);
 // ---- Unary ------------------------------------------------------------------------
 
 // at::<op>_out, registered for aten::<op>.out.
-#define TERN_UNARY_OUT(fname, op, fn)                          \
-  at::Tensor& fname(const at::Tensor& self, at::Tensor& out) { \
-    if (Unary("aten::" #op "_out", fn, self, out)) return out; \
-    return TERN_FALLBACK2(op, out, self, out);                 \
-  }                                                            \
+#define TERN_UNARY_OUT(fname, op, fn)                             \
+  at::Tensor& fname(const at::Tensor& self, at::Tensor& out) {    \
+    if (Unary("aten::" #op "_out", fn, self, out)) return out;    \
+    if (UnaryF64("aten::" #op "_out", fn, self, out)) return out; \
+    return TERN_FALLBACK2(op, out, self, out);                    \
+  }                                                               \
   TERN_ATEN_IMPL(#op ".out", fname);
 
 // Float functions: integer inputs promote (out is float), bool is not taken.

@@ -246,7 +246,8 @@ Program::Program(std::string name) : name_(std::move(name)) {
 
 Operand Program::Bind(const at::Tensor& t, bool output) {
   Operand o;
-  const auto dtype = ToTernDtype(t.scalar_type());
+  auto dtype = ToTernDtype(t.scalar_type());
+  if (!dtype && allow_f64_ && t.scalar_type() == at::kDouble) dtype = TERN_DTYPE_F64;
   if (!t.defined() || t.device().type() != c10::DeviceType::PrivateUse1 || !dtype ||
       t.dim() > TERN_MAX_RANK || t.is_conj() || t.is_neg()) {
     ok_ = false;
@@ -711,10 +712,13 @@ bool LaunchSingleOp(const std::string& op, tern_opcode_t opcode,
 }
 
 bool TryCopyKernel(const at::Tensor& src, const at::Tensor& dst) {
-  if (src.scalar_type() == dst.scalar_type()) {
-    return LaunchSingleOp("aten::copy_", TERN_OP_COPY, {dst}, {src}, {}, {});
-  }
-  return LaunchSingleOp("aten::copy_", TERN_OP_CAST, {dst}, {src}, {}, {});
+  // float64 too: .double() and .float() of a tern tensor stay on the device.
+  Program p("aten::copy_");
+  p.AllowF64();
+  const Operand out = p.Out(dst);
+  const Operand in = p.In(src);
+  p.Emit(src.scalar_type() == dst.scalar_type() ? TERN_OP_COPY : TERN_OP_CAST, {out, in});
+  return p.Run();
 }
 
 CacheInfo GetCacheInfo() {

@@ -117,6 +117,11 @@ class Program {
   // False when a tensor cannot be bound (not on one tern device, a dtype tern
   // lacks, rank > 8, conj/neg bit).
   bool ok() const { return ok_; }
+  // Lets float64 tensors bind (TERN_DTYPE_F64). The ISA takes f64 in copies,
+  // casts, fills, where and a few exact Vector functions only (docs/isa.md),
+  // so only kernels that emit nothing else call this; elsewhere a float64
+  // tensor does not bind and the kernel declines.
+  void AllowF64() { allow_f64_ = true; }
   // Builds (first run of a key) and enqueues the program. Returns false,
   // having queued nothing, when it cannot run natively (see ok(), or the
   // builder/loader refused it: the reason is kept in GetCacheInfo()); the
@@ -154,6 +159,7 @@ class Program {
 
   std::string name_;
   bool ok_ = true;
+  bool allow_f64_ = false;
   c10::Device device_{c10::DeviceType::PrivateUse1, -1};
   std::vector<Binding> bindings_;  // inputs and outputs in binding order
   uint32_t inputs_ = 0;
