@@ -99,10 +99,11 @@ bool Unary(const char* name, tern_unary_fn_t fn, const at::Tensor& self, const a
   return p.Run();
 }
 
-// float64 tensors, where the ISA's f64 functions (common/isa_rules.cc,
-// CheckF64) cover the op: a mixed-precision loop's float64 bookkeeping
-// (GradScaler takes the reciprocal of its scale in float64) stays on the
-// device instead of taking the CPU fallback.
+// float64 tensors, where the ISA's f64 functions cover the op (docs/isa.md):
+// a mixed-precision loop's float64 bookkeeping (GradScaler takes the
+// reciprocal of its scale in float64) stays on the device instead of taking
+// the CPU fallback. The ISA's validation decides which functions: a refused
+// program is cached as refused and the op falls back.
 bool OutputOkF64(const at::Tensor& out, std::initializer_list<at::Tensor> inputs) {
   if (out.numel() > 1 && at::has_internal_overlap(out) != at::MemOverlap::No) return false;
   for (const at::Tensor& t : inputs) {
@@ -114,18 +115,6 @@ bool OutputOkF64(const at::Tensor& out, std::initializer_list<at::Tensor> inputs
 }
 
 bool UnaryF64(const char* name, tern_unary_fn_t fn, const at::Tensor& self, const at::Tensor& out) {
-  switch (fn) {
-    case TERN_UNARY_NEG:
-    case TERN_UNARY_ABS:
-    case TERN_UNARY_RECIPROCAL:
-    case TERN_UNARY_SQRT:
-    case TERN_UNARY_RSQRT:
-    case TERN_UNARY_EXP:
-    case TERN_UNARY_LOG:
-      break;
-    default:
-      return false;
-  }
   if (!IsTern(self) || !IsTern(out) || self.scalar_type() != at::kDouble ||
       out.scalar_type() != at::kDouble) {
     return false;
@@ -141,23 +130,6 @@ bool UnaryF64(const char* name, tern_unary_fn_t fn, const at::Tensor& self, cons
 
 bool BinaryF64(const char* name, tern_binary_fn_t fn, Kind kind, const at::Tensor& a,
                const at::Tensor& b, const at::Tensor& out, const c10::Scalar& alpha) {
-  switch (fn) {
-    case TERN_BINARY_ADD:
-    case TERN_BINARY_SUB:
-    case TERN_BINARY_MUL:
-    case TERN_BINARY_DIV:
-    case TERN_BINARY_MAX:
-    case TERN_BINARY_MIN:
-    case TERN_BINARY_EQ:
-    case TERN_BINARY_NE:
-    case TERN_BINARY_LT:
-    case TERN_BINARY_LE:
-    case TERN_BINARY_GT:
-    case TERN_BINARY_GE:
-      break;
-    default:
-      return false;
-  }
   const at::ScalarType want_out = kind == Kind::kCompare ? at::kBool : at::kDouble;
   if (!IsTern(a) || !IsTern(b) || !IsTern(out) || a.scalar_type() != at::kDouble ||
       b.scalar_type() != at::kDouble || out.scalar_type() != want_out ||
