@@ -260,3 +260,31 @@ def test_kernel_cache_eviction_keeps_the_graph_executables():
     g.replay()
     _close(y, torch.tanh(fresh) * 3 - 1)
     g.reset()
+
+
+def test_make_graphed_callables_trains_like_eager():
+    torch.manual_seed(2)
+    eager = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    graphed = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
+                                  torch.nn.Linear(32, 4)).to("tern")
+    graphed.load_state_dict({k: v.to("tern") for k, v in eager.state_dict().items()})
+    sample = torch.randn(8, 16, device="tern", requires_grad=True)
+    graphed = torch.tern.make_graphed_callables(graphed, (sample,))
+    opt_e = torch.optim.SGD(eager.parameters(), lr=0.1)
+    opt_g = torch.optim.SGD(graphed.parameters(), lr=0.1)
+    for _ in range(3):
+        x = torch.randn(8, 16)
+        xt = x.to("tern").requires_grad_()
+        xe = x.clone().requires_grad_()
+        loss_e = eager(xe).square().mean()
+        loss_g = graphed(xt).square().mean()
+        loss_e.backward()
+        loss_g.backward()
+        _close(loss_g.detach(), loss_e.detach())
+        _close(xt.grad, xe.grad)
+        for pe, pg in zip(eager.parameters(), graphed.parameters()):
+            _close(pg.grad, pe.grad)
+        opt_e.step()
+        opt_g.step()
+        opt_e.zero_grad()
+        opt_g.zero_grad()

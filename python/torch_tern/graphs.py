@@ -128,7 +128,129 @@ class graph:
             self.stream_ctx.__exit__(exc_type, exc_value, traceback)
 
 
-def make_graphed_callables(*args: Any, **kwargs: Any) -> Any:
-    raise NotImplementedError(
-        "torch.tern.make_graphed_callables is not implemented yet; capture the forward with "
-        "torch.tern.graph and replay it (docs/torch.md, 'Graphs')")
+def _tensors(value: Any) -> list[torch.Tensor]:
+    leaves, _ = torch.utils._pytree.tree_flatten(value)
+    return [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
+
+
+def _graph_one(fn: Any, args: tuple, params: tuple, num_warmup_iters: int,
+               allow_unused_input: bool, pool: Any):
+    """Captures fn's forward and backward; returns the autograd function's
+    pieces (the forward graph and its static tensors, then the backward's)."""
+    static_inputs = tuple(args) + tuple(params)
+    needs_grad = [t.requires_grad for t in static_inputs]
+    grad_inputs = [t for t in static_inputs if t.requires_grad]
+    stream = graph.default_capture_stream
+    if stream is None:
+        stream = graph.default_capture_stream = torch.tern.Stream()
+    # Warm up on the capture stream: kernels are built, lazy state settles.
+    stream.wait_stream(torch.tern.current_stream())
+    with torch.tern.stream(stream):
+        for _ in range(num_warmup_iters):
+            outputs = [o for o in _tensors(fn(*args)) if o.requires_grad]
+            if outputs and grad_inputs:
+                torch.autograd.grad(outputs, grad_inputs,
+                                    grad_outputs=[torch.ones_like(o) for o in outputs],
+                                    allow_unused=allow_unused_input)
+            del outputs
+    torch.tern.current_stream().wait_stream(stream)
+    fwd = TernGraph()
+    with graph(fwd, pool=pool, stream=stream):
+        static_out = fn(*args)
+    flat_out, out_spec = torch.utils._pytree.tree_flatten(static_out)
+    for leaf in flat_out:
+        if not isinstance(leaf, torch.Tensor):
+            raise TypeError("make_graphed_callables: outputs must be tensors (or nested "
+                            f"tuples/lists/dicts of tensors), got {type(leaf).__name__}")
+    diff_out = [o for o in flat_out if o.requires_grad]
+    static_grad_out = [torch.empty_like(o) if o.requires_grad else None for o in flat_out]
+    bwd = TernGraph()
+    static_grad_in: list = [None] * len(static_inputs)
+    if diff_out and grad_inputs:
+        with graph(bwd, pool=pool, stream=stream):
+            grads = torch.autograd.grad(diff_out, grad_inputs,
+                                        grad_outputs=[g for g in static_grad_out if g is not None],
+                                        allow_unused=allow_unused_input)
+        it = iter(grads)
+        static_grad_in = [next(it) if need else None for need in needs_grad]
+    else:
+        bwd = None
+    # Keep the values only: the capture's autograd graph (and the parameters'
+    # AccumulateGrad nodes made on the capture stream) may go.
+    flat_out = [o.detach() for o in flat_out]
+    del static_out, diff_out
+    return static_inputs, fwd, flat_out, out_spec, static_grad_out, bwd, static_grad_in
+
+
+def make_graphed_callables(callables: Any, sample_args: Any, num_warmup_iters: int = 3,
+                           allow_unused_input: bool = False, pool: Any = None) -> Any:
+    """Graphed versions of callables (functions or ``nn.Module``\ s), as
+    ``torch.cuda.make_graphed_callables``: each one's forward and backward are
+    captured into tern graphs (sharing one pool) from ``sample_args``, and the
+    returned callable copies its tensor arguments into the static inputs,
+    replays the forward graph, and on backward replays the backward graph.
+    Arguments must have the sample's shapes, dtypes and ``requires_grad``;
+    outputs are tensors (or nested tuples/lists/dicts of them); a module
+    keeps its eager forward when it is called in another training mode or
+    with grad disabled than at capture."""
+    single = not isinstance(callables, tuple)
+    if single:
+        callables, sample_args = (callables,), (sample_args,)
+    if pool is None:
+        pool = graph_pool_handle()
+    results = []
+    for fn, args in zip(callables, sample_args):
+        args = tuple(args) if isinstance(args, (tuple, list)) else (args,)
+        if not all(isinstance(a, torch.Tensor) for a in args):
+            raise TypeError("make_graphed_callables: sample_args must be tensors")
+        is_module = isinstance(fn, torch.nn.Module)
+        params = tuple(fn.parameters()) if is_module else ()
+        if is_module and (fn._backward_hooks or fn._forward_hooks or fn._forward_pre_hooks):
+            raise RuntimeError("make_graphed_callables: modules with hooks are not supported")
+        (static_inputs, fwd, flat_out, out_spec, static_grad_out, bwd,
+         static_grad_in) = _graph_one(fn, args, params, num_warmup_iters, allow_unused_input, pool)
+
+        class Graphed(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, *inputs):
+                for static, given in zip(static_inputs, inputs):
+                    if static.data_ptr() != given.data_ptr():
+                        static.copy_(given)
+                fwd.replay()
+                return tuple(o.detach() for o in flat_out)
+
+            @staticmethod
+            @torch.autograd.function.once_differentiable
+            def backward(ctx, *grads):
+                if bwd is None:
+                    return tuple(None for _ in static_inputs)
+                for static, given in zip(static_grad_out, grads):
+                    if static is None:
+                        continue
+                    if given is None:
+                        static.zero_()
+                    elif static.data_ptr() != given.data_ptr():
+                        static.copy_(given)
+                bwd.replay()
+                return tuple(g.detach() if g is not None else None for g in static_grad_in)
+
+        def run(*user_args, _graphed=Graphed, _params=params, _spec=out_spec):
+            out = _graphed.apply(*(tuple(user_args) + _params))
+            return torch.utils._pytree.tree_unflatten(list(out), _spec)
+
+        run._tern_graphs = (fwd, bwd)  # keeps the graphs alive with the callable
+        if is_module:
+            training = fn.training
+            eager_forward = fn.forward
+
+            def forward(*user_args, _run=run, _module=fn, _training=training,
+                        _eager=eager_forward):
+                if _module.training == _training and torch.is_grad_enabled():
+                    return _run(*user_args)
+                return _eager(*user_args)
+
+            fn.forward = forward
+            results.append(fn)
+        else:
+            results.append(run)
+    return results[0] if single else tuple(results)
