@@ -100,9 +100,14 @@ class CaptureGraph {
   // A new pool id (torch.tern.graph_pool_handle()). Thread-safety: any thread.
   static uint64_t NewPoolId();
 
-  // For the Submit*() functions, under the capture registry's lock.
+  // For capture.cc (the Submit*() functions and the refusals): the tern
+  // graph recording, what the graph keeps alive until Reset() (owned host
+  // bytes, executable pins), and ending the capture as invalid.
+  // Thread-safety: only under the capture registry's lock (capture.cc).
   tern_graph_t graph() const { return graph_; }
+  // Thread-safety: only under the capture registry's lock (capture.cc).
   void Hold(std::shared_ptr<void> thing) { held_.push_back(std::move(thing)); }
+  // Thread-safety: only under the capture registry's lock (capture.cc).
   void Invalidate(const std::string& reason);
 
  private:
