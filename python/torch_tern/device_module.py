@@ -24,6 +24,11 @@ from ._inductor import (  # noqa: F401
 
 __all__ = [
     "Event",
+    "TernGraph",
+    "graph",
+    "graph_pool_handle",
+    "graphs",
+    "make_graphed_callables",
     "Stream",
     "StreamContext",
     "current_device",
@@ -651,11 +656,6 @@ def is_tf32_supported() -> bool:
 has_half = True
 
 
-def is_current_stream_capturing() -> bool:
-    """False: tern has no stream capture (recorded command sequences are planned)."""
-    return False
-
-
 def __getattr__(name: str) -> Any:
     # torch.cuda.default_generators is a tuple made at initialisation; here it
     # is made when first asked for, which initialises tern.
@@ -674,4 +674,14 @@ def get_autocast_dtype() -> torch.dtype:
 
 # ---- Submodules, as torch.cuda has them ----------------------------------------
 # Imported last: they take their functions from this module.
-from . import amp, memory, profiler, random  # noqa: E402,F401
+from . import amp, graphs, memory, profiler, random  # noqa: E402,F401
+from .graphs import (  # noqa: E402,F401
+    TernGraph,
+    graph,
+    graph_pool_handle,
+    is_current_stream_capturing,
+    make_graphed_callables,
+)
+
+# torch.cuda's name for the graph class, for code written against it.
+CUDAGraph = TernGraph

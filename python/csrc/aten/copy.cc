@@ -16,6 +16,7 @@
 
 #include "aten/minimal.h"
 #include "aten/program.h"
+#include "runtime/capture.h"
 #include "runtime/host_allocator.h"
 
 namespace torch_tern {
@@ -34,14 +35,19 @@ bool DenseTwins(const at::Tensor& a, const at::Tensor& b) {
          !b.is_neg();
 }
 
-void FreeOwned(void* user_data, tern_status_t) {
-  delete static_cast<std::vector<uint8_t>*>(user_data);
-}
-
 // Keeps a host storage alive until the queue reaches the callback.
 void ReleaseStorage(void* user_data, tern_status_t) {
   c10::raw::intrusive_ptr::decref(static_cast<c10::StorageImpl*>(user_data));
 }
+
+constexpr const char* kD2H =
+    "a device-to-host copy (.cpu(), .item(), .tolist(), printing a tern tensor, or an operator "
+    "that reads device values on the host)";
+
+// Host bytes that a capture records by value (its replays write what the
+// host tensor held at capture time): up to this size, larger copies are
+// refused, since a replay would not read the host tensor again.
+constexpr size_t kMaxCapturedHostBytes = 64 * 1024;
 
 bool IsTernPinned(const at::Tensor& t) {
   return t.is_cpu() && TernHostAllocator::Get().IsPinned(t.data_ptr());
@@ -55,6 +61,7 @@ at::Tensor ReadToHost(const at::Tensor& src) {
   if (span > 0) {
     const DeviceLocation loc = Locate(src);
     tern_queue_t queue = CurrentQueue(src.device().index());
+    RefuseIfCapturing(queue, kD2H);
     uint64_t sequence = 0;
     TERN_CHECK(tern_queue_copy_d2h(queue, buffer.data_ptr(), loc.buffer, loc.offset, SpanBytes(src),
                                    &sequence));
@@ -69,6 +76,17 @@ void WriteFromHost(const at::Tensor& host, const at::Tensor& dst, bool non_block
   if (bytes == 0) return;
   const DeviceLocation loc = Locate(dst);
   tern_queue_t queue = CurrentQueue(dst.device().index());
+  if (C10_UNLIKELY(IsCapturing(queue))) {
+    if (bytes > kMaxCapturedHostBytes) {
+      RefuseIfCapturing(queue, "a host-to-device copy of " + std::to_string(bytes) +
+                                   " bytes (over " + std::to_string(kMaxCapturedHostBytes) +
+                                   ", the most a graph records by value; copy into a static tern "
+                                   "tensor before capturing)");
+    }
+    const auto* data = static_cast<const uint8_t*>(host.data_ptr());
+    SubmitOwnedH2D(queue, loc.buffer, loc.offset, std::vector<uint8_t>(data, data + bytes));
+    return;
+  }
   uint64_t sequence = 0;
   TERN_CHECK(tern_queue_copy_h2d(queue, loc.buffer, loc.offset, host.data_ptr(), bytes, &sequence));
   if (non_blocking && IsTernPinned(host)) {
@@ -114,6 +132,7 @@ void CopyDeviceToHost(const at::Tensor& src, const at::Tensor& dst, bool non_blo
   if (DenseTwins(src, dst)) {
     const DeviceLocation loc = Locate(src);
     tern_queue_t queue = CurrentQueue(src.device().index());
+    RefuseIfCapturing(queue, kD2H);
     uint64_t sequence = 0;
     TERN_CHECK(tern_queue_copy_d2h(queue, dst.data_ptr(), loc.buffer, loc.offset, SpanBytes(src),
                                    &sequence));
@@ -138,6 +157,9 @@ void CopyDeviceToDevice(const at::Tensor& src, const at::Tensor& dst, bool non_b
   if (DenseTwins(src, dst)) {
     tern_queue_t queue = CurrentQueue(dst_device);
     if (src_device != dst_device) {
+      RefuseIfCapturing(queue, "a copy between two tern devices (an event across streams)");
+      RefuseIfCapturing(CurrentQueue(src_device),
+                        "a copy between two tern devices (an event across streams)");
       // Order after the work already queued on the source's stream, and keep
       // the source block from being reused before the copy ran.
       tern_event_t event = nullptr;
@@ -151,8 +173,7 @@ void CopyDeviceToDevice(const at::Tensor& src, const at::Tensor& dst, bool non_b
     }
     const DeviceLocation from = Locate(src);
     const DeviceLocation to = Locate(dst);
-    TERN_CHECK(tern_queue_copy_d2d(queue, to.buffer, to.offset, from.buffer, from.offset,
-                                   SpanBytes(src), nullptr));
+    SubmitCopyD2D(queue, to.buffer, to.offset, from.buffer, from.offset, SpanBytes(src));
     return;
   }
   if (src_device == dst_device && program::TryCopyKernel(src, dst)) return;
@@ -177,17 +198,7 @@ DeviceLocation Locate(const at::Tensor& t) {
 
 void EnqueueOwnedH2D(tern_queue_t queue, tern_buffer_t buffer, uint64_t offset,
                      std::vector<uint8_t> bytes) {
-  auto* owned = new std::vector<uint8_t>(std::move(bytes));
-  tern_status_t status =
-      tern_queue_copy_h2d(queue, buffer, offset, owned->data(), owned->size(), nullptr);
-  if (status == TERN_OK) status = tern_queue_host_callback(queue, &FreeOwned, owned, nullptr);
-  if (status != TERN_OK) {
-    // Nothing (or only the copy) was queued: wait for the copy, then free.
-    const std::string detail = DescribeLastError(status);
-    tern_queue_synchronize(queue, TERN_TIMEOUT_INFINITE);
-    delete owned;
-    TORCH_CHECK(false, "tern: queueing a host-to-device copy failed: ", detail);
-  }
+  SubmitOwnedH2D(queue, buffer, offset, std::move(bytes));
 }
 
 void Copy(const at::Tensor& src_in, const at::Tensor& dst, bool non_blocking) {
@@ -276,8 +287,7 @@ void FillRange(tern_queue_t queue, const DeviceLocation& loc, int64_t count,
       EnqueueOwnedH2D(queue, loc.buffer, begin, lane_bytes(begin, aligned_begin));
     }
     if (aligned_end > aligned_begin) {
-      TERN_CHECK(tern_queue_fill(queue, loc.buffer, aligned_begin, aligned_end - aligned_begin,
-                                 *pattern, nullptr));
+      SubmitFill(queue, loc.buffer, aligned_begin, aligned_end - aligned_begin, *pattern);
     }
     if (end > aligned_end)
       EnqueueOwnedH2D(queue, loc.buffer, aligned_end, lane_bytes(aligned_end, end));
@@ -288,8 +298,7 @@ void FillRange(tern_queue_t queue, const DeviceLocation& loc, int64_t count,
   EnqueueOwnedH2D(queue, loc.buffer, begin, element);
   for (int64_t filled = 1; filled < count;) {
     const int64_t n = std::min(filled, count - filled);
-    TERN_CHECK(tern_queue_copy_d2d(queue, loc.buffer, begin + filled * item, loc.buffer, begin,
-                                   n * item, nullptr));
+    SubmitCopyD2D(queue, loc.buffer, begin + filled * item, loc.buffer, begin, n * item);
     filled += n;
   }
 }
@@ -322,8 +331,7 @@ void ResizeStorageBytes(const c10::Storage& storage, size_t new_bytes) {
     const DeviceLocation from = allocator.Resolve(storage.data());
     const DeviceLocation to = allocator.Resolve(fresh.get());
     const c10::Stream stream = GetCurrentStream(storage.device().index());
-    TERN_CHECK(tern_queue_copy_d2d(GetQueue(stream), to.buffer, to.offset, from.buffer, from.offset,
-                                   keep, nullptr));
+    SubmitCopyD2D(GetQueue(stream), to.buffer, to.offset, from.buffer, from.offset, keep);
     // The old block may belong to another stream: keep it until the copy ran.
     allocator.recordStream(storage.data_ptr(), stream);
   }

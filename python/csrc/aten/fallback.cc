@@ -26,6 +26,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "runtime/capture.h"
+
 namespace torch_tern {
 namespace {
 
@@ -74,6 +76,9 @@ void CheckWrittenArgumentsOnTern(const c10::OperatorHandle& op, const std::strin
 
 void CpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const std::string name = OperatorName(op);
+  RefuseIfCurrentStreamCapturing("operator '" + name +
+                                 "' (it has no native tern kernel and would run on the CPU "
+                                 "fallback, copying its tern tensors to the host and back)");
   const char* mode = std::getenv("TORCH_TERN_FALLBACK");
   bool warn = false;
   {

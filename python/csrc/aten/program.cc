@@ -14,6 +14,7 @@
 
 #include "aten/minimal.h"
 #include "runtime/allocator.h"
+#include "runtime/capture.h"
 #include "runtime/runtime.h"
 
 // The executable API is new in libtern; bind it weakly so that the plugin
@@ -91,8 +92,50 @@ int64_t WrapDim(int64_t dim, int64_t rank) {
   return dim;
 }
 
-void Unload(tern_executable_t executable) {
+void UnloadNow(tern_executable_t executable) {
   if (executable != nullptr) tern_executable_unload(executable);
+}
+
+// Executables that captured graphs use (torch.tern.graph) stay loaded while
+// those graphs live: a pinned executable that the cache evicts (or a one-off
+// one) is unloaded when its last pin goes. Guarded by g_pin_mutex, which is
+// never held while taking g_mutex.
+std::mutex g_pin_mutex;
+auto* g_pins = new std::unordered_map<tern_executable_t, int64_t>();
+auto* g_unload_when_unpinned = new std::unordered_map<tern_executable_t, bool>();
+
+void Unload(tern_executable_t executable) {
+  if (executable == nullptr) return;
+  {
+    std::lock_guard<std::mutex> lock(g_pin_mutex);
+    if (g_pins->count(executable) != 0) {
+      (*g_unload_when_unpinned)[executable] = true;
+      return;
+    }
+  }
+  UnloadNow(executable);
+}
+
+void Unpin(void* pinned) {
+  auto* executable = static_cast<tern_executable_t>(pinned);
+  bool unload = false;
+  {
+    std::lock_guard<std::mutex> lock(g_pin_mutex);
+    auto it = g_pins->find(executable);
+    if (it == g_pins->end() || --it->second > 0) return;
+    g_pins->erase(it);
+    unload = g_unload_when_unpinned->erase(executable) != 0;
+  }
+  if (unload) UnloadNow(executable);
+}
+
+// A pin of `executable` that lasts as long as the returned pointer.
+std::shared_ptr<void> Pin(tern_executable_t executable) {
+  {
+    std::lock_guard<std::mutex> lock(g_pin_mutex);
+    ++(*g_pins)[executable];
+  }
+  return std::shared_ptr<void>(static_cast<void*>(executable), &Unpin);
 }
 
 }  // namespace
@@ -622,6 +665,10 @@ bool Program::Run(bool cache) {
   uint32_t function = 0;
   tern_executable_t evicted = nullptr;
   bool one_off = false;
+  const c10::DeviceIndex device = device_.index();
+  tern_queue_t queue = CurrentQueue(device);
+  const bool capturing = IsCapturing(queue);
+  std::shared_ptr<void> pin;  // while capturing: held by the graph
   {
     std::lock_guard<std::mutex> lock(g_mutex);
     auto it = g_cache->find(key);
@@ -665,12 +712,12 @@ bool Program::Run(bool cache) {
       executable = it->second.executable;
       function = it->second.function;
     }
+    // Pinned under g_mutex, before any other thread can evict it.
+    if (capturing && executable != nullptr) pin = Pin(executable);
   }
   Unload(evicted);
   if (executable == nullptr) return false;
 
-  const c10::DeviceIndex device = device_.index();
-  tern_queue_t queue = CurrentQueue(device);
   at::Tensor args_tensor;
   if (args_input_ >= 0) {
     // The per-run values: one small host-to-device copy, in queue order.
@@ -692,8 +739,9 @@ bool Program::Run(bool cache) {
     (b.output ? out : in).push_back(binding);
   }
   const tern_status_t status =
-      tern_queue_execute(queue, executable, function, in.data(), static_cast<uint32_t>(in.size()),
-                         out.data(), static_cast<uint32_t>(out.size()), nullptr);
+      SubmitExecute(queue, executable, function, in.data(), static_cast<uint32_t>(in.size()),
+                    out.data(), static_cast<uint32_t>(out.size()), pin);
+  pin.reset();  // the graph holds its own reference
   if (one_off) Unload(executable);
   TERN_CHECK(status);
   g_launches.fetch_add(1, std::memory_order_relaxed);

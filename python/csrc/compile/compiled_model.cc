@@ -6,6 +6,7 @@
 #include "aten/minimal.h"
 #include "aten/program.h"
 #include "runtime/allocator.h"
+#include "runtime/capture.h"
 #include "runtime/runtime.h"
 
 namespace torch_tern {
@@ -136,9 +137,11 @@ std::vector<at::Tensor> CompiledModel::Run(const std::vector<at::Tensor>& inputs
     out.push_back(Bind(results.back(), &bound));
   }
   auto execute = [&] {
-    return tern_queue_execute(CurrentQueue(device_), executable_, function_, in.data(),
-                              static_cast<uint32_t>(in.size()), out.data(),
-                              static_cast<uint32_t>(out.size()), nullptr);
+    // Captured (torch.tern.graph), the graph names the model's executable:
+    // the model must outlive the graph's replays.
+    return SubmitExecute(CurrentQueue(device_), executable_, function_, in.data(),
+                         static_cast<uint32_t>(in.size()), out.data(),
+                         static_cast<uint32_t>(out.size()), nullptr);
   };
   tern_status_t status = execute();
   if (status == TERN_ERROR_OUT_OF_MEMORY) {

@@ -15,6 +15,7 @@
 
 #include "aten/program.h"
 #include "runtime/allocator.h"
+#include "runtime/capture.h"
 #include "runtime/runtime.h"
 
 namespace torch_tern::distributed {
@@ -300,6 +301,7 @@ struct ProcessGroupTern::Launch {
 
   Launch(std::shared_ptr<CommState> s, c10::DeviceIndex device)
       : state(std::move(s)), compute(GetCurrentStream(device)), comm(*state->stream) {
+    RefuseIfCapturing(GetQueue(compute), "a collective (torch.distributed on tern)");
     // The collective waits for the work already queued on the caller's stream.
     c10::Event ready(c10::DeviceType::PrivateUse1);
     ready.record(compute);

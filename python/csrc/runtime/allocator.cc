@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/capture.h"
 #include "runtime/runtime.h"
 
 namespace torch_tern {
@@ -29,6 +30,14 @@ struct Block {
   tern_buffer_t buffer = nullptr;
   uintptr_t address = 0;
   std::vector<c10::Stream> used_on;  // other streams (record_stream)
+  uint64_t pool = 0;                 // graph pool that allocated it; 0: none
+};
+
+// A graph pool (see allocator.h).
+struct GraphPool {
+  int uses = 0;
+  std::map<size_t, std::vector<Block*>> free;  // by size class
+  std::vector<Block*> deferred;                // freed during a capture
 };
 
 struct PendingFree {
@@ -41,8 +50,10 @@ struct DeviceCache {
   std::map<std::pair<c10::StreamId, size_t>, std::vector<Block*>> free;
   std::vector<PendingFree> pending;
   DeviceStats stats;
-  double fraction = 1.0;     // set_per_process_memory_fraction
-  uint64_t reserve_cap = 0;  // fraction x capacity in bytes; 0: no cap
+  std::map<uint64_t, GraphPool> pools;
+  std::map<c10::StreamId, uint64_t> capturing;  // capturing stream -> its pool
+  double fraction = 1.0;                        // set_per_process_memory_fraction
+  uint64_t reserve_cap = 0;                     // fraction x capacity in bytes; 0: no cap
 };
 
 std::mutex g_mutex;
@@ -138,6 +149,30 @@ void FreeBlock(Block* block) {
   DeviceCache& cache = Cache(block->device);
   cache.live.erase(block->address);
   OnLive(cache, block, false);
+  if (!cache.capturing.empty() && (block->pool == 0 || !block->used_on.empty())) {
+    // Freed while a stream of the device captures: the recording may name
+    // it (its address is baked into the graph), so nobody gets it until the
+    // pool of a capture in progress is released.
+    auto own = cache.pools.find(block->pool);
+    GraphPool& pool =
+        own != cache.pools.end() ? own->second : cache.pools[cache.capturing.begin()->second];
+    block->used_on.clear();
+    pool.deferred.push_back(block);
+    return;
+  }
+  if (block->pool != 0) {
+    auto own = cache.pools.find(block->pool);
+    if (own != cache.pools.end()) {
+      if (block->used_on.empty()) {
+        own->second.free[block->size].push_back(block);
+      } else {
+        block->used_on.clear();
+        own->second.deferred.push_back(block);  // kept simple: no events
+      }
+      return;
+    }
+    block->pool = 0;  // the pool was released: an ordinary block again
+  }
   if (block->used_on.empty()) {
     cache.free[{block->stream, block->size}].push_back(block);
     return;
@@ -233,10 +268,23 @@ c10::DataPtr TernDeviceAllocator::allocate(size_t nbytes) {
   DeviceCache& cache = Cache(device);
   if (!cache.pending.empty()) ProcessPending(cache, /*wait=*/false);
   Block* block = nullptr;
-  auto it = cache.free.find({stream, size});
-  if (it != cache.free.end() && !it->second.empty()) {
-    block = it->second.back();
-    it->second.pop_back();
+  uint64_t pool = 0;
+  if (!cache.capturing.empty()) {
+    auto capture = cache.capturing.find(stream);
+    if (capture != cache.capturing.end()) pool = capture->second;
+  }
+  std::vector<Block*>* reuse = nullptr;
+  if (pool != 0) {
+    auto& pool_free = cache.pools[pool].free;
+    auto it = pool_free.find(size);
+    if (it != pool_free.end()) reuse = &it->second;
+  } else {
+    auto it = cache.free.find({stream, size});
+    if (it != cache.free.end()) reuse = &it->second;
+  }
+  if (reuse != nullptr && !reuse->empty()) {
+    block = reuse->back();
+    reuse->pop_back();
   } else {
     if (cache.reserve_cap != 0) EnforceReserveCap(device, cache, nbytes, size);
     tern_buffer_params_t params{};
@@ -283,6 +331,7 @@ c10::DataPtr TernDeviceAllocator::allocate(size_t nbytes) {
     block->size = size;
     block->buffer = buffer;
     block->address = static_cast<uintptr_t>(info.device_address);
+    block->pool = pool;
     OnSegment(cache, block, true);
   }
   block->requested = nbytes;
@@ -300,6 +349,7 @@ void TernDeviceAllocator::copy_data(void* dest, const void* src, std::size_t cou
   const DeviceLocation from = Resolve(src);
   TORCH_CHECK(dst.available >= count && from.available >= count, "tern copy_data out of range");
   tern_queue_t queue = CurrentQueue(dst.device);
+  RefuseIfCapturing(queue, "Allocator::copy_data (a synchronous device copy)");
   uint64_t sequence = 0;
   TERN_CHECK(tern_queue_copy_d2d(queue, dst.buffer, dst.offset, from.buffer, from.offset, count,
                                  &sequence));
@@ -455,11 +505,59 @@ std::vector<TernDeviceAllocator::BlockSnapshot> TernDeviceAllocator::Snapshot() 
       for (const Block* block : blocks) add(*block, "inactive");
     }
     for (const PendingFree& pending : cache.pending) add(*pending.block, "pending_free");
+    for (const auto& [id, pool] : cache.pools) {
+      for (const auto& [size, blocks] : pool.free) {
+        for (const Block* block : blocks) add(*block, "graph_pool_inactive");
+      }
+      for (const Block* block : pool.deferred) add(*block, "graph_pool_deferred");
+    }
   }
   std::sort(out.begin(), out.end(), [](const BlockSnapshot& a, const BlockSnapshot& b) {
     return a.device != b.device ? a.device < b.device : a.address < b.address;
   });
   return out;
+}
+
+void TernDeviceAllocator::RetainPool(c10::DeviceIndex device, uint64_t pool) {
+  TORCH_CHECK(pool != 0, "tern graph pool 0 is not a pool");
+  std::lock_guard<std::mutex> lock(g_mutex);
+  ++Cache(device).pools[pool].uses;
+}
+
+void TernDeviceAllocator::ReleasePool(c10::DeviceIndex device, uint64_t pool) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  DeviceCache& cache = Cache(device);
+  auto it = cache.pools.find(pool);
+  if (it == cache.pools.end() || --it->second.uses > 0) return;
+  for (const auto& [stream, capturing_pool] : cache.capturing) {
+    if (capturing_pool == pool) return;  // a capture still uses it (EndCapture first)
+  }
+  // Replays of the pool's graphs and any work on its deferred blocks must be
+  // over before anyone else may get them.
+  SynchronizeDeviceQuietly(device);
+  auto give_back = [&](Block* block) {
+    block->pool = 0;
+    block->used_on.clear();
+    cache.free[{block->stream, block->size}].push_back(block);
+  };
+  for (auto& [size, blocks] : it->second.free) {
+    for (Block* block : blocks) give_back(block);
+  }
+  for (Block* block : it->second.deferred) give_back(block);
+  cache.pools.erase(it);
+}
+
+void TernDeviceAllocator::BeginCapture(c10::DeviceIndex device, c10::StreamId stream,
+                                       uint64_t pool) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  DeviceCache& cache = Cache(device);
+  TORCH_CHECK(cache.capturing.count(stream) == 0, "tern stream ", stream, " is already capturing");
+  cache.capturing[stream] = pool;
+}
+
+void TernDeviceAllocator::EndCapture(c10::DeviceIndex device, c10::StreamId stream) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  Cache(device).capturing.erase(stream);
 }
 
 // The allocator torch uses for every tern tensor (and torch.accelerator's

@@ -78,12 +78,37 @@ class TernDeviceAllocator final : public c10::DeviceAllocator {
     size_t requested = 0;  // what the tensor asked for (0 when cached)
     c10::StreamId stream = 0;
     // "active_allocated" (a live tensor), "inactive" (cached, reusable) or
-    // "pending_free" (freed, waiting for other streams' work: record_stream).
+    // "pending_free" (freed, waiting for other streams' work: record_stream);
+    // blocks of graph pools: "graph_pool_inactive" (reusable by captures
+    // into the pool) or "graph_pool_deferred" (freed during a capture, held
+    // until the pool is released).
     const char* state = "";
   };
   // Every block of every device, by device and address.
   // Thread-safety: any thread (a consistent view under the allocator's lock).
   std::vector<BlockSnapshot> Snapshot();
+
+  // ---- Graph pools (torch.tern.graph) ----
+  // A graph pool holds the blocks that captures into it allocated: while
+  // stream `stream` of `device` captures into pool `pool`, that stream's
+  // allocations come from the pool (its own free blocks, else new ones), and
+  // a block of the pool, once freed, is reused only by captures into the
+  // same pool. A block freed on the device while any of its streams captures
+  // and not allocated by a capture (or used on other streams) is deferred:
+  // no one reuses it until the pool is released. RetainPool/ReleasePool
+  // count the pool's users (graphs); the last release synchronizes the
+  // device and returns the pool's free and deferred blocks to the ordinary
+  // free lists (its blocks still live join them when freed).
+  // Thread-safety: any thread (under the allocator's lock).
+  void RetainPool(c10::DeviceIndex device, uint64_t pool);
+  // Thread-safety: any thread; may synchronize the device (not under a lock
+  // that work on the device's queues needs).
+  void ReleasePool(c10::DeviceIndex device, uint64_t pool);
+  // Starts or ends routing `stream`'s allocations to `pool` (retained).
+  // Thread-safety: any thread.
+  void BeginCapture(c10::DeviceIndex device, c10::StreamId stream, uint64_t pool);
+  // Thread-safety: any thread.
+  void EndCapture(c10::DeviceIndex device, c10::StreamId stream);
 
  private:
   TernDeviceAllocator() = default;

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <vector>
 
+#include "runtime/capture.h"
 #include "runtime/runtime.h"
 
 namespace torch_tern {
@@ -43,6 +44,8 @@ void TernGeneratorImpl::set_offset(uint64_t offset) {
 uint64_t TernGeneratorImpl::get_offset() const { return offset_; }
 
 uint64_t TernGeneratorImpl::Reserve(uint64_t count) {
+  RefuseIfCurrentStreamCapturing(
+      "drawing random numbers (every replay would repeat the numbers drawn at capture time)");
   const uint64_t start = offset_;
   offset_ += (count + 3) / 4 * 4;
   return start;

@@ -6,6 +6,7 @@
 #include <c10/util/Exception.h>
 
 #include "runtime/allocator.h"
+#include "runtime/capture.h"
 #include "runtime/runtime.h"
 
 namespace torch_tern {
@@ -77,6 +78,7 @@ struct TernGuardImpl final : public c10::impl::DeviceGuardImplInterface {
                 static_cast<int>(device_index), " recorded on a stream of device ",
                 static_cast<int>(stream.device_index()));
     tern_queue_t queue = GetQueue(stream);
+    RefuseIfCapturing(queue, "recording an event on the capturing stream (events across streams)");
     if (*event == nullptr) {
       tern_event_t created = nullptr;
       TERN_CHECK(tern_event_create(&created));
@@ -88,7 +90,10 @@ struct TernGuardImpl final : public c10::impl::DeviceGuardImplInterface {
 
   void block(void* event, const c10::Stream& stream) const override {
     if (event == nullptr) return;
-    TERN_CHECK(tern_queue_wait_event(GetQueue(stream), AsEvent(event), nullptr));
+    tern_queue_t queue = GetQueue(stream);
+    RefuseIfCapturing(queue,
+                      "waiting for an event on the capturing stream (events across streams)");
+    TERN_CHECK(tern_queue_wait_event(queue, AsEvent(event), nullptr));
   }
 
   bool queryEvent(void* event) const override {

@@ -15,6 +15,7 @@
 #include "compile/compile_binding.h"
 #include "distributed/bindings.h"
 #include "runtime/allocator.h"
+#include "runtime/capture.h"
 #include "runtime/generator.h"
 #include "runtime/host_allocator.h"
 #include "runtime/profiling.h"
@@ -166,6 +167,21 @@ PYBIND11_MODULE(_C, m) {
   m.attr("__version__") = TORCH_TERN_VERSION;
 
   m.def("_init", &Init, "Initialize tern (tern_init) for torch; raises if not usable.");
+  // Stream capture into tern graphs (torch_tern/graphs.py).
+  py::class_<CaptureGraph>(m, "_TernGraph")
+      .def(py::init<>())
+      .def("capture_begin", &CaptureGraph::CaptureBegin, py::arg("pool") = 0)
+      .def("capture_end", &CaptureGraph::CaptureEnd, py::call_guard<py::gil_scoped_release>())
+      .def("abort_capture", &CaptureGraph::AbortCapture)
+      .def("replay", &CaptureGraph::Replay, py::call_guard<py::gil_scoped_release>())
+      .def("reset", &CaptureGraph::Reset, py::call_guard<py::gil_scoped_release>())
+      .def("pool", &CaptureGraph::Pool)
+      .def("command_count", &CaptureGraph::CommandCount);
+  m.def("_graph_pool_handle", &CaptureGraph::NewPoolId);
+  m.def("_is_stream_capturing", [](int64_t stream_id, int device) {
+    if (!IsInitialized()) return false;
+    return IsStreamCapturing(MakeStream(Resolve(device), static_cast<c10::StreamId>(stream_id)));
+  });
   RegisterCompilerBindings(m);
   distributed::RegisterDistributedBindings(m);
   RegisterProfilingBindings(m);

@@ -9,6 +9,8 @@
 #include <mutex>
 #include <vector>
 
+#include "runtime/capture.h"
+
 namespace torch_tern {
 
 std::string DescribeLastError(tern_status_t status) {
@@ -250,6 +252,9 @@ tern_queue_t GetQueue(c10::Stream stream) {
 tern_queue_t CurrentQueue(c10::DeviceIndex device) { return GetQueue(GetCurrentStream(device)); }
 
 void WaitQueue(tern_queue_t queue, uint64_t sequence) {
+  RefuseIfCapturing(queue,
+                    "waiting for the stream's work on the host (a synchronization: "
+                    "Stream.synchronize(), a device-to-host copy, .item())");
   const tern_status_t status =
       sequence == 0 ? tern_queue_synchronize(queue, TERN_TIMEOUT_INFINITE)
                     : tern_queue_wait_sequence(queue, sequence, TERN_TIMEOUT_INFINITE);
@@ -266,6 +271,7 @@ bool QueryStream(c10::Stream stream) {
   DeviceState& state = State(stream.device_index());
   tern_queue_t queue = state.queues[stream.id()].load(std::memory_order_acquire);
   if (queue == nullptr) return true;  // never used
+  if (C10_UNLIKELY(IsCapturing(queue))) RefuseIfCapturing(queue, "Stream.query()");
   const tern_status_t status = tern_queue_query(queue, nullptr);
   if (status == TERN_OK) return true;
   if (status == TERN_ERROR_NOT_READY) return false;
@@ -275,6 +281,9 @@ bool QueryStream(c10::Stream stream) {
 
 void SynchronizeStream(c10::Stream stream) {
   DeviceState& state = State(stream.device_index());
+  if (C10_UNLIKELY(IsStreamCapturing(stream))) {
+    RefuseIfCapturing(GetQueue(stream), "Stream.synchronize()");
+  }
   tern_queue_t queue = state.queues[stream.id()].load(std::memory_order_acquire);
   if (queue != nullptr) WaitQueue(queue);
 }
@@ -282,6 +291,7 @@ void SynchronizeStream(c10::Stream stream) {
 void SynchronizeDevice(c10::DeviceIndex device) {
   if (device < 0) device = CurrentDevice();
   DeviceState& state = State(device);
+  RefuseIfDeviceCapturing(device, "torch.tern.synchronize() (a device-wide synchronization)");
   for (auto& slot : state.queues) {
     tern_queue_t queue = slot.load(std::memory_order_acquire);
     if (queue != nullptr) WaitQueue(queue);
