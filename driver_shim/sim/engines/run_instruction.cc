@@ -184,6 +184,33 @@ TERN_INLINE void StoreI64Loop(uint8_t* p, int64_t stride, int64_t n, const int64
   }
 }
 
+// Conversions that go through another load or store: n elements in chunks
+// of 256 loaded as Mid by `load` and converted into out, or converted from
+// in to Mid and stored by `store`.
+template <typename Mid, typename Out, typename LoadFn, typename Convert>
+TERN_INLINE void LoadThrough(LoadFn load, tern_dtype_t dtype, const uint8_t* p, int64_t stride,
+                             int64_t n, Out* out, Convert convert) {
+  Mid tmp[256];
+  const int64_t step = stride * static_cast<int64_t>(isa::DTypeSize(dtype));
+  for (int64_t done = 0; done < n; done += 256) {
+    const int64_t m = std::min<int64_t>(256, n - done);
+    load(dtype, p + done * step, stride, m, tmp);
+    for (int64_t i = 0; i < m; ++i) out[done + i] = convert(tmp[i]);
+  }
+}
+
+template <typename Mid, typename In, typename StoreFn>
+TERN_INLINE void StoreThrough(StoreFn store, tern_dtype_t dtype, uint8_t* p, int64_t stride,
+                              int64_t n, const In* in) {
+  Mid tmp[256];
+  const int64_t step = stride * static_cast<int64_t>(isa::DTypeSize(dtype));
+  for (int64_t done = 0; done < n; done += 256) {
+    const int64_t m = std::min<int64_t>(256, n - done);
+    for (int64_t i = 0; i < m; ++i) tmp[i] = static_cast<Mid>(in[done + i]);
+    store(dtype, p + done * step, stride, m, tmp);
+  }
+}
+
 }  // namespace
 
 TERN_VECTOR_CLONES
@@ -205,16 +232,9 @@ void LoadI64(tern_dtype_t dtype, const uint8_t* p, int64_t stride, int64_t n, in
       for (int64_t i = 0; i < n; ++i) out[i] = DoubleToInt<int64_t>(src[i * stride]);
       return;
     }
-    default: {  // floats: through f32, truncating
-      float tmp[256];
-      for (int64_t done = 0; done < n; done += 256) {
-        const int64_t m = std::min<int64_t>(256, n - done);
-        LoadF32(dtype, p + done * stride * static_cast<int64_t>(isa::DTypeSize(dtype)), stride, m,
-                tmp);
-        for (int64_t i = 0; i < m; ++i) out[done + i] = FloatToInt<int64_t>(tmp[i]);
-      }
-      return;
-    }
+    default:  // floats: through f32, truncating
+      return LoadThrough<float>(LoadF32, dtype, p, stride, n, out,
+                                [](float v) { return FloatToInt<int64_t>(v); });
   }
 }
 
@@ -235,16 +255,8 @@ void StoreI64(tern_dtype_t dtype, uint8_t* p, int64_t stride, int64_t n, const i
       for (int64_t i = 0; i < n; ++i) dst[i * stride] = static_cast<double>(in[i]);
       return;
     }
-    default: {
-      float tmp[256];
-      for (int64_t done = 0; done < n; done += 256) {
-        const int64_t m = std::min<int64_t>(256, n - done);
-        for (int64_t i = 0; i < m; ++i) tmp[i] = static_cast<float>(in[done + i]);
-        StoreF32(dtype, p + done * stride * static_cast<int64_t>(isa::DTypeSize(dtype)), stride, m,
-                 tmp);
-      }
-      return;
-    }
+    default:
+      return StoreThrough<float>(StoreF32, dtype, p, stride, n, in);
   }
 }
 
@@ -257,21 +269,12 @@ void LoadF64(tern_dtype_t dtype, const uint8_t* p, int64_t stride, int64_t n, do
   }
   if (dtype == TERN_DTYPE_I64 || dtype == TERN_DTYPE_I32 || dtype == TERN_DTYPE_I8 ||
       dtype == TERN_DTYPE_BOOL) {
-    int64_t tmp[256];
-    for (int64_t done = 0; done < n; done += 256) {
-      const int64_t m = std::min<int64_t>(256, n - done);
-      LoadI64(dtype, p + done * stride * static_cast<int64_t>(isa::DTypeSize(dtype)), stride, m,
-              tmp);
-      for (int64_t i = 0; i < m; ++i) out[done + i] = static_cast<double>(tmp[i]);
-    }
-    return;
+    return LoadThrough<int64_t>(LoadI64, dtype, p, stride, n, out,
+                                [](int64_t v) { return static_cast<double>(v); });
   }
-  float tmp[256];  // the 32- and 16-bit floats: exact in f64
-  for (int64_t done = 0; done < n; done += 256) {
-    const int64_t m = std::min<int64_t>(256, n - done);
-    LoadF32(dtype, p + done * stride * static_cast<int64_t>(isa::DTypeSize(dtype)), stride, m, tmp);
-    for (int64_t i = 0; i < m; ++i) out[done + i] = tmp[i];
-  }
+  // The 32- and 16-bit floats: exact in f64.
+  LoadThrough<float>(LoadF32, dtype, p, stride, n, out,
+                     [](float v) { return static_cast<double>(v); });
 }
 
 TERN_VECTOR_CLONES
@@ -291,16 +294,8 @@ void StoreF64(tern_dtype_t dtype, uint8_t* p, int64_t stride, int64_t n, const d
     case TERN_DTYPE_BOOL:
       return StoreLoop<uint8_t>(p, stride, n, in,
                                 [](double v) { return static_cast<uint8_t>(v != 0.0); });
-    default: {  // the 32- and 16-bit floats: through f32, as PyTorch's casts round
-      float tmp[256];
-      for (int64_t done = 0; done < n; done += 256) {
-        const int64_t m = std::min<int64_t>(256, n - done);
-        for (int64_t i = 0; i < m; ++i) tmp[i] = static_cast<float>(in[done + i]);
-        StoreF32(dtype, p + done * stride * static_cast<int64_t>(isa::DTypeSize(dtype)), stride, m,
-                 tmp);
-      }
-      return;
-    }
+    default:  // the 32- and 16-bit floats: through f32, as PyTorch's casts round
+      return StoreThrough<float>(StoreF32, dtype, p, stride, n, in);
   }
 }
 
