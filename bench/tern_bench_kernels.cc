@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "common/isa_rules.h"
+#include "driver_shim/sim/engines/kernels_testing.h"
 #include "driver_shim/sim/engines/numerics.h"
 #include "driver_shim/sim/engines/run_instruction.h"
 #include "machine_report.h"
@@ -187,8 +188,8 @@ void Check(tern_status_t status, const char* what) {
 
 // A whole execution through the public API: a one-instruction matmul
 // executable loaded on a simulated device, run with tern_queue_execute and
-// waited for with tern_queue_synchronize. The kernel runs on the runtime's
-// compute thread (driver_shim/sim/compute_worker.h) and its OpenMP team.
+// waited for with tern_queue_synchronize. The kernel runs on the queue's
+// thread and the kernel pool (driver_shim/sim/engines/kernel_pool.h).
 class PublicMatmul {
  public:
   static void Init() {
@@ -442,12 +443,13 @@ void BenchOverlap(int64_t n, int64_t copy_bytes) {
   cpu_set_t cpus;
   CPU_ZERO(&cpus);
   sched_getaffinity(0, sizeof(cpus), &cpus);
-  const int threads = omp_get_max_threads(), host_cpus = CPU_COUNT(&cpus);
-  std::printf(
-      "overlap: the compute kernels use %d OpenMP threads on %d CPUs: %s\n", threads, host_cpus,
-      threads < host_cpus ? "a CPU is free, the DMA engine runs beside them"
-                          : "no CPU is free, the DMA engine takes turns with them (docs/sim.md); "
-                            "run with OMP_NUM_THREADS set below the CPU count to see the overlap");
+  const int threads = tern::sim::KernelThreadsForHost(), host_cpus = CPU_COUNT(&cpus);
+  std::printf("overlap: the compute kernels use %d threads on %d CPUs: %s\n", threads, host_cpus,
+              threads < host_cpus
+                  ? "a CPU is free, the DMA engine runs beside them"
+                  : "no CPU is free, the DMA engine takes turns with them (docs/sim.md); "
+                    "run with TERN_SIM_KERNEL_THREADS below the CPU count to see the "
+                    "overlap");
   std::vector<double> sum_ratio, max_ratio;
   for (size_t r = 0; r < t.times[2].size(); ++r) {
     sum_ratio.push_back(t.times[2][r] / (t.times[0][r] + t.times[1][r]));
@@ -582,8 +584,10 @@ void BenchMlp(int64_t batch, int64_t in, int64_t hidden, int64_t out) {
 
   // The direct side.
   using dnnl::memory;
-  const int threads = tern::sim::SizeKernelThreadsForHost();
+  // The direct calls get as many threads as tern's kernels (the kernel pool).
+  const int threads = tern::sim::KernelThreadsForHost();
   const int caller_threads = omp_get_max_threads();
+  omp_set_num_threads(threads);
   dnnl::engine eng(dnnl::engine::kind::cpu, 0);
   dnnl::stream stream(eng);
   auto md = [](int64_t rows, int64_t cols) {
@@ -700,7 +704,7 @@ void BenchElementwise(int64_t n) {
          {out.data(), a.data(), b.data()}, {TERN_BINARY_ADD});
   Op gelu(TERN_OP_UNARY, {Desc(TERN_DTYPE_F32, {n}), Desc(TERN_DTYPE_F32, {n})},
           {out.data(), a.data()}, {TERN_UNARY_GELU});
-  const int threads = omp_get_max_threads();
+  const int threads = tern::sim::KernelThreadsForHost();
   // memcpy buffers big enough for the add's 3 * 4n bytes moved (1.5 * 4n copied).
   std::vector<uint8_t> src(n * 6), dst(n * 6);
   std::memset(src.data(), 1, src.size());
@@ -726,9 +730,9 @@ void BenchElementwise(int64_t n) {
     Report(what, c.bytes, "GB/s", t.times[0], base, 0.7);
     // The same on one core in CPU time, which a loaded machine distorts less.
     const Timed cpu = Rounds({[&] {
-                                omp_set_num_threads(1);
+                                tern::sim::SetKernelThreadsForTesting(1);
                                 c.op->Run();
-                                omp_set_num_threads(threads);
+                                tern::sim::SetKernelThreadsForTesting(0);
                               },
                               [&] { std::memcpy(dst.data(), src.data(), copy); }},
                              10, 1.0, 400, ThreadCpuSeconds);
@@ -749,8 +753,7 @@ void BenchUnary(int64_t n) {
   const double copy_cpu = BestCpuTime([&] { std::memcpy(dst.data(), src.data(), n * 4); }, 10);
   std::printf("unary f32 %lldM on 1 core (CPU time); memcpy of the same bytes: %.1f GB/s\n",
               static_cast<long long>(n >> 20), bytes / copy_cpu / 1e9);
-  const int threads = omp_get_max_threads();
-  omp_set_num_threads(1);
+  tern::sim::SetKernelThreadsForTesting(1);
   for (int64_t fn = 0; fn < TERN_UNARY_COUNT; ++fn) {
     if (fn == TERN_UNARY_BITWISE_NOT) continue;  // integers only
     // Arguments inside every function's domain: (0, 1) for asin/acos/log,
@@ -773,7 +776,7 @@ void BenchUnary(int64_t n) {
     std::printf("  %-12s %7.1f GB/s  ratio %.2f\n", tern::isa::UnaryFnName(fn), bytes / ours / 1e9,
                 copy_cpu / ours);
   }
-  omp_set_num_threads(threads);
+  tern::sim::SetKernelThreadsForTesting(0);
 }
 
 }  // namespace
@@ -808,7 +811,8 @@ int main(int argc, char** argv) {
     }
   }
   tern::bench::PrintMachine(stdout, /*pin_copy_strategy=*/true);
-  std::printf("tern simulated-engine kernels, %d threads\n", omp_get_max_threads());
+  std::printf("tern simulated-engine kernels, %d threads (the kernel pool)\n",
+              tern::sim::KernelThreadsForHost());
   const std::vector<int64_t> sizes = only_size > 0 ? std::vector<int64_t>{only_size}
                                      : quick       ? std::vector<int64_t>{256}
                                                    : std::vector<int64_t>{512, 1024, 2048, 4096};

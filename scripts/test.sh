@@ -55,7 +55,8 @@ if [ "$fast" -eq 0 ]; then
   TERN_STRESS_COMMANDS=${TERN_STRESS_COMMANDS_TSAN:-20000} build_and_test build-tsan thread \
     'concurrency|stress|unit|cts|negative' tern_stress_test tern_cts node_registry_test \
     tern_comm_inprocess_test tern_comm_kernels_test tern_engine_streams_test \
-    tern_executable_schedule_test tern_executable_execute_test byte_mover_test
+    tern_executable_schedule_test tern_executable_execute_test byte_mover_test \
+    tern_kernel_pool_test
   scripts/fuzz.sh 60
   # The export test runs the compiled model with build/examples/run_model,
   # built above: there it must not skip.

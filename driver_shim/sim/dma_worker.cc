@@ -7,8 +7,8 @@
 namespace tern::sim {
 
 DmaWorker& DmaWorker::Get() {
-  // Never destroyed: the thread lives as long as the process, like the
-  // compute thread whose jobs it serves.
+  // Never destroyed: the thread lives as long as the process, and
+  // executions may still be finishing while static destructors run.
   static DmaWorker* worker = new DmaWorker();
   return *worker;
 }
@@ -17,9 +17,11 @@ DmaWorker::DmaWorker() {
   std::thread([this] { Loop(); }).detach();
 }
 
-void DmaWorker::Start(std::function<Status()> job) {
+bool DmaWorker::TryStart(std::function<Status()> job) {
+  if (held_.exchange(true, std::memory_order_acquire)) return false;
   job_ = std::move(job);
   doorbell_.Signal(++started_);
+  return true;
 }
 
 void DmaWorker::Loop() {

@@ -1,14 +1,14 @@
-// The host thread that plays the simulated DMA engines while the compute
+// The host thread that plays the simulated DMA engines while an execution's
 // thread runs the other engines' streams (engine_streams.h): a copy on the
 // DMA engine overlaps a matmul on the tensor engine, as on hardware.
 //
-// Every execution runs on the process's one compute thread
-// (compute_worker.h), which is this worker's only client, so it holds one
-// job at a time. Kernels run here on this thread alone: the compute thread's
-// OpenMP team keeps the host's other cores.
+// It serves one execution at a time (TryStart fails while another holds it;
+// that execution's copies then run on its own thread). Kernels run here on
+// this thread alone: the kernel pool keeps the host's other cores.
 #ifndef TERN_DRIVER_SHIM_SIM_DMA_WORKER_H_
 #define TERN_DRIVER_SHIM_SIM_DMA_WORKER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 
@@ -22,16 +22,19 @@ class DmaWorker {
   // The process's worker, started on first use and never destroyed.
   static DmaWorker& Get();
 
-  // Starts `job` on the DMA thread. The previous job must have finished
-  // (Finished() or Wait() said so).
-  // Thread-safety: the compute thread only.
-  void Start(std::function<Status()> job);
+  // Starts `job` on the DMA thread unless another caller holds the worker
+  // (false). A caller that started a job holds the worker until it calls
+  // Release(), after the job finished (Finished() or Wait() said so) and its
+  // result() was read.
+  // Thread-safety: any thread; the calls below only by the holder.
+  bool TryStart(std::function<Status()> job);
+  void Release() { held_.store(false, std::memory_order_release); }
   // Whether the job started last has finished.
   bool Finished() const { return done_.value() == started_; }
   // Waits for the job started last until `timeout_ns` passes; true when it
   // finished.
   bool Wait(uint64_t timeout_ns) const { return done_.Wait(started_, timeout_ns); }
-  // The finished job's status. Thread-safety: the compute thread only.
+  // The finished job's status.
   const Status& result() const { return result_; }
 
  private:
@@ -40,9 +43,10 @@ class DmaWorker {
 
   std::function<Status()> job_;  // written before doorbell_ advances
   Status result_;                // written before done_ advances
-  uint64_t started_ = 0;         // jobs started (compute thread)
-  Timeline doorbell_;            // value: jobs started
-  Timeline done_;                // value: jobs finished
+  std::atomic<bool> held_{false};
+  uint64_t started_ = 0;  // jobs started (by the holder)
+  Timeline doorbell_;     // value: jobs started
+  Timeline done_;         // value: jobs finished
 };
 
 }  // namespace tern::sim

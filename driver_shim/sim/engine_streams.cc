@@ -103,6 +103,7 @@ class StreamRunner {
     if (on_dma_thread_ != nullptr) {
       DmaWorker::Get().Wait(UINT64_MAX);
       on_dma_thread_ = nullptr;
+      DmaWorker::Get().Release();
     }
     return failure;
   }
@@ -161,10 +162,12 @@ class StreamRunner {
       ++done_;
       return OkStatus();
     }
+    // (The DMA thread serves one execution at a time: when another queue's
+    // execution holds it, this one's copies run here.)
     if (may_hand_off && instruction.engine == TERN_ENGINE_DMA && on_dma_thread_ == nullptr &&
-        dma_thread_has_a_cpu_ && OthersCanGo(engine)) {
+        dma_thread_has_a_cpu_ && OthersCanGo(engine) &&
+        DmaWorker::Get().TryStart([this, &instruction] { return run_(instruction); })) {
       on_dma_thread_ = &engine;
-      DmaWorker::Get().Start([this, &instruction] { return run_(instruction); });
       return OkStatus();
     }
     Status status = run_(instruction);
@@ -184,7 +187,8 @@ class StreamRunner {
   Status CollectDma() {
     Engine& engine = *on_dma_thread_;
     on_dma_thread_ = nullptr;
-    const Status& status = DmaWorker::Get().result();
+    const Status status = DmaWorker::Get().result();
+    DmaWorker::Get().Release();
     if (!status.ok()) return Failed(engine.instruction(), status);
     ++engine.next;
     ++done_;

@@ -65,13 +65,10 @@ class SimDevice final : public driver::Device {
   // `trace_track` (0: none) receives a span per instruction of an execution.
   Status Run(uint32_t core, const driver::Command& command, tern_error_class_t* out_class,
              uint32_t trace_track = 0);
-  // Runs a kExecute command's function (sim_execute.cc) on the process's
-  // compute thread, or on the calling queue thread when executions stay
-  // there (compute_worker.h); ExecuteProgramHere runs it on this one.
+  // Runs a kExecute command's function (sim_execute.cc) on the calling queue
+  // thread; its kernels use the kernel pool (engines/kernel_pool.h).
   Status ExecuteProgram(uint32_t core, const driver::Command& command,
                         tern_error_class_t* out_class, uint32_t trace_track);
-  Status ExecuteProgramHere(uint32_t core, const driver::Command& command,
-                            tern_error_class_t* out_class, uint32_t trace_track);
   // Wakes commands that hang on an injected fault (queue shutdown).
   void InterruptHangs();
   NodeRegistry& registry() const;

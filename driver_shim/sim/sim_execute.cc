@@ -1,7 +1,7 @@
-// Running a loaded program on the simulated engines: on the process's compute
-// thread (compute_worker.h), the engines run the function's streams
-// (engine_streams.h), each instruction's kernel on the engine view of device
-// memory, while the queue's thread waits for it.
+// Running a loaded program on the simulated engines: on the queue's thread,
+// the engines run the function's streams (engine_streams.h), each
+// instruction's kernel on the engine view of device memory, split across the
+// kernel pool's threads (engines/kernel_pool.h).
 #include <fmt/format.h>
 
 #include <span>
@@ -9,7 +9,6 @@
 
 #include "common/timeline.h"
 #include "common/trace.h"
-#include "driver_shim/sim/compute_worker.h"
 #include "driver_shim/sim/engine_streams.h"
 #include "driver_shim/sim/engines/run_instruction.h"
 #include "driver_shim/sim/sim_driver.h"
@@ -17,15 +16,6 @@
 namespace tern::sim {
 
 using driver::Command;
-
-Status SimDevice::ExecuteProgram(uint32_t core, const Command& command,
-                                 tern_error_class_t* out_class, uint32_t trace_track) {
-  if (ExecutionsStayOnQueueThreads()) {
-    return ExecuteProgramHere(core, command, out_class, trace_track);
-  }
-  return RunOnComputeThread(
-      [&] { return ExecuteProgramHere(core, command, out_class, trace_track); });
-}
 
 void SimDevice::PrepareProgram(const driver::Program& program) {
   for (const driver::Function& function : program.functions) {
@@ -37,8 +27,8 @@ void SimDevice::PrepareProgram(const driver::Program& program) {
   }
 }
 
-Status SimDevice::ExecuteProgramHere(uint32_t core, const Command& command,
-                                     tern_error_class_t* out_class, uint32_t trace_track) {
+Status SimDevice::ExecuteProgram(uint32_t core, const Command& command,
+                                 tern_error_class_t* out_class, uint32_t trace_track) {
   if (!command.details || !command.details->program ||
       command.details->function >= command.details->program->functions.size()) {
     *out_class = TERN_ERROR_CLASS_INVALID_COMMAND;

@@ -6,7 +6,6 @@
 #include "driver_shim/sim/engine_streams.h"
 
 #include <gtest/gtest.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <atomic>
@@ -18,6 +17,7 @@
 #include <vector>
 
 #include "common/timeline.h"
+#include "driver_shim/sim/engines/kernels_testing.h"
 #include "driver_shim/sim/engines/run_instruction.h"
 
 namespace tern::sim {
@@ -165,17 +165,16 @@ TEST(EngineStreams, RandomSchedulesInterleaveIndependentStreamsInManyOrders) {
 
 // A copy and a matmul on independent streams. The DMA engine runs beside the
 // compute engines exactly when their kernels leave a CPU free: with one
-// OpenMP thread on a host of two CPUs or more, and never when the kernels
-// use every CPU (a DMA thread would stall their team).
+// kernel thread on a host of two CPUs or more, and never when the kernels
+// use every CPU (the DMA thread would take a CPU from them).
 TEST(EngineStreams, DmaEngineRunsBesideTheComputeEnginesWhenACpuIsFree) {
   if (std::thread::hardware_concurrency() < 2) GTEST_SKIP() << "one CPU: nothing can overlap";
   driver::Function function;
   function.name = "overlap";
   AddStream(&function, TERN_ENGINE_DMA, {Work(TERN_ENGINE_DMA, "copy")});
   AddStream(&function, TERN_ENGINE_TENSOR, {Work(TERN_ENGINE_TENSOR, "matmul")});
-  const int threads_before = omp_get_max_threads();
   for (const int threads : {1, static_cast<int>(std::thread::hardware_concurrency())}) {
-    omp_set_num_threads(threads);
+    SetKernelThreadsForTesting(threads);
     const bool overlaps = KernelsLeaveACpuFree();
     if (threads == 1) {
       EXPECT_TRUE(overlaps);
@@ -208,7 +207,7 @@ TEST(EngineStreams, DmaEngineRunsBesideTheComputeEnginesWhenACpuIsFree) {
     EXPECT_EQ(copy_on_other_thread, overlaps) << threads << " threads";
     EXPECT_EQ(copy_saw_matmul, overlaps) << threads << " threads";
   }
-  omp_set_num_threads(threads_before);
+  SetKernelThreadsForTesting(0);
 }
 
 TEST(EngineStreams, DmaEngineRunsOnTheCallingThreadWhenNothingCouldOverlap) {

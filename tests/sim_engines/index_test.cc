@@ -2,7 +2,6 @@
 // results against naive references, negative indices, duplicates summed in
 // order, bf16 accumulation in f32, and out-of-range indices failing with the
 // position before anything is written.
-#include <omp.h>
 
 #include "kernel_test_util.h"
 
@@ -153,12 +152,12 @@ TEST(ScatterAddTest, Bf16AccumulatesInF32AndIsDeterministic) {
   RandomIndices(big_idx, 50, rng);
   big_src.Randomize(rng);
   Tensor a(TERN_DTYPE_F32, {50, 128}), b(TERN_DTYPE_F32, {50, 128});
-  const int threads = omp_get_max_threads();
-  omp_set_num_threads(1);
+  const int threads = KernelThreadsForHost();
+  SetKernelThreadsForTesting(1);
   ASSERT_TRUE(Exec(TERN_OP_SCATTER_ADD, {&a, &big_idx, &big_src}, {0}).ok());
-  omp_set_num_threads(std::max(2, threads));
+  SetKernelThreadsForTesting(std::max(2, threads));
   ASSERT_TRUE(Exec(TERN_OP_SCATTER_ADD, {&b, &big_idx, &big_src}, {0}).ok());
-  omp_set_num_threads(threads);
+  SetKernelThreadsForTesting(0);
   for (int64_t i = 0; i < a.count(); ++i) ASSERT_EQ(a.Bits(i), b.Bits(i));
   // And equal to summing in index order in f32.
   std::vector<float> ref(50 * 128, 0.0f);

@@ -12,11 +12,15 @@
 #include <vector>
 
 #include "common/isa_rules.h"
+#include "driver_shim/sim/engines/kernels_testing.h"
 #include "driver_shim/sim/engines/run_instruction.h"
 
 namespace tern::testing {
 
 using Shape = std::vector<int64_t>;
+// Tests compare kernels split one way and another (kernels_testing.h).
+using sim::KernelThreadsForHost;
+using sim::SetKernelThreadsForTesting;
 
 // A tensor in host memory: a desc (segment OUTPUT, offset 0) and storage
 // covering its extent. Elements are addressed by their row-major logical

@@ -1,7 +1,6 @@
 // RANDOM: the documented Philox stream layout, reproducibility (same seed
 // and offset, same bits, whatever the thread count or layout), distinct
 // streams, ranges, and the moments of the distributions.
-#include <omp.h>
 
 #include <cmath>
 #include <set>
@@ -84,12 +83,12 @@ TEST(RandomTest, OffsetsAdvanceByBlocksOfFour) {
 TEST(RandomTest, IndependentOfThreadsAndLayout) {
   const int64_t n = 1 << 20;
   Tensor one(TERN_DTYPE_F32, {n}), two(TERN_DTYPE_F32, {n});
-  const int threads = omp_get_max_threads();
-  omp_set_num_threads(1);
+  const int threads = KernelThreadsForHost();
+  SetKernelThreadsForTesting(1);
   ASSERT_TRUE(Random(one, TERN_RANDOM_NORMAL, kSeed, 3).ok());
-  omp_set_num_threads(std::max(2, threads));
+  SetKernelThreadsForTesting(std::max(2, threads));
   ASSERT_TRUE(Random(two, TERN_RANDOM_NORMAL, kSeed, 3).ok());
-  omp_set_num_threads(threads);
+  SetKernelThreadsForTesting(0);
   for (int64_t i = 0; i < n; ++i) ASSERT_EQ(one.Bits(i), two.Bits(i)) << i;
   // Element i is the logical (row-major) element, whatever the strides.
   Tensor contiguous(TERN_DTYPE_BF16, {33, 65}),

@@ -1,7 +1,6 @@
 // Reductions, softmax and the normalisations (forward and backward) against
 // naive double references, with the backward references checked against
 // finite differences of the forward ones.
-#include <omp.h>
 
 #include <cmath>
 #include <limits>
@@ -240,12 +239,12 @@ TEST(ReduceTest, LargeColumnRowAndBlockedPathsAreThreadCountIndependent) {
           two(ReduceOutDtype(fn, TERN_DTYPE_F32), out_shape);
       std::vector<int64_t> ints = {fn};
       ints.insert(ints.end(), c.axes.begin(), c.axes.end());
-      const int threads = omp_get_max_threads();
-      omp_set_num_threads(1);
+      const int threads = KernelThreadsForHost();
+      SetKernelThreadsForTesting(1);
       ASSERT_TRUE(Exec(TERN_OP_REDUCE, {&one, &in}, ints).ok());
-      omp_set_num_threads(std::max(2, threads));
+      SetKernelThreadsForTesting(std::max(2, threads));
       ASSERT_TRUE(Exec(TERN_OP_REDUCE, {&two, &in}, ints).ok());
-      omp_set_num_threads(threads);
+      SetKernelThreadsForTesting(0);
       for (int64_t i = 0; i < one.count(); ++i)
         ASSERT_EQ(one.Bits(i), two.Bits(i)) << ShapeStr(c.shape);
     }
@@ -573,12 +572,12 @@ TEST(NormTest, GradWeightIsThreadCountIndependent) {
   ASSERT_TRUE(Exec(TERN_OP_LAYER_NORM, {&y, &mean, &rstd, &x}, {1}, {1e-5}).ok());
   Tensor gw1(TERN_DTYPE_F32, {64}), gw2(TERN_DTYPE_F32, {64}), gb1(TERN_DTYPE_F32, {64}),
       gb2(TERN_DTYPE_F32, {64});
-  const int threads = omp_get_max_threads();
-  omp_set_num_threads(1);
+  const int threads = KernelThreadsForHost();
+  SetKernelThreadsForTesting(1);
   ASSERT_TRUE(Exec(TERN_OP_LAYER_NORM_BACKWARD, {&gi, &gw1, &gb1, &g, &x, &mean, &rstd}, {1}).ok());
-  omp_set_num_threads(std::max(2, threads));
+  SetKernelThreadsForTesting(std::max(2, threads));
   ASSERT_TRUE(Exec(TERN_OP_LAYER_NORM_BACKWARD, {&gi, &gw2, &gb2, &g, &x, &mean, &rstd}, {1}).ok());
-  omp_set_num_threads(threads);
+  SetKernelThreadsForTesting(0);
   for (int64_t j = 0; j < 64; ++j) {
     EXPECT_EQ(gw1.Bits(j), gw2.Bits(j));
     EXPECT_EQ(gb1.Bits(j), gb2.Bits(j));

@@ -2,7 +2,6 @@
 // strided and permuted layouts, negative axes, empty and size-1 axes, i64
 // beyond what doubles hold exactly, NaN and ties (sort is stable, topk takes
 // sort's order), and results that do not depend on the thread count.
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -188,15 +187,15 @@ TEST(ScanTest, InPlaceAndThreadCountIndependent) {
   Tensor in(TERN_DTYPE_BF16, {512, 129});
   in.Randomize(rng);
   Tensor one(TERN_DTYPE_BF16, {512, 129});
-  const int threads = omp_get_max_threads();
-  omp_set_num_threads(1);
+  const int threads = KernelThreadsForHost();
+  SetKernelThreadsForTesting(1);
   ASSERT_TRUE(Exec(TERN_OP_SCAN, {&one, &in}, {TERN_SCAN_SUM, 1}).ok());
-  omp_set_num_threads(std::max(threads, 4));
+  SetKernelThreadsForTesting(std::max(threads, 4));
   Tensor many(TERN_DTYPE_BF16, {512, 129});
   ASSERT_TRUE(Exec(TERN_OP_SCAN, {&many, &in}, {TERN_SCAN_SUM, 1}).ok());
   // In place: out is in.
   ASSERT_TRUE(Exec(TERN_OP_SCAN, {&in, &in}, {TERN_SCAN_SUM, 1}).ok());
-  omp_set_num_threads(threads);
+  SetKernelThreadsForTesting(0);
   for (int64_t i = 0; i < in.count(); ++i) {
     ASSERT_EQ(one.Bits(i), many.Bits(i)) << i;
     ASSERT_EQ(one.Bits(i), in.Bits(i)) << i;

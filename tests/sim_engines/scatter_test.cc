@@ -4,7 +4,6 @@
 // (counted from the end by scatter, refused by scatter_along_axis), empty
 // indices, the same bits on any thread count, and out-of-range indices
 // failing with the position before anything is written.
-#include <omp.h>
 
 #include "kernel_test_util.h"
 
@@ -87,12 +86,12 @@ TEST(ScatterTest, SameBitsOnAnyThreadCount) {
   RandomIndices(idx, 50, rng);
   src.Randomize(rng);
   Tensor a(TERN_DTYPE_F32, {50, 64}), b(TERN_DTYPE_F32, {50, 64});
-  const int threads = omp_get_max_threads();
-  omp_set_num_threads(1);
+  const int threads = KernelThreadsForHost();
+  SetKernelThreadsForTesting(1);
   ASSERT_TRUE(Exec(TERN_OP_SCATTER, {&a, &idx, &src}, {0}).ok());
-  omp_set_num_threads(std::max(2, threads));
+  SetKernelThreadsForTesting(std::max(2, threads));
   ASSERT_TRUE(Exec(TERN_OP_SCATTER, {&b, &idx, &src}, {0}).ok());
-  omp_set_num_threads(threads);
+  SetKernelThreadsForTesting(0);
   std::vector<double> ref(50 * 64, 0.0);
   for (int64_t j = 0; j < 4096; ++j) {
     for (int64_t k = 0; k < 64; ++k) ref[Norm(idx.GetInt(j), 50) * 64 + k] = src.Get(j * 64 + k);

@@ -6,6 +6,7 @@
 // packed into contiguous f32 first and still multiplied by oneDNN; integer
 // matmuls, empty shapes, and anything oneDNN rejects run portable loops.
 #include <fmt/format.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <array>
@@ -290,10 +291,14 @@ struct MatmulEntry {
   memory::desc a_md, b_md, out_md, bias_md, scratch_md;
   // Memory objects for the operands, made once and pointed at each call's
   // data (set_data_handle): making five per call cost more than a small
-  // product. One caller at a time uses them; another one that finds them in
-  // use makes its own.
-  std::mutex memories_mu;
-  std::array<memory, 5> memories;  // guarded by memories_mu
+  // product. A set serves one caller at a time: the parts of a split product
+  // run at once on the kernel pool's threads, so there are a few; a caller
+  // that finds them all in use makes its own.
+  struct Memories {
+    std::mutex mu;
+    std::array<memory, 5> objects;  // guarded by mu
+  };
+  std::array<Memories, 4> memories;
 };
 
 PrimitiveCache<MatmulEntry>& MatmulCache() {
@@ -310,6 +315,7 @@ bool DnnlMatmul(const Dims& a_dims, const Dims& a_strides, memory::data_type a_d
                 float beta, const Dims* bias_dims, const Dims* bias_strides,
                 memory::data_type bias_dt, const void* bias) {
   PrimitiveKey key;
+  key.Add(omp_get_max_threads());  // oneDNN splits a primitive for its creator's team
   for (const Dims* dims : {&a_dims, &a_strides, &b_dims, &b_strides, &out_dims, &out_strides}) {
     key.Add(*dims);
   }
@@ -375,9 +381,17 @@ bool DnnlMatmul(const Dims& a_dims, const Dims& a_strides, memory::data_type a_d
   const int arg_count = bias_dims ? 5 : 4;
   try {
     dnnl::engine& eng = Engine();
-    std::unique_lock<std::mutex> own(entry->memories_mu, std::try_to_lock);
     std::array<memory, 5> local;
-    std::array<memory, 5>& memories = own.owns_lock() ? entry->memories : local;
+    std::array<memory, 5>* held = &local;
+    std::unique_lock<std::mutex> own;
+    for (MatmulEntry::Memories& set : entry->memories) {
+      own = std::unique_lock<std::mutex>(set.mu, std::try_to_lock);
+      if (own.owns_lock()) {
+        held = &set.objects;
+        break;
+      }
+    }
+    std::array<memory, 5>& memories = *held;
     const memory::desc* mds[5] = {&entry->a_md, &entry->b_md, &entry->out_md, &entry->scratch_md,
                                   &entry->bias_md};
     dnnl_exec_arg_t args[5];
@@ -645,6 +659,118 @@ bool SmallMatmulF32(const MatmulGeometry& g, Operands ops, bool has_bias) {
   return true;
 }
 
+// A product oneDNN takes in place: its operands as oneDNN memory (dims,
+// strides, type, data).
+struct DnnlOperands {
+  Dims a_dims, a_strides;
+  memory::data_type a_dt;
+  const void* a;
+  Dims b_dims, b_strides;
+  const void* b;
+  Dims out_dims, out_strides;
+  memory::data_type out_dt;
+  void* out;
+  const Dims* bias_dims;
+  const Dims* bias_strides;
+  memory::data_type bias_dt;
+  const void* bias;
+};
+
+// Products with fewer multiply-adds run as one part: a part must be worth
+// waking a thread for (about 2 us of work on one core).
+constexpr int64_t kMinSplitMacs = int64_t{1} << 17;
+
+size_t DnnlSize(memory::data_type dt) { return dt == memory::data_type::f32 ? 4 : 2; }
+
+// Runs the product through oneDNN, split across the kernel pool's threads,
+// with oneDNN single-threaded in each part. A part is a slab of whole
+// matrices (the first batch dimension) when there are enough, else of the
+// output's rows (M), else of its columns (N): in that order the slabs stay
+// dense, which oneDNN's fastest kernels want (a column slab of a row-major B
+// is strided and gets its slower jit gemm, whose kernels are generated at
+// the first call in the process). The parts and their primitives are the
+// same on every call for a shape, so loading a program prepares them. A
+// shape whose parts oneDNN refuses runs whole. Products with beta != 0 are
+// not split: a part refused at execution would leave the others'
+// accumulation to be done twice by the fallback. Returns false where
+// DnnlMatmul would.
+bool SplitDnnlMatmul(const DnnlOperands& p, float alpha, float beta) {
+  const size_t r = p.out_dims.size();
+  const int64_t m = p.out_dims[r - 2], n = p.out_dims[r - 1], k = p.a_dims[r - 1];
+  int64_t batch = 1;
+  for (size_t d = 0; d + 2 < r; ++d) batch *= p.out_dims[d];
+  auto whole = [&] {
+    return DnnlMatmul(p.a_dims, p.a_strides, p.a_dt, p.a, p.b_dims, p.b_strides, p.b, p.out_dims,
+                      p.out_strides, p.out_dt, p.out, alpha, beta, p.bias_dims, p.bias_strides,
+                      p.bias_dt, p.bias);
+  };
+  const int threads = KernelThreads();
+  if (threads <= 1 || beta != 0.0f || batch * m * n * k < kMinSplitMacs) return whole();
+  size_t dim = r - 1;
+  int64_t align = 16;  // column slabs of whole cache lines of f32
+  if (r > 2 && p.out_dims[0] >= threads) {
+    dim = 0;
+    align = 1;
+  } else if (m >= 8) {
+    dim = r - 2;
+    align = 1;
+  }
+  const int64_t extent = p.out_dims[dim];
+  int64_t step = (extent + threads - 1) / threads;
+  step = (step + align - 1) / align * align;
+  const int parts = static_cast<int>((extent + step - 1) / step);
+  if (parts <= 1) return whole();
+  auto run_part = [&](int part) {
+    const int64_t begin = part * step, size = std::min(step, extent - begin);
+    DnnlOperands q = p;
+    const uint8_t* a = static_cast<const uint8_t*>(p.a);
+    const uint8_t* b = static_cast<const uint8_t*>(p.b);
+    uint8_t* out = static_cast<uint8_t*>(p.out);
+    const uint8_t* bias = static_cast<const uint8_t*>(p.bias);
+    q.out_dims[dim] = size;
+    out += begin * p.out_strides[dim] * DnnlSize(p.out_dt);
+    // An operand takes the slab unless the split dimension is not its own
+    // (N for a, M for b) or it broadcasts there (a batch dimension of 1).
+    if (dim != r - 1 && p.a_dims[dim] != 1) {
+      q.a_dims[dim] = size;
+      a += begin * p.a_strides[dim] * DnnlSize(p.a_dt);
+    }
+    if (dim != r - 2 && p.b_dims[dim] != 1) {
+      q.b_dims[dim] = size;
+      b += begin * p.b_strides[dim] * DnnlSize(p.a_dt);
+    }
+    Dims bias_dims;
+    if (bias && dim == r - 1) {
+      bias_dims = *p.bias_dims;
+      bias_dims[dim] = size;
+      q.bias_dims = &bias_dims;
+      bias += begin * (*p.bias_strides)[dim] * DnnlSize(p.bias_dt);
+    }
+    return DnnlMatmul(q.a_dims, q.a_strides, q.a_dt, a, q.b_dims, q.b_strides, b, q.out_dims,
+                      q.out_strides, q.out_dt, out, alpha, beta, q.bias_dims, q.bias_strides,
+                      q.bias_dt, bias);
+  };
+  // Every part runs single-threaded, on whichever thread takes it (the
+  // pool's helpers are; the calling thread may not be).
+  const int caller_threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  // Every part's primitive first (a cache lookup once made).
+  const bool was_prepare_only = t_prepare_only;
+  t_prepare_only = true;
+  bool ok = run_part(0) && run_part(parts - 1);  // (a last, shorter slab has its own)
+  t_prepare_only = was_prepare_only;
+  if (ok && !t_prepare_only) {
+    std::atomic<bool> all_ok{true};
+    KernelPool::Instance().Run(parts, [&](int part, int /*slot*/) {
+      if (!run_part(part)) all_ok.store(false, std::memory_order_relaxed);
+    });
+    ok = all_ok.load(std::memory_order_relaxed);
+  }
+  omp_set_num_threads(caller_threads);
+  // Refused parts (beta is 0: whatever a part wrote is overwritten).
+  return ok || whole();
+}
+
 Status MatmulProduct(const driver::Instruction& ins, Operands ops) {
   const isa::OperandDesc& out = *ops[0].desc;
   const isa::OperandDesc& a = *ops[1].desc;
@@ -682,15 +808,22 @@ Status MatmulProduct(const driver::Instruction& ins, Operands ops) {
         bias_strides[r - 1] = bias_stride;
         bias_strides = SafeStrides(bias_dims.data(), bias_strides.data(), r);
       }
-      if (DnnlMatmul(ad, SafeStrides(g.a_shape, g.a_strides, r), DnnlType(a.dtype), ops[1].data, bd,
-                     SafeStrides(g.b_shape, g.b_strides, r), ops[2].data, od,
-                     SafeStrides(out.shape.data(), out.strides.data(), r), DnnlType(out.dtype),
-                     ops[0].data, g.alpha, g.beta, has_bias ? &bias_dims : nullptr,
-                     has_bias ? &bias_strides : nullptr,
-                     DnnlType(ops[3 < ops.size() ? 3 : 0].desc->dtype),
-                     has_bias ? ops[3].data : nullptr)) {
-        return OkStatus();
-      }
+      const DnnlOperands operands{ad,
+                                  SafeStrides(g.a_shape, g.a_strides, r),
+                                  DnnlType(a.dtype),
+                                  ops[1].data,
+                                  bd,
+                                  SafeStrides(g.b_shape, g.b_strides, r),
+                                  ops[2].data,
+                                  od,
+                                  SafeStrides(out.shape.data(), out.strides.data(), r),
+                                  DnnlType(out.dtype),
+                                  ops[0].data,
+                                  has_bias ? &bias_dims : nullptr,
+                                  has_bias ? &bias_strides : nullptr,
+                                  DnnlType(ops[3 < ops.size() ? 3 : 0].desc->dtype),
+                                  has_bias ? ops[3].data : nullptr};
+      if (SplitDnnlMatmul(operands, g.alpha, g.beta)) return OkStatus();
     }
     if (t_prepare_only) return OkStatus();  // the packed path makes its primitive when it runs
     // Packed: contiguous f32 copies (batch broadcasts kept as size 1), f32
@@ -894,6 +1027,7 @@ bool DnnlConv(ConvKind kind, const ConvParams& p, const ConvShape& s,
   const Dims pad_r = {(s.oh - 1) * p.sh + (s.kh - 1) * p.dh + 1 - s.h - p.ph,
                       (s.ow - 1) * p.sw + (s.kw - 1) * p.dw + 1 - s.w - p.pw};
   PrimitiveKey key;
+  key.Add(omp_get_max_threads());
   key.Add(static_cast<int64_t>(kind));
   key.Add(static_cast<int64_t>(dt));
   for (int i = 0; i < 3; ++i) {
@@ -1024,6 +1158,51 @@ bool DnnlConv(ConvKind kind, const ConvParams& p, const ConvShape& s,
 }
 
 // Runs one convolution kind. slots: src side, weight side, dst side in ops.
+// DnnlConv split across the kernel pool's threads by slabs of the batch,
+// oneDNN single-threaded in each part (as SplitDnnlMatmul). The weight
+// gradient sums over the batch and runs whole, as do shapes whose parts
+// oneDNN refuses.
+bool SplitDnnlConv(ConvKind kind, const ConvParams& p, const ConvShape& s,
+                   const isa::OperandDesc* descs[3], uint8_t* data[3], const float* bias) {
+  const int threads = KernelThreads();
+  const int64_t macs =
+      s.n * s.o * s.oh * s.ow * (s.c / std::max<int64_t>(1, p.groups)) * s.kh * s.kw;
+  if (kind == ConvKind::kBackwardWeight || threads <= 1 || s.n < 2 || macs < kMinSplitMacs) {
+    return DnnlConv(kind, p, s, descs, data, bias);
+  }
+  const int64_t step = (s.n + threads - 1) / threads;
+  const int parts = static_cast<int>((s.n + step - 1) / step);
+  auto run_part = [&](int part) {
+    const int64_t begin = part * step, size = std::min(step, s.n - begin);
+    isa::OperandDesc slab[3] = {*descs[0], *descs[1], *descs[2]};
+    const isa::OperandDesc* slab_descs[3] = {&slab[0], &slab[1], &slab[2]};
+    uint8_t* slab_data[3] = {data[0], data[1], data[2]};
+    for (int i : {0, 2}) {  // the input and the output (or their gradients)
+      slab[i].shape[0] = size;
+      slab_data[i] +=
+          begin * slab[i].strides[0] * static_cast<int64_t>(isa::DTypeSize(slab[i].dtype));
+    }
+    ConvShape part_shape = s;
+    part_shape.n = size;
+    return DnnlConv(kind, p, part_shape, slab_descs, slab_data, bias);
+  };
+  const int caller_threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const bool was_prepare_only = t_prepare_only;
+  t_prepare_only = true;
+  bool ok = run_part(0) && run_part(parts - 1);
+  t_prepare_only = was_prepare_only;
+  if (ok && !t_prepare_only) {
+    std::atomic<bool> all_ok{true};
+    KernelPool::Instance().Run(parts, [&](int part, int /*slot*/) {
+      if (!run_part(part)) all_ok.store(false, std::memory_order_relaxed);
+    });
+    ok = all_ok.load(std::memory_order_relaxed);
+  }
+  omp_set_num_threads(caller_threads);
+  return ok || DnnlConv(kind, p, s, descs, data, bias);
+}
+
 Status RunConv(ConvKind kind, const driver::Instruction& ins, Operands ops, int src_slot,
                int wt_slot, int dst_slot) {
   const ConvParams p = ConvParamsOf(ins);
@@ -1045,7 +1224,7 @@ Status RunConv(ConvKind kind, const driver::Instruction& ins, Operands ops, int 
       for (const isa::OperandDesc* d : descs)
         strides_ok = strides_ok && NoBroadcast(d->shape.data(), d->strides.data(), 0, 4);
       if (dt != TERN_DTYPE_F16 && strides_ok &&
-          DnnlConv(kind, p, s, descs, data, bias.empty() ? nullptr : bias.data())) {
+          SplitDnnlConv(kind, p, s, descs, data, bias.empty() ? nullptr : bias.data())) {
         return OkStatus();
       }
     }

@@ -4,8 +4,6 @@
 #ifndef TERN_DRIVER_SHIM_SIM_ENGINES_KERNELS_INTERNAL_H_
 #define TERN_DRIVER_SHIM_SIM_ENGINES_KERNELS_INTERNAL_H_
 
-#include <omp.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -16,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "driver_shim/sim/engines/kernel_pool.h"
 #include "driver_shim/sim/engines/numerics.h"
 #include "driver_shim/sim/engines/run_instruction.h"
 
@@ -39,7 +38,8 @@ using Operands = std::span<const TensorView>;
 inline constexpr int64_t kParallelGrain = 32 * 1024;
 
 #if defined(__SANITIZE_THREAD__)
-// libgomp is not instrumented: ThreadSanitizer would report its internals.
+// Kernels stay on their thread under ThreadSanitizer: oneDNN is not
+// instrumented, and the pool itself has its own test under TSan.
 inline constexpr bool kUseThreads = false;
 #else
 inline constexpr bool kUseThreads = true;
@@ -47,39 +47,36 @@ inline constexpr bool kUseThreads = true;
 
 // Set by KeepKernelsOnThisThread() (run_instruction.h).
 extern thread_local bool t_kernels_on_this_thread;
+// Set by SetKernelThreadsForTesting() (kernels_testing.h); 0: none.
+extern thread_local int t_kernel_threads_for_testing;
 
-// How many CPU threads a kernel may split its work across.
+// How many CPU threads a kernel may split its work across (kernel_pool.h).
 inline int KernelThreads() {
-  return kUseThreads && !t_kernels_on_this_thread ? omp_get_max_threads() : 1;
+  if (!kUseThreads || t_kernels_on_this_thread) return 1;
+  if (t_kernel_threads_for_testing > 0) return t_kernel_threads_for_testing;
+  return KernelPool::Instance().threads();
 }
 
 // Splits [0, n) into contiguous ranges of at least `grain` items and calls
-// fn(begin, end) on each, on the CPU threads (on the calling thread when the
-// work is small). Ranges are handed out dynamically, a few per thread, so a
-// thread that the OS preempts (a busy machine, several engines running at
-// once) delays the others little. Callers never let results depend on the
-// split.
+// fn(begin, end) on each, on the kernel pool's threads (on the calling thread
+// when the work is small). Ranges are handed out dynamically, a few per
+// thread, so a thread that the OS preempts (a busy machine, several engines
+// running at once) delays the others little. Callers never let results
+// depend on the split.
 template <typename Fn>
 void ParallelFor(int64_t n, int64_t grain, Fn&& fn) {
   if (n <= 0) return;
   grain = std::max<int64_t>(grain, 1);
   int threads = 1;
-  if (n >= 2 * grain && !omp_in_parallel()) {
-    threads = static_cast<int>(std::min<int64_t>(KernelThreads(), n / grain));
-  }
+  if (n >= 2 * grain) threads = static_cast<int>(std::min<int64_t>(KernelThreads(), n / grain));
   if (threads <= 1) {
     fn(int64_t{0}, n);
     return;
   }
   const int64_t chunks = std::min<int64_t>(n / grain, int64_t{threads} * 4);
-  std::atomic<int64_t> next{0};
-#pragma omp parallel num_threads(threads)
-  {
-    for (int64_t c = next.fetch_add(1, std::memory_order_relaxed); c < chunks;
-         c = next.fetch_add(1, std::memory_order_relaxed)) {
-      fn(n * c / chunks, n * (c + 1) / chunks);
-    }
-  }
+  KernelPool::Instance().Run(static_cast<int>(chunks), [&](int chunk, int /*slot*/) {
+    fn(n * chunk / chunks, n * (chunk + 1) / chunks);
+  });
 }
 
 // --- strided layouts ----------------------------------------------------------

@@ -10,6 +10,13 @@ namespace tern::sim {
 // effect for instructions started afterwards.
 bool SetOneDnnDisabledForTesting(bool disabled);
 
+// Makes the kernels that the calling thread runs split their work as if the
+// kernel pool had `threads` threads (the pool's real threads run the parts),
+// so tests can check that results do not depend on the split; 0 restores
+// the pool's own count. Returns the previous setting (0: none).
+// Thread-safety: affects the calling thread only.
+int SetKernelThreadsForTesting(int threads);
+
 }  // namespace tern::sim
 
 #endif  // TERN_DRIVER_SHIM_SIM_ENGINES_KERNELS_TESTING_H_

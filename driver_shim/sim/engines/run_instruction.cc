@@ -13,12 +13,14 @@
 #include <vector>
 
 #include "driver_shim/sim/engines/kernels_internal.h"
+#include "driver_shim/sim/engines/kernels_testing.h"
 #include "driver_shim/sim/engines/numerics.h"
 
 namespace tern::sim {
 namespace kernels {
 
 thread_local bool t_kernels_on_this_thread = false;
+thread_local int t_kernel_threads_for_testing = 0;
 
 Layout MakeLayout(uint32_t rank, const int64_t* shape, std::span<const int64_t* const> strides) {
   Layout layout;
@@ -464,14 +466,24 @@ void PrepareInstruction(const driver::Instruction& instruction) {
     if (instruction.operands[i].present()) views[i].data = placeholder;
   }
   // oneDNN sizes a primitive's parallel split for the creating thread's
-  // team: make it for the team that will run it, then restore the caller's.
-  const int caller_threads = kernels::kUseThreads ? omp_get_max_threads() : 1;
-  if (kernels::kUseThreads) omp_set_num_threads(KernelThreadsForHost());
+  // OpenMP team: make it for the single thread that runs each part of a
+  // kernel (kernel_pool.h), then restore the caller's.
+  const int caller_threads = omp_get_max_threads();
+  omp_set_num_threads(1);
   kernels::PrepareDnnlKernels(instruction, views);
-  if (kernels::kUseThreads) omp_set_num_threads(caller_threads);
+  omp_set_num_threads(caller_threads);
 }
 
-void KeepKernelsOnThisThread() { kernels::t_kernels_on_this_thread = true; }
+int SetKernelThreadsForTesting(int threads) {
+  const int previous = kernels::t_kernel_threads_for_testing;
+  kernels::t_kernel_threads_for_testing = threads > 0 ? threads : 0;
+  return previous;
+}
+
+void KeepKernelsOnThisThread() {
+  kernels::t_kernels_on_this_thread = true;
+  omp_set_num_threads(1);  // oneDNN too
+}
 
 namespace {
 
@@ -488,7 +500,7 @@ int HostCpus() {
 
 int KernelThreadsForHost() {
   static const int threads = [] {
-    int chosen = std::max(1, HostCpus() - 1);
+    int chosen = HostCpus();
     if (const char* value = std::getenv("TERN_SIM_KERNEL_THREADS"); value != nullptr && *value) {
       char* end = nullptr;
       const long requested = std::strtol(value, &end, 10);
@@ -501,11 +513,11 @@ int KernelThreadsForHost() {
   return threads;
 }
 
-int SizeKernelThreadsForHost() {
-  const int threads = KernelThreadsForHost();
-  if (kernels::kUseThreads) omp_set_num_threads(threads);
-  return threads;
+void StartKernelPool() {
+  if (kernels::kUseThreads) kernels::KernelPool::Instance().Start();
 }
+
+void PrepareThreadForKernels() { omp_set_num_threads(1); }
 
 bool KernelsLeaveACpuFree() { return kernels::KernelThreads() < HostCpus(); }
 

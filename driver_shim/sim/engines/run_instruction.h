@@ -34,36 +34,37 @@ Status RunInstruction(const driver::Instruction& instruction, std::span<const Te
 // before computing: makes and caches its oneDNN primitives (matmul and
 // convolution; a no-op for other opcodes). Called when a program is loaded,
 // so that its first execution costs about what the later ones do. The
-// primitives are made for the kernels' team size (KernelThreadsForHost), as
-// executions run them. Failures are left for the execution to report.
+// primitives are made single-threaded, as every part of a kernel runs them
+// (kernel_pool.h). Failures are left for the execution to report.
 // Thread-safety: any thread; concurrent calls are fine.
 void PrepareInstruction(const driver::Instruction& instruction);
 
 // Makes the kernels that the calling thread runs from now on stay on it (no
-// CPU threads of their own): for a thread that runs beside the compute
-// thread, such as the DMA engine's (dma_worker.h), so that two OpenMP teams
-// never compete for the host's CPUs.
+// other CPU threads): for a thread that runs beside the engines' own, such
+// as the DMA engine's (dma_worker.h), so that it never competes with the
+// kernel pool for the host's CPUs.
 // Thread-safety: affects the calling thread only.
 void KeepKernelsOnThisThread();
 
-// The size of the kernels' OpenMP team on this host: every CPU the process
-// may use but one, or TERN_SIM_KERNEL_THREADS (see SizeKernelThreadsForHost).
-// Decided once per process.
+// How many CPU threads the kernels split their work across (the kernel pool,
+// engines/kernel_pool.h, counting the thread that runs the kernel): every CPU
+// the process may use, or TERN_SIM_KERNEL_THREADS. Decided once per process.
 // Thread-safety: any thread.
 int KernelThreadsForHost();
 
-// Sizes the OpenMP team of the calling thread (the compute thread) for the
-// host it runs on (KernelThreadsForHost): every CPU the process may use but one, which stays for
-// the framework's own thread (the one that enqueues work) and the queues' threads; one kernel
-// thread on a 2-CPU host. A team as large as the host stalled there: libgomp's workers spin, and
-// when the enqueuing thread takes one of their CPUs a matmul of 50-130 us took ~7 ms, one time in
-// two. TERN_SIM_KERNEL_THREADS=N overrides. Returns the team size chosen. Thread-safety: affects
-// the calling thread only.
-int SizeKernelThreadsForHost();
+// Starts the kernel pool's helper threads (at tern_init, so that no
+// execution pays for creating them).
+// Thread-safety: any thread.
+void StartKernelPool();
+
+// Prepares the calling thread to run kernels: oneDNN runs single-threaded on
+// it (its OpenMP team is never opened; the kernel pool splits the work).
+// Thread-safety: affects the calling thread only.
+void PrepareThreadForKernels();
 
 // Whether the kernels that the calling thread runs leave a host CPU free
 // (they use fewer CPU threads than the process may run on), so that another
-// engine's thread can run beside them without stalling their OpenMP team.
+// engine's thread can run beside them without stalling them.
 // Thread-safety: any thread; answers for the calling thread.
 bool KernelsLeaveACpuFree();
 

@@ -1,0 +1,172 @@
+#include "driver_shim/sim/engines/kernel_pool.h"
+
+#include <linux/futex.h>
+#include <omp.h>
+#include <pthread.h>
+#include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <thread>
+
+#include "driver_shim/sim/engines/run_instruction.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+namespace tern::sim::kernels {
+namespace {
+
+// How long a helper keeps looking for the next kernel before it sleeps,
+// adapted per helper: doubled when a kernel came while it looked, halved
+// when none did. Within an execution the next split kernel usually follows in
+// microseconds (the engines' bookkeeping, a small kernel in between), and
+// looking saves a futex wake-up; after an execution's last one, looking only
+// takes a CPU from the framework's thread, so a helper that keeps finding
+// nothing soon looks for 2 us. A late helper costs little: the caller takes
+// the parts it has not started.
+constexpr int64_t kMinHelperSpinNs = 2'000;
+constexpr int64_t kMaxHelperSpinNs = 64'000;
+// How long the calling thread spins for parts held by helpers before it
+// yields its CPU to them (a helper the OS preempted needs that CPU back).
+constexpr auto kCallerSpin = std::chrono::microseconds(50);
+
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#endif
+}
+
+void FutexWait(std::atomic<uint32_t>* word, uint32_t expected) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT_PRIVATE, expected, nullptr,
+          nullptr, 0);
+}
+
+void FutexWakeAll(std::atomic<uint32_t>* word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr,
+          nullptr, 0);
+}
+
+}  // namespace
+
+KernelPool& KernelPool::Instance() {
+  // Never destroyed: helpers live as long as the process, and kernels may
+  // still run while static destructors do.
+  static KernelPool* pool = [] {
+    auto* made = new KernelPool(KernelThreadsForHost());
+    // A forked child has none of the helpers, and its copy of the pool may
+    // say that one was inside a job: it starts afresh.
+    pthread_atfork(nullptr, nullptr, [] { Instance().ResetInForkedChild(); });
+    return made;
+  }();
+  return *pool;
+}
+
+void KernelPool::ResetInForkedChild() {
+  started_.store(false, std::memory_order_relaxed);
+  starting_.store(false, std::memory_order_relaxed);
+  held_.store(false, std::memory_order_relaxed);
+  open_.store(false, std::memory_order_relaxed);
+  helpers_inside_.store(0, std::memory_order_relaxed);
+  sleepers_.store(0, std::memory_order_relaxed);
+}
+
+KernelPool::KernelPool(int threads) : threads_(threads < 1 ? 1 : threads) {}
+
+void KernelPool::Start() {
+  if (started_.load(std::memory_order_acquire) || threads_ == 1) return;
+  if (starting_.exchange(true, std::memory_order_acq_rel)) {
+    while (!started_.load(std::memory_order_acquire)) CpuRelax();
+    return;
+  }
+  for (int slot = 1; slot < threads_; ++slot) {
+    std::thread([this, slot] { HelperLoop(slot); }).detach();
+  }
+  started_.store(true, std::memory_order_release);
+}
+
+void KernelPool::RunParts(int parts, PartFn call, void* context) {
+  if (parts == 1 || threads_ == 1 || held_.exchange(true, std::memory_order_acquire)) {
+    for (int part = 0; part < parts; ++part) call(context, part, 0);
+    return;
+  }
+  Start();
+  call_.store(call, std::memory_order_relaxed);
+  context_.store(context, std::memory_order_relaxed);
+  parts_.store(parts, std::memory_order_relaxed);
+  next_part_.store(0, std::memory_order_relaxed);
+  parts_done_.store(0, std::memory_order_relaxed);
+  open_.store(true, std::memory_order_seq_cst);
+  generation_.fetch_add(1, std::memory_order_seq_cst);
+  if (sleepers_.load(std::memory_order_seq_cst) > 0) FutexWakeAll(&generation_);
+
+  TakeParts(call, context, parts, 0);
+
+  // Parts that helpers took may still be running.
+  const auto spin_until = std::chrono::steady_clock::now() + kCallerSpin;
+  for (int i = 0; parts_done_.load(std::memory_order_acquire) != parts; ++i) {
+    if ((i & 31) == 31 && std::chrono::steady_clock::now() > spin_until) {
+      sched_yield();
+    } else {
+      CpuRelax();
+    }
+  }
+  // Close the job, then wait until no helper can still read its fields: a
+  // helper enters (helpers_inside_) before it checks open_, so either this
+  // sees it inside or it sees the job closed.
+  open_.store(false, std::memory_order_seq_cst);
+  while (helpers_inside_.load(std::memory_order_seq_cst) != 0) CpuRelax();
+  held_.store(false, std::memory_order_release);
+}
+
+void KernelPool::TakeParts(PartFn call, void* context, int parts, int slot) {
+  for (int part = next_part_.fetch_add(1, std::memory_order_relaxed); part < parts;
+       part = next_part_.fetch_add(1, std::memory_order_relaxed)) {
+    call(context, part, slot);
+    parts_done_.fetch_add(1, std::memory_order_release);
+  }
+}
+
+uint32_t KernelPool::WaitForJob(uint32_t seen, int64_t* spin_ns) {
+  const auto spin_until = std::chrono::steady_clock::now() + std::chrono::nanoseconds(*spin_ns);
+  for (int i = 0;; ++i) {
+    const uint32_t now = generation_.load(std::memory_order_acquire);
+    if (now != seen) {
+      *spin_ns = std::min(*spin_ns * 2, kMaxHelperSpinNs);
+      return now;
+    }
+    if ((i & 31) == 31 && std::chrono::steady_clock::now() > spin_until) break;
+    CpuRelax();
+  }
+  *spin_ns = std::max(*spin_ns / 2, kMinHelperSpinNs);
+  sleepers_.fetch_add(1, std::memory_order_seq_cst);
+  uint32_t now = generation_.load(std::memory_order_seq_cst);
+  while (now == seen) {
+    FutexWait(&generation_, seen);
+    now = generation_.load(std::memory_order_seq_cst);
+  }
+  sleepers_.fetch_sub(1, std::memory_order_relaxed);
+  return now;
+}
+
+void KernelPool::HelperLoop(int slot) {
+  // oneDNN inside a part runs on this thread alone.
+  omp_set_num_threads(1);
+  uint32_t seen = 0;
+  int64_t spin_ns = kMaxHelperSpinNs / 4;
+  for (;;) {
+    seen = WaitForJob(seen, &spin_ns);
+    helpers_inside_.fetch_add(1, std::memory_order_seq_cst);
+    if (open_.load(std::memory_order_seq_cst)) {
+      TakeParts(call_.load(std::memory_order_relaxed), context_.load(std::memory_order_relaxed),
+                parts_.load(std::memory_order_relaxed), slot);
+    }
+    helpers_inside_.fetch_sub(1, std::memory_order_seq_cst);
+  }
+}
+
+}  // namespace tern::sim::kernels

@@ -1,0 +1,98 @@
+// The CPU threads the simulated engines' kernels split their work across.
+//
+// Why tern's own threads and not OpenMP: the kernels used to parallelise with
+// OpenMP (tern's loops and oneDNN's), and libgomp gives every thread that
+// opens a parallel region a team of workers that spin for a long while after
+// each region. A framework in the same process (PyTorch) shares that libgomp,
+// and once tern's team existed PyTorch's own CPU ops ran 2.3x slower (libgomp
+// throttles every team when more OpenMP threads exist than CPUs); on a 2-CPU
+// host a team as large as the host stalled whenever the enqueuing thread took
+// one of its CPUs. So the kernels had one thread on a 2-CPU host, half of it.
+//
+// This pool has one helper thread per CPU but one; the thread that runs the
+// kernel is the last. Work is handed out in parts, taken dynamically, so a
+// helper that the OS preempts delays the kernel by at most the parts it holds,
+// and a caller whose helpers never come (a forked child, a busy machine) runs
+// every part itself. Helpers look for the next kernel for a while after one
+// (2-64 us, adapted to how soon kernels have been coming), then sleep on a
+// futex: an idle device costs the host nothing. oneDNN runs single-threaded inside each part
+// (its OpenMP team is never opened), so tern never starts an OpenMP team.
+#ifndef TERN_DRIVER_SHIM_SIM_ENGINES_KERNEL_POOL_H_
+#define TERN_DRIVER_SHIM_SIM_ENGINES_KERNEL_POOL_H_
+
+#include <atomic>
+#include <cstdint>
+#include <type_traits>
+
+namespace tern::sim::kernels {
+
+class KernelPool {
+ public:
+  // The process's pool, sized by KernelThreadsForHost() (run_instruction.h);
+  // its helpers start on the first call.
+  // Thread-safety: any thread.
+  static KernelPool& Instance();
+
+  explicit KernelPool(int threads);
+  KernelPool(const KernelPool&) = delete;
+  KernelPool& operator=(const KernelPool&) = delete;
+
+  // Starts the helpers now rather than in the first kernel that splits (an
+  // execution would pay for creating the threads). Idempotent.
+  // Thread-safety: any thread.
+  void Start();
+
+  // CPU threads a kernel may use: the helpers and the calling thread.
+  // Thread-safety: any thread.
+  int threads() const { return threads_; }
+
+  // Calls fn(part, slot) once for every part in [0, parts) and returns when
+  // all have returned. Parts run on the calling thread and the helpers;
+  // `slot` (in [0, threads())) names the thread, so a part may use per-slot
+  // state without a lock when its call holds the pool. When another call
+  // holds the pool (another engine, or a part calling Run), every part runs
+  // on the calling thread with slot 0. fn must not throw.
+  // Thread-safety: any thread.
+  template <typename Fn>
+  void Run(int parts, Fn&& fn) {
+    using Callable = std::remove_reference_t<Fn>;
+    if (parts <= 0) return;
+    RunParts(
+        parts,
+        [](void* callable, int part, int slot) { (*static_cast<Callable*>(callable))(part, slot); },
+        const_cast<void*>(static_cast<const void*>(&fn)));
+  }
+
+ private:
+  using PartFn = void (*)(void* context, int part, int slot);
+
+  void RunParts(int parts, PartFn call, void* context);
+  void ResetInForkedChild();
+  void HelperLoop(int slot);
+  // Runs parts of the current job until none is left.
+  void TakeParts(PartFn call, void* context, int parts, int slot);
+  uint32_t WaitForJob(uint32_t seen, int64_t* spin_ns);
+
+  const int threads_;
+  std::atomic<bool> started_{false};
+  std::atomic<bool> starting_{false};  // one caller of Start() creates the threads
+  std::atomic<bool> held_{false};      // a call owns the job fields below
+
+  // The current job, written by the call that holds the pool before it
+  // opens the job; atomics because a helper that woke for an older job may
+  // read them while the next call writes them (it then finds the job closed).
+  std::atomic<PartFn> call_{nullptr};
+  std::atomic<void*> context_{nullptr};
+  std::atomic<int> parts_{0};
+  std::atomic<int> next_part_{0};
+  std::atomic<int> parts_done_{0};
+  std::atomic<bool> open_{false};
+  std::atomic<int> helpers_inside_{0};  // helpers that may be reading the job
+
+  std::atomic<uint32_t> generation_{0};  // bumped per job; the helpers' futex word
+  std::atomic<int> sleepers_{0};         // helpers asleep (or about to be) on generation_
+};
+
+}  // namespace tern::sim::kernels
+
+#endif  // TERN_DRIVER_SHIM_SIM_ENGINES_KERNEL_POOL_H_
