@@ -40,7 +40,6 @@
 #include <oneapi/dnnl/dnnl.hpp>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "common/isa_rules.h"
@@ -88,26 +87,6 @@ double BestCpuTime(Fn&& fn, int reps) {
 struct Timed {
   std::vector<std::vector<double>> times;
 };
-double ProcessCpuSeconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-}
-
-// Waits, untimed, until the process's other threads have gone quiet (at most
-// ~20 ms): a contender that leaves threads spinning must not slow the next
-// one down. libgomp's team spins for milliseconds after each parallel region
-// of the direct oneDNN calls (300,000 rounds while it is the process's only
-// team), tern's kernel pool for up to 64 us after a kernel; on 2 CPUs either
-// would take a CPU from whichever contender runs next.
-void Quiesce() {
-  for (int i = 0; i < 100; ++i) {
-    const double before = ProcessCpuSeconds();
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-    if (ProcessCpuSeconds() - before < 40e-6) return;
-  }
-}
-
 Timed Rounds(const std::vector<std::function<void()>>& fns, int min_rounds, double min_seconds,
              int max_rounds = 400, double (*clock)() = WallSeconds) {
   const size_t k = fns.size();
@@ -118,7 +97,6 @@ Timed Rounds(const std::vector<std::function<void()>>& fns, int min_rounds, doub
   for (int r = 0; r < max_rounds && (r < min_rounds || WallSeconds() - start < min_seconds); ++r) {
     for (size_t j = 0; j < k; ++j) {
       const size_t c = (j + r) % k;
-      Quiesce();
       const double t0 = clock();
       fns[c]();
       t.times[c].push_back(clock() - t0);

@@ -676,9 +676,12 @@ struct DnnlOperands {
   const void* bias;
 };
 
-// Products with fewer multiply-adds run as one part: a part must be worth
-// waking a thread for (about 2 us of work on one core).
-constexpr int64_t kMinSplitMacs = int64_t{1} << 17;
+// Products with fewer multiply-adds run as one part, on the calling thread: a
+// part must be worth more than waking a helper, which on a virtual machine
+// whose other CPU sits idle costs tens to hundreds of microseconds (a 16x256
+// by 256x512 product, ~20 us of work, took longer split than whole when the
+// helper had gone to sleep). From 4M multiply-adds (~40 us on one core).
+constexpr int64_t kMinSplitMacs = int64_t{1} << 22;
 
 size_t DnnlSize(memory::data_type dt) { return dt == memory::data_type::f32 ? 4 : 2; }
 
