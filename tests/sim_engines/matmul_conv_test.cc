@@ -323,3 +323,93 @@ INSTANTIATE_TEST_SUITE_P(Kernels, OneDnnParam, ::testing::Values(true, false),
 
 }  // namespace
 }  // namespace tern::testing
+
+namespace tern::testing {
+namespace {
+
+// Products large enough to split across the kernel pool (4M multiply-adds
+// and up) give what they give whole, split any way: by whole batch
+// matrices, by rows, by columns (a row-major B: strided slabs), with a bias;
+// convolutions by batch slabs, forward and backward.
+double MaxRelativeDifference(const Tensor& a, const Tensor& b) {
+  const std::vector<double> av = a.Values(), bv = b.Values();
+  double worst = 0;
+  for (size_t i = 0; i < av.size(); ++i) {
+    worst = std::max(worst, std::fabs(av[i] - bv[i]) / std::max(1.0, std::fabs(bv[i])));
+  }
+  return worst;
+}
+
+TEST(KernelPoolSplits, LargeProductsMatchWhole) {
+  std::mt19937_64 rng(91);
+  struct Case {
+    Shape a, b, out;
+    bool bias;
+  };
+  const Case cases[] = {
+      {{4, 64, 128}, {4, 128, 128}, {4, 64, 128}, false},  // by batch
+      {{64, 256}, {256, 320}, {64, 320}, true},            // by rows
+      {{4, 512}, {512, 2100}, {4, 2100}, true},            // by columns, a short last slab
+  };
+  for (const Case& c : cases) {
+    Tensor a(TERN_DTYPE_F32, c.a), b(TERN_DTYPE_F32, c.b), bias(TERN_DTYPE_F32, {c.out.back()});
+    a.Randomize(rng, -1, 1);
+    b.Randomize(rng, -1, 1);
+    bias.Randomize(rng, -1, 1);
+    Tensor whole(TERN_DTYPE_F32, c.out);
+    auto run = [&](Tensor* out, int threads) {
+      SetKernelThreadsForTesting(threads);
+      std::vector<Tensor*> ops = {out, &a, &b};
+      if (c.bias) ops.push_back(&bias);
+      const Status st = Exec(TERN_OP_MATMUL, ops);
+      SetKernelThreadsForTesting(0);
+      ASSERT_TRUE(st.ok()) << st.message();
+    };
+    run(&whole, 1);
+    for (int threads : {2, 3}) {
+      Tensor split(TERN_DTYPE_F32, c.out);
+      split.Poison();
+      run(&split, threads);
+      // (Slabs may take other oneDNN kernels: another summation order.)
+      EXPECT_LT(MaxRelativeDifference(split, whole), 1e-4)
+          << ShapeStr(c.out) << " split " << threads << " ways";
+    }
+  }
+}
+
+TEST(KernelPoolSplits, ConvolutionsMatchWhole) {
+  std::mt19937_64 rng(92);
+  const Shape in_shape = {5, 16, 24, 24}, w_shape = {32, 16, 3, 3}, o_shape = {5, 32, 24, 24};
+  const std::vector<int64_t> ints = {1, 1, 1, 1, 1, 1, 1};  // stride, padding, dilation, groups
+  Tensor input(TERN_DTYPE_F32, in_shape), weight(TERN_DTYPE_F32, w_shape),
+      go(TERN_DTYPE_F32, o_shape);
+  input.Randomize(rng, -1, 1);
+  weight.Randomize(rng, -1, 1);
+  go.Randomize(rng, -1, 1);
+  auto forward = [&](int threads) {
+    Tensor out(TERN_DTYPE_F32, o_shape);
+    out.Poison();
+    SetKernelThreadsForTesting(threads);
+    const Status st = Exec(TERN_OP_CONV2D, {&out, &input, &weight}, ints);
+    SetKernelThreadsForTesting(0);
+    EXPECT_TRUE(st.ok()) << st.message();
+    return out;
+  };
+  auto backward_input = [&](int threads) {
+    Tensor gi(TERN_DTYPE_F32, in_shape);
+    gi.Poison();
+    SetKernelThreadsForTesting(threads);
+    const Status st = Exec(TERN_OP_CONV2D_BACKWARD_INPUT, {&gi, &go, &weight}, ints);
+    SetKernelThreadsForTesting(0);
+    EXPECT_TRUE(st.ok()) << st.message();
+    return gi;
+  };
+  const Tensor whole = forward(1), whole_gi = backward_input(1);
+  for (int threads : {2, 3}) {
+    EXPECT_LT(MaxRelativeDifference(forward(threads), whole), 1e-5) << threads;
+    EXPECT_LT(MaxRelativeDifference(backward_input(threads), whole_gi), 1e-5) << threads;
+  }
+}
+
+}  // namespace
+}  // namespace tern::testing
