@@ -685,6 +685,32 @@ constexpr int64_t kMinSplitMacs = int64_t{1} << 22;
 
 size_t DnnlSize(memory::data_type dt) { return dt == memory::data_type::f32 ? 4 : 2; }
 
+// Runs run_part(0 .. parts - 1), each a oneDNN call that returns false when
+// oneDNN refuses it, on the kernel pool: every part single-threaded, on
+// whichever thread takes it (the pool's helpers are; the calling thread may
+// not be). The parts' primitives are made (or found) first, the first and
+// the last (a shorter last slab has its own), so that a refusal runs
+// nothing; when loading a program, that is all. False when a part was
+// refused.
+template <typename RunPart>
+bool RunDnnlParts(int parts, RunPart&& run_part) {
+  const int caller_threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const bool was_prepare_only = t_prepare_only;
+  t_prepare_only = true;
+  bool ok = run_part(0) && run_part(parts - 1);
+  t_prepare_only = was_prepare_only;
+  if (ok && !t_prepare_only) {
+    std::atomic<bool> all_ok{true};
+    KernelPool::Instance().Run(parts, [&](int part, int /*slot*/) {
+      if (!run_part(part)) all_ok.store(false, std::memory_order_relaxed);
+    });
+    ok = all_ok.load(std::memory_order_relaxed);
+  }
+  omp_set_num_threads(caller_threads);
+  return ok;
+}
+
 // Runs the product through oneDNN, split across the kernel pool's threads,
 // with oneDNN single-threaded in each part. A part is a slab of whole
 // matrices (the first batch dimension) when there are enough, else of the
@@ -753,25 +779,8 @@ bool SplitDnnlMatmul(const DnnlOperands& p, float alpha, float beta) {
                       q.out_strides, q.out_dt, out, alpha, beta, q.bias_dims, q.bias_strides,
                       q.bias_dt, bias);
   };
-  // Every part runs single-threaded, on whichever thread takes it (the
-  // pool's helpers are; the calling thread may not be).
-  const int caller_threads = omp_get_max_threads();
-  omp_set_num_threads(1);
-  // Every part's primitive first (a cache lookup once made).
-  const bool was_prepare_only = t_prepare_only;
-  t_prepare_only = true;
-  bool ok = run_part(0) && run_part(parts - 1);  // (a last, shorter slab has its own)
-  t_prepare_only = was_prepare_only;
-  if (ok && !t_prepare_only) {
-    std::atomic<bool> all_ok{true};
-    KernelPool::Instance().Run(parts, [&](int part, int /*slot*/) {
-      if (!run_part(part)) all_ok.store(false, std::memory_order_relaxed);
-    });
-    ok = all_ok.load(std::memory_order_relaxed);
-  }
-  omp_set_num_threads(caller_threads);
   // Refused parts (beta is 0: whatever a part wrote is overwritten).
-  return ok || whole();
+  return RunDnnlParts(parts, run_part) || whole();
 }
 
 Status MatmulProduct(const driver::Instruction& ins, Operands ops) {
@@ -1189,21 +1198,7 @@ bool SplitDnnlConv(ConvKind kind, const ConvParams& p, const ConvShape& s,
     part_shape.n = size;
     return DnnlConv(kind, p, part_shape, slab_descs, slab_data, bias);
   };
-  const int caller_threads = omp_get_max_threads();
-  omp_set_num_threads(1);
-  const bool was_prepare_only = t_prepare_only;
-  t_prepare_only = true;
-  bool ok = run_part(0) && run_part(parts - 1);
-  t_prepare_only = was_prepare_only;
-  if (ok && !t_prepare_only) {
-    std::atomic<bool> all_ok{true};
-    KernelPool::Instance().Run(parts, [&](int part, int /*slot*/) {
-      if (!run_part(part)) all_ok.store(false, std::memory_order_relaxed);
-    });
-    ok = all_ok.load(std::memory_order_relaxed);
-  }
-  omp_set_num_threads(caller_threads);
-  return ok || DnnlConv(kind, p, s, descs, data, bias);
+  return RunDnnlParts(parts, run_part) || DnnlConv(kind, p, s, descs, data, bias);
 }
 
 Status RunConv(ConvKind kind, const driver::Instruction& ins, Operands ops, int src_slot,
