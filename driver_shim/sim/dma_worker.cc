@@ -1,5 +1,7 @@
 #include "driver_shim/sim/dma_worker.h"
 
+#include <unistd.h>
+
 #include <thread>
 
 #include "driver_shim/sim/engines/run_instruction.h"
@@ -13,11 +15,12 @@ DmaWorker& DmaWorker::Get() {
   return *worker;
 }
 
-DmaWorker::DmaWorker() {
+DmaWorker::DmaWorker() : owner_pid_(getpid()) {
   std::thread([this] { Loop(); }).detach();
 }
 
 bool DmaWorker::TryStart(std::function<Status()> job) {
+  if (getpid() != owner_pid_) return false;  // a forked child: the thread stayed behind
   if (held_.exchange(true, std::memory_order_acquire)) return false;
   job_ = std::move(job);
   doorbell_.Signal(++started_);

@@ -23,10 +23,10 @@ class DmaWorker {
   static DmaWorker& Get();
 
   // Starts `job` on the DMA thread unless another caller holds the worker
-  // (false). A caller that started a job holds the worker until it calls
-  // Release(), after the job finished (Finished() or Wait() said so) and its
-  // result() was read.
-  // Thread-safety: any thread; the calls below only by the holder.
+  // or the worker's thread does not exist in this process (a forked child of
+  // the process that started it): false. A caller that started a job holds the worker until it
+  // calls Release(), after the job finished (Finished() or Wait() said so) and its result() was
+  // read. Thread-safety: any thread; the calls below only by the holder.
   bool TryStart(std::function<Status()> job);
   void Release() { held_.store(false, std::memory_order_release); }
   // Whether the job started last has finished.
@@ -43,6 +43,7 @@ class DmaWorker {
 
   std::function<Status()> job_;  // written before doorbell_ advances
   Status result_;                // written before done_ advances
+  const int owner_pid_;          // the process whose thread plays the engine
   std::atomic<bool> held_{false};
   uint64_t started_ = 0;  // jobs started (by the holder)
   Timeline doorbell_;     // value: jobs started

@@ -6,6 +6,9 @@
 #include "driver_shim/sim/engine_streams.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -208,6 +211,58 @@ TEST(EngineStreams, DmaEngineRunsBesideTheComputeEnginesWhenACpuIsFree) {
     EXPECT_EQ(copy_saw_matmul, overlaps) << threads << " threads";
   }
   SetKernelThreadsForTesting(0);
+}
+
+// A forked child of a process whose DMA thread has started has no such
+// thread: its copies run on the executing thread instead of waiting for one
+// that never comes.
+TEST(EngineStreams, ForkedChildRunsCopiesItself) {
+#if defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "ThreadSanitizer cannot run a multi-threaded fork's child";
+#endif
+  if (std::thread::hardware_concurrency() < 2) GTEST_SKIP() << "one CPU: nothing overlaps";
+  driver::Function function;
+  function.name = "overlap";
+  AddStream(&function, TERN_ENGINE_DMA, {Work(TERN_ENGINE_DMA, "copy")});
+  AddStream(&function, TERN_ENGINE_TENSOR, {Work(TERN_ENGINE_TENSOR, "matmul")});
+  SetKernelThreadsForTesting(1);  // a CPU left free: copies go to the DMA thread
+  const std::thread::id caller = std::this_thread::get_id();
+  std::atomic<bool> copy_elsewhere{false};
+  const RunOneInstruction run = [&](const driver::Instruction& instruction) {
+    if (instruction.engine == TERN_ENGINE_DMA) {
+      copy_elsewhere = std::this_thread::get_id() != caller;
+    }
+    return OkStatus();
+  };
+  tern_error_class_t error_class;
+  ASSERT_TRUE(
+      RunEngineStreams(function, ScheduleMode{}, MonotonicNs() + kMinute, run, &error_class).ok());
+  ASSERT_TRUE(copy_elsewhere) << "the parent's copy did not start the DMA thread";
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    copy_elsewhere = true;
+    const Status status = RunEngineStreams(function, ScheduleMode{},
+                                           MonotonicNs() + 5ull * 1000000000ull, run, &error_class);
+    _exit(status.ok() && !copy_elsewhere ? 0 : 1);
+  }
+  // (Before the fix the child waited forever for the DMA thread.)
+  int wait_status = 0;
+  pid_t waited = 0;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while ((waited = waitpid(child, &wait_status, WNOHANG)) == 0 &&
+         std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  SetKernelThreadsForTesting(0);
+  if (waited == 0) {
+    kill(child, SIGKILL);
+    waitpid(child, &wait_status, 0);
+    FAIL() << "the child's execution hung: it handed its copy to a DMA thread it does not have";
+  }
+  ASSERT_TRUE(WIFEXITED(wait_status));
+  EXPECT_EQ(WEXITSTATUS(wait_status), 0)
+      << "the child's execution failed or handed its copy to a thread it does not have";
 }
 
 TEST(EngineStreams, DmaEngineRunsOnTheCallingThreadWhenNothingCouldOverlap) {
