@@ -3,7 +3,6 @@
 #include "common/cycle_clock.h"
 #include "common/logging.h"
 #include "common/trace.h"
-#include "driver_shim/sim/engines/run_instruction.h"
 #include "driver_shim/sim/sim_driver.h"
 
 namespace tern::sim {
@@ -300,8 +299,6 @@ bool SimQueue::AwaitSlot(const Slot& slot, uint64_t sequence) {
 }
 
 void SimQueue::Loop() {
-  // Executions run on this thread.
-  PrepareThreadForKernels();
   uint64_t next = 1;
   uint32_t index = 0;
   while (true) {

@@ -1,7 +1,6 @@
 #include "driver_shim/sim/engines/kernel_pool.h"
 
 #include <linux/futex.h>
-#include <omp.h>
 #include <pthread.h>
 #include <sched.h>
 #include <sys/syscall.h>
@@ -154,8 +153,6 @@ uint32_t KernelPool::WaitForJob(uint32_t seen, int64_t* spin_ns) {
 }
 
 void KernelPool::HelperLoop(int slot) {
-  // oneDNN inside a part runs on this thread alone.
-  omp_set_num_threads(1);
   uint32_t seen = 0;
   int64_t spin_ns = kMaxHelperSpinNs / 4;
   for (;;) {

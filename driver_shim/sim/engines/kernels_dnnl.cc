@@ -128,6 +128,26 @@ class PrimitiveCache {
   std::unordered_map<PrimitiveKey, std::shared_ptr<Entry>, PrimitiveKeyHash> map_;
 };
 
+// oneDNN runs single-threaded inside tern's kernels, on whatever thread
+// calls them: the kernel pool splits the work (kernel_pool.h), and an OpenMP
+// team of oneDNN's would compete with the pool and with the framework's own
+// team. Held around every primitive's creation and execution (oneDNN sizes a
+// primitive's split for its creator's team, and runs it with that team).
+class OneDnnSingleThreaded {
+ public:
+  OneDnnSingleThreaded() : caller_threads_(omp_get_max_threads()) {
+    if (caller_threads_ != 1) omp_set_num_threads(1);
+  }
+  ~OneDnnSingleThreaded() {
+    if (caller_threads_ != 1) omp_set_num_threads(caller_threads_);
+  }
+  OneDnnSingleThreaded(const OneDnnSingleThreaded&) = delete;
+  OneDnnSingleThreaded& operator=(const OneDnnSingleThreaded&) = delete;
+
+ private:
+  const int caller_threads_;
+};
+
 // The calling thread's oneDNN stream, made once: a stream per call cost an
 // allocation and a oneDNN object on every matmul and convolution.
 dnnl::stream& ThreadStream() {
@@ -314,8 +334,8 @@ bool DnnlMatmul(const Dims& a_dims, const Dims& a_strides, memory::data_type a_d
                 const Dims& out_strides, memory::data_type out_dt, void* out, float alpha,
                 float beta, const Dims* bias_dims, const Dims* bias_strides,
                 memory::data_type bias_dt, const void* bias) {
+  const OneDnnSingleThreaded single_threaded;
   PrimitiveKey key;
-  key.Add(omp_get_max_threads());  // oneDNN splits a primitive for its creator's team
   for (const Dims* dims : {&a_dims, &a_strides, &b_dims, &b_strides, &out_dims, &out_strides}) {
     key.Add(*dims);
   }
@@ -683,19 +703,13 @@ struct DnnlOperands {
 // helper had gone to sleep). From 4M multiply-adds (~40 us on one core).
 constexpr int64_t kMinSplitMacs = int64_t{1} << 22;
 
-size_t DnnlSize(memory::data_type dt) { return dt == memory::data_type::f32 ? 4 : 2; }
-
 // Runs run_part(0 .. parts - 1), each a oneDNN call that returns false when
-// oneDNN refuses it, on the kernel pool: every part single-threaded, on
-// whichever thread takes it (the pool's helpers are; the calling thread may
-// not be). The parts' primitives are made (or found) first, the first and
-// the last (a shorter last slab has its own), so that a refusal runs
-// nothing; when loading a program, that is all. False when a part was
-// refused.
+// oneDNN refuses it, on the kernel pool. The parts' primitives are made (or
+// found) first, the first and the last (a shorter last slab has its own), so
+// that a refusal runs nothing; when loading a program, that is all. False
+// when a part was refused.
 template <typename RunPart>
 bool RunDnnlParts(int parts, RunPart&& run_part) {
-  const int caller_threads = omp_get_max_threads();
-  omp_set_num_threads(1);
   const bool was_prepare_only = t_prepare_only;
   t_prepare_only = true;
   bool ok = run_part(0) && run_part(parts - 1);
@@ -707,7 +721,6 @@ bool RunDnnlParts(int parts, RunPart&& run_part) {
     });
     ok = all_ok.load(std::memory_order_relaxed);
   }
-  omp_set_num_threads(caller_threads);
   return ok;
 }
 
@@ -757,23 +770,23 @@ bool SplitDnnlMatmul(const DnnlOperands& p, float alpha, float beta) {
     uint8_t* out = static_cast<uint8_t*>(p.out);
     const uint8_t* bias = static_cast<const uint8_t*>(p.bias);
     q.out_dims[dim] = size;
-    out += begin * p.out_strides[dim] * DnnlSize(p.out_dt);
+    out += begin * p.out_strides[dim] * memory::data_type_size(p.out_dt);
     // An operand takes the slab unless the split dimension is not its own
     // (N for a, M for b) or it broadcasts there (a batch dimension of 1).
     if (dim != r - 1 && p.a_dims[dim] != 1) {
       q.a_dims[dim] = size;
-      a += begin * p.a_strides[dim] * DnnlSize(p.a_dt);
+      a += begin * p.a_strides[dim] * memory::data_type_size(p.a_dt);
     }
     if (dim != r - 2 && p.b_dims[dim] != 1) {
       q.b_dims[dim] = size;
-      b += begin * p.b_strides[dim] * DnnlSize(p.a_dt);
+      b += begin * p.b_strides[dim] * memory::data_type_size(p.a_dt);
     }
     Dims bias_dims;
     if (bias && dim == r - 1) {
       bias_dims = *p.bias_dims;
       bias_dims[dim] = size;
       q.bias_dims = &bias_dims;
-      bias += begin * (*p.bias_strides)[dim] * DnnlSize(p.bias_dt);
+      bias += begin * (*p.bias_strides)[dim] * memory::data_type_size(p.bias_dt);
     }
     return DnnlMatmul(q.a_dims, q.a_strides, q.a_dt, a, q.b_dims, q.b_strides, b, q.out_dims,
                       q.out_strides, q.out_dt, out, alpha, beta, q.bias_dims, q.bias_strides,
@@ -1038,8 +1051,8 @@ bool DnnlConv(ConvKind kind, const ConvParams& p, const ConvShape& s,
   const Dims strides = {p.sh, p.sw}, dilates = {p.dh - 1, p.dw - 1}, pad_l = {p.ph, p.pw};
   const Dims pad_r = {(s.oh - 1) * p.sh + (s.kh - 1) * p.dh + 1 - s.h - p.ph,
                       (s.ow - 1) * p.sw + (s.kw - 1) * p.dw + 1 - s.w - p.pw};
+  const OneDnnSingleThreaded single_threaded;
   PrimitiveKey key;
-  key.Add(omp_get_max_threads());
   key.Add(static_cast<int64_t>(kind));
   key.Add(static_cast<int64_t>(dt));
   for (int i = 0; i < 3; ++i) {

@@ -3,7 +3,6 @@
 #include "driver_shim/sim/engines/run_instruction.h"
 
 #include <fmt/format.h>
-#include <omp.h>
 #include <sched.h>
 
 #include <algorithm>
@@ -465,13 +464,7 @@ void PrepareInstruction(const driver::Instruction& instruction) {
     views[i].desc = &instruction.operands[i];
     if (instruction.operands[i].present()) views[i].data = placeholder;
   }
-  // oneDNN sizes a primitive's parallel split for the creating thread's
-  // OpenMP team: make it for the single thread that runs each part of a
-  // kernel (kernel_pool.h), then restore the caller's.
-  const int caller_threads = omp_get_max_threads();
-  omp_set_num_threads(1);
   kernels::PrepareDnnlKernels(instruction, views);
-  omp_set_num_threads(caller_threads);
 }
 
 int SetKernelThreadsForTesting(int threads) {
@@ -480,10 +473,7 @@ int SetKernelThreadsForTesting(int threads) {
   return previous;
 }
 
-void KeepKernelsOnThisThread() {
-  kernels::t_kernels_on_this_thread = true;
-  omp_set_num_threads(1);  // oneDNN too
-}
+void KeepKernelsOnThisThread() { kernels::t_kernels_on_this_thread = true; }
 
 namespace {
 
@@ -516,8 +506,6 @@ int KernelThreadsForHost() {
 void StartKernelPool() {
   if (kernels::kUseThreads) kernels::KernelPool::Instance().Start();
 }
-
-void PrepareThreadForKernels() { omp_set_num_threads(1); }
 
 bool KernelsLeaveACpuFree() { return kernels::KernelThreads() < HostCpus(); }
 

@@ -57,11 +57,6 @@ int KernelThreadsForHost();
 // Thread-safety: any thread.
 void StartKernelPool();
 
-// Prepares the calling thread to run kernels: oneDNN runs single-threaded on
-// it (its OpenMP team is never opened; the kernel pool splits the work).
-// Thread-safety: affects the calling thread only.
-void PrepareThreadForKernels();
-
 // Whether the kernels that the calling thread runs leave a host CPU free
 // (they use fewer CPU threads than the process may run on), so that another
 // engine's thread can run beside them without stalling them.
