@@ -474,7 +474,7 @@ void BenchOverlap(int64_t n, int64_t copy_bytes) {
 // direct oneDNN calls on this thread: two matmul primitives with their bias
 // and the same relu loop, primitives and memory objects made once (what a
 // hand-written program would do). The direct side runs with as many OpenMP
-// threads as the runtime's kernels (SizeKernelThreadsForHost). Target: the
+// threads as the runtime's kernel pool has (KernelThreadsForHost). Target: the
 // execution at most 1.15x the direct calls; the first execution of a freshly
 // loaded executable at most 3x a warm one.
 void BenchMlp(int64_t batch, int64_t in, int64_t hidden, int64_t out) {

@@ -5,8 +5,7 @@
 // The compute engines (tensor, vector, scalar, gpsimd) take turns on the
 // calling thread, one instruction at a time, round robin, each round after
 // the DMA engines have taken their step: their kernels
-// share one OpenMP team sized to the host (compute_worker.h explains why a
-// team per engine starves a small host). A DMA instruction runs on the DMA
+// share the kernel pool (engines/kernel_pool.h). A DMA instruction runs on the DMA
 // thread (dma_worker.h) whenever another engine has work it could overlap
 // and the compute kernels leave a host CPU free for it, so copies and
 // compute really run at once; otherwise it runs here, which saves the
