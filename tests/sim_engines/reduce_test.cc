@@ -323,6 +323,28 @@ TEST(SoftmaxTest, InfinitiesAndLargeRows) {
   EXPECT_TRUE(Near(bout, ref, TolFor(TERN_DTYPE_BF16)));
 }
 
+// The row maximum runs sixteen lanes at a time and then the tail: a NaN in
+// either part makes its row NaN, and the maximum may sit in either.
+TEST(SoftmaxTest, NanRowsAndMaximumInTheTail) {
+  const int64_t len = 37;  // two blocks of sixteen and a tail of five
+  Tensor in(TERN_DTYPE_F32, {4, len}), out(TERN_DTYPE_F32, {4, len});
+  std::vector<double> values(4 * len);
+  for (int64_t i = 0; i < 4 * len; ++i) values[i] = static_cast<double>(i % len) / len;
+  values[0 * len + 3] = NAN;    // in a block
+  values[1 * len + 35] = NAN;   // in the tail
+  values[2 * len + 36] = 50.0;  // the maximum in the tail
+  in.SetAll(values);
+  ASSERT_TRUE(Exec(TERN_OP_SOFTMAX, {&out, &in}, {1, 0}).ok());
+  for (int64_t i = 0; i < len; ++i) {
+    EXPECT_TRUE(std::isnan(out.Get(0 * len + i))) << i;
+    EXPECT_TRUE(std::isnan(out.Get(1 * len + i))) << i;
+  }
+  EXPECT_FLOAT_EQ(out.Get(2 * len + 36), 1.0f);
+  EXPECT_LT(out.Get(2 * len + 35), 1e-20);
+  const std::vector<double> ref = RefSoftmax(in, 1, false);
+  for (int64_t i = 3 * len; i < 4 * len; ++i) EXPECT_NEAR(out.Get(i), ref[i], 1e-6) << i;
+}
+
 TEST(SoftmaxTest, Backward) {
   std::mt19937_64 rng(16);
   for (tern_dtype_t dt : kFloatDtypes) {

@@ -15,6 +15,11 @@ namespace {
 
 constexpr int64_t kChunk = 1024;
 
+// A softmax or norm row is read and written about four times (maximum or
+// mean, exponent or deviation, sum, scale), so rows split over the kernel
+// threads from a quarter of the elementwise grain's elements.
+constexpr int64_t kRowGrain = kParallelGrain / 4;
+
 // Sum of n floats in double with eight interleaved partial sums (a fixed
 // order: deterministic, and the compiler vectorises it).
 TERN_VECTOR_CLONES
@@ -39,7 +44,68 @@ double DotF32(const float* x, const float* y, int64_t n) {
   return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
-TERN_INLINE float MaxNan(float a, float b) { return a != a ? a : (b != b ? b : (a > b ? a : b)); }
+// The largest of n floats, or NaN when one is NaN. Written with the
+// compiler's vector types (16 lanes and a NaN mask, no branches): a loop of
+// NaN-checking branches was most of a softmax's time, and GCC does not
+// vectorise a select-based maximum on its own without fast-math.
+using F32x16 = float __attribute__((vector_size(64)));
+using I32x16 = int32_t __attribute__((vector_size(64)));
+
+TERN_VECTOR_CLONES
+float MaxOrNan(const float* x, int64_t n) {
+  F32x16 lane_max;
+  for (int j = 0; j < 16; ++j) lane_max[j] = -INFINITY;
+  I32x16 lane_nan = {};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    F32x16 v;
+    std::memcpy(&v, x + i, sizeof v);
+    lane_max = v > lane_max ? v : lane_max;
+    lane_nan |= v != v;
+  }
+  float m = -INFINITY;
+  int32_t nan = 0;
+  for (int j = 0; j < 16; ++j) {
+    m = lane_max[j] > m ? lane_max[j] : m;
+    nan |= lane_nan[j];
+  }
+  for (; i < n; ++i) {
+    m = x[i] > m ? x[i] : m;
+    nan |= x[i] != x[i];
+  }
+  return nan ? std::numeric_limits<float>::quiet_NaN() : m;
+}
+
+// Sum of (x[i] - mean)^2 in double, in SumF32's order of eight partial sums.
+TERN_VECTOR_CLONES
+double SumSquaredDeviations(const float* x, double mean, int64_t n) {
+  double acc[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int j = 0; j < 8; ++j) {
+      const double d = x[i + j] - mean;
+      acc[j] += d * d;
+    }
+  }
+  for (int j = 0; i < n; ++i, ++j) {
+    const double d = x[i] - mean;
+    acc[j] += d * d;
+  }
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+// x = (x - mean) * rstd, then * weight and + bias where given (may be null).
+TERN_VECTOR_CLONES
+void NormalizeRow(float* x, float mean, float rstd, const float* weight, const float* bias,
+                  int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = (x[i] - mean) * rstd;
+  if (weight != nullptr) {
+    for (int64_t i = 0; i < n; ++i) x[i] *= weight[i];
+  }
+  if (bias != nullptr) {
+    for (int64_t i = 0; i < n; ++i) x[i] += bias[i];
+  }
+}
 
 // --- reduce -------------------------------------------------------------------
 
@@ -444,15 +510,14 @@ Status RunSoftmax(const driver::Instruction& ins, Operands ops) {
   const bool log = ins.ints.size() > 1 && ins.ints[1] != 0;
   const AxisRows a = MakeAxisRows({ops[0].desc, ops[1].desc}, ins.ints[0]);
   if (a.rows.count == 0 || a.length == 0) return OkStatus();
-  const int64_t grain = std::max<int64_t>(1, kParallelGrain / a.length);
+  const int64_t grain = std::max<int64_t>(1, kRowGrain / a.length);
   ParallelFor(a.rows.count, grain, [&](int64_t begin, int64_t end) {
     std::vector<float> x(a.length), e(a.length);
     for (int64_t r = begin; r < end; ++r) {
       int64_t off[2];
       a.rows.Offsets(r, 2, off);
       LoadRow(ops[1], off[1], a.row[1], x.data());
-      float m = -INFINITY;
-      for (int64_t i = 0; i < a.length; ++i) m = MaxNan(m, x[i]);
+      const float m = MaxOrNan(x.data(), a.length);
       // A row of -inf has no finite maximum: shifting by 0 makes the sum 0
       // and the row NaN, as in PyTorch.
       const float shift = m == -INFINITY ? 0.0f : m;
@@ -475,7 +540,7 @@ Status RunSoftmaxBackward(const driver::Instruction& ins, Operands ops) {
   const bool log = ins.ints.size() > 1 && ins.ints[1] != 0;
   const AxisRows a = MakeAxisRows({ops[0].desc, ops[1].desc, ops[2].desc}, ins.ints[0]);
   if (a.rows.count == 0 || a.length == 0) return OkStatus();
-  const int64_t grain = std::max<int64_t>(1, kParallelGrain / a.length);
+  const int64_t grain = std::max<int64_t>(1, kRowGrain / a.length);
   ParallelFor(a.rows.count, grain, [&](int64_t begin, int64_t end) {
     std::vector<float> g(a.length), y(a.length), gi(a.length);
     for (int64_t r = begin; r < end; ++r) {
@@ -572,7 +637,7 @@ Status RunLayerNorm(const driver::Instruction& ins, Operands ops) {
   const std::vector<float> w = LoadParam(ops, 4), b = LoadParam(ops, 5);
   const bool has_mean = Present(ops[1]), has_rstd = ops.size() > 2 && Present(ops[2]);
   const int64_t len = n.length;
-  const int64_t grain = std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, len));
+  const int64_t grain = std::max<int64_t>(1, kRowGrain / std::max<int64_t>(1, len));
   ParallelFor(n.rows.count, grain, [&](int64_t begin, int64_t end) {
     std::vector<float> x(len);
     for (int64_t r = begin; r < end; ++r) {
@@ -582,22 +647,12 @@ Status RunLayerNorm(const driver::Instruction& ins, Operands ops) {
       double mean = 0, var = 0;
       if (len > 0) {
         mean = SumF32(x.data(), len) / static_cast<double>(len);
-        double acc[8] = {};
-        for (int64_t i = 0; i < len; ++i) {
-          const double d = x[i] - mean;
-          acc[i & 7] += d * d;
-        }
-        var = (((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]))) /
-              static_cast<double>(len);
+        var = SumSquaredDeviations(x.data(), mean, len) / static_cast<double>(len);
       }
       const double rstd = 1.0 / std::sqrt(var + eps);
       const float fm = static_cast<float>(mean), fr = static_cast<float>(rstd);
-      for (int64_t i = 0; i < len; ++i) {
-        float y = (x[i] - fm) * fr;
-        if (!w.empty()) y *= w[i];
-        if (!b.empty()) y += b[i];
-        x[i] = y;
-      }
+      NormalizeRow(x.data(), fm, fr, w.empty() ? nullptr : w.data(), b.empty() ? nullptr : b.data(),
+                   len);
       StoreRow(ops[0], off[0], lout, x.data());
       if (has_mean) StoreOne(ops[1], off[1], fm);
       if (has_rstd) StoreOne(ops[2], off[2], fr);
@@ -664,7 +719,7 @@ Status RunRmsNorm(const driver::Instruction& ins, Operands ops) {
   const std::vector<float> w = LoadParam(ops, 3);
   const bool has_rstd = Present(ops[1]);
   const int64_t len = n.length;
-  const int64_t grain = std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, len));
+  const int64_t grain = std::max<int64_t>(1, kRowGrain / std::max<int64_t>(1, len));
   ParallelFor(n.rows.count, grain, [&](int64_t begin, int64_t end) {
     std::vector<float> x(len);
     for (int64_t r = begin; r < end; ++r) {
@@ -673,11 +728,7 @@ Status RunRmsNorm(const driver::Instruction& ins, Operands ops) {
       LoadRow(ops[2], off[2], lin, x.data());
       const double ms = len > 0 ? DotF32(x.data(), x.data(), len) / static_cast<double>(len) : 0.0;
       const float fr = static_cast<float>(1.0 / std::sqrt(ms + eps));
-      for (int64_t i = 0; i < len; ++i) {
-        float y = x[i] * fr;
-        if (!w.empty()) y *= w[i];
-        x[i] = y;
-      }
+      NormalizeRow(x.data(), 0.0f, fr, w.empty() ? nullptr : w.data(), nullptr, len);
       StoreRow(ops[0], off[0], lout, x.data());
       if (has_rstd) StoreOne(ops[1], off[1], fr);
     }
