@@ -367,6 +367,133 @@ def torch_tern_describe():
     return torch_tern.distributed.describe()
 
 
+# ---- sub-groups by communicator split -------------------------------------------
+
+
+def scenario_split(out_dir):
+    """Sub-groups split from the default group's communicator (tern_comm_split)."""
+    import torch_tern
+    import torch_tern.distributed as td
+    from torch.distributed.device_mesh import init_device_mesh
+
+    counts = torch_tern._C._distributed_comm_counts
+    torch.tern.set_device(RANK % torch.tern.device_count())
+    torch.ones(1, device=dev()).add_(1).cpu()
+    start = counts()
+    # Bound to a device: torch connects the group at once (eager) and splits.
+    dist.init_process_group(
+        backend="cpu:gloo,tern:tern",
+        timeout=datetime.timedelta(seconds=60),
+        device_id=dev(),
+    )
+    world = dist.group.WORLD
+    tern_world = world._get_backend(torch.device("tern"))
+    assert tern_world.supports_splitting
+    assert td.comm_origin() == "store", td.comm_origin()  # connected by init_process_group
+    assert counts()["store"] == start["store"] + 1, (start, counts())
+    checked = []
+
+    def total(ranks):
+        return sum(value(r, 4, torch.float64) for r in ranks)
+
+    # split_group: one group per rank.
+    singles = dist.split_group(split_ranks=[[r] for r in range(WORLD)])
+    assert singles is not None and singles.size() == 1 and singles.rank() == 0
+    assert td.comm_origin(singles) == "split", td.comm_origin(singles)
+    t = value(RANK, 4, torch.float32).to(dev())
+    dist.all_reduce(t, group=singles)
+    check_equal("split_group single all_reduce", t, value(RANK, 4, torch.float32))
+    checked.append("split_group.singles")
+    # split_group: two halves (ranks in reverse order: torch sorts them).
+    half = WORLD // 2
+    halves = [list(range(half - 1, -1, -1)), list(range(WORLD - 1, half - 1, -1))]
+    mine = sorted(halves[0] if RANK < half else halves[1])
+    group = dist.split_group(split_ranks=halves)
+    assert group.size() == half and group.rank() == mine.index(RANK), (group.rank(), mine)
+    assert td.comm_origin(group) == "split"
+    t = value(RANK, 4, torch.float32).to(dev())
+    dist.all_reduce(t, group=group)
+    check_equal("split_group halves all_reduce", t, total(mine))
+    # The cpu side of the group was split as well (gloo, through the store).
+    c = torch.full((2,), RANK + 1.0)
+    dist.all_reduce(c, group=group)
+    want = torch.full((2,), sum(r + 1.0 for r in mine))
+    check_equal("split_group halves cpu all_reduce", c, want)
+    checked.append("split_group.halves")
+    # A split of a split: the half into single ranks (ranks of the half).
+    quarter = dist.split_group(parent_pg=group, split_ranks=[[r] for r in range(half)])
+    assert quarter.size() == 1 and td.comm_origin(quarter) == "split"
+    t = value(RANK, 4, torch.float32).to(dev())
+    dist.all_reduce(t, group=quarter)
+    check_equal("split of a split all_reduce", t, value(RANK, 4, torch.float32))
+    checked.append("split_group.nested")
+    # DeviceMesh: with a bound device torch builds each dimension by split_group.
+    # Before the groups below that leave ranks out: split_group names a group
+    # by its ranks and the number of groups the calling rank is in, and gloo
+    # (the cpu side) rendezvouses under that name, so once ranks belong to
+    # different numbers of groups, gloo's side of a later split never meets
+    # (torch 2.13; tern's side does not use the store).
+    if WORLD >= 4:
+        mesh = init_device_mesh("tern", (2, WORLD // 2), mesh_dim_names=("dp", "tp"))
+        for dim in ("dp", "tp"):
+            g = mesh.get_group(dim)
+            assert td.comm_origin(g) == "split", (dim, td.comm_origin(g))
+            ranks = dist.get_process_group_ranks(g)
+            t = value(RANK, 4, torch.float32).to(dev())
+            dist.all_reduce(t, group=g)
+            check_equal(f"mesh {dim} all_reduce", t, total(ranks))
+    else:
+        mesh = init_device_mesh("tern", (WORLD,))
+        t = value(RANK, 4, torch.float32).to(dev())
+        dist.all_reduce(t, group=mesh.get_group())
+        check_equal("mesh all_reduce", t, total(range(WORLD)))
+    checked.append("device_mesh")
+    # split_group: rank 0 alone; the others are in no group and get None.
+    only_first = dist.split_group(split_ranks=[[0]])
+    if RANK == 0:
+        assert only_first is not None and only_first.size() == 1
+    else:
+        assert only_first is None, only_first
+    checked.append("split_group.non_member")
+    # new_group: split as well, the non-members entering the split from torch.
+    before = counts()["split"]
+    evens = list(range(0, WORLD, 2))
+    sub = dist.new_group(evens)
+    if RANK in evens:
+        assert td.comm_origin(sub) == "split", td.comm_origin(sub)
+        t = value(RANK, 4, torch.float32).to(dev())
+        dist.all_reduce(t, group=sub)
+        check_equal("new_group all_reduce", t, total(evens))
+        assert counts()["split"] == before + 1, (before, counts())
+    else:
+        assert sub == dist.GroupMember.NON_GROUP_MEMBER, sub
+        assert counts()["split"] == before, (before, counts())
+    # Unsorted ranks: the group's rank follows the list.
+    backwards = dist.new_group(list(range(WORLD - 1, -1, -1)), sort_ranks=False)
+    assert backwards.rank() == WORLD - 1 - RANK, backwards.rank()
+    assert td.comm_origin(backwards) == "split"
+    t = torch.zeros(WORLD, device=dev())
+    dist.all_gather_into_tensor(t, torch.full((1,), float(RANK), device=dev()), group=backwards)
+    check_equal("unsorted new_group all_gather", t, torch.arange(WORLD - 1, -1, -1))
+    checked.append("new_group")
+    # The parent still works after all that.
+    t = value(RANK, 4, torch.float32).to(dev())
+    dist.all_reduce(t)
+    check_equal("world all_reduce after splits", t, total(range(WORLD)))
+    used = counts()
+    torch.tern.synchronize()
+    dist.destroy_process_group()
+    result = {
+        "checked": checked,
+        "counts_start": start,
+        "counts_used": used,
+        "counts_end": counts(),
+        "parent_split_count": tern_world.comm_split_count(),
+    }
+    with open(os.path.join(out_dir, f"split.{RANK}.json"), "w") as f:
+        json.dump(result, f)
+
+
 # ---- DDP -----------------------------------------------------------------------
 
 

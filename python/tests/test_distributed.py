@@ -164,6 +164,37 @@ def test_distributed_collectives_default_backend(tmp_path, nproc):
 
 
 @pytest.mark.parametrize("nproc", NPROCS)
+def test_distributed_subgroups_split_the_parent_communicator(tmp_path, nproc):
+    """split_group, new_group and DeviceMesh once the default group is bound to a
+    device: every sub-group's communicator comes from tern_comm_split, and
+    destroy_process_group frees them all."""
+    _torchrun("split", tmp_path, nproc)
+    for rank in range(nproc):
+        r = _result(tmp_path, "split", rank)
+        for name in (
+            "split_group.singles",
+            "split_group.halves",
+            "split_group.nested",
+            "split_group.non_member",
+            "new_group",
+            "device_mesh",
+        ):
+            assert name in r["checked"], f"rank {rank} did not check {name}"
+        start, used, end = r["counts_start"], r["counts_used"], r["counts_end"]
+        # Only the default group rendezvoused through the store; the rest were splits.
+        assert used["store"] - start["store"] == 1, r
+        mesh_groups = 2 if nproc >= 4 else 0  # a 1-D mesh of every rank is the default group
+        # singles, halves, rank 0 alone, the even ranks, all ranks backwards
+        member_of = 1 + 1 + (1 if rank == 0 else 0) + (1 if rank % 2 == 0 else 0) + 1
+        nested = 1  # a half split again
+        assert used["split"] - start["split"] == member_of + nested + mesh_groups, r
+        assert used["live"] - start["live"] == 1 + member_of + nested + mesh_groups, r
+        # Every rank entered every split of the default group, member or not.
+        assert r["parent_split_count"] == 5 + mesh_groups, r
+        assert end["live"] == start["live"], r  # destroy_process_group freed them all
+
+
+@pytest.mark.parametrize("nproc", NPROCS)
 def test_distributed_ddp_and_fsdp2_match_single_process(tmp_path, nproc):
     _torchrun("training", tmp_path, nproc)
     for rank in range(nproc):

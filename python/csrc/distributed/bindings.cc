@@ -39,13 +39,35 @@ int FreeCores() {
 void RegisterDistributedBindings(py::module& module) {
   module.def("_distributed_free_cores", &FreeCores,
              "Cores of this node's tern devices that no process owns.");
+  module.def(
+      "_distributed_comm_counts",
+      []() {
+        const CommCounts counts = GetCommCounts();
+        py::dict out;
+        out["live"] = counts.live;
+        out["store"] = counts.from_store;
+        out["split"] = counts.from_split;
+        return out;
+      },
+      "Communicators of this process's tern groups: live now, and made through the store "
+      "or by a split since the process started.");
   module.def("_distributed_init", [module]() mutable {
     if (py::hasattr(module, "_ProcessGroupTern")) return;
     // The base class c10d.Backend must be known to pybind11 first.
     py::module::import("torch.distributed");
-    py::class_<ProcessGroupTern, c10d::Backend, c10::intrusive_ptr<ProcessGroupTern>>(
+    auto group = py::class_<ProcessGroupTern, c10d::Backend, c10::intrusive_ptr<ProcessGroupTern>>(
         module, "_ProcessGroupTern",
-        "torch.distributed backend over tern collectives (torch_tern.distributed)")
+        "torch.distributed backend over tern collectives (torch_tern.distributed)");
+    py::class_<TernBackendOptions, c10d::Backend::Options, c10::intrusive_ptr<TernBackendOptions>>(
+        group, "Options", "The options of a tern group (its timeout and name); copyable.")
+        .def("__copy__",
+             [](const TernBackendOptions& self) {
+               return c10::make_intrusive<TernBackendOptions>(self);
+             })
+        .def("__deepcopy__", [](const TernBackendOptions& self, const py::dict&) {
+          return c10::make_intrusive<TernBackendOptions>(self);
+        });
+    group
         .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                          std::chrono::milliseconds timeout, std::string group_name) {
                return c10::make_intrusive<ProcessGroupTern>(store, rank, size, timeout,
@@ -53,9 +75,29 @@ void RegisterDistributedBindings(py::module& module) {
              }),
              py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
              py::arg("group_name") = "")
+        .def_property_readonly(
+            "options",
+            [](ProcessGroupTern& self) {
+              return c10::static_intrusive_pointer_cast<TernBackendOptions>(
+                  self.getBackendOptions());
+            },
+            "The group's options (split_group copies them for the sub-groups).")
         .def("_describe", &ProcessGroupTern::Describe,
              "Where the group's communicator runs, or 'not connected'.",
-             py::call_guard<py::gil_scoped_release>());
+             py::call_guard<py::gil_scoped_release>())
+        .def("_origin", &ProcessGroupTern::Origin,
+             "How the group's communicator was made: 'store', 'split', or '' (none yet).",
+             py::call_guard<py::gil_scoped_release>())
+        .def("_split_for_new_group", &ProcessGroupTern::SplitForNewGroup, py::arg("store"),
+             py::arg("group_rank"), py::arg("group_size"), py::arg("timeout"),
+             py::arg("group_name"),
+             "new_group's member side of a split of this group (collective over it).",
+             py::call_guard<py::gil_scoped_release>())
+        .def("perform_nocolor_split", &ProcessGroupTern::PerformNocolorSplit, py::arg("device"),
+             "new_group's non-member side of a split of this group (torch calls it).",
+             py::call_guard<py::gil_scoped_release>())
+        .def("comm_split_count", &ProcessGroupTern::SplitCount,
+             "Communicators split from this group so far (members' and non-members' calls).");
   });
 }
 

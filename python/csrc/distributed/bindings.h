@@ -5,7 +5,8 @@
 
 namespace torch_tern::distributed {
 
-// Adds _distributed_free_cores() (cores no process owns, node-wide) and
+// Adds _distributed_free_cores() (cores no process owns, node-wide),
+// _distributed_comm_counts() (see GetCommCounts) and
 // _distributed_init() to the module: called by torch_tern.distributed
 // once torch.distributed is imported (the c10d classes it derives from are
 // registered with Python only then), it defines _C._ProcessGroupTern.

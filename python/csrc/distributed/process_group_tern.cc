@@ -8,6 +8,8 @@
 #include <c10/core/StreamGuard.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <exception>
 #include <map>
@@ -264,6 +266,20 @@ class WorkTern final : public c10d::Work {
 
 // ---- CommState --------------------------------------------------------------
 
+namespace {
+std::atomic<int64_t> live_comms{0};
+std::atomic<int64_t> store_comms{0};
+std::atomic<int64_t> split_comms{0};
+}  // namespace
+
+CommCounts GetCommCounts() { return {live_comms.load(), store_comms.load(), split_comms.load()}; }
+
+CommState::CommState(tern_comm_t c, c10::DeviceIndex d, const char* o)
+    : comm(c), device(d), stream(GetStreamFromPool(d)), origin(o) {
+  live_comms.fetch_add(1);
+  (std::strcmp(o, "split") == 0 ? split_comms : store_comms).fetch_add(1);
+}
+
 CommState::~CommState() { Destroy(); }
 
 std::string CommState::AsyncError() {
@@ -279,6 +295,7 @@ std::string CommState::Destroy() {
   if (comm == nullptr) return "";
   const tern_status_t status = tern_comm_destroy(comm);
   comm = nullptr;
+  live_comms.fetch_sub(1);
   return status == TERN_OK ? "" : StatusText(status);
 }
 
@@ -287,6 +304,7 @@ void CommState::Abort() {
   if (comm == nullptr) return;
   tern_comm_abort(comm);
   comm = nullptr;
+  live_comms.fetch_sub(1);
 }
 
 // ---- ProcessGroupTern --------------------------------------------------------
@@ -330,7 +348,7 @@ ProcessGroupTern::~ProcessGroupTern() {
 }
 
 c10::intrusive_ptr<c10d::Backend::Options> ProcessGroupTern::getBackendOptions() {
-  auto options = c10::make_intrusive<Options>("tern", timeout_);
+  auto options = c10::make_intrusive<TernBackendOptions>(timeout_);
   options->group_name = group_name_;
   return options;
 }
@@ -362,7 +380,6 @@ std::shared_ptr<CommState> ProcessGroupTern::Connect(c10::DeviceIndex device) {
     }
     return state_;
   }
-  auto state = std::make_shared<CommState>();
   tern_core_t core = GetCore(device);
   tern_comm_unique_id_t id{};
   const std::string key = UniqueIdKey(group_name_);
@@ -401,11 +418,101 @@ std::shared_ptr<CommState> ProcessGroupTern::Connect(c10::DeviceIndex device) {
     } catch (const std::exception&) {  // stores without delete keep it; harmless
     }
   }
-  state->comm = comm;
-  state->device = device;
-  state->stream = GetStreamFromPool(device);
-  state_ = state;
+  state_ = std::make_shared<CommState>(comm, device, "store");
   return state_;
+}
+
+bool ProcessGroupTern::supportsSplitting() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return !shut_down_ && (state_ != nullptr || getBoundDeviceId().has_value());
+}
+
+c10::DeviceIndex ProcessGroupTern::SplitDevice() {
+  const std::optional<at::Device> bound = getBoundDeviceId();
+  if (bound && bound->type() == c10::DeviceType::PrivateUse1) return bound->index();
+  std::lock_guard<std::mutex> lock(mutex_);
+  return state_ ? state_->device : CurrentDevice();
+}
+
+c10::intrusive_ptr<ProcessGroupTern> ProcessGroupTern::SplitChild(
+    c10::DeviceIndex device, int32_t color, int32_t key, int want_rank, int want_size,
+    const c10::intrusive_ptr<c10d::Store>& store, std::chrono::milliseconds timeout,
+    const std::string& name) {
+  const std::shared_ptr<CommState> parent = Connect(device);
+  const std::string what = "tern process group '" + group_name_ + "' (rank " +
+                           std::to_string(getRank()) + " of " + std::to_string(getSize()) +
+                           "): splitting off group '" + name + "'";
+  tern_comm_config_t config{};
+  config.struct_size = sizeof(config);
+  const auto ns =
+      static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(timeout).count());
+  config.timeout_ns = ns;
+  config.init_timeout_ns = ns;
+  config.name = name.c_str();
+  tern_comm_t child = nullptr;
+  const tern_status_t status = tern_comm_split(parent->comm, color, key, &config, &child);
+  if (status != TERN_OK) {
+    ThrowDist(what + " failed: " + StatusText(status) +
+              ". Every rank of the parent group must create the same sub-groups in the same "
+              "order (split_group, new_group and DeviceMesh are collective over the parent, "
+              "non-members included).");
+  }
+  split_count_.fetch_add(1);
+  if (child == nullptr) {
+    TORCH_CHECK(color == TERN_COMM_SPLIT_NOCOLOR, what, ": tern_comm_split gave no communicator");
+    return {};
+  }
+  auto state = std::make_shared<CommState>(child, device, "split");
+  tern_comm_info_t info{};
+  info.struct_size = sizeof(info);
+  TERN_CHECK(tern_comm_get_info(child, &info));
+  if (static_cast<int>(info.rank) != want_rank || static_cast<int>(info.size) != want_size) {
+    state->Abort();  // the peers' operations on it fail instead of hanging
+    ThrowDist(what + ": this rank expected to be rank " + std::to_string(want_rank) + " of " +
+              std::to_string(want_size) + " and is rank " + std::to_string(info.rank) + " of " +
+              std::to_string(info.size) +
+              ": the ranks passed different groups. Pass the same, non-overlapping groups on "
+              "every rank of the parent.");
+  }
+  auto backend = c10::make_intrusive<ProcessGroupTern>(store, want_rank, want_size, timeout, name);
+  backend->state_ = std::move(state);
+  return backend;
+}
+
+c10::intrusive_ptr<c10d::Backend> ProcessGroupTern::split(
+    const c10::intrusive_ptr<c10d::Store>& store, const std::vector<int>& ranks,
+    const c10::intrusive_ptr<Options>& opts) {
+  TORCH_CHECK(!ranks.empty(), "tern split of group '", group_name_, "': no ranks given");
+  const auto mine = std::find(ranks.begin(), ranks.end(), getRank());
+  const bool member = mine != ranks.end();
+  // Disjoint groups have different smallest ranks: that is the color; the
+  // position in `ranks` (sorted by torch) is the key, so child ranks follow
+  // the parent's order.
+  const int32_t color = member ? ranks.front() : TERN_COMM_SPLIT_NOCOLOR;
+  const int index = member ? static_cast<int>(mine - ranks.begin()) : -1;
+  const std::chrono::milliseconds timeout = opts ? opts->timeout : timeout_;
+  const std::string name = opts && !opts->group_name.empty()
+                               ? std::string(opts->group_name)
+                               : group_name_ + ":split:" + std::to_string(SplitCount());
+  return SplitChild(SplitDevice(), color, index, index, static_cast<int>(ranks.size()), store,
+                    timeout, name);
+}
+
+c10::intrusive_ptr<ProcessGroupTern> ProcessGroupTern::SplitForNewGroup(
+    const c10::intrusive_ptr<c10d::Store>& store, int group_rank, int group_size,
+    std::chrono::milliseconds timeout, const std::string& group_name) {
+  TORCH_CHECK(group_rank >= 0 && group_rank < group_size, "tern new_group '", group_name,
+              "': rank ", group_rank, " outside a group of ", group_size);
+  // One group per call: every member has color 0, the others none.
+  return SplitChild(SplitDevice(), 0, group_rank, group_rank, group_size, store, timeout,
+                    group_name);
+}
+
+void ProcessGroupTern::PerformNocolorSplit(at::Device device) {
+  TORCH_CHECK(device.type() == c10::DeviceType::PrivateUse1,
+              "tern process group: perform_nocolor_split needs a tern device, got ", device);
+  SplitChild(device.has_index() ? device.index() : SplitDevice(), TERN_COMM_SPLIT_NOCOLOR, 0, -1, 0,
+             {}, timeout_, group_name_ + ":nocolor");
 }
 
 c10::DeviceIndex ProcessGroupTern::DeviceOf(const std::vector<at::Tensor>& tensors,
@@ -434,6 +541,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTern::Finish(Launch& launch, c10d::Op
   event->record(launch.comm);
   const c10::Device device(c10::DeviceType::PrivateUse1, launch.comm.device_index());
   launch.guard.reset();
+  sequence_.fetch_add(1);
   return c10::make_intrusive<WorkTern>(getRank(), op_type, std::move(outputs), std::move(event),
                                        launch.state, launch.comm, host_blocking, device);
 }
@@ -1056,6 +1164,11 @@ std::string ProcessGroupTern::Describe() {
   TERN_CHECK(tern_comm_get_info(state->comm, &info));
   return "rank " + std::to_string(info.rank) + "/" + std::to_string(info.size) +
          " on tern:" + std::to_string(state->device) + " via " + info.transport;
+}
+
+std::string ProcessGroupTern::Origin() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return state_ ? state_->origin : "";
 }
 
 }  // namespace torch_tern::distributed

@@ -7,8 +7,12 @@
 // Rendezvous goes only through the c10d store the group is given: rank 0
 // creates tern's unique id (bootstrap address + 256-bit secret) and publishes
 // it under a key of the group's prefix store; the other ranks read it from
-// there. Sub-groups (new_group, DeviceMesh) are new backends with their own
-// prefix store, hence their own communicator.
+// there. Sub-groups come from a split of their parent's communicator
+// (tern_comm_split) where torch splits: split_group and DeviceMesh call
+// split() on every rank of the parent, and new_group, once the default group
+// is bound to a device, calls SplitForNewGroup (members, from the Python
+// creator) or PerformNocolorSplit (non-members, from torch). Other sub-groups
+// rendezvous through their own prefix store as above.
 //
 // Streams: every operation runs on one communication stream per device (a
 // stream of the plugin's pool, taken when the communicator is created). The
@@ -24,7 +28,9 @@
 // communicator's own message (which names the lost rank).
 #pragma once
 
+#include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -43,7 +49,9 @@ namespace torch_tern::distributed {
 // the communicator's error; Destroy()/Abort() release it once.
 class CommState {
  public:
-  CommState() = default;
+  // Takes `comm` (counted as live until Destroy/Abort) on `device`, with a
+  // communication stream of the plugin's pool; `origin` says how it was made.
+  CommState(tern_comm_t comm, c10::DeviceIndex device, const char* origin);
   ~CommState();
   CommState(const CommState&) = delete;
   CommState& operator=(const CommState&) = delete;
@@ -51,6 +59,7 @@ class CommState {
   tern_comm_t comm = nullptr;
   c10::DeviceIndex device = -1;
   std::optional<c10::Stream> stream;  // the communication stream
+  const char* origin = "";            // "store" or "split"
 
   // The communicator's asynchronous error as text ("" when healthy or gone).
   // Thread-safety: any thread.
@@ -66,6 +75,24 @@ class CommState {
   std::mutex mutex_;
 };
 
+// Communicators of this process's tern process groups: how many exist now and
+// how many were made each way since the process started (the tests use them
+// to tell a split from a store rendezvous and to see teardown free them).
+// Thread-safety: any thread.
+struct CommCounts {
+  int64_t live = 0;
+  int64_t from_store = 0;
+  int64_t from_split = 0;
+};
+CommCounts GetCommCounts();
+
+// The group's options as torch sees them (Backend.options): c10d's plain
+// options, copyable, because split_group deep-copies the parent's.
+struct TernBackendOptions final : c10d::Backend::Options {
+  explicit TernBackendOptions(std::chrono::milliseconds timeout) : Options("tern", timeout) {}
+  TernBackendOptions(const TernBackendOptions&) = default;
+};
+
 class ProcessGroupTern final : public c10d::Backend {
  public:
   // Thread-safety: construction does no communication; operations of one
@@ -76,7 +103,10 @@ class ProcessGroupTern final : public c10d::Backend {
 
   const std::string getBackendName() const override { return "tern"; }
   bool supportsCoalescing() const override { return true; }
-  bool supportsSplitting() const override { return false; }
+  // True once the group has a communicator or is bound to a device (then
+  // torch connects it eagerly: init_process_group(device_id=...)), until it
+  // is shut down. Thread-safety: any thread.
+  bool supportsSplitting() const override;
   c10::intrusive_ptr<Options> getBackendOptions() override;
   void setTimeout(std::chrono::milliseconds timeout) override;
 
@@ -141,6 +171,31 @@ class ProcessGroupTern final : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
 
   void eagerConnectSingleDevice(at::Device device) override;
+
+  // Splitting (torch's split_group, DeviceMesh): every rank of this group
+  // calls it with the same sorted `ranks` (ranks of this group); members get
+  // a backend whose communicator is split from this group's
+  // (tern_comm_split, same core), the others nullptr. Connects this group
+  // first if it has no communicator yet (every rank is here, so that is
+  // collective too). Thread-safety: collective; no other thread may issue
+  // this group's operations meanwhile.
+  c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store>& store,
+                                          const std::vector<int>& ranks,
+                                          const c10::intrusive_ptr<Options>& opts) override;
+  // new_group while torch splits from this (the default) group: members call
+  // SplitForNewGroup (from the creator torch_tern.distributed registers),
+  // the other ranks PerformNocolorSplit (torch calls it by that name), all in
+  // the same order. `group_rank` orders the members. Thread-safety: as split.
+  c10::intrusive_ptr<ProcessGroupTern> SplitForNewGroup(
+      const c10::intrusive_ptr<c10d::Store>& store, int group_rank, int group_size,
+      std::chrono::milliseconds timeout, const std::string& group_name);
+  void PerformNocolorSplit(at::Device device);
+  // Communicators split from this group so far.
+  int64_t SplitCount() const { return split_count_.load(); }
+
+  // Operations issued on this group (torch reads it for its flight recorder).
+  void setSequenceNumberForGroup() override { sequence_ = 0; }
+  uint64_t getSequenceNumberForGroup() override { return sequence_.load(); }
   c10d::ErrorType getError() override;
   // Releases the communicator (waiting for its operations); later operations
   // raise. Thread-safety: any thread, once no operation is being issued.
@@ -152,6 +207,9 @@ class ProcessGroupTern final : public c10d::Backend {
   // "rank/size on tern:<d> core <c> via <transport>" once connected, else
   // "not connected". Thread-safety: any thread.
   std::string Describe();
+  // How the communicator was made: "store", "split", or "" (none yet).
+  // Thread-safety: any thread.
+  std::string Origin();
 
  private:
   struct Launch;  // one operation being enqueued (streams, events, outputs)
@@ -160,6 +218,17 @@ class ProcessGroupTern final : public c10d::Backend {
   // on first use. Throws if the group is bound to another device, was shut
   // down, or its communicator failed.
   std::shared_ptr<CommState> Connect(c10::DeviceIndex device);
+  // The device this group's communicator is (or will be) on: the bound
+  // device, else the connected one, else the current one.
+  c10::DeviceIndex SplitDevice();
+  // tern_comm_split of this group's communicator with `color` (or
+  // TERN_COMM_SPLIT_NOCOLOR) and `key`. Members get the child's backend,
+  // checked to be rank `want_rank` of `want_size`; non-members nullptr.
+  c10::intrusive_ptr<ProcessGroupTern> SplitChild(c10::DeviceIndex device, int32_t color,
+                                                  int32_t key, int want_rank, int want_size,
+                                                  const c10::intrusive_ptr<c10d::Store>& store,
+                                                  std::chrono::milliseconds timeout,
+                                                  const std::string& name);
   c10::DeviceIndex DeviceOf(const std::vector<at::Tensor>& tensors, const char* op);
   c10::intrusive_ptr<c10d::Work> Finish(Launch& launch, c10d::OpType op_type,
                                         std::vector<at::Tensor> outputs, bool host_blocking);
@@ -167,9 +236,11 @@ class ProcessGroupTern final : public c10d::Backend {
   c10::intrusive_ptr<c10d::Store> store_;
   std::chrono::milliseconds timeout_;
   std::string group_name_;
-  std::mutex mutex_;  // guards state_ creation and the coalescing state
+  mutable std::mutex mutex_;  // guards state_ creation and the coalescing state
   std::shared_ptr<CommState> state_;
   bool shut_down_ = false;
+  std::atomic<int64_t> split_count_{0};
+  std::atomic<uint64_t> sequence_{0};
 
   // Coalescing (torch's _coalescing_manager, batch_isend_irecv): collectives
   // are enqueued at once; sends and receives are kept and enqueued together
