@@ -4,6 +4,7 @@
 // broadcasting, strides, bool and in-place operands, and its rules reject
 // malformed programs naming the step. The epilogues give the same bits as the
 // instruction followed by `binary add` and `unary`.
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -150,6 +151,56 @@ TEST(ElementwiseProgram, InPlaceOutputsAndCopiesOfInputs) {
   for (int64_t i = 0; i < x.count(); ++i) {
     ASSERT_EQ(x.Get(i), 2 * original[i]);
     ASSERT_EQ(copy.Get(i), original[i]);
+  }
+}
+
+// Step results share buffers by liveness: a long chain whose steps read
+// results from several steps back, an output taken from the middle, and a
+// result nobody reads must all keep their values while later steps reuse
+// the buffers of dead ones.
+TEST(ElementwiseProgram, LongChainsReuseDeadBuffers) {
+  // The register an even step adds: three back, not before r9, and r19 (not
+  // the unread r20) for r22.
+  auto Back = [](int64_t k) -> int64_t { return k == 22 ? 19 : std::max<int64_t>(9, k - 3); };
+  std::mt19937_64 rng(8);
+  Tensor a(TERN_DTYPE_F32, {4, 2500}), mid(TERN_DTYPE_F32, {4, 2500}),
+      last(TERN_DTYPE_F32, {4, 2500});
+  a.Randomize(rng, -1, 1);
+  // r8 = 0.5; r9 = a * r8; then for k = 10..39 an even step adds r(Back(k))
+  // to r(k-1) and an odd step scales r(k-1) by r8, except r20 = neg(r19),
+  // which no step reads; out0 = r25, out1 = r39.
+  std::vector<std::array<int64_t, 5>> steps = {{TERN_STEP_CONSTANT, 0, 0, 0, 0},
+                                               {TERN_STEP_BINARY, TERN_BINARY_MUL, 0, 8, 0}};
+  for (int64_t k = 10; k < 40; ++k) {
+    if (k == 20) {
+      steps.push_back({TERN_STEP_UNARY, TERN_UNARY_NEG, k - 1, 0, 0});
+      continue;
+    }
+    if (k % 2 == 0) {
+      steps.push_back({TERN_STEP_BINARY, TERN_BINARY_ADD, k - 1, Back(k), 0});
+    } else {
+      steps.push_back({TERN_STEP_BINARY, TERN_BINARY_MUL, k - 1, 8, 0});
+    }
+  }
+  ASSERT_TRUE(Exec(TERN_OP_ELEMENTWISE, Operands({&mid, &last}, {&a}),
+                   Program(steps, {25, 39, kNone, kNone}), {0.5})
+                  .ok());
+  for (int64_t i = 0; i < a.count(); ++i) {
+    std::vector<float> r(40);
+    r[0] = static_cast<float>(a.Get(i));
+    r[8] = 0.5f;
+    r[9] = r[0] * r[8];
+    for (int64_t k = 10; k < 40; ++k) {
+      if (k == 20) {
+        r[k] = -r[k - 1];
+      } else if (k % 2 == 0) {
+        r[k] = r[k - 1] + r[Back(k)];
+      } else {
+        r[k] = r[k - 1] * r[8];
+      }
+    }
+    ASSERT_EQ(static_cast<float>(mid.Get(i)), r[25]) << i;
+    ASSERT_EQ(static_cast<float>(last.Get(i)), r[39]) << i;
   }
 }
 

@@ -1005,11 +1005,55 @@ Status RunElementwiseProgram(const driver::Instruction& ins, Operands ops) {
   int64_t output_register[TERN_PROGRAM_OUTPUTS];
   for (int j = 0; j < TERN_PROGRAM_OUTPUTS; ++j)
     output_register[j] = ins.ints[1 + 5 * step_count + j];
-  const size_t registers = TERN_PROGRAM_INPUTS + steps.size();
+  // Step results share chunk buffers by liveness: a step's result takes the
+  // buffer of a result no later step reads (the program's outputs stay live),
+  // so a long program's chunks stay in the L1 cache instead of one buffer per
+  // step (a 13-step GELU backward kept 52 KiB of chunks live).
+  std::vector<int> buffer_of_step(steps.size());
+  int step_buffers = 0;
+  {
+    const int64_t end_of_program = static_cast<int64_t>(steps.size());
+    std::vector<int64_t> last_use(TERN_PROGRAM_INPUTS + steps.size(), -1);
+    for (size_t i = 0; i < steps.size(); ++i) {
+      const ProgramStep& step = steps[i];
+      const int reads = step.kind == TERN_STEP_CONSTANT ? 0
+                        : step.kind == TERN_STEP_UNARY  ? 1
+                        : step.kind == TERN_STEP_BINARY ? 2
+                                                        : 3;
+      const int64_t operands[3] = {step.a, step.b, step.c};
+      for (int k = 0; k < reads; ++k) last_use[operands[k]] = static_cast<int64_t>(i);
+    }
+    for (int j = 0; j < TERN_PROGRAM_OUTPUTS; ++j) {
+      if (operand_of_slot[j] >= 0) last_use[output_register[j]] = end_of_program;
+    }
+    std::vector<int> free_buffers;
+    std::vector<std::vector<int>> freed_after(steps.size());
+    for (size_t i = 0; i < steps.size(); ++i) {
+      int buffer = step_buffers;
+      if (free_buffers.empty()) {
+        ++step_buffers;
+      } else {
+        buffer = free_buffers.back();
+        free_buffers.pop_back();
+      }
+      buffer_of_step[i] = buffer;
+      const int64_t last = last_use[TERN_PROGRAM_INPUTS + i];
+      if (last < 0) {
+        freed_after[i].push_back(buffer);  // nothing reads it
+      } else if (last < end_of_program) {
+        freed_after[last].push_back(buffer);
+      }
+      // Freed only after this step's result has its buffer: a result never
+      // shares the buffer of an operand it is computed from.
+      for (int b : freed_after[i]) free_buffers.push_back(b);
+    }
+  }
   ParallelFor(l.count, kParallelGrain, [&](int64_t begin, int64_t end) {
-    // One chunk per register, plus one to hold an input an output copies
-    // (so that an output written in place cannot change it first).
-    std::vector<float> storage((registers + TERN_PROGRAM_OUTPUTS) * kChunk);
+    // A chunk per input that needs converting, per step buffer, and per
+    // output that copies an input (so that an output written in place cannot
+    // change it first).
+    std::vector<float> storage((TERN_PROGRAM_INPUTS + step_buffers + TERN_PROGRAM_OUTPUTS) *
+                               kChunk);
     ForEachRun(l, begin, end, [&](const int64_t* offsets, int64_t n) {
       for (int64_t done = 0; done < n; done += kChunk) {
         const int64_t m = std::min(kChunk, n - done);
@@ -1030,7 +1074,7 @@ Status RunElementwiseProgram(const driver::Instruction& ins, Operands ops) {
         }
         for (size_t i = 0; i < steps.size(); ++i) {
           const ProgramStep& step = steps[i];
-          float* o = &storage[(TERN_PROGRAM_INPUTS + i) * kChunk];
+          float* o = &storage[(TERN_PROGRAM_INPUTS + buffer_of_step[i]) * kChunk];
           switch (step.kind) {
             case TERN_STEP_CONSTANT:
               std::fill(o, o + m, step.constant);
@@ -1058,7 +1102,7 @@ Status RunElementwiseProgram(const driver::Instruction& ins, Operands ops) {
           if (operand_of_slot[j] < 0) continue;
           source[j] = reg[output_register[j]];
           if (output_register[j] < TERN_PROGRAM_INPUTS) {
-            float* copy = &storage[(registers + j) * kChunk];
+            float* copy = &storage[(TERN_PROGRAM_INPUTS + step_buffers + j) * kChunk];
             std::copy(source[j], source[j] + m, copy);
             source[j] = copy;
           }
