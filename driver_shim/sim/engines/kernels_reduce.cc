@@ -94,6 +94,50 @@ double SumSquaredDeviations(const float* x, double mean, int64_t n) {
   return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
+// One row of a norm's backward (RMS norm: mean 0, no bias): x becomes
+// xhat = (x - mean) * rstd and gw the weighted gradient g * w (g without a
+// weight); returns sum(gw * xhat) and sum(gw) in double (eight partial sums)
+// and adds g * xhat and g to the partial rows of the weight's and the bias's
+// gradients where given.
+TERN_VECTOR_CLONES
+void NormBackwardRow(const float* g, const float* weight, float mean, float rstd, int64_t n,
+                     float* x, float* gw, double* weight_grad, double* bias_grad,
+                     double* sum_gw_xhat, double* sum_gw) {
+  for (int64_t i = 0; i < n; ++i) x[i] = (x[i] - mean) * rstd;
+  if (weight != nullptr) {
+    for (int64_t i = 0; i < n; ++i) gw[i] = g[i] * weight[i];
+  } else {
+    for (int64_t i = 0; i < n; ++i) gw[i] = g[i];
+  }
+  double a1[8] = {}, a2[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int j = 0; j < 8; ++j) {
+      a1[j] += static_cast<double>(gw[i + j]) * x[i + j];
+      a2[j] += gw[i + j];
+    }
+  }
+  for (int j = 0; i < n; ++i, ++j) {
+    a1[j] += static_cast<double>(gw[i]) * x[i];
+    a2[j] += gw[i];
+  }
+  *sum_gw_xhat = ((a1[0] + a1[1]) + (a1[2] + a1[3])) + ((a1[4] + a1[5]) + (a1[6] + a1[7]));
+  *sum_gw = ((a2[0] + a2[1]) + (a2[2] + a2[3])) + ((a2[4] + a2[5]) + (a2[6] + a2[7]));
+  if (weight_grad != nullptr) {
+    for (int64_t k = 0; k < n; ++k) weight_grad[k] += static_cast<double>(g[k]) * x[k];
+  }
+  if (bias_grad != nullptr) {
+    for (int64_t k = 0; k < n; ++k) bias_grad[k] += g[k];
+  }
+}
+
+// The input's gradient from NormBackwardRow's results, in place of gw.
+TERN_VECTOR_CLONES
+void NormGradInput(float* gw, const float* xhat, float rstd, float mean_gw_xhat, float mean_gw,
+                   int64_t n) {
+  for (int64_t i = 0; i < n; ++i) gw[i] = rstd * (gw[i] - mean_gw - xhat[i] * mean_gw_xhat);
+}
+
 // x = (x - mean) * rstd, then * weight and + bias where given (may be null).
 TERN_VECTOR_CLONES
 void NormalizeRow(float* x, float mean, float rstd, const float* weight, const float* bias,
@@ -504,6 +548,23 @@ void Scale(float* x, float s, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] *= s;
 }
 
+TERN_VECTOR_CLONES
+void SubtractScalar(const float* x, float s, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = x[i] - s;
+}
+
+// The backward rows: log-softmax gi = g - exp(y) * sum(g); softmax
+// gi = y * (g - dot(g, y)).
+TERN_VECTOR_CLONES
+void LogSoftmaxGrad(const float* g, const float* y, float sum, float* gi, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) gi[i] = g[i] - num::Exp(y[i]) * sum;
+}
+
+TERN_VECTOR_CLONES
+void SoftmaxGrad(const float* g, const float* y, float dot, float* gi, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) gi[i] = y[i] * (g[i] - dot);
+}
+
 }  // namespace
 
 Status RunSoftmax(const driver::Instruction& ins, Operands ops) {
@@ -525,7 +586,7 @@ Status RunSoftmax(const driver::Instruction& ins, Operands ops) {
       const double sum = SumF32(e.data(), a.length);
       if (log) {
         const float lse = static_cast<float>(std::log(sum)) + shift;
-        for (int64_t i = 0; i < a.length; ++i) e[i] = x[i] - lse;
+        SubtractScalar(x.data(), lse, e.data(), a.length);
       } else {
         Scale(e.data(), static_cast<float>(1.0 / sum), a.length);
       }
@@ -550,10 +611,10 @@ Status RunSoftmaxBackward(const driver::Instruction& ins, Operands ops) {
       LoadRow(ops[2], off[2], a.row[2], y.data());
       if (log) {
         const float s = static_cast<float>(SumF32(g.data(), a.length));
-        for (int64_t i = 0; i < a.length; ++i) gi[i] = g[i] - num::Exp(y[i]) * s;
+        LogSoftmaxGrad(g.data(), y.data(), s, gi.data(), a.length);
       } else {
         const float dot = static_cast<float>(DotF32(g.data(), y.data(), a.length));
-        for (int64_t i = 0; i < a.length; ++i) gi[i] = y[i] * (g[i] - dot);
+        SoftmaxGrad(g.data(), y.data(), dot, gi.data(), a.length);
       }
       StoreRow(ops[0], off[0], a.row[0], gi.data());
     }
@@ -687,17 +748,10 @@ Status RunLayerNormBackward(const driver::Instruction& ins, Operands ops) {
           LoadRow(ops[4], off[2], lin, x.data());
           const float mean = LoadOne(ops[5], off[3]), rstd = LoadOne(ops[6], off[4]);
           double c1 = 0, c2 = 0;
-          for (int64_t i = 0; i < len; ++i) {
-            const float xhat = (x[i] - mean) * rstd;
-            gw[i] = w.empty() ? g[i] : g[i] * w[i];
-            c1 += static_cast<double>(gw[i]) * xhat;
-            c2 += gw[i];
-            if (pwb) pwb[i] += static_cast<double>(g[i]) * xhat;
-            if (pbb) pbb[i] += g[i];
-            x[i] = xhat;
-          }
+          NormBackwardRow(g.data(), w.empty() ? nullptr : w.data(), mean, rstd, len, x.data(),
+                          gw.data(), pwb, pbb, &c1, &c2);
           const float m1 = static_cast<float>(c1 / len), m2 = static_cast<float>(c2 / len);
-          for (int64_t i = 0; i < len; ++i) gw[i] = rstd * (gw[i] - m2 - x[i] * m1);
+          NormGradInput(gw.data(), x.data(), rstd, m1, m2, len);
           StoreRow(ops[0], off[0], lgi, gw.data());
         }
       }
@@ -760,16 +814,11 @@ Status RunRmsNormBackward(const driver::Instruction& ins, Operands ops) {
           LoadRow(ops[2], off[1], lgo, g.data());
           LoadRow(ops[3], off[2], lin, x.data());
           const float rstd = LoadOne(ops[4], off[3]);
-          double c = 0;
-          for (int64_t i = 0; i < len; ++i) {
-            const float xhat = x[i] * rstd;
-            gw[i] = w.empty() ? g[i] : g[i] * w[i];
-            c += static_cast<double>(gw[i]) * xhat;
-            if (pwb) pwb[i] += static_cast<double>(g[i]) * xhat;
-            x[i] = xhat;
-          }
+          double c = 0, unused = 0;
+          NormBackwardRow(g.data(), w.empty() ? nullptr : w.data(), 0.0f, rstd, len, x.data(),
+                          gw.data(), pwb, nullptr, &c, &unused);
           const float m = static_cast<float>(c / len);
-          for (int64_t i = 0; i < len; ++i) gw[i] = rstd * (gw[i] - x[i] * m);
+          NormGradInput(gw.data(), x.data(), rstd, m, 0.0f, len);
           StoreRow(ops[0], off[0], lgi, gw.data());
         }
       }
