@@ -42,6 +42,19 @@ std::string UniqueIdKey(const std::string& group_name) {
 
 std::string StatusText(tern_status_t status) { return DescribeLastError(status); }
 
+// A communicator's configuration: the group's timeout for its operations and
+// for joining, and its name (`name` must outlive the call that uses it).
+tern_comm_config_t CommConfig(std::chrono::milliseconds timeout, const std::string& name) {
+  tern_comm_config_t config{};
+  config.struct_size = sizeof(config);
+  const auto ns =
+      static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(timeout).count());
+  config.timeout_ns = ns;
+  config.init_timeout_ns = ns;
+  config.name = name.c_str();
+  return config;
+}
+
 // How a tensor travels: its tern dtype and the bytes of one wire element.
 struct Wire {
   tern_dtype_t dtype = TERN_DTYPE_I8;
@@ -395,13 +408,7 @@ std::shared_ptr<CommState> ProcessGroupTern::Connect(c10::DeviceIndex device) {
                 sizeof(id.internal), " (ranks running different tern versions?)");
     std::memcpy(id.internal, bytes.data(), bytes.size());
   }
-  tern_comm_config_t config{};
-  config.struct_size = sizeof(config);
-  const auto ns =
-      static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(timeout_).count());
-  config.timeout_ns = ns;
-  config.init_timeout_ns = ns;
-  config.name = group_name_.c_str();
+  const tern_comm_config_t config = CommConfig(timeout_, group_name_);
   tern_comm_t comm = nullptr;
   const tern_status_t status =
       tern_comm_init_rank(core, static_cast<uint32_t>(getSize()), &id,
@@ -442,13 +449,7 @@ c10::intrusive_ptr<ProcessGroupTern> ProcessGroupTern::SplitChild(
   const std::string what = "tern process group '" + group_name_ + "' (rank " +
                            std::to_string(getRank()) + " of " + std::to_string(getSize()) +
                            "): splitting off group '" + name + "'";
-  tern_comm_config_t config{};
-  config.struct_size = sizeof(config);
-  const auto ns =
-      static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(timeout).count());
-  config.timeout_ns = ns;
-  config.init_timeout_ns = ns;
-  config.name = name.c_str();
+  const tern_comm_config_t config = CommConfig(timeout, name);
   tern_comm_t child = nullptr;
   const tern_status_t status = tern_comm_split(parent->comm, color, key, &config, &child);
   if (status != TERN_OK) {
