@@ -208,10 +208,20 @@ def run_coalesced(checked):
         for o, i in zip(rs_out, outs):
             dist.reduce_scatter_tensor(o, i)
     check_equal("reduce_scatter_tensor coalesced", rs_out[0], WORLD * value(RANK, n, torch.float32))
+    # all_gather_coalesced: one output list per rank, a tensor per input in it.
+    ins = [value(RANK, n, torch.float32).to(dev()), value(RANK + 5, 2 * n, torch.float32).to(dev())]
+    lists = [[torch.empty(n, device=dev()), torch.empty(2 * n, device=dev())] for _ in range(WORLD)]
+    dist.all_gather_coalesced(lists, ins)
+    for r in range(WORLD):
+        check_equal(f"all_gather_coalesced rank {r} input 0", lists[r][0],
+                    value(r, n, torch.float32))
+        check_equal(f"all_gather_coalesced rank {r} input 1", lists[r][1],
+                    value(r + 5, 2 * n, torch.float32))
     checked += [
         "all_reduce_coalesced",
         "all_gather_into_tensor_coalesced",
         "reduce_scatter_tensor_coalesced",
+        "all_gather_coalesced",
     ]
 
 

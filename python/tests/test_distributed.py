@@ -147,6 +147,7 @@ def test_distributed_collectives_default_backend(tmp_path, nproc):
             "all_reduce_coalesced",
             "all_gather_into_tensor_coalesced",
             "reduce_scatter_tensor_coalesced",
+            "all_gather_coalesced",
             "barrier",
             "wait_does_not_block_host",
             "empty_tensors",

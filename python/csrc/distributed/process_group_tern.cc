@@ -664,13 +664,31 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTern::allgather_into_tensor_coalesced
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTern::allgather(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
-    const c10d::AllgatherOptions& opts) {
-  return allgather_coalesced(outputs, inputs, opts);
+    const c10d::AllgatherOptions& /*opts*/) {
+  return AllgatherEachInput(outputs, inputs);
 }
 
+// c10d's coalesced all-gather takes one output list per rank, each with a
+// tensor per input (outputs[rank][i]), the transpose of allgather's.
 c10::intrusive_ptr<c10d::Work> ProcessGroupTern::allgather_coalesced(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& /*opts*/) {
+  TORCH_CHECK(static_cast<int>(outputs.size()) == getSize(),
+              "tern allgather_coalesced: ", outputs.size(), " output lists for a group of ",
+              getSize(), " ranks: pass one list per rank, each with a tensor per input");
+  std::vector<std::vector<at::Tensor>> per_input(inputs.size());
+  for (size_t rank = 0; rank < outputs.size(); ++rank) {
+    TORCH_CHECK(outputs[rank].size() == inputs.size(),
+                "tern allgather_coalesced: the output list "
+                "of rank ",
+                rank, " has ", outputs[rank].size(), " tensors for ", inputs.size(), " inputs");
+    for (size_t i = 0; i < inputs.size(); ++i) per_input[i].push_back(outputs[rank][i]);
+  }
+  return AllgatherEachInput(per_input, inputs);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupTern::AllgatherEachInput(
+    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs) {
   TORCH_CHECK(outputs.size() == inputs.size(), "tern allgather: ", outputs.size(),
               " output lists for ", inputs.size(), " inputs");
   const c10::DeviceIndex device = DeviceOf(inputs, "allgather");

@@ -229,6 +229,10 @@ class ProcessGroupTern final : public c10d::Backend {
                                                   const c10::intrusive_ptr<c10d::Store>& store,
                                                   std::chrono::milliseconds timeout,
                                                   const std::string& name);
+  // All-gathers each input: outputs[i][rank] receives rank's inputs[i]
+  // (allgather's layout; allgather_coalesced's lists are per rank).
+  c10::intrusive_ptr<c10d::Work> AllgatherEachInput(std::vector<std::vector<at::Tensor>>& outputs,
+                                                    std::vector<at::Tensor>& inputs);
   c10::DeviceIndex DeviceOf(const std::vector<at::Tensor>& tensors, const char* op);
   c10::intrusive_ptr<c10d::Work> Finish(Launch& launch, c10d::OpType op_type,
                                         std::vector<at::Tensor> outputs, bool host_blocking);
