@@ -20,6 +20,11 @@ constexpr int64_t kChunk = 1024;
 // threads from a quarter of the elementwise grain's elements.
 constexpr int64_t kRowGrain = kParallelGrain / 4;
 
+// The eight partial sums of the row sums below, added in a fixed tree.
+TERN_INLINE double SumOfEight(const double (&acc)[8]) {
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
 // Sum of n floats in double with eight interleaved partial sums (a fixed
 // order: deterministic, and the compiler vectorises it).
 TERN_VECTOR_CLONES
@@ -30,7 +35,7 @@ double SumF32(const float* x, int64_t n) {
     for (int j = 0; j < 8; ++j) acc[j] += x[i + j];
   }
   for (int j = 0; i < n; ++i, ++j) acc[j] += x[i];
-  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  return SumOfEight(acc);
 }
 
 TERN_VECTOR_CLONES
@@ -41,7 +46,7 @@ double DotF32(const float* x, const float* y, int64_t n) {
     for (int j = 0; j < 8; ++j) acc[j] += static_cast<double>(x[i + j]) * y[i + j];
   }
   for (int j = 0; i < n; ++i, ++j) acc[j] += static_cast<double>(x[i]) * y[i];
-  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  return SumOfEight(acc);
 }
 
 // The largest of n floats, or NaN when one is NaN. Written with the
@@ -91,7 +96,7 @@ double SumSquaredDeviations(const float* x, double mean, int64_t n) {
     const double d = x[i] - mean;
     acc[j] += d * d;
   }
-  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  return SumOfEight(acc);
 }
 
 // One row of a norm's backward (RMS norm: mean 0, no bias): x becomes
@@ -121,8 +126,8 @@ void NormBackwardRow(const float* g, const float* weight, float mean, float rstd
     a1[j] += static_cast<double>(gw[i]) * x[i];
     a2[j] += gw[i];
   }
-  *sum_gw_xhat = ((a1[0] + a1[1]) + (a1[2] + a1[3])) + ((a1[4] + a1[5]) + (a1[6] + a1[7]));
-  *sum_gw = ((a2[0] + a2[1]) + (a2[2] + a2[3])) + ((a2[4] + a2[5]) + (a2[6] + a2[7]));
+  *sum_gw_xhat = SumOfEight(a1);
+  *sum_gw = SumOfEight(a2);
   if (weight_grad != nullptr) {
     for (int64_t k = 0; k < n; ++k) weight_grad[k] += static_cast<double>(g[k]) * x[k];
   }
