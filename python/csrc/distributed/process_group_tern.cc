@@ -679,9 +679,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTern::allgather_coalesced(
   std::vector<std::vector<at::Tensor>> per_input(inputs.size());
   for (size_t rank = 0; rank < outputs.size(); ++rank) {
     TORCH_CHECK(outputs[rank].size() == inputs.size(),
-                "tern allgather_coalesced: the output list "
-                "of rank ",
-                rank, " has ", outputs[rank].size(), " tensors for ", inputs.size(), " inputs");
+                "tern allgather_coalesced: the output list of rank ", rank, " has ",
+                outputs[rank].size(), " tensors for ", inputs.size(), " inputs");
     for (size_t i = 0; i < inputs.size(); ++i) per_input[i].push_back(outputs[rank][i]);
   }
   return AllgatherEachInput(per_input, inputs);
