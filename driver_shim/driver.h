@@ -218,6 +218,15 @@ class Device {
   // device makes its oneDNN primitives). Best effort: what it cannot do is
   // left for the execution, which reports any error.
   virtual void PrepareProgram(const Program& program) { (void)program; }
+  // Makes the engines' first touch of device memory [offset, offset + bytes)
+  // cost what a later one does. A real device's memory is always there; the
+  // simulated device's pages are mapped into its engines' view at the first
+  // touch (several microseconds each on a virtual machine), which would land
+  // on an executable's first execution. Best effort; a no-op by default.
+  virtual void PrefaultMemory(uint64_t offset, uint64_t bytes) {
+    (void)offset;
+    (void)bytes;
+  }
   // Runs a copy or fill at once on the calling thread (the internal DMA path).
   virtual Status ExecuteSync(const Command& command) = 0;
   // The host address through which the engines reach device memory

@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "driver_shim/sim/engines/run_instruction.h"
+#include "driver_shim/sim/engines/warm_up.h"
 
 namespace tern::sim {
 
@@ -29,6 +30,7 @@ bool DmaWorker::TryStart(std::function<Status()> job) {
 
 void DmaWorker::Loop() {
   KeepKernelsOnThisThread();
+  WarmUpThisThread();
   for (uint64_t next = 1;; ++next) {
     doorbell_.Wait(next, UINT64_MAX);
     result_ = job_();

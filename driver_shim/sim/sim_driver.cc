@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <charconv>
@@ -18,6 +19,7 @@
 #include "common/timeline.h"
 #include "driver_shim/sim/byte_mover.h"
 #include "driver_shim/sim/engines/run_instruction.h"
+#include "driver_shim/sim/engines/warm_up.h"
 #include "driver_shim/sim/sim_queue.h"
 #include "tern/version.h"
 
@@ -363,6 +365,23 @@ void* SimDevice::EngineAddress(uint64_t offset, uint64_t size) const {
   return engine_view_ + offset;
 }
 
+void SimDevice::PrefaultMemory(uint64_t offset, uint64_t bytes) {
+  if (bytes == 0 || offset > info_.memory_bytes || bytes > info_.memory_bytes - offset) return;
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  const uint64_t begin = offset / page * page;
+  const uint64_t end =
+      std::min<uint64_t>((offset + bytes + page - 1) / page * page, info_.memory_bytes);
+  // One call maps every page writable (Linux 5.14); older kernels refuse the
+  // advice, and then a read of each page maps it (a first write still faults
+  // where the kernel maps shared pages read-only until written).
+#ifdef MADV_POPULATE_WRITE
+  if (madvise(engine_view_ + begin, end - begin, MADV_POPULATE_WRITE) == 0) return;
+#endif
+  for (uint64_t at = begin; at < end; at += page) {
+    (void)*reinterpret_cast<volatile const uint8_t*>(engine_view_ + at);
+  }
+}
+
 Status SimDevice::ExecuteSync(const Command& command) {
   TERN_RETURN_IF_ERROR(CheckPoison(command));
   return Move(command);
@@ -612,6 +631,7 @@ SimDriver::SimDriver(const driver::DriverOptions& options, SimConfig config)
     : options_(options), config_(std::move(config)) {}
 
 Status SimDriver::Init() {
+  PrefaultKernelCode();
   if (!config_.topology_explicit) {
     // No topology asked for: join the node as it is, if a process set it up;
     // the defaults apply only to a node this process creates.

@@ -45,6 +45,7 @@ class SimDevice final : public driver::Device {
                      std::unique_ptr<driver::HwQueue>* out_queue) override;
   void PrepareProgram(const driver::Program& program) override;
   Status ExecuteSync(const driver::Command& command) override;
+  void PrefaultMemory(uint64_t offset, uint64_t bytes) override;
   void* EngineAddress(uint64_t offset, uint64_t size) const override;
   int SharedMemoryFd() const override { return memfd_; }
   Status GetTelemetry(tern_device_telemetry_t* out) const override;

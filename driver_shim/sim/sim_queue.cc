@@ -3,6 +3,7 @@
 #include "common/cycle_clock.h"
 #include "common/logging.h"
 #include "common/trace.h"
+#include "driver_shim/sim/engines/warm_up.h"
 #include "driver_shim/sim/sim_driver.h"
 
 namespace tern::sim {
@@ -299,6 +300,7 @@ bool SimQueue::AwaitSlot(const Slot& slot, uint64_t sequence) {
 }
 
 void SimQueue::Loop() {
+  WarmUpThisThread();
   uint64_t next = 1;
   uint32_t index = 0;
   while (true) {

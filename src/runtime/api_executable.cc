@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <mutex>
@@ -99,12 +100,30 @@ Status CheckLoadParams(const tern_executable_load_params_t* params, exe::LoadOpt
   return OkStatus();
 }
 
+// Executions take their scratch from the device's allocator, which hands
+// out the range it just freed: taking the largest function's scratch once now
+// and having the device map its pages makes the first execution's scratch
+// as cheap to touch as a later one's. Best effort: without memory now, the
+// execution allocates (and reports) as it would have.
+void PrefaultScratch(DeviceObject* dev, const driver::Program& program) {
+  uint64_t bytes = 0;
+  for (const driver::Function& function : program.functions) {
+    bytes = std::max(bytes, function.scratch_bytes);
+  }
+  if (bytes == 0) return;
+  BufferObject scratch;
+  if (!AllocateDeviceMemory(dev, bytes, 0, TERN_MEMORY_SCRATCH, &scratch).ok()) return;
+  dev->hw->PrefaultMemory(scratch.offset, bytes);
+  ReleaseBuffer(scratch);
+}
+
 Status Insert(Runtime* rt, DeviceObject* dev, exe::ValidatedExecutable validated,
               std::shared_ptr<ExecutableConstants> constants, tern_executable_t* out) {
   auto object = std::make_shared<ExecutableObject>();
   object->device = dev;
   object->program = std::move(validated.program);
   dev->hw->PrepareProgram(*object->program);
+  PrefaultScratch(dev, *object->program);
   object->constants = std::move(constants);
   const uint64_t handle = rt->executable_table.Insert(std::move(object));
   if (handle == 0) return HandleTableFull("executables");

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "driver_shim/sim/engines/run_instruction.h"
+#include "driver_shim/sim/engines/warm_up.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -153,6 +154,7 @@ uint32_t KernelPool::WaitForJob(uint32_t seen, int64_t* spin_ns) {
 }
 
 void KernelPool::HelperLoop(int slot) {
+  WarmUpThisThread();
   uint32_t seen = 0;
   int64_t spin_ns = kMaxHelperSpinNs / 4;
   for (;;) {

@@ -326,6 +326,100 @@ PrimitiveCache<MatmulEntry>& MatmulCache() {
   return *cache;
 }
 
+// Runs a cached matmul primitive on the given memory (bias may be null when
+// the entry has none). Returns false if oneDNN refused at execution.
+bool ExecuteMatmulEntry(const PrimitiveKey& key, MatmulEntry& entry, const void* a, const void* b,
+                        void* out, const void* bias, bool has_bias) {
+  // oneDNN may still refuse at execution (e.g. status 3 for some batched
+  // layouts); it checks before computing, so the caller's fallback starts
+  // from untouched memory.
+  // Executed through the C API with an argument array: the C++ API takes an
+  // unordered_map, a handful of allocations per call.
+  ScratchPool::Lease scratch = Scratchpads().Acquire(entry.scratch_md.get_size());
+  void* handles[5] = {const_cast<void*>(a), const_cast<void*>(b), out, scratch.data(),
+                      const_cast<void*>(bias)};
+  const int arg_ids[5] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_SCRATCHPAD,
+                          DNNL_ARG_BIAS};
+  const int arg_count = has_bias ? 5 : 4;
+  try {
+    dnnl::engine& eng = Engine();
+    std::array<memory, 5> local;
+    std::array<memory, 5>* held = &local;
+    std::unique_lock<std::mutex> own;
+    for (MatmulEntry::Memories& set : entry.memories) {
+      own = std::unique_lock<std::mutex>(set.mu, std::try_to_lock);
+      if (own.owns_lock()) {
+        held = &set.objects;
+        break;
+      }
+    }
+    std::array<memory, 5>& memories = *held;
+    const memory::desc* mds[5] = {&entry.a_md, &entry.b_md, &entry.out_md, &entry.scratch_md,
+                                  &entry.bias_md};
+    dnnl_exec_arg_t args[5];
+    for (int i = 0; i < arg_count; ++i) {
+      if (!memories[i]) {
+        memories[i] = memory(*mds[i], eng, handles[i]);
+      } else {
+        memories[i].set_data_handle(handles[i]);
+      }
+      args[i] = {arg_ids[i], memories[i].get()};
+    }
+    dnnl::stream& stream = ThreadStream();
+    const dnnl_status_t executed =
+        dnnl_primitive_execute(entry.prim.get(), stream.get(), arg_count, args);
+    if (executed != dnnl_success) {
+      MatmulCache().Refuse(key);
+      return false;
+    }
+    stream.wait();
+  } catch (const dnnl::error&) {
+    MatmulCache().Refuse(key);
+    return false;
+  }
+  return true;
+}
+
+// Products of up to this many multiply-adds, whose operands take up to this
+// many bytes, are run once when a program is loaded (WarmUpMatmul): a
+// primitive's first execution in the process costs oneDNN's lazy set-up, its
+// kernels' first pass through cold code and a first memory object for each
+// operand (~70 us for a 16x256x512 product whose warm run takes 25 us),
+// which would otherwise land on the program's first execution. Larger
+// products run long enough that it does not show.
+constexpr double kWarmUpMultiplyAdds = 1 << 24;
+constexpr size_t kWarmUpBytes = 2 << 20;
+
+// Runs a freshly made primitive once on zero-filled host memory of its
+// operands' sizes, while a program is loaded. A refusal here is recorded as
+// at execution (the real call then takes the fallback at once).
+void WarmUpMatmul(const PrimitiveKey& key, MatmulEntry& entry, bool has_bias) {
+  const memory::dims a = entry.a_md.dims();
+  const memory::dims b = entry.b_md.dims();
+  if (a.size() < 2 || b.empty()) return;
+  double multiply_adds = static_cast<double>(b.back());
+  for (int64_t d : a) multiply_adds *= static_cast<double>(d);
+  if (multiply_adds > kWarmUpMultiplyAdds) return;
+  // Each operand at a cache-line boundary of one zeroed buffer per loading
+  // thread, kept: its pages are faulted in once, not at every load.
+  const size_t sizes[4] = {entry.a_md.get_size(), entry.b_md.get_size(), entry.out_md.get_size(),
+                           has_bias ? entry.bias_md.get_size() : 0};
+  size_t offsets[4], total = 0;
+  for (int i = 0; i < 4; ++i) {
+    offsets[i] = total;
+    total += (sizes[i] + 63) / 64 * 64;
+  }
+  if (total > kWarmUpBytes) return;
+  thread_local std::vector<uint8_t> operands;
+  if (operands.size() < total + 64) operands.resize(total + 64);
+  uint8_t* base = operands.data() + (64 - reinterpret_cast<uintptr_t>(operands.data()) % 64) % 64;
+  // The product overwrote the output region last time: zero it again, so
+  // that every operand reads as zeros (finite, whatever the dtype).
+  std::memset(base + offsets[2], 0, sizes[2]);
+  ExecuteMatmulEntry(key, entry, base + offsets[0], base + offsets[1], base + offsets[2],
+                     has_bias ? base + offsets[3] : nullptr, has_bias);
+}
+
 // Runs out = alpha * a @ b (+ beta * out) (+ bias) through oneDNN on the
 // given memory. Returns false if oneDNN refused (or would only take it with
 // its slow reference code).
@@ -349,6 +443,7 @@ bool DnnlMatmul(const Dims& a_dims, const Dims& a_strides, memory::data_type a_d
     key.Add(static_cast<int64_t>(bias_dt));
   }
   std::shared_ptr<MatmulEntry> entry = MatmulCache().Find(key);
+  const bool fresh = !entry;
   if (!entry) {
     entry = std::make_shared<MatmulEntry>();
     try {
@@ -386,56 +481,10 @@ bool DnnlMatmul(const Dims& a_dims, const Dims& a_strides, memory::data_type a_d
   if (!entry->ok) return false;
   if (t_prepare_only) {
     Scratchpads().Reserve(entry->scratch_md.get_size());
+    if (fresh) WarmUpMatmul(key, *entry, bias_dims != nullptr);
     return true;
   }
-  // oneDNN may still refuse at execution (e.g. status 3 for some batched
-  // layouts); it checks before computing, so the caller's fallback starts
-  // from untouched memory.
-  // Executed through the C API with an argument array: the C++ API takes an
-  // unordered_map, a handful of allocations per call.
-  ScratchPool::Lease scratch = Scratchpads().Acquire(entry->scratch_md.get_size());
-  void* handles[5] = {const_cast<void*>(a), const_cast<void*>(b), out, scratch.data(),
-                      const_cast<void*>(bias)};
-  const int arg_ids[5] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_SCRATCHPAD,
-                          DNNL_ARG_BIAS};
-  const int arg_count = bias_dims ? 5 : 4;
-  try {
-    dnnl::engine& eng = Engine();
-    std::array<memory, 5> local;
-    std::array<memory, 5>* held = &local;
-    std::unique_lock<std::mutex> own;
-    for (MatmulEntry::Memories& set : entry->memories) {
-      own = std::unique_lock<std::mutex>(set.mu, std::try_to_lock);
-      if (own.owns_lock()) {
-        held = &set.objects;
-        break;
-      }
-    }
-    std::array<memory, 5>& memories = *held;
-    const memory::desc* mds[5] = {&entry->a_md, &entry->b_md, &entry->out_md, &entry->scratch_md,
-                                  &entry->bias_md};
-    dnnl_exec_arg_t args[5];
-    for (int i = 0; i < arg_count; ++i) {
-      if (!memories[i]) {
-        memories[i] = memory(*mds[i], eng, handles[i]);
-      } else {
-        memories[i].set_data_handle(handles[i]);
-      }
-      args[i] = {arg_ids[i], memories[i].get()};
-    }
-    dnnl::stream& stream = ThreadStream();
-    const dnnl_status_t executed =
-        dnnl_primitive_execute(entry->prim.get(), stream.get(), arg_count, args);
-    if (executed != dnnl_success) {
-      MatmulCache().Refuse(key);
-      return false;
-    }
-    stream.wait();
-  } catch (const dnnl::error&) {
-    MatmulCache().Refuse(key);
-    return false;
-  }
-  return true;
+  return ExecuteMatmulEntry(key, *entry, a, b, out, bias, bias_dims != nullptr);
 }
 
 // Packs a logical operand (shape/strides in elements) into contiguous f32.
@@ -1285,6 +1334,11 @@ Status RunConv(ConvKind kind, const driver::Instruction& ins, Operands ops, int 
 }
 
 }  // namespace
+
+void PrepareDnnlThread() {
+  const OneDnnSingleThreaded single_threaded;
+  (void)ThreadStream();
+}
 
 void PrepareDnnlKernels(const driver::Instruction& ins, Operands ops) {
   struct PrepareOnly {

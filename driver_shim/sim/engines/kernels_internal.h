@@ -287,6 +287,10 @@ Status RunMatmul(const driver::Instruction& ins, Operands ops);
 // touching no operand memory (`ops` may point anywhere non-null); other
 // opcodes are ignored. See PrepareInstruction (run_instruction.h).
 void PrepareDnnlKernels(const driver::Instruction& ins, Operands ops);
+
+// Makes the calling thread's oneDNN stream and OpenMP state (warm_up.h).
+// Thread-safety: any thread (acts on the calling one).
+void PrepareDnnlThread();
 Status RunConv2d(const driver::Instruction& ins, Operands ops);
 Status RunConv2dBackwardInput(const driver::Instruction& ins, Operands ops);
 Status RunConv2dBackwardWeight(const driver::Instruction& ins, Operands ops);

@@ -1,0 +1,126 @@
+// The one-time costs the simulated device pays early so that an executable's
+// first execution does not (driver_shim/sim/engines/warm_up.h and
+// Device::PrefaultMemory): checked through /proc/self/pagemap, whose bit 63
+// says whether a virtual page is mapped.
+#include "driver_shim/sim/engines/warm_up.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <link.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "driver_shim/driver.h"
+
+namespace tern {
+namespace {
+
+// How many of the pages in [begin, end) are mapped into this process.
+size_t MappedPages(uintptr_t begin, uintptr_t end) {
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+  EXPECT_GE(fd, 0) << "cannot open /proc/self/pagemap";
+  if (fd < 0) return 0;
+  size_t mapped = 0;
+  for (uintptr_t at = begin / page * page; at < end; at += page) {
+    uint64_t entry = 0;
+    if (pread(fd, &entry, sizeof(entry), static_cast<off_t>(at / page * sizeof(entry))) ==
+            static_cast<ssize_t>(sizeof(entry)) &&
+        (entry >> 63) != 0) {
+      ++mapped;
+    }
+  }
+  close(fd);
+  return mapped;
+}
+
+struct CodeSegments {
+  uintptr_t inside;
+  std::vector<std::pair<uintptr_t, uintptr_t>> ranges;  // executable PT_LOAD segments
+};
+
+int FindCode(struct dl_phdr_info* info, size_t, void* data) {
+  auto* code = static_cast<CodeSegments*>(data);
+  std::vector<std::pair<uintptr_t, uintptr_t>> ranges;
+  bool holds = false;
+  for (int i = 0; i < info->dlpi_phnum; ++i) {
+    const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+    if (ph.p_type != PT_LOAD) continue;
+    const uintptr_t begin = info->dlpi_addr + ph.p_vaddr, end = begin + ph.p_memsz;
+    if (code->inside >= begin && code->inside < end) holds = true;
+    if ((ph.p_flags & PF_X) != 0) ranges.emplace_back(begin, end);
+  }
+  if (!holds) return 0;
+  code->ranges = ranges;
+  return 1;
+}
+
+TEST(WarmUp, EveryPageOfTheKernelsCodeIsMapped) {
+  CodeSegments code{reinterpret_cast<uintptr_t>(&sim::PrefaultKernelCode), {}};
+  dl_iterate_phdr(FindCode, &code);
+  ASSERT_FALSE(code.ranges.empty()) << "no executable segment holds PrefaultKernelCode";
+  size_t pages = 0, before = 0;
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  for (const auto& [begin, end] : code.ranges) {
+    pages += (end - begin / page * page + page - 1) / page;
+    before += MappedPages(begin, end);
+  }
+  sim::PrefaultKernelCode();
+  size_t after = 0;
+  for (const auto& [begin, end] : code.ranges) after += MappedPages(begin, end);
+  // Megabytes of kernels: most were never run by this test before the call.
+  EXPECT_LT(before, pages);
+  EXPECT_EQ(after, pages) << "of the code's " << pages << " pages, " << before
+                          << " were mapped before the call";
+}
+
+TEST(WarmUp, AFreshThreadsStackIsMappedAsDeepAsKernelsGo) {
+  // Below the caller's frame, a new thread's stack has never been touched;
+  // WarmUpThisThread maps 64 KiB of it (and makes the thread's malloc arena
+  // and oneDNN stream, which leave nothing to check from here).
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  size_t before = 0, after = 0, pages = 0;
+  std::thread([&] {
+    uint8_t here = 0;
+    asm volatile("" : : "r"(&here) : "memory");
+    // Pages wholly below this frame and the warm-up's own, within its reach.
+    const uintptr_t top = reinterpret_cast<uintptr_t>(&here) / page * page - 2 * page;
+    const uintptr_t bottom = top - 12 * page;
+    pages = (top - bottom) / page;
+    before = MappedPages(bottom, top);
+    sim::WarmUpThisThread();
+    after = MappedPages(bottom, top);
+  }).join();
+  EXPECT_LT(before, pages);
+  EXPECT_EQ(after, pages);
+}
+
+TEST(WarmUp, PrefaultMemoryMapsTheEnginesView) {
+  std::unique_ptr<driver::Driver> sim;
+  ASSERT_TRUE(driver::CreateDriver("sim", driver::DriverOptions{}, &sim).ok());
+  std::unique_ptr<driver::Device> device;
+  ASSERT_TRUE(sim->OpenDevice(0, &device).ok());
+  // The last megabyte of the device's memory: nothing has touched it.
+  const uint64_t bytes = 1 << 20;
+  const uint64_t offset = device->info().memory_bytes - bytes;
+  const auto begin = reinterpret_cast<uintptr_t>(device->EngineAddress(offset, bytes));
+  ASSERT_NE(begin, 0u);
+  const size_t pages = bytes / static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  EXPECT_EQ(MappedPages(begin, begin + bytes), 0u);
+  // Half the range, from an offset that is not page-aligned: the pages it
+  // overlaps are mapped, the rest stay as they were.
+  device->PrefaultMemory(offset + 100, bytes / 2);
+  EXPECT_EQ(MappedPages(begin, begin + bytes), pages / 2 + 1);
+  device->PrefaultMemory(offset, bytes);
+  EXPECT_EQ(MappedPages(begin, begin + bytes), pages);
+  // Out of range: ignored.
+  device->PrefaultMemory(device->info().memory_bytes, 4096);
+  device->PrefaultMemory(offset, 2 * bytes);
+}
+
+}  // namespace
+}  // namespace tern
