@@ -652,6 +652,88 @@ def scenario_training(out_dir):
         json.dump(result, f)
 
 
+def make_bn_model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1),
+        torch.nn.BatchNorm2d(8),
+        torch.nn.ReLU(),
+        torch.nn.Conv2d(8, 4, 3, padding=1),
+        torch.nn.BatchNorm2d(4),
+        torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(),
+    )
+
+
+def scenario_sync_batch_norm(out_dir):
+    """SyncBatchNorm under DDP against one process's BatchNorm on the whole
+    batch: the statistics are the whole batch's on every rank, so losses,
+    parameters and running statistics match; then ranks with batches of
+    different sizes (the per-rank counts) against the whole batch."""
+    import torch_tern
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    steps, batch = 10, 8
+    setup(backend="tern")
+    g = torch.Generator().manual_seed(3)
+    # One batch, seen every step: the loss must go down.
+    xs = torch.randn(1, batch, 3, 6, 6, generator=g).expand(steps, -1, -1, -1, -1)
+    ys = torch.randn(1, batch, 4, generator=g).expand(steps, -1, -1)
+    ref = make_bn_model().to(dev())
+    opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    ref_losses = []
+    for s in range(steps):
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(ref(xs[s].to(dev())), ys[s].to(dev()))
+        loss.backward()
+        opt.step()
+        ref_losses.append(loss.item())
+    model = DDP(torch.nn.SyncBatchNorm.convert_sync_batchnorm(make_bn_model()).to(dev()))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    share = batch // WORLD
+    torch_tern.clear_op_tracking()
+    losses = []
+    for s in range(steps):
+        opt.zero_grad()
+        x = xs[s, RANK * share : (RANK + 1) * share].to(dev())
+        y = ys[s, RANK * share : (RANK + 1) * share].to(dev())
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        mean = loss.detach().clone()
+        dist.all_reduce(mean, op=dist.ReduceOp.AVG)
+        losses.append(mean.item())
+    result = {"fallback_ops": sorted(torch_tern.get_fallback_ops())}
+    result["loss_diff"] = max(abs(a - b) for a, b in zip(losses, ref_losses))
+    result["param_diff"] = max(
+        (p.detach().cpu() - q.detach().cpu()).abs().max().item()
+        for p, q in zip(model.module.parameters(), ref.parameters())
+    )
+    result["buffer_diff"] = max(
+        (p.cpu().double() - q.cpu().double()).abs().max().item()
+        for p, q in zip(model.module.buffers(), ref.buffers())
+    )
+    result["first_loss"], result["last_loss"] = losses[0], losses[-1]
+    # Unequal shares: rank r takes r + 1 rows (no DDP: a forward in training
+    # mode, which updates the running statistics from every rank's rows).
+    rows = [r + 1 for r in range(WORLD)]
+    x = torch.randn(sum(rows), 8, 5, 5, generator=g)
+    bn = torch.nn.BatchNorm2d(8).to(dev())
+    sync = torch.nn.SyncBatchNorm(8).to(dev())
+    want = bn(x.to(dev()))
+    begin = sum(rows[:RANK])
+    got = sync(x[begin : begin + rows[RANK]].to(dev()))
+    mine = want[begin : begin + rows[RANK]]
+    result["uneven_out_diff"] = (got.cpu() - mine.cpu()).abs().max().item()
+    result["uneven_stats_diff"] = max(
+        (sync.running_mean.cpu() - bn.running_mean.cpu()).abs().max().item(),
+        (sync.running_var.cpu() - bn.running_var.cpu()).abs().max().item(),
+    )
+    dist.destroy_process_group()
+    with open(os.path.join(out_dir, f"sync_batch_norm.{RANK}.json"), "w") as f:
+        json.dump(result, f)
+
+
 # ---- faults --------------------------------------------------------------------
 
 

@@ -33,6 +33,12 @@ ACCELERATOR_ONLY = {
     "_thnn_fused_gru_cell_backward": ("native", "its backward"),
     "record_stream": ("native", "Tensor.record_stream, the caching allocator's"),
 }
+# nn.SyncBatchNorm's pieces (csrc/aten/sync_batch_norm.cc; run under DDP by
+# test_distributed.py::test_distributed_sync_batch_norm_matches_single_process).
+for _op in ("batch_norm_stats", "batch_norm_elemt", "batch_norm_elemt.out",
+            "batch_norm_gather_stats", "batch_norm_gather_stats_with_counts",
+            "batch_norm_backward_reduce", "batch_norm_backward_elemt"):
+    ACCELERATOR_ONLY[_op] = ("native", "nn.SyncBatchNorm under torch.distributed")
 _NOT_ROUTED = {
     "cuDNN and MIOpen (ATen checks for a CUDA tensor first)": [
         "_use_cudnn_ctc_loss", "_use_cudnn_ctc_loss.Tensor", "_cudnn_ctc_loss",
@@ -59,10 +65,6 @@ _NOT_ROUTED = {
     "CUDA's own choices inside composites (dropout, convolution, rms_norm on CUDA)": [
         "_fused_dropout", "_masked_scale", "_conv_depthwise2d.out", "_conv_depthwise2d",
         "conv_depthwise3d", "_fused_rms_norm_backward"],
-    "SyncBatchNorm's statistics (torch.distributed; tern's c10d backend is P11)": [
-        "batch_norm_stats", "batch_norm_elemt", "batch_norm_elemt.out", "batch_norm_gather_stats",
-        "batch_norm_gather_stats_with_counts", "batch_norm_backward_reduce",
-        "batch_norm_backward_elemt"],
     "called only by name (out_dtype products, int4 and fp8 matmuls, 2:4 sparsity, Philox keys)": [
         "baddbmm.dtype", "baddbmm.dtype_out", "bmm.dtype", "bmm.dtype_out", "mm.dtype",
         "mm.dtype_out", "addmm.dtype", "addmm.dtype_out", "_mixed_dtypes_linear",

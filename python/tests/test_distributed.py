@@ -213,6 +213,25 @@ def test_distributed_ddp_and_fsdp2_match_single_process(tmp_path, nproc):
             assert r["hsdp_param_diff"] <= 1e-5, r
 
 
+@pytest.mark.parametrize("nproc", NPROCS)
+def test_distributed_sync_batch_norm_matches_single_process(tmp_path, nproc):
+    """torch.nn.SyncBatchNorm runs natively on tern (its five batch_norm_*
+    operators have no CPU kernel in PyTorch, so a fallback could not run them)."""
+    _torchrun("sync_batch_norm", tmp_path, nproc)
+    for rank in range(nproc):
+        r = _result(tmp_path, "sync_batch_norm", rank)
+        assert r["last_loss"] < r["first_loss"], r  # it learns
+        assert r["loss_diff"] <= 1e-5, r
+        assert r["param_diff"] <= 1e-5, r
+        assert r["buffer_diff"] <= 1e-5, r  # running statistics (and batches tracked)
+        assert r["uneven_out_diff"] <= 1e-5, r
+        assert r["uneven_stats_diff"] <= 1e-5, r
+        # SyncBatchNorm drops empty ranks' statistics with a boolean mask
+        # (count_all[mask]): PyTorch runs that as nonzero + index, whose
+        # output size depends on the data; tern runs both on the CPU.
+        assert set(r["fallback_ops"]) <= {"aten::nonzero", "aten::index.Tensor_out"}, r
+
+
 def test_distributed_killed_rank_is_an_error_naming_it(tmp_path):
     procs = _spawn_two("kill", tmp_path)
     outputs = _wait_all(procs)

@@ -54,6 +54,20 @@ def test_error_mode_names_the_op(fallback_log, monkeypatch):
     assert torch.equal(a.lgamma().cpu(), torch.zeros(4))
 
 
+def test_op_without_a_cpu_kernel_says_so_for_tern(fallback_log):
+    # _masked_scale has CUDA kernels only: the fallback cannot run it, and
+    # says so about the tern tensors rather than PyTorch's "from the 'CPU'
+    # backend", which reads as if the tensors were the CPU's.
+    x = torch.ones(4, device="tern")
+    mask = torch.ones(4, dtype=torch.uint8, device="tern")
+    with pytest.raises(NotImplementedError) as caught:
+        torch.ops.aten._masked_scale(x, mask, 2.0)
+    message = str(caught.value)
+    assert "operator 'aten::_masked_scale' has no tern kernel, and PyTorch has no CPU kernel" \
+        in message, message
+    assert "from the 'CPU' backend" not in message, message
+
+
 def test_warn_mode_warns_once(fallback_log, monkeypatch):
     monkeypatch.setenv("TORCH_TERN_FALLBACK", "warn")
     a = torch.ones(4, device="tern")

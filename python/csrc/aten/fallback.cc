@@ -96,7 +96,21 @@ void CpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
                "' has no native tern kernel; running it on the CPU");
   }
   CheckWrittenArgumentsOnTern(op, name, *stack);
-  at::native::cpu_fallback(op, stack);
+  try {
+    at::native::cpu_fallback(op, stack);
+  } catch (const c10::NotImplementedError& e) {
+    // PyTorch's own message names the CPU backend, as if the tensors were the
+    // CPU's: say what happened to the tern tensors instead. Only for this
+    // operator; a missing kernel deeper down keeps its message.
+    const std::string missing = "Could not run '" + name + "' with arguments from the 'CPU'";
+    if (std::string(e.what()).find(missing) == std::string::npos) throw;
+    TORCH_CHECK_NOT_IMPLEMENTED(
+        false, "torch_tern: operator '", name,
+        "' has no tern kernel, and PyTorch has no CPU kernel for it, so the CPU fallback "
+        "cannot run it either (PyTorch implements it for some accelerators only). Avoid the "
+        "call on tern tensors, or ask for a tern kernel naming this operator and the model "
+        "that needs it.");
+  }
 }
 
 std::map<std::string, int64_t> FallbackOps() {
