@@ -572,6 +572,13 @@ def scenario_training(out_dir):
         "ddp_seconds": elapsed,
         "steps": steps,
     }
+    # DDP's runtime statistics (sampled in the first iterations), in device
+    # nanoseconds: tern's c10d Timer (csrc/distributed/ddp_timer.cc).
+    logged = model._get_ddp_logging_data()
+    result["ddp_runtime_ns"] = {
+        k: logged.get(k, 0)
+        for k in ("avg_forward_compute_time", "avg_backward_compute_time", "avg_backward_comm_time")
+    }
     # DDP with a Python comm hook (torch's allreduce_hook: dist.all_reduce
     # async, then get_future().then(...)), small buckets so several overlap.
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
