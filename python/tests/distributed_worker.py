@@ -301,6 +301,17 @@ def scenario_collectives(out_dir):
     want[2:6] = WORLD * (WORLD + 1) / 2
     check_equal("all_reduce of a view", big, want)
     checked.append("view")
+    # torch.profiler shows each collective as "tern:<op>", as gloo's and
+    # NCCL's show theirs (the range is the host's share: issued, queued).
+    t = torch.ones(4, device=dev())
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        for _ in range(3):
+            dist.all_reduce(t)
+        dist.broadcast(t, src=0)
+    names = [e.name for e in prof.events()]
+    assert names.count("tern:all_reduce") == 3, sorted(set(names))
+    assert names.count("tern:broadcast") == 1, sorted(set(names))
+    checked.append("profiler_ranges")
     # Work.wait() makes the current stream wait; it does not block the host:
     # rank 1 joins 1.5 s late, yet rank 0's wait() returns at once, and the
     # stream (t.cpu()) gets the summed result once rank 1 arrived.

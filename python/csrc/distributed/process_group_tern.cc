@@ -161,12 +161,53 @@ class GroupScope {
   bool open_ = true;
 };
 
+// The profiler's name for an operation, as gloo and NCCL name theirs
+// ("<backend>:<op>"): what torch.profiler shows for each collective, and what
+// DDP's profiling test counts.
+const char* ProfilingTitle(c10d::OpType op_type) {
+  switch (op_type) {
+    case c10d::OpType::ALLREDUCE:
+      return "tern:all_reduce";
+    case c10d::OpType::ALLREDUCE_COALESCED:
+      return "tern:all_reduce_coalesced";
+    case c10d::OpType::BROADCAST:
+      return "tern:broadcast";
+    case c10d::OpType::REDUCE:
+      return "tern:reduce";
+    case c10d::OpType::ALLGATHER:
+      return "tern:all_gather";
+    case c10d::OpType::_ALLGATHER_BASE:
+      return "tern:_allgather_base";
+    case c10d::OpType::_REDUCE_SCATTER_BASE:
+      return "tern:_reduce_scatter_base";
+    case c10d::OpType::ALLTOALL_BASE:
+      return "tern:all_to_all_base";
+    case c10d::OpType::ALLTOALL:
+      return "tern:all_to_all";
+    case c10d::OpType::GATHER:
+      return "tern:gather";
+    case c10d::OpType::SCATTER:
+      return "tern:scatter";
+    case c10d::OpType::SEND:
+      return "tern:send";
+    case c10d::OpType::RECV:
+      return "tern:recv";
+    case c10d::OpType::BARRIER:
+      return "tern:barrier";
+    case c10d::OpType::COALESCED:
+      return "tern:coalesced";
+    default:
+      return "tern:collective";
+  }
+}
+
 class WorkTern final : public c10d::Work {
  public:
   WorkTern(int rank, c10d::OpType op_type, std::vector<at::Tensor> outputs,
            std::shared_ptr<c10::Event> event, std::shared_ptr<CommState> state,
            std::optional<c10::Stream> comm_stream, bool host_blocking, c10::Device device)
-      : c10d::Work(rank, op_type),
+      : c10d::Work(rank, op_type, ProfilingTitle(op_type),
+                   std::optional<std::vector<at::Tensor>>(outputs)),
         outputs_(std::move(outputs)),
         event_(std::move(event)),
         state_(std::move(state)),
@@ -208,6 +249,18 @@ class WorkTern final : public c10d::Work {
   }
 
   void blockCurrentStream() override { BlockCurrentStream(); }
+
+  // Ends the operation's profiler range (opened by c10d::Work for its title
+  // while torch's profiler records) once the operation is queued, as NCCL's
+  // ends when its future completes on the stream: the range is the host's
+  // share, and it closes inside the profiler's window even when nothing
+  // waits for the device (tern's own trace has the device's side).
+  // Thread-safety: the caller's (the work is not shared yet).
+  void EndProfilingRange() {
+    if (!recordFunctionEndCallback_) return;
+    recordFunctionEndCallback_();
+    recordFunctionEndCallback_ = nullptr;
+  }
 
   void abort() override {
     if (state_) state_->Abort();
@@ -543,8 +596,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTern::Finish(Launch& launch, c10d::Op
   const c10::Device device(c10::DeviceType::PrivateUse1, launch.comm.device_index());
   launch.guard.reset();
   sequence_.fetch_add(1);
-  return c10::make_intrusive<WorkTern>(getRank(), op_type, std::move(outputs), std::move(event),
-                                       launch.state, launch.comm, host_blocking, device);
+  auto work =
+      c10::make_intrusive<WorkTern>(getRank(), op_type, std::move(outputs), std::move(event),
+                                    launch.state, launch.comm, host_blocking, device);
+  work->EndProfilingRange();
+  return work;
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTern::allreduce(std::vector<at::Tensor>& tensors,
