@@ -230,3 +230,40 @@ def test_index_with_several_adjacent_index_tensors(dtype, fallback_log):
     # An index out of range for its own dim raises, naming its value.
     with pytest.raises(RuntimeError, match="index 5 .* out of range for axis 0 of size 5"):
         tern(x)[tern(torch.tensor([0])), tern(torch.tensor([5]))].cpu()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.bool], ids=str)
+def test_boolean_mask_reads_and_nonzero(dtype, fallback_log):
+    """x[mask], nonzero, torch.where(cond), masked_select and the backward of
+    x[mask] (index_put_ with accumulate) run on tern, with the count read on
+    the host as every device's must, and match the CPU."""
+    x = rand((4, 3, 5), dtype)
+    mask = torch.rand(4, 3, 5, generator=g) > 0.4
+    rows = torch.tensor([True, False, True, True])
+    inner = torch.rand(3, 5, generator=g) > 0.5
+    none = torch.zeros(4, 3, dtype=torch.bool)
+    cases = [
+        (lambda t, m, r, i, n: t[m]),
+        (lambda t, m, r, i, n: t[r]),
+        (lambda t, m, r, i, n: t[:, i]),
+        (lambda t, m, r, i, n: t[n]),
+        (lambda t, m, r, i, n: torch.nonzero(m)),
+        (lambda t, m, r, i, n: torch.nonzero(t)),
+        (lambda t, m, r, i, n: torch.nonzero(t[0, 0, 0])),  # a 0-dim input: [count, 0]
+        (lambda t, m, r, i, n: torch.stack(torch.where(m))),
+        (lambda t, m, r, i, n: torch.masked_select(t, i)),  # the mask broadcasts
+        (lambda t, m, r, i, n: torch.masked_select(t, n[..., None])),
+    ]
+    for case in cases:
+        want = case(x, mask, rows, inner, none)
+        got = case(*(tern(a) for a in (x, mask, rows, inner, none)))
+        assert got.device.type == "tern"
+        assert torch.equal(got.cpu(), want)
+    if dtype.is_floating_point:
+        weights = torch.arange(int(mask.sum()), dtype=torch.float32).to(dtype)
+        a = x.clone().requires_grad_()
+        (a[mask] * weights).sum().backward()
+        b = tern(x).requires_grad_()
+        (b[tern(mask)] * tern(weights)).sum().backward()
+        assert torch.equal(b.grad.cpu(), a.grad)
+    assert fallback_log.get_fallback_ops() == {}

@@ -183,6 +183,26 @@ bool IndexSeveral(const at::Tensor& self, int64_t first, const std::vector<at::T
   return p.ok() && p.Run();
 }
 
+// x[..., mask, ...] with one boolean (or uint8) mask over self's dims
+// [axis, axis + mask.dim()): those dims merged into one, the rows of the
+// mask's true elements selected (their flat indices from nonzero, which reads
+// their count on the host first, as every device's must).
+bool IndexBoolMask(const at::Tensor& self, int64_t axis, const at::Tensor& mask, at::Tensor& out) {
+  const int64_t k = mask.dim();
+  if (k == 0 || axis + k > self.dim() ||
+      mask.sizes() != self.sizes().slice(static_cast<size_t>(axis), static_cast<size_t>(k))) {
+    return false;  // the CPU's error for a mismatched mask
+  }
+  std::vector<int64_t> merged(self.sizes().begin(), self.sizes().begin() + axis);
+  merged.push_back(mask.numel());
+  merged.insert(merged.end(), self.sizes().begin() + axis + k, self.sizes().end());
+  const at::Tensor rows = at::nonzero(mask.reshape({-1})).squeeze(1);
+  const at::Tensor selected = self.reshape(merged).index_select(axis, rows);
+  ResizeOut(out, selected.sizes().vec());
+  out.copy_(selected);
+  return true;
+}
+
 // x[..., idx, ...] with one integer index tensor (the other indices None),
 // or several adjacent ones (x[i, j]).
 // Thread-safety: any thread (the current stream's queue orders the work).
@@ -204,6 +224,10 @@ at::Tensor& IndexTensorOut(const at::Tensor& self,
       p.Emit(TERN_OP_GATHER, {p.Out(out), p.In(self), p.In(index)}, {axis});
       done = p.Run();
     }
+  } else if (one_index && IsTern(self) && IsTern(index) && IsTern(out) &&
+             (index.scalar_type() == at::kBool || index.scalar_type() == at::kByte) &&
+             out.scalar_type() == self.scalar_type()) {
+    done = IndexBoolMask(self, axis, index, out);
   } else if (!one_index && IsTern(self) && IsTern(out) && out.scalar_type() == self.scalar_type() &&
              Supported(self.scalar_type()) && AdjacentIndexTensors(indices, &axis, &adjacent)) {
     done = IndexSeveral(self, axis, adjacent, out);
@@ -426,15 +450,15 @@ bool IndexPutInteger(at::Tensor& self, int64_t axis, const at::Tensor& index,
   return p.ok() && p.Run();
 }
 
-// self[..., mask, ...] = values with one boolean mask over self's dims
+// self[..., mask, ...] = values (+= with accumulate) with one boolean mask over self's dims
 // [axis, axis + mask.dim()). Values that broadcast along the selected
 // elements (x[mask] = 0, a value per trailing position) are a WHERE, with no
 // synchronisation. Values with one row per selected element are gathered
 // through the mask's running count (SCAN): row c - 1 for the c-th true
 // element. That needs the count on the host first, as the CPU's nonzero
 // does, to check the rows (a mismatch falls back for the CPU's error).
-bool IndexPutMask(at::Tensor& self, int64_t axis, const at::Tensor& mask,
-                  const at::Tensor& values) {
+bool IndexPutMask(at::Tensor& self, int64_t axis, const at::Tensor& mask, const at::Tensor& values,
+                  bool accumulate) {
   const int64_t k = mask.dim();
   if (k == 0 || axis + k > self.dim() ||
       mask.sizes() != self.sizes().slice(static_cast<size_t>(axis), static_cast<size_t>(k))) {
@@ -476,6 +500,13 @@ bool IndexPutMask(at::Tensor& self, int64_t axis, const at::Tensor& mask,
     V = p.Temp(*TD(self.scalar_type()), self.sizes());
     p.Emit(TERN_OP_GATHER, {V, p.In(values).Expand(rows), row.View(mask.sizes())}, {axis});
   }
+  if (accumulate) {
+    // A mask selects each position once: accumulating is adding there (the
+    // backward of x[mask]).
+    Operand sum = p.Temp(*TD(self.scalar_type()), self.sizes());
+    p.Emit(TERN_OP_BINARY, {sum, O, V}, {TERN_BINARY_ADD});
+    V = sum;
+  }
   p.Emit(TERN_OP_WHERE, {O, M, V, O});
   return p.ok() && p.Run();
 }
@@ -499,8 +530,8 @@ at::Tensor& IndexPutImpl(at::Tensor& self, const c10::List<std::optional<at::Ten
     if (IndexDtype(index)) {
       done = (!accumulate || dtype != at::kBool) &&
              IndexPutInteger(self, axis, index, values, accumulate);
-    } else if (index.scalar_type() == at::kBool && !accumulate) {
-      done = IndexPutMask(self, axis, index, values);
+    } else if (index.scalar_type() == at::kBool && (!accumulate || dtype != at::kBool)) {
+      done = IndexPutMask(self, axis, index, values, accumulate);
     }
   }
   if (done) return self;
