@@ -97,6 +97,13 @@ ELSEWHERE = {
     "_unique2": "test_unique_matches_cpu", "unique_consecutive": "test_unique_matches_cpu",
     "unique_dim": "test_unique_dim_matches_cpu",
     "unique_dim_consecutive": "test_unique_dim_matches_cpu",
+    "nonzero": "test_boolean_mask_reads_and_nonzero",
+    # nn.SyncBatchNorm's pieces: a torch.distributed autograd.Function, eager
+    # (test_distributed.py::test_distributed_sync_batch_norm_matches_single_process).
+    "batch_norm_stats": "SyncBatchNorm", "batch_norm_elemt": "SyncBatchNorm",
+    "batch_norm_gather_stats": "SyncBatchNorm",
+    "batch_norm_gather_stats_with_counts": "SyncBatchNorm",
+    "batch_norm_backward_reduce": "SyncBatchNorm", "batch_norm_backward_elemt": "SyncBatchNorm",
 }
 
 
