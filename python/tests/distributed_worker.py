@@ -537,29 +537,26 @@ def make_data(steps, batch):
     return xs, ys
 
 
-def scenario_training(out_dir):
-    """DDP and FSDP2 (fully_shard) on 2 ranks against a single-process run."""
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
-    steps, batch = 50, 8
-    setup(backend="tern")
-    xs, ys = make_data(steps, batch)
-    # The single-process reference, on this rank's device: the whole batch.
-    ref = make_model().to(dev())
-    opt = torch.optim.SGD(ref.parameters(), lr=0.05)
-    ref_losses = []
+def train_whole(model, xs, ys, steps, lr):
+    """The single-process reference: SGD on every step's whole batch. The
+    losses, one per step."""
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    losses = []
     for s in range(steps):
         opt.zero_grad()
-        loss = torch.nn.functional.mse_loss(ref(xs[s].to(dev())), ys[s].to(dev()))
+        loss = torch.nn.functional.mse_loss(model(xs[s].to(dev())), ys[s].to(dev()))
         loss.backward()
         opt.step()
-        ref_losses.append(loss.item())
-    # DDP: each rank takes its share of every batch.
-    model = DDP(make_model().to(dev()))
-    opt = torch.optim.SGD(model.parameters(), lr=0.05)
-    share = batch // WORLD
+        losses.append(loss.item())
+    return losses
+
+
+def train_shares(model, xs, ys, steps, lr):
+    """SGD of a distributed model (DDP, FSDP2, HSDP) where each rank takes its
+    share of every step's batch. The losses, averaged over the ranks."""
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    share = xs.shape[1] // WORLD
     losses = []
-    start = time.perf_counter()
     for s in range(steps):
         opt.zero_grad()
         x = xs[s, RANK * share : (RANK + 1) * share].to(dev())
@@ -570,6 +567,24 @@ def scenario_training(out_dir):
         mean = loss.detach().clone()
         dist.all_reduce(mean, op=dist.ReduceOp.AVG)
         losses.append(mean.item())
+    return losses
+
+
+def scenario_training(out_dir):
+    """DDP and FSDP2 (fully_shard) on 2 ranks against a single-process run."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    steps, batch = 50, 8
+    setup(backend="tern")
+    xs, ys = make_data(steps, batch)
+    # The single-process reference, on this rank's device: the whole batch.
+    ref = make_model().to(dev())
+    ref_losses = train_whole(ref, xs, ys, steps, lr=0.05)
+    # DDP: each rank takes its share of every batch.
+    model = DDP(make_model().to(dev()))
+    share = batch // WORLD
+    start = time.perf_counter()
+    losses = train_shares(model, xs, ys, steps, lr=0.05)
     elapsed = time.perf_counter() - start
     result = {
         "describe": torch_tern_describe(),
@@ -618,19 +633,8 @@ def scenario_training(out_dir):
         if isinstance(layer, torch.nn.Linear):
             fully_shard(layer)
     fully_shard(sharded)
-    opt = torch.optim.SGD(sharded.parameters(), lr=0.05)
     torch_tern.clear_op_tracking()
-    fsdp_losses = []
-    for s in range(steps):
-        opt.zero_grad()
-        x = xs[s, RANK * share : (RANK + 1) * share].to(dev())
-        y = ys[s, RANK * share : (RANK + 1) * share].to(dev())
-        loss = torch.nn.functional.mse_loss(sharded(x), y)
-        loss.backward()
-        opt.step()
-        mean = loss.detach().clone()
-        dist.all_reduce(mean, op=dist.ReduceOp.AVG)
-        fsdp_losses.append(mean.item())
+    fsdp_losses = train_shares(sharded, xs, ys, steps, lr=0.05)
     result["fsdp_fallback_ops"] = sorted(torch_tern.get_fallback_ops())
     result["fsdp_loss_diff"] = max(abs(a - b) for a, b in zip(fsdp_losses, ref_losses))
     result["fsdp_param_diff"] = max(
@@ -648,18 +652,7 @@ def scenario_training(out_dir):
             if isinstance(layer, torch.nn.Linear):
                 fully_shard(layer, mesh=mesh)
         fully_shard(hybrid, mesh=mesh)
-        opt = torch.optim.SGD(hybrid.parameters(), lr=0.05)
-        hsdp_losses = []
-        for s in range(steps):
-            opt.zero_grad()
-            x = xs[s, RANK * share : (RANK + 1) * share].to(dev())
-            y = ys[s, RANK * share : (RANK + 1) * share].to(dev())
-            loss = torch.nn.functional.mse_loss(hybrid(x), y)
-            loss.backward()
-            opt.step()
-            mean = loss.detach().clone()
-            dist.all_reduce(mean, op=dist.ReduceOp.AVG)
-            hsdp_losses.append(mean.item())
+        hsdp_losses = train_shares(hybrid, xs, ys, steps, lr=0.05)
         result["hsdp_loss_diff"] = max(abs(a - b) for a, b in zip(hsdp_losses, ref_losses))
         result["hsdp_param_diff"] = max(
             (p.full_tensor().cpu() - q.detach().cpu()).abs().max().item()
@@ -698,29 +691,10 @@ def scenario_sync_batch_norm(out_dir):
     xs = torch.randn(1, batch, 3, 6, 6, generator=g).expand(steps, -1, -1, -1, -1)
     ys = torch.randn(1, batch, 4, generator=g).expand(steps, -1, -1)
     ref = make_bn_model().to(dev())
-    opt = torch.optim.SGD(ref.parameters(), lr=0.1)
-    ref_losses = []
-    for s in range(steps):
-        opt.zero_grad()
-        loss = torch.nn.functional.mse_loss(ref(xs[s].to(dev())), ys[s].to(dev()))
-        loss.backward()
-        opt.step()
-        ref_losses.append(loss.item())
+    ref_losses = train_whole(ref, xs, ys, steps, lr=0.1)
     model = DDP(torch.nn.SyncBatchNorm.convert_sync_batchnorm(make_bn_model()).to(dev()))
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    share = batch // WORLD
     torch_tern.clear_op_tracking()
-    losses = []
-    for s in range(steps):
-        opt.zero_grad()
-        x = xs[s, RANK * share : (RANK + 1) * share].to(dev())
-        y = ys[s, RANK * share : (RANK + 1) * share].to(dev())
-        loss = torch.nn.functional.mse_loss(model(x), y)
-        loss.backward()
-        opt.step()
-        mean = loss.detach().clone()
-        dist.all_reduce(mean, op=dist.ReduceOp.AVG)
-        losses.append(mean.item())
+    losses = train_shares(model, xs, ys, steps, lr=0.1)
     result = {"fallback_ops": sorted(torch_tern.get_fallback_ops())}
     result["loss_diff"] = max(abs(a - b) for a, b in zip(losses, ref_losses))
     result["param_diff"] = max(
