@@ -149,6 +149,13 @@ struct Op {
     for (size_t i = 0; i < data.size(); ++i)
       views.push_back({static_cast<uint8_t*>(data[i]), &ins.operands[i]});
   }
+  // Puts operand `index` in the program's constants and prepares the
+  // instruction as loading a program does (a matmul's weight laid out).
+  void PrepareWithConstant(size_t index) {
+    ins.operands[index].segment = TERN_SEGMENT_CONSTANT;
+    ins.operands[index].index = 0;
+    ins.prepared = tern::sim::PrepareInstruction(ins, views[index].data);
+  }
   void Run() {
     tern::Status st = tern::sim::RunInstruction(ins, views);
     if (!st.ok()) {
@@ -634,6 +641,10 @@ void BenchMlp(int64_t batch, int64_t in, int64_t hidden, int64_t out) {
             {Desc(TERN_DTYPE_F32, {batch, out}), Desc(TERN_DTYPE_F32, {batch, hidden}),
              Desc(TERN_DTYPE_F32, {hidden, out}), Desc(TERN_DTYPE_F32, {out})},
             {y_kernels.data(), h_kernels.data(), w2.data(), b2.data()});
+  // The weights are constants of the executable (as in mlp_gen.c): prepared
+  // as loading it prepares them.
+  fc1_op.PrepareWithConstant(2);
+  fc2_op.PrepareWithConstant(2);
   auto kernels = [&] {
     omp_set_num_threads(threads);
     fc1_op.Run();

@@ -213,11 +213,18 @@ class Device {
   // Creates a hardware queue on an open core.
   virtual Status CreateQueue(uint32_t core, const std::string& name,
                              std::unique_ptr<HwQueue>* out_queue) = 0;
-  // Called once per loaded program, before its first execution: does what
-  // the backend would otherwise do at the first execution (the simulated
-  // device makes its oneDNN primitives). Best effort: what it cannot do is
-  // left for the execution, which reports any error.
-  virtual void PrepareProgram(const Program& program) { (void)program; }
+  // Called once per loaded program, before its first execution and before
+  // the program is shared: does what the backend would otherwise do at the
+  // first execution (the simulated device makes its oneDNN primitives), and
+  // may leave per-instruction state in Instruction::prepared (the simulated
+  // device lays constant matmul weights out for its kernels). `constants`
+  // is where the program's constants lie, already in place; every execution
+  // of the program reads those same constants. Best effort: what it cannot do
+  // is left for the execution, which reports any error.
+  virtual void PrepareProgram(Program& program, const MemoryRef& constants) {
+    (void)program;
+    (void)constants;
+  }
   // Makes the engines' first touch of device memory [offset, offset + bytes)
   // cost what a later one does. A real device's memory is always there; the
   // simulated device's pages are mapped into its engines' view at the first

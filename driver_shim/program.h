@@ -6,6 +6,7 @@
 #define TERN_DRIVER_SHIM_PROGRAM_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,10 @@ struct Instruction {
   std::vector<int64_t> ints;
   std::vector<double> floats;
   std::string debug_op;  // graph op it came from ("" if none)
+  // What the backend made for this instruction when the program was loaded
+  // (Device::PrepareProgram), read-only from then on; null if nothing. Its
+  // type is the backend's, by opcode.
+  std::shared_ptr<const void> prepared;
 };
 
 struct TensorSignature {

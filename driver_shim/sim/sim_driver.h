@@ -43,7 +43,7 @@ class SimDevice final : public driver::Device {
   void MemoryFreed(uint64_t offset, uint64_t size, tern_memory_category_t category) override;
   Status CreateQueue(uint32_t core, const std::string& name,
                      std::unique_ptr<driver::HwQueue>* out_queue) override;
-  void PrepareProgram(const driver::Program& program) override;
+  void PrepareProgram(driver::Program& program, const driver::MemoryRef& constants) override;
   Status ExecuteSync(const driver::Command& command) override;
   void PrefaultMemory(uint64_t offset, uint64_t bytes) override;
   void* EngineAddress(uint64_t offset, uint64_t size) const override;

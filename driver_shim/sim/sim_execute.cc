@@ -17,11 +17,15 @@ namespace tern::sim {
 
 using driver::Command;
 
-void SimDevice::PrepareProgram(const driver::Program& program) {
-  for (const driver::Function& function : program.functions) {
-    for (const driver::Stream& stream : function.streams) {
-      for (const driver::Instruction& instruction : stream.instructions) {
-        PrepareInstruction(instruction);
+void SimDevice::PrepareProgram(driver::Program& program, const driver::MemoryRef& constants) {
+  Status status;
+  const uint8_t* constants_base =
+      program.constants_bytes > 0 ? EnginePointer(constants, 0, &status) : nullptr;
+  if (!status.ok()) constants_base = nullptr;  // prepared without them; executions report
+  for (driver::Function& function : program.functions) {
+    for (driver::Stream& stream : function.streams) {
+      for (driver::Instruction& instruction : stream.instructions) {
+        instruction.prepared = PrepareInstruction(instruction, constants_base);
       }
     }
   }

@@ -121,8 +121,10 @@ Status Insert(Runtime* rt, DeviceObject* dev, exe::ValidatedExecutable validated
               std::shared_ptr<ExecutableConstants> constants, tern_executable_t* out) {
   auto object = std::make_shared<ExecutableObject>();
   object->device = dev;
+  // Prepared while the program is still this load's alone (each load
+  // validates its own), with the constants this executable's executions read.
+  dev->hw->PrepareProgram(*validated.program, constants->Ref());
   object->program = std::move(validated.program);
-  dev->hw->PrepareProgram(*object->program);
   PrefaultScratch(dev, *object->program);
   object->constants = std::move(constants);
   const uint64_t handle = rt->executable_table.Insert(std::move(object));

@@ -272,6 +272,27 @@ Status Exec(uint32_t opcode, std::vector<Tensor*> operands, std::vector<int64_t>
   return sim::RunInstruction(ins, views);
 }
 
+Status ExecPrepared(uint32_t opcode, std::vector<Tensor*> operands, size_t constant,
+                    std::vector<int64_t> ints, std::vector<double> floats, bool* prepared) {
+  driver::Instruction ins = MakeInstruction(opcode, operands, std::move(ints), std::move(floats));
+  ins.operands[constant].segment = TERN_SEGMENT_CONSTANT;
+  ins.operands[constant].index = 0;
+  Status valid = isa::ValidateInstruction(opcode, ins.operands, ins.ints, ins.floats);
+  if (!valid.ok()) {
+    ADD_FAILURE() << "validation rejected the instruction: " << valid.message();
+    return valid;
+  }
+  // The constants segment is the tensor's storage (its desc's offset is 0).
+  ins.prepared = sim::PrepareInstruction(ins, operands[constant]->data());
+  *prepared = ins.prepared != nullptr;
+  std::vector<sim::TensorView> views(operands.size());
+  for (size_t i = 0; i < operands.size(); ++i) {
+    views[i].desc = &ins.operands[i];
+    views[i].data = operands[i] ? operands[i]->data() : nullptr;
+  }
+  return sim::RunInstruction(ins, views);
+}
+
 Tolerance TolFor(tern_dtype_t dtype, double scale) {
   switch (dtype) {
     case TERN_DTYPE_F32:

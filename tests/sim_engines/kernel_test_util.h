@@ -86,6 +86,12 @@ inline Tensor* const kAbsent = nullptr;
 // it. Returns RunInstruction's status (or the validation failure).
 Status Exec(uint32_t opcode, std::vector<Tensor*> operands, std::vector<int64_t> ints = {},
             std::vector<double> floats = {});
+// As Exec, with operands[constant] in the program's constants segment: the
+// instruction is first prepared as loading a program prepares it
+// (sim::PrepareInstruction, that tensor's memory being the constants), then
+// run with what that kept; *prepared tells whether it kept anything.
+Status ExecPrepared(uint32_t opcode, std::vector<Tensor*> operands, size_t constant,
+                    std::vector<int64_t> ints, std::vector<double> floats, bool* prepared);
 // Only validates.
 Status Validate(uint32_t opcode, std::vector<Tensor*> operands, std::vector<int64_t> ints = {},
                 std::vector<double> floats = {});

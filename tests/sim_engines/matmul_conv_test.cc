@@ -52,8 +52,13 @@ std::vector<MatmulCase> MatmulCases() {
   };
 }
 
-void CheckMatmul(const MatmulCase& c, tern_dtype_t in_dt, tern_dtype_t out_dt,
-                 std::mt19937_64& rng) {
+// How CheckMatmul runs the product: b as any operand, or b as one of the
+// program's constants (prepared first, as a load does), expecting the
+// kernels to keep a laid-out weight for it or not.
+enum class Weight { kOperand, kConstantKept, kConstantNotKept };
+
+void CheckMatmul(const MatmulCase& c, tern_dtype_t in_dt, tern_dtype_t out_dt, std::mt19937_64& rng,
+                 Weight weight = Weight::kOperand) {
   Shape a_shape = c.batch, b_shape = c.batch, o_shape = c.batch;
   a_shape.insert(a_shape.end(), {c.ta ? c.k : c.m, c.ta ? c.m : c.k});
   b_shape.insert(b_shape.end(), {c.tb ? c.n : c.k, c.tb ? c.k : c.n});
@@ -125,11 +130,19 @@ void CheckMatmul(const MatmulCase& c, tern_dtype_t in_dt, tern_dtype_t out_dt,
   if (c.bias) ops.push_back(&bias);
   std::vector<int64_t> ints = {c.ta, c.tb};
   std::vector<double> floats = {c.alpha, c.beta};
-  Status st = Exec(TERN_OP_MATMUL, ops, ints, floats);
-  ASSERT_TRUE(st.ok()) << st.message();
-  const std::string what = fmt::format(
-      "matmul {}->{} out {} k {} ta {} tb {} bias {} alpha {} beta {}", isa::DTypeName(in_dt),
-      isa::DTypeName(out_dt), ShapeStr(o_shape), c.k, c.ta, c.tb, c.bias, c.alpha, c.beta);
+  const std::string what =
+      fmt::format("matmul {}->{} out {} k {} ta {} tb {} bias {} alpha {} beta {}{}",
+                  isa::DTypeName(in_dt), isa::DTypeName(out_dt), ShapeStr(o_shape), c.k, c.ta, c.tb,
+                  c.bias, c.alpha, c.beta, weight == Weight::kOperand ? "" : " (constant weight)");
+  if (weight == Weight::kOperand) {
+    Status st = Exec(TERN_OP_MATMUL, ops, ints, floats);
+    ASSERT_TRUE(st.ok()) << st.message();
+  } else {
+    bool prepared = false;
+    Status st = ExecPrepared(TERN_OP_MATMUL, ops, 2, ints, floats, &prepared);
+    ASSERT_TRUE(st.ok()) << st.message();
+    EXPECT_EQ(prepared, weight == Weight::kConstantKept) << what;
+  }
   if (integer) {
     if (in_dt == TERN_DTYPE_I8) {
       for (double& v : ref) v = static_cast<int8_t>(static_cast<int64_t>(v));
@@ -173,6 +186,71 @@ TEST_P(OneDnnParam, MatmulLargeBatchedBf16) {
   CheckMatmul(c, TERN_DTYPE_BF16, TERN_DTYPE_BF16, rng);
   MatmulCase d{{2, 2}, 33, 65, 70, true, false, 0, 1.0, 0.0, true, false};
   CheckMatmul(d, TERN_DTYPE_F32, TERN_DTYPE_F32, rng);
+}
+
+// A weight in the program's constants is laid out for oneDNN when the
+// program is loaded (kernels_dnnl.cc, ConstantWeightMatmul): the product is
+// the same whole or split (by rows, by columns), transposed or not, with a
+// bias or alpha, in every dtype oneDNN takes directly; what it does not
+// take so (beta, a weight per matrix, alpha with a bias, oneDNN disabled)
+// runs as before.
+TEST_P(OneDnnParam, MatmulWithAConstantWeight) {
+  std::mt19937_64 rng(35);
+  const bool onednn = GetParam();
+  const MatmulCase kept[] = {
+      {{}, 16, 48, 40},                        // whole
+      {{}, 16, 48, 40, false, false, 0, 0.5},  // alpha
+      {{}, 64, 512, 256, false, false, 1},     // split by rows from 4M multiply-adds
+      {{}, 64, 384, 256, false, true, 1},      // a linear layer's [N, K] weight
+      {{}, 2, 4096, 1024, false, false, 1},    // split by columns (few rows)
+      // One weight for every matrix of a batch (stride 0), split by matrix.
+      {{2}, 40, 48, 2048, false, false, 1, 1.0, 0.0, false, true},
+  };
+  const MatmulCase not_kept[] = {
+      {{}, 9, 10, 11, false, false, 1, 1.0, 1.0},  // beta: accumulates into out
+      {{2}, 5, 6, 7},                              // a weight per matrix
+      {{}, 16, 48, 40, false, false, 1, 0.5},      // alpha with a bias: packed to f32
+  };
+  const std::pair<tern_dtype_t, tern_dtype_t> dtypes[] = {{TERN_DTYPE_F32, TERN_DTYPE_F32},
+                                                          {TERN_DTYPE_BF16, TERN_DTYPE_BF16},
+                                                          {TERN_DTYPE_BF16, TERN_DTYPE_F32}};
+  for (int threads : {1, 2}) {
+    const int previous = SetKernelThreadsForTesting(threads);
+    for (auto [in_dt, out_dt] : dtypes) {
+      for (const MatmulCase& c : kept) {
+        CheckMatmul(c, in_dt, out_dt, rng,
+                    onednn ? Weight::kConstantKept : Weight::kConstantNotKept);
+      }
+      for (const MatmulCase& c : not_kept) {
+        CheckMatmul(c, in_dt, out_dt, rng, Weight::kConstantNotKept);
+      }
+    }
+    SetKernelThreadsForTesting(previous);
+  }
+}
+
+// The laid-out weight is used only for the memory it was made from: an
+// instruction run on another weight computes with that one.
+TEST_P(OneDnnParam, MatmulPreparedForOneWeightRunsAnotherAsItLies) {
+  std::mt19937_64 rng(36);
+  Tensor a(TERN_DTYPE_F32, {16, 64}), w(TERN_DTYPE_F32, {64, 32}), other(TERN_DTYPE_F32, {64, 32});
+  Tensor out(TERN_DTYPE_F32, {16, 32}), expected(TERN_DTYPE_F32, {16, 32});
+  a.Randomize(rng);
+  w.Randomize(rng);
+  other.Randomize(rng);
+  ASSERT_TRUE(Exec(TERN_OP_MATMUL, {&expected, &a, &other}, {0, 0}, {1.0, 0.0}).ok());
+  driver::Instruction ins;
+  ins.opcode = TERN_OP_MATMUL;
+  ins.engine = isa::OpcodeEngine(TERN_OP_MATMUL);
+  ins.operands = {out.desc(), a.desc(), w.desc()};
+  ins.operands[2].segment = TERN_SEGMENT_CONSTANT;
+  ins.ints = {0, 0};
+  ins.floats = {1.0, 0.0};
+  ins.prepared = sim::PrepareInstruction(ins, w.data());
+  EXPECT_EQ(ins.prepared != nullptr, GetParam());
+  const sim::TensorView views[3] = {out.View(), a.View(), other.View()};
+  ASSERT_TRUE(sim::RunInstruction(ins, views).ok());
+  for (int64_t i = 0; i < out.count(); ++i) ASSERT_EQ(out.Bits(i), expected.Bits(i)) << i;
 }
 
 // ----------------------------------------------------------------------------

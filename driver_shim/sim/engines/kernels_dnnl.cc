@@ -7,6 +7,7 @@
 // matmuls, empty shapes, and anything oneDNN rejects run portable loops.
 #include <fmt/format.h>
 #include <omp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -326,9 +327,10 @@ PrimitiveCache<MatmulEntry>& MatmulCache() {
   return *cache;
 }
 
-// Runs a cached matmul primitive on the given memory (bias may be null when
-// the entry has none). Returns false if oneDNN refused at execution.
-bool ExecuteMatmulEntry(const PrimitiveKey& key, MatmulEntry& entry, const void* a, const void* b,
+// Runs a matmul primitive on the given memory (bias may be null when the
+// entry has none). Returns false if oneDNN refused at execution, and then
+// records the refusal under `key` in the cache (when the entry is cached).
+bool ExecuteMatmulEntry(const PrimitiveKey* key, MatmulEntry& entry, const void* a, const void* b,
                         void* out, const void* bias, bool has_bias) {
   // oneDNN may still refuse at execution (e.g. status 3 for some batched
   // layouts); it checks before computing, so the caller's fallback starts
@@ -369,12 +371,12 @@ bool ExecuteMatmulEntry(const PrimitiveKey& key, MatmulEntry& entry, const void*
     const dnnl_status_t executed =
         dnnl_primitive_execute(entry.prim.get(), stream.get(), arg_count, args);
     if (executed != dnnl_success) {
-      MatmulCache().Refuse(key);
+      if (key != nullptr) MatmulCache().Refuse(*key);
       return false;
     }
     stream.wait();
   } catch (const dnnl::error&) {
-    MatmulCache().Refuse(key);
+    if (key != nullptr) MatmulCache().Refuse(*key);
     return false;
   }
   return true;
@@ -393,7 +395,7 @@ constexpr size_t kWarmUpBytes = 2 << 20;
 // Runs a freshly made primitive once on zero-filled host memory of its
 // operands' sizes, while a program is loaded. A refusal here is recorded as
 // at execution (the real call then takes the fallback at once).
-void WarmUpMatmul(const PrimitiveKey& key, MatmulEntry& entry, bool has_bias) {
+void WarmUpMatmul(const PrimitiveKey* key, MatmulEntry& entry, bool has_bias) {
   const memory::dims a = entry.a_md.dims();
   const memory::dims b = entry.b_md.dims();
   if (a.size() < 2 || b.empty()) return;
@@ -418,6 +420,44 @@ void WarmUpMatmul(const PrimitiveKey& key, MatmulEntry& entry, bool has_bias) {
   std::memset(base + offsets[2], 0, sizes[2]);
   ExecuteMatmulEntry(key, entry, base + offsets[0], base + offsets[1], base + offsets[2],
                      has_bias ? base + offsets[3] : nullptr, has_bias);
+}
+
+// Makes the primitive out = alpha * a @ b (+ beta * out) (+ bias) into
+// `entry` (entry->ok false if oneDNN refused it or would only take it with
+// its slow reference code). `b` may have format "any": entry->b_md is then
+// the layout oneDNN chose for the weight.
+void MakeMatmulEntry(const memory::desc& a, const memory::desc& b, const memory::desc& out,
+                     const Dims* bias_dims, const Dims* bias_strides, memory::data_type bias_dt,
+                     float alpha, float beta, MatmulEntry* entry) {
+  try {
+    entry->a_md = a;
+    entry->out_md = out;
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
+    if (beta != 0.0f) {
+      dnnl::post_ops po;
+      po.append_sum(beta);
+      attr.set_post_ops(po);
+    }
+    std::unique_ptr<dnnl::matmul::desc> desc;
+    if (bias_dims) {
+      entry->bias_md = memory::desc(*bias_dims, bias_dt, *bias_strides);
+      desc = std::make_unique<dnnl::matmul::desc>(a, b, entry->bias_md, out);
+    } else {
+      desc = std::make_unique<dnnl::matmul::desc>(a, b, out);
+    }
+    dnnl::matmul::primitive_desc pd(*desc, attr, Engine());
+    const std::string impl = pd.impl_info_str();
+    if (impl.rfind("ref", 0) != 0) {
+      entry->prim = dnnl::matmul(pd);
+      entry->b_md = pd.weights_desc();
+      entry->scratch_md = pd.scratchpad_desc();
+      entry->ok = true;
+    }
+  } catch (const dnnl::error&) {
+    entry->ok = false;
+  }
 }
 
 // Runs out = alpha * a @ b (+ beta * out) (+ bias) through oneDNN on the
@@ -446,45 +486,18 @@ bool DnnlMatmul(const Dims& a_dims, const Dims& a_strides, memory::data_type a_d
   const bool fresh = !entry;
   if (!entry) {
     entry = std::make_shared<MatmulEntry>();
-    try {
-      entry->a_md = memory::desc(a_dims, a_dt, a_strides);
-      entry->b_md = memory::desc(b_dims, a_dt, b_strides);
-      entry->out_md = memory::desc(out_dims, out_dt, out_strides);
-      dnnl::primitive_attr attr;
-      attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-      if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
-      if (beta != 0.0f) {
-        dnnl::post_ops po;
-        po.append_sum(beta);
-        attr.set_post_ops(po);
-      }
-      std::unique_ptr<dnnl::matmul::desc> desc;
-      if (bias_dims) {
-        entry->bias_md = memory::desc(*bias_dims, bias_dt, *bias_strides);
-        desc = std::make_unique<dnnl::matmul::desc>(entry->a_md, entry->b_md, entry->bias_md,
-                                                    entry->out_md);
-      } else {
-        desc = std::make_unique<dnnl::matmul::desc>(entry->a_md, entry->b_md, entry->out_md);
-      }
-      dnnl::matmul::primitive_desc pd(*desc, attr, Engine());
-      const std::string impl = pd.impl_info_str();
-      if (impl.rfind("ref", 0) != 0) {
-        entry->prim = dnnl::matmul(pd);
-        entry->scratch_md = pd.scratchpad_desc();
-        entry->ok = true;
-      }
-    } catch (const dnnl::error&) {
-      entry->ok = false;
-    }
+    MakeMatmulEntry(memory::desc(a_dims, a_dt, a_strides), memory::desc(b_dims, a_dt, b_strides),
+                    memory::desc(out_dims, out_dt, out_strides), bias_dims, bias_strides, bias_dt,
+                    alpha, beta, entry.get());
     MatmulCache().Insert(key, entry);
   }
   if (!entry->ok) return false;
   if (t_prepare_only) {
     Scratchpads().Reserve(entry->scratch_md.get_size());
-    if (fresh) WarmUpMatmul(key, *entry, bias_dims != nullptr);
+    if (fresh) WarmUpMatmul(&key, *entry, bias_dims != nullptr);
     return true;
   }
-  return ExecuteMatmulEntry(key, *entry, a, b, out, bias, bias_dims != nullptr);
+  return ExecuteMatmulEntry(&key, *entry, a, b, out, bias, bias_dims != nullptr);
 }
 
 // Packs a logical operand (shape/strides in elements) into contiguous f32.
@@ -773,30 +786,30 @@ bool RunDnnlParts(int parts, RunPart&& run_part) {
   return ok;
 }
 
-// Runs the product through oneDNN, split across the kernel pool's threads,
-// with oneDNN single-threaded in each part. A part is a slab of whole
-// matrices (the first batch dimension) when there are enough, else of the
-// output's rows (M), else of its columns (N): in that order the slabs stay
-// dense, which oneDNN's fastest kernels want (a column slab of a row-major B
-// is strided and gets its slower jit gemm, whose kernels are generated at
-// the first call in the process). The parts and their primitives are the
-// same on every call for a shape, so loading a program prepares them. A
-// shape whose parts oneDNN refuses runs whole. Products with beta != 0 are
-// not split: a part refused at execution would leave the others'
-// accumulation to be done twice by the fallback. Returns false where
-// DnnlMatmul would.
-bool SplitDnnlMatmul(const DnnlOperands& p, float alpha, float beta) {
+// How a product is split into parts: slabs of `step` along out dimension
+// `dim`, `parts` of them (1: whole).
+struct MatmulSplit {
+  size_t dim = 0;
+  int64_t step = 0;
+  int parts = 1;
+};
+
+// A part is a slab of whole matrices (the first batch dimension) when there
+// are enough, else of the output's rows (M), else of its columns (N): in that
+// order the slabs stay dense, which oneDNN's fastest kernels want (a column
+// slab of a row-major B is strided and gets its slower jit gemm, whose
+// kernels are generated at the first call in the process). The parts are the
+// same on every call for a shape, so loading a program prepares them.
+// Products with beta != 0 are not split: a part refused at execution would
+// leave the others' accumulation to be done twice by the fallback.
+MatmulSplit PlanSplit(const DnnlOperands& p, float beta) {
   const size_t r = p.out_dims.size();
   const int64_t m = p.out_dims[r - 2], n = p.out_dims[r - 1], k = p.a_dims[r - 1];
   int64_t batch = 1;
   for (size_t d = 0; d + 2 < r; ++d) batch *= p.out_dims[d];
-  auto whole = [&] {
-    return DnnlMatmul(p.a_dims, p.a_strides, p.a_dt, p.a, p.b_dims, p.b_strides, p.b, p.out_dims,
-                      p.out_strides, p.out_dt, p.out, alpha, beta, p.bias_dims, p.bias_strides,
-                      p.bias_dt, p.bias);
-  };
   const int threads = KernelThreads();
-  if (threads <= 1 || beta != 0.0f || batch * m * n * k < kMinSplitMacs) return whole();
+  MatmulSplit split;
+  if (threads <= 1 || beta != 0.0f || batch * m * n * k < kMinSplitMacs) return split;
   size_t dim = r - 1;
   int64_t align = 16;  // column slabs of whole cache lines of f32
   if (r > 2 && p.out_dims[0] >= threads) {
@@ -809,43 +822,207 @@ bool SplitDnnlMatmul(const DnnlOperands& p, float alpha, float beta) {
   const int64_t extent = p.out_dims[dim];
   int64_t step = (extent + threads - 1) / threads;
   step = (step + align - 1) / align * align;
-  const int parts = static_cast<int>((extent + step - 1) / step);
-  if (parts <= 1) return whole();
-  auto run_part = [&](int part) {
-    const int64_t begin = part * step, size = std::min(step, extent - begin);
-    DnnlOperands q = p;
-    const uint8_t* a = static_cast<const uint8_t*>(p.a);
-    const uint8_t* b = static_cast<const uint8_t*>(p.b);
-    uint8_t* out = static_cast<uint8_t*>(p.out);
-    const uint8_t* bias = static_cast<const uint8_t*>(p.bias);
-    q.out_dims[dim] = size;
-    out += begin * p.out_strides[dim] * memory::data_type_size(p.out_dt);
-    // An operand takes the slab unless the split dimension is not its own
-    // (N for a, M for b) or it broadcasts there (a batch dimension of 1).
-    if (dim != r - 1 && p.a_dims[dim] != 1) {
-      q.a_dims[dim] = size;
-      a += begin * p.a_strides[dim] * memory::data_type_size(p.a_dt);
-    }
-    if (dim != r - 2 && p.b_dims[dim] != 1) {
-      q.b_dims[dim] = size;
-      b += begin * p.b_strides[dim] * memory::data_type_size(p.a_dt);
-    }
-    Dims bias_dims;
-    if (bias && dim == r - 1) {
-      bias_dims = *p.bias_dims;
-      bias_dims[dim] = size;
-      q.bias_dims = &bias_dims;
-      bias += begin * (*p.bias_strides)[dim] * memory::data_type_size(p.bias_dt);
-    }
-    return DnnlMatmul(q.a_dims, q.a_strides, q.a_dt, a, q.b_dims, q.b_strides, b, q.out_dims,
-                      q.out_strides, q.out_dt, out, alpha, beta, q.bias_dims, q.bias_strides,
-                      q.bias_dt, bias);
-  };
-  // Refused parts (beta is 0: whatever a part wrote is overwritten).
-  return RunDnnlParts(parts, run_part) || whole();
+  split.dim = dim;
+  split.step = step;
+  split.parts = static_cast<int>((extent + step - 1) / step);
+  return split;
 }
 
-Status MatmulProduct(const driver::Instruction& ins, Operands ops) {
+// The operands of part `part` of the product `p` split by `split`;
+// `bias_dims` holds the part's bias dims when they differ from p's.
+DnnlOperands PartOf(const DnnlOperands& p, const MatmulSplit& split, int part, Dims* bias_dims) {
+  if (split.parts <= 1) return p;
+  const size_t r = p.out_dims.size(), dim = split.dim;
+  const int64_t extent = p.out_dims[dim];
+  const int64_t begin = part * split.step, size = std::min(split.step, extent - begin);
+  DnnlOperands q = p;
+  const uint8_t* a = static_cast<const uint8_t*>(p.a);
+  const uint8_t* b = static_cast<const uint8_t*>(p.b);
+  uint8_t* out = static_cast<uint8_t*>(p.out);
+  const uint8_t* bias = static_cast<const uint8_t*>(p.bias);
+  q.out_dims[dim] = size;
+  q.out = out + begin * p.out_strides[dim] * memory::data_type_size(p.out_dt);
+  // An operand takes the slab unless the split dimension is not its own
+  // (N for a, M for b) or it broadcasts there (a batch dimension of 1).
+  if (dim != r - 1 && p.a_dims[dim] != 1) {
+    q.a_dims[dim] = size;
+    q.a = a + begin * p.a_strides[dim] * memory::data_type_size(p.a_dt);
+  }
+  if (dim != r - 2 && p.b_dims[dim] != 1) {
+    q.b_dims[dim] = size;
+    q.b = b + begin * p.b_strides[dim] * memory::data_type_size(p.a_dt);
+  }
+  if (bias && dim == r - 1) {
+    *bias_dims = *p.bias_dims;
+    (*bias_dims)[dim] = size;
+    q.bias_dims = bias_dims;
+    q.bias = bias + begin * (*p.bias_strides)[dim] * memory::data_type_size(p.bias_dt);
+  }
+  return q;
+}
+
+// Runs the product through oneDNN, split across the kernel pool's threads
+// (PlanSplit), with oneDNN single-threaded in each part. A shape whose parts
+// oneDNN refuses runs whole. Returns false where DnnlMatmul would.
+bool SplitDnnlMatmul(const DnnlOperands& p, float alpha, float beta) {
+  auto run = [&](const DnnlOperands& q) {
+    return DnnlMatmul(q.a_dims, q.a_strides, q.a_dt, q.a, q.b_dims, q.b_strides, q.b, q.out_dims,
+                      q.out_strides, q.out_dt, q.out, alpha, beta, q.bias_dims, q.bias_strides,
+                      q.bias_dt, q.bias);
+  };
+  const MatmulSplit split = PlanSplit(p, beta);
+  if (split.parts <= 1) return run(p);
+  auto run_part = [&](int part) {
+    Dims bias_dims;
+    return run(PartOf(p, split, part, &bias_dims));
+  };
+  // Refused parts (beta is 0: whatever a part wrote is overwritten).
+  return RunDnnlParts(split.parts, run_part) || run(p);
+}
+
+// --- matmuls whose weight is one of the program's constants ----------------------
+
+// A matmul whose B operand lies in the program's constants (a model's
+// weight). No instruction writes the constants segment
+// (docs/executable-format.md), and every execution of the program reads the
+// same constants, so when the program is loaded the weight is copied once
+// into the layout oneDNN's kernels read fastest (a blocked layout of their
+// choosing), as a compiler for a real device lays weights out for its
+// engines. Otherwise oneDNN repacks a plain B on every call, in every part
+// of a split product: a 32x256 by 256x1024 part took 1.3x as long that way,
+// a 16x256 by 256x512 product 1.5x (AMD Zen 5, one thread). The copies are
+// host memory of the simulated engines, not device memory, within a budget
+// of the host's memory (PackedWeightBudget); past it, weights run as they lie.
+struct ConstantWeightMatmul {
+  ConstantWeightMatmul() = default;
+  ConstantWeightMatmul(const ConstantWeightMatmul&) = delete;
+  ConstantWeightMatmul& operator=(const ConstantWeightMatmul&) = delete;
+  ~ConstantWeightMatmul();
+
+  struct Part {
+    std::shared_ptr<MatmulEntry> entry;  // its b_md is the packed layout
+    const void* slab = nullptr;          // the part's weight in the constants
+    std::shared_ptr<memory> weights;     // shared by parts with the same slab and layout
+    void* weights_data = nullptr;
+  };
+  const void* source = nullptr;  // the weight where the constants hold it
+  MatmulSplit split;
+  std::vector<Part> parts;
+  int64_t packed_bytes = 0;
+  // Set if oneDNN refused a part at execution: run as the weight lies from then on.
+  mutable std::atomic<bool> refused{false};
+};
+
+std::atomic<int64_t> g_packed_weight_bytes{0};
+
+ConstantWeightMatmul::~ConstantWeightMatmul() {
+  g_packed_weight_bytes.fetch_sub(packed_bytes, std::memory_order_relaxed);
+}
+
+// Bytes of packed weights the process may hold: an eighth of the host's
+// memory (a copy per weight; the model's constants themselves are in device
+// memory or the file's mapping).
+int64_t PackedWeightBudget() {
+  static const int64_t budget = [] {
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page / 8 : int64_t{1} << 30;
+  }();
+  return budget;
+}
+
+// Lays the weight of `p` (whose B lies in the constants, beta 0, B's batch
+// dimensions all 1) out for each part of its split, makes the parts'
+// primitives and runs each once. Null where oneDNN refuses a part, or past
+// the budget: the execution then takes the usual path.
+std::shared_ptr<const ConstantWeightMatmul> PackConstantWeight(const DnnlOperands& p, float alpha) {
+  const OneDnnSingleThreaded single_threaded;
+  auto packed = std::make_shared<ConstantWeightMatmul>();
+  packed->source = p.b;
+  packed->split = PlanSplit(p, 0.0f);
+  try {
+    dnnl::stream& stream = ThreadStream();
+    for (int part = 0; part < packed->split.parts; ++part) {
+      Dims bias_dims;
+      const DnnlOperands q = PartOf(p, packed->split, part, &bias_dims);
+      ConstantWeightMatmul::Part made;
+      made.slab = q.b;
+      made.entry = std::make_shared<MatmulEntry>();
+      MakeMatmulEntry(memory::desc(q.a_dims, q.a_dt, q.a_strides),
+                      memory::desc(q.b_dims, q.a_dt, memory::format_tag::any),
+                      memory::desc(q.out_dims, q.out_dt, q.out_strides), q.bias_dims,
+                      q.bias_strides, q.bias_dt, alpha, 0.0f, made.entry.get());
+      if (!made.entry->ok) return nullptr;
+      for (const ConstantWeightMatmul::Part& earlier : packed->parts) {
+        if (earlier.slab == made.slab && earlier.entry->b_md == made.entry->b_md) {
+          made.weights = earlier.weights;
+          break;
+        }
+      }
+      if (!made.weights) {
+        const auto bytes = static_cast<int64_t>(made.entry->b_md.get_size());
+        if (g_packed_weight_bytes.fetch_add(bytes, std::memory_order_relaxed) + bytes >
+            PackedWeightBudget()) {
+          g_packed_weight_bytes.fetch_sub(bytes, std::memory_order_relaxed);
+          return nullptr;
+        }
+        packed->packed_bytes += bytes;
+        made.weights = std::make_shared<memory>(made.entry->b_md, Engine());
+        memory plain(memory::desc(q.b_dims, q.a_dt, q.b_strides), Engine(), const_cast<void*>(q.b));
+        dnnl::reorder(plain, *made.weights).execute(stream, plain, *made.weights);
+        stream.wait();
+      }
+      made.weights_data = made.weights->get_data_handle();
+      Scratchpads().Reserve(made.entry->scratch_md.get_size());
+      WarmUpMatmul(nullptr, *made.entry, q.bias_dims != nullptr);
+      packed->parts.push_back(std::move(made));
+    }
+  } catch (const dnnl::error&) {
+    return nullptr;
+  }
+  return packed;
+}
+
+// Runs `p` with its packed weight. False (nothing written that a later run
+// does not overwrite) when p's weight is not the one packed or oneDNN
+// refused a part.
+bool RunConstantWeightMatmul(const ConstantWeightMatmul& packed, const DnnlOperands& p) {
+  if (p.b != packed.source || packed.refused.load(std::memory_order_relaxed)) return false;
+  auto run_part = [&](int part) {
+    const OneDnnSingleThreaded single_threaded;
+    Dims bias_dims;
+    const DnnlOperands q = PartOf(p, packed.split, part, &bias_dims);
+    const ConstantWeightMatmul::Part& own = packed.parts[static_cast<size_t>(part)];
+    return ExecuteMatmulEntry(nullptr, *own.entry, q.a, own.weights_data, q.out, q.bias,
+                              q.bias != nullptr);
+  };
+  bool ok = true;
+  if (packed.parts.size() == 1) {
+    ok = run_part(0);
+  } else {
+    std::atomic<bool> all_ok{true};
+    KernelPool::Instance().Run(static_cast<int>(packed.parts.size()), [&](int part, int) {
+      if (!run_part(part)) all_ok.store(false, std::memory_order_relaxed);
+    });
+    ok = all_ok.load(std::memory_order_relaxed);
+  }
+  if (!ok) packed.refused.store(true, std::memory_order_relaxed);
+  return ok;
+}
+
+// Whether every batch dimension of an operand's dims is 1 (a weight).
+bool BatchOfOne(const Dims& dims) {
+  for (size_t d = 0; d + 2 < dims.size(); ++d) {
+    if (dims[d] != 1) return false;
+  }
+  return true;
+}
+
+// The product of a matmul instruction into ops[0]. At execution, `packed` is
+// what loading made for the instruction (its weight laid out, or null). When
+// loading (t_prepare_only), `prepare_into` receives that.
+Status MatmulProduct(const driver::Instruction& ins, Operands ops,
+                     const ConstantWeightMatmul* packed,
+                     std::shared_ptr<const void>* prepare_into) {
   const isa::OperandDesc& out = *ops[0].desc;
   const isa::OperandDesc& a = *ops[1].desc;
   const MatmulGeometry g = MakeGeometry(ins, ops);
@@ -897,6 +1074,16 @@ Status MatmulProduct(const driver::Instruction& ins, Operands ops) {
                                   has_bias ? &bias_strides : nullptr,
                                   DnnlType(ops[3 < ops.size() ? 3 : 0].desc->dtype),
                                   has_bias ? ops[3].data : nullptr};
+      if (t_prepare_only && prepare_into != nullptr &&
+          ops[2].desc->segment == TERN_SEGMENT_CONSTANT && g.beta == 0.0f && BatchOfOne(bd)) {
+        if (auto made = PackConstantWeight(operands, g.alpha)) {
+          *prepare_into = std::move(made);
+          return OkStatus();
+        }
+      }
+      if (!t_prepare_only && packed != nullptr && RunConstantWeightMatmul(*packed, operands)) {
+        return OkStatus();
+      }
       if (SplitDnnlMatmul(operands, g.alpha, g.beta)) return OkStatus();
     }
     if (t_prepare_only) return OkStatus();  // the packed path makes its primitive when it runs
@@ -922,7 +1109,9 @@ const TensorView* ResidualOf(Operands ops) {
 }  // namespace
 
 Status RunMatmul(const driver::Instruction& ins, Operands ops) {
-  TERN_RETURN_IF_ERROR(MatmulProduct(ins, ops));
+  // Instruction::prepared of a matmul is only ever PrepareDnnlKernels's.
+  const auto* packed = static_cast<const ConstantWeightMatmul*>(ins.prepared.get());
+  TERN_RETURN_IF_ERROR(MatmulProduct(ins, ops, packed, nullptr));
   const int64_t activation = ins.ints.size() > 2 ? ins.ints[2] : TERN_ACTIVATION_NONE;
   const std::span<const double> parameters = ins.floats.size() > 2
                                                  ? std::span<const double>(ins.floats).subspan(2)
@@ -1340,14 +1529,15 @@ void PrepareDnnlThread() {
   (void)ThreadStream();
 }
 
-void PrepareDnnlKernels(const driver::Instruction& ins, Operands ops) {
+std::shared_ptr<const void> PrepareDnnlKernels(const driver::Instruction& ins, Operands ops) {
   struct PrepareOnly {
     PrepareOnly() { t_prepare_only = true; }
     ~PrepareOnly() { t_prepare_only = false; }
   } prepare_only;
+  std::shared_ptr<const void> prepared;
   switch (ins.opcode) {
     case TERN_OP_MATMUL:
-      (void)MatmulProduct(ins, ops);
+      (void)MatmulProduct(ins, ops, nullptr, &prepared);
       break;
     case TERN_OP_CONV2D:
       (void)RunConv(ConvKind::kForward, ins, ops, 1, 2, 0);
@@ -1361,6 +1551,7 @@ void PrepareDnnlKernels(const driver::Instruction& ins, Operands ops) {
     default:
       break;
   }
+  return prepared;
 }
 
 Status RunConv2d(const driver::Instruction& ins, Operands ops) {

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
+#include <memory>
 #include <span>
 #include <string>
 #include <utility>
@@ -284,9 +285,12 @@ Status RunTopk(const driver::Instruction& ins, Operands ops);
 
 Status RunMatmul(const driver::Instruction& ins, Operands ops);
 // Makes and caches the oneDNN primitives a matmul or convolution will use,
-// touching no operand memory (`ops` may point anywhere non-null); other
-// opcodes are ignored. See PrepareInstruction (run_instruction.h).
-void PrepareDnnlKernels(const driver::Instruction& ins, Operands ops);
+// reading no operand memory but the constants segment's (`ops` of other
+// segments may point anywhere non-null); other opcodes are ignored. Returns
+// what the instruction keeps (Instruction::prepared): for a matmul whose
+// weight is a constant, the weight in oneDNN's layout; else null. See
+// PrepareInstruction (run_instruction.h).
+std::shared_ptr<const void> PrepareDnnlKernels(const driver::Instruction& ins, Operands ops);
 
 // Makes the calling thread's oneDNN stream and OpenMP state (warm_up.h).
 // Thread-safety: any thread (acts on the calling one).

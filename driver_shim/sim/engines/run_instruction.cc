@@ -450,21 +450,26 @@ Status RunInstruction(const driver::Instruction& instruction,
   }
 }
 
-void PrepareInstruction(const driver::Instruction& instruction) {
+std::shared_ptr<const void> PrepareInstruction(const driver::Instruction& instruction,
+                                               const uint8_t* constants) {
   if (instruction.opcode != TERN_OP_MATMUL && instruction.opcode != TERN_OP_CONV2D &&
       instruction.opcode != TERN_OP_CONV2D_BACKWARD_INPUT &&
       instruction.opcode != TERN_OP_CONV2D_BACKWARD_WEIGHT) {
-    return;
+    return nullptr;
   }
-  // The kernels only read the descriptors: every present operand gets an
-  // address that is never dereferenced.
+  // The kernels read the descriptors and the constants only: every other
+  // present operand gets an address that is never dereferenced.
   alignas(64) static uint8_t placeholder[64];
   std::vector<TensorView> views(instruction.operands.size());
   for (size_t i = 0; i < views.size(); ++i) {
-    views[i].desc = &instruction.operands[i];
-    if (instruction.operands[i].present()) views[i].data = placeholder;
+    const isa::OperandDesc& desc = instruction.operands[i];
+    views[i].desc = &desc;
+    if (!desc.present()) continue;
+    views[i].data = desc.segment == TERN_SEGMENT_CONSTANT && constants != nullptr
+                        ? const_cast<uint8_t*>(constants) + desc.offset
+                        : placeholder;
   }
-  kernels::PrepareDnnlKernels(instruction, views);
+  return kernels::PrepareDnnlKernels(instruction, views);
 }
 
 int SetKernelThreadsForTesting(int threads) {

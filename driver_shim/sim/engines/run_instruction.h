@@ -6,6 +6,7 @@
 #define TERN_DRIVER_SHIM_SIM_ENGINES_RUN_INSTRUCTION_H_
 
 #include <cstdint>
+#include <memory>
 #include <span>
 
 #include "common/isa_rules.h"
@@ -35,9 +36,13 @@ Status RunInstruction(const driver::Instruction& instruction, std::span<const Te
 // convolution; a no-op for other opcodes). Called when a program is loaded,
 // so that its first execution costs about what the later ones do. The
 // primitives are made single-threaded, as every part of a kernel runs them
-// (kernel_pool.h). Failures are left for the execution to report.
+// (kernel_pool.h). `constants` is the program's constants segment (null if
+// it has none): a matmul whose weight lies there gets the weight laid out
+// for its kernels, returned for Instruction::prepared (null when there is
+// nothing to keep). Failures are left for the execution to report.
 // Thread-safety: any thread; concurrent calls are fine.
-void PrepareInstruction(const driver::Instruction& instruction);
+std::shared_ptr<const void> PrepareInstruction(const driver::Instruction& instruction,
+                                               const uint8_t* constants);
 
 // Makes the kernels that the calling thread runs from now on stay on it (no
 // other CPU threads): for a thread that runs beside the engines' own, such
