@@ -256,14 +256,19 @@ Status Validate(uint32_t opcode, std::vector<Tensor*> operands, std::vector<int6
   return isa::ValidateInstruction(opcode, ins.operands, ins.ints, ins.floats);
 }
 
-Status Exec(uint32_t opcode, std::vector<Tensor*> operands, std::vector<int64_t> ints,
-            std::vector<double> floats) {
-  driver::Instruction ins = MakeInstruction(opcode, operands, std::move(ints), std::move(floats));
-  Status valid = isa::ValidateInstruction(opcode, ins.operands, ins.ints, ins.floats);
+namespace {
+
+// Validates `ins`; a failure fails the test.
+Status ValidateOrFail(const driver::Instruction& ins) {
+  Status valid = isa::ValidateInstruction(ins.opcode, ins.operands, ins.ints, ins.floats);
   if (!valid.ok()) {
     ADD_FAILURE() << "validation rejected the instruction: " << valid.message();
-    return valid;
   }
+  return valid;
+}
+
+// Runs `ins` on `operands` (one tensor, or null, per operand).
+Status RunOn(const driver::Instruction& ins, const std::vector<Tensor*>& operands) {
   std::vector<sim::TensorView> views(operands.size());
   for (size_t i = 0; i < operands.size(); ++i) {
     views[i].desc = &ins.operands[i];
@@ -272,25 +277,26 @@ Status Exec(uint32_t opcode, std::vector<Tensor*> operands, std::vector<int64_t>
   return sim::RunInstruction(ins, views);
 }
 
+}  // namespace
+
+Status Exec(uint32_t opcode, std::vector<Tensor*> operands, std::vector<int64_t> ints,
+            std::vector<double> floats) {
+  const driver::Instruction ins =
+      MakeInstruction(opcode, operands, std::move(ints), std::move(floats));
+  TERN_RETURN_IF_ERROR(ValidateOrFail(ins));
+  return RunOn(ins, operands);
+}
+
 Status ExecPrepared(uint32_t opcode, std::vector<Tensor*> operands, size_t constant,
                     std::vector<int64_t> ints, std::vector<double> floats, bool* prepared) {
   driver::Instruction ins = MakeInstruction(opcode, operands, std::move(ints), std::move(floats));
   ins.operands[constant].segment = TERN_SEGMENT_CONSTANT;
   ins.operands[constant].index = 0;
-  Status valid = isa::ValidateInstruction(opcode, ins.operands, ins.ints, ins.floats);
-  if (!valid.ok()) {
-    ADD_FAILURE() << "validation rejected the instruction: " << valid.message();
-    return valid;
-  }
+  TERN_RETURN_IF_ERROR(ValidateOrFail(ins));
   // The constants segment is the tensor's storage (its desc's offset is 0).
   ins.prepared = sim::PrepareInstruction(ins, operands[constant]->data());
   *prepared = ins.prepared != nullptr;
-  std::vector<sim::TensorView> views(operands.size());
-  for (size_t i = 0; i < operands.size(); ++i) {
-    views[i].desc = &ins.operands[i];
-    views[i].data = operands[i] ? operands[i]->data() : nullptr;
-  }
-  return sim::RunInstruction(ins, views);
+  return RunOn(ins, operands);
 }
 
 Tolerance TolFor(tern_dtype_t dtype, double scale) {

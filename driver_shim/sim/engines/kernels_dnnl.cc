@@ -766,24 +766,28 @@ struct DnnlOperands {
 constexpr int64_t kMinSplitMacs = int64_t{1} << 22;
 
 // Runs run_part(0 .. parts - 1), each a oneDNN call that returns false when
-// oneDNN refuses it, on the kernel pool. The parts' primitives are made (or
-// found) first, the first and the last (a shorter last slab has its own), so
-// that a refusal runs nothing; when loading a program, that is all. False
+// oneDNN refuses it, on the kernel pool (one part: on this thread). False
 // when a part was refused.
+template <typename RunPart>
+bool RunPartsOnPool(int parts, RunPart&& run_part) {
+  std::atomic<bool> all_ok{true};
+  KernelPool::Instance().Run(parts, [&](int part, int /*slot*/) {
+    if (!run_part(part)) all_ok.store(false, std::memory_order_relaxed);
+  });
+  return all_ok.load(std::memory_order_relaxed);
+}
+
+// As RunPartsOnPool, with the parts' primitives made (or found) first, the
+// first and the last (a shorter last slab has its own), so that a refusal
+// runs nothing; when loading a program, that is all.
 template <typename RunPart>
 bool RunDnnlParts(int parts, RunPart&& run_part) {
   const bool was_prepare_only = t_prepare_only;
   t_prepare_only = true;
-  bool ok = run_part(0) && run_part(parts - 1);
+  const bool ok = run_part(0) && run_part(parts - 1);
   t_prepare_only = was_prepare_only;
-  if (ok && !t_prepare_only) {
-    std::atomic<bool> all_ok{true};
-    KernelPool::Instance().Run(parts, [&](int part, int /*slot*/) {
-      if (!run_part(part)) all_ok.store(false, std::memory_order_relaxed);
-    });
-    ok = all_ok.load(std::memory_order_relaxed);
-  }
-  return ok;
+  if (!ok || t_prepare_only) return ok;
+  return RunPartsOnPool(parts, run_part);
 }
 
 // How a product is split into parts: slabs of `step` along out dimension
@@ -995,16 +999,7 @@ bool RunConstantWeightMatmul(const ConstantWeightMatmul& packed, const DnnlOpera
     return ExecuteMatmulEntry(nullptr, *own.entry, q.a, own.weights_data, q.out, q.bias,
                               q.bias != nullptr);
   };
-  bool ok = true;
-  if (packed.parts.size() == 1) {
-    ok = run_part(0);
-  } else {
-    std::atomic<bool> all_ok{true};
-    KernelPool::Instance().Run(static_cast<int>(packed.parts.size()), [&](int part, int) {
-      if (!run_part(part)) all_ok.store(false, std::memory_order_relaxed);
-    });
-    ok = all_ok.load(std::memory_order_relaxed);
-  }
+  const bool ok = RunPartsOnPool(static_cast<int>(packed.parts.size()), run_part);
   if (!ok) packed.refused.store(true, std::memory_order_relaxed);
   return ok;
 }
