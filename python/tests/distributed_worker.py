@@ -382,6 +382,131 @@ def scenario_collectives(out_dir):
         json.dump(result, f)
 
 
+def scenario_cpu_tensors(out_dir):
+    """A group made with backend="tern" takes CPU tensors too: each operation
+    stages them through the rank's tern device (cpu_staging.h)."""
+    setup(backend="tern")
+    pg = dist.group.WORLD
+    assert type(pg._get_backend(torch.device("cpu"))).__name__ == "_ProcessGroupTern"
+    checked = []
+    total = WORLD * (WORLD + 1) / 2
+    # The everyday case: a CPU scalar (a loss, a count) reduced across ranks.
+    loss = torch.tensor(RANK + 1.0)
+    dist.all_reduce(loss)
+    check_equal("cpu scalar all_reduce", loss, torch.tensor(total))
+    t = value(RANK, 10, torch.int64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    check_equal("cpu int64 MAX", t, value(WORLD - 1, 10, torch.int64))
+    # A non-contiguous tensor (a transposed view) gets its own elements back.
+    base = torch.arange(12.0).reshape(3, 4) + RANK
+    view = base.t()
+    dist.all_reduce(view)
+    want = sum(torch.arange(12.0).reshape(3, 4) + r for r in range(WORLD))
+    check_equal("cpu transposed view all_reduce", base, want)
+    checked.append("all_reduce")
+    # Asynchronous: complete means the CPU tensor holds the result; the
+    # future carries the CPU tensors.
+    t = torch.full((6,), RANK + 1.0)
+    work = dist.all_reduce(t, async_op=True)
+    got = work.get_future().wait()
+    assert work.is_completed()
+    check_equal("cpu async all_reduce", t, torch.full((6,), total))
+    check_equal("cpu async future", got[0], torch.full((6,), total))
+    assert got[0].device.type == "cpu", got[0].device
+    checked.append("async")
+    t = value(RANK, 7, torch.float64)  # moved as bytes: any dtype
+    dist.broadcast(t, src=WORLD - 1)
+    check_equal("cpu float64 broadcast", t, value(WORLD - 1, 7, torch.float64))
+    outs = [torch.empty(3) for _ in range(WORLD)]
+    dist.all_gather(outs, torch.full((3,), float(RANK)))
+    for r in range(WORLD):
+        check_equal("cpu all_gather", outs[r], torch.full((3,), float(r)))
+    flat = torch.empty(WORLD * 2, dtype=torch.bfloat16)
+    dist.all_gather_into_tensor(flat, torch.full((2,), RANK + 1.0, dtype=torch.bfloat16))
+    check_equal("cpu all_gather_into_tensor", flat, torch.arange(1.0, WORLD + 1).repeat_interleave(2))
+    out = torch.empty(2)
+    dist.reduce_scatter_tensor(out, torch.arange(WORLD * 2.0) + RANK)
+    want = sum(torch.arange(WORLD * 2.0) + r for r in range(WORLD))[RANK * 2 : RANK * 2 + 2]
+    check_equal("cpu reduce_scatter_tensor", out, want)
+    sizes = [r + 1 for r in range(WORLD)]  # rank r sends r + 1 rows to every peer
+    inp = torch.full((sizes[RANK] * WORLD, 2), float(RANK))
+    out = torch.empty((sum(sizes), 2))
+    dist.all_to_all_single(out, inp, sizes, [sizes[RANK]] * WORLD)
+    want = torch.cat([torch.full((sizes[r], 2), float(r)) for r in range(WORLD)])
+    check_equal("cpu all_to_all_single uneven", out, want)
+    gathered = [torch.empty(2) for _ in range(WORLD)] if RANK == 0 else None
+    dist.gather(torch.full((2,), RANK * 10.0), gathered, dst=0)
+    if RANK == 0:
+        for r in range(WORLD):
+            check_equal("cpu gather", gathered[r], torch.full((2,), r * 10.0))
+    out = torch.empty(2)
+    pieces = [torch.full((2,), r * 3.0) for r in range(WORLD)] if RANK == 0 else None
+    dist.scatter(out, pieces, src=0)
+    check_equal("cpu scatter", out, torch.full((2,), RANK * 3.0))
+    checked.append("movement")
+    # Point to point stays asynchronous: rank 1's irecv returns at once
+    # although rank 0 sends a second later, and completes with the data.
+    # (Ordered as with NCCL: one rank sends first, its peer receives first.)
+    nxt, prv = (RANK + 1) % WORLD, (RANK - 1) % WORLD
+    got = torch.empty(4)
+    mine = torch.full((4,), float(RANK))
+    if RANK % 2 == 0:
+        time.sleep(1.0)
+        send_work = dist.isend(mine, dst=nxt)
+        recv_work = dist.irecv(got, src=prv)
+    else:
+        start = time.perf_counter()
+        recv_work = dist.irecv(got, src=prv)
+        posted = time.perf_counter() - start
+        assert posted < 0.5, f"irecv of a CPU tensor blocked the caller for {posted:.2f} s"
+        send_work = dist.isend(mine, dst=nxt)
+    send_work.wait()
+    recv_work.wait()
+    assert recv_work.is_completed()
+    check_equal("cpu irecv", got, torch.full((4,), float(prv)))
+    got = torch.empty(3)
+    works = dist.batch_isend_irecv(
+        [
+            dist.P2POp(dist.isend, torch.full((3,), RANK + 0.5), nxt),
+            dist.P2POp(dist.irecv, got, prv),
+        ]
+    )
+    for w in works:
+        w.wait()
+    check_equal("cpu batch_isend_irecv", got, torch.full((3,), prv + 0.5))
+    checked.append("p2p")
+    dist.barrier()
+    objects = [None] * WORLD
+    dist.all_gather_object(objects, {"rank": RANK})
+    assert objects == [{"rank": r} for r in range(WORLD)], objects
+    checked.append("objects_and_barrier")
+    # A CPU model under DDP on the tern group: its gradient buckets are
+    # reduced through the device, and every rank ends with the same weights.
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 2)
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    for step in range(3):
+        x = torch.randn(8, 4, generator=torch.Generator().manual_seed(100 * RANK + step))
+        opt.zero_grad()
+        ddp(x).pow(2).mean().backward()
+        opt.step()
+    weights = [torch.empty_like(model.weight) for _ in range(WORLD)]
+    dist.all_gather(weights, model.weight.detach())
+    for r in range(WORLD):
+        check_equal("cpu DDP weights agree", weights[r], weights[0])
+    checked.append("ddp")
+    try:
+        dist.all_reduce(torch.ones(2, 2).to_sparse())
+        raise AssertionError("a sparse CPU tensor did not raise")
+    except RuntimeError as err:
+        assert "sparse" in str(err), err
+    checked.append("sparse_refused")
+    dist.destroy_process_group()
+    with open(os.path.join(out_dir, f"cpu_tensors.{RANK}.json"), "w") as f:
+        json.dump({"checked": checked}, f)
+
+
 def torch_tern_describe():
     import torch_tern.distributed
 

@@ -165,6 +165,24 @@ def test_distributed_collectives_default_backend(tmp_path, nproc):
             assert r["resources_after"][what] <= r["resources_baseline"][what], (what, r)
 
 
+def test_distributed_cpu_tensors_in_a_tern_group(tmp_path):
+    """backend="tern" also takes CPU tensors (staged through the device): every
+    collective, point to point that does not block the caller, objects,
+    barrier, DDP of a CPU model; a sparse tensor is a clear error."""
+    _torchrun("cpu_tensors", tmp_path, 2)
+    for rank in range(2):
+        checked = _result(tmp_path, "cpu_tensors", rank)["checked"]
+        assert checked == [
+            "all_reduce",
+            "async",
+            "movement",
+            "p2p",
+            "objects_and_barrier",
+            "ddp",
+            "sparse_refused",
+        ], checked
+
+
 @pytest.mark.parametrize("nproc", NPROCS)
 def test_distributed_subgroups_split_the_parent_communicator(tmp_path, nproc):
     """split_group, new_group and DeviceMesh once the default group is bound to a

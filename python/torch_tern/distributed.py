@@ -5,7 +5,7 @@ registers the backend, so that under torchrun::
 
     torch.tern.set_device(int(os.environ["LOCAL_RANK"]) % torch.tern.device_count())
     dist.init_process_group()                 # cpu:gloo,tern:tern
-    dist.init_process_group(backend="tern")   # tern tensors only
+    dist.init_process_group(backend="tern")   # tern tensors; CPU ones staged through tern
     dist.init_process_group(backend="cpu:gloo,tern:tern")
 
 The backend (C++, ``ProcessGroupTern``) runs tern's collectives
@@ -134,8 +134,12 @@ def register() -> None:
     if not is_available():
         return
     if BACKEND_NAME.upper() not in dist.Backend._plugins:
+        # tern first: torch names the group's store prefix after the first
+        # device. CPU tensors are staged through the group's tern device
+        # (python/csrc/distributed/cpu_staging.h); init_process_group()
+        # without a backend still gives them to gloo.
         dist.Backend.register_backend(
-            BACKEND_NAME, _create_backend, extended_api=True, devices=[BACKEND_NAME]
+            BACKEND_NAME, _create_backend, extended_api=True, devices=[BACKEND_NAME, "cpu"]
         )
     _patch_default_backend_config()
 

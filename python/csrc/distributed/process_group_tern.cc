@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "aten/program.h"
+#include "distributed/cpu_staging.h"
 #include "runtime/allocator.h"
 #include "runtime/capture.h"
 #include "runtime/runtime.h"
@@ -118,9 +119,9 @@ void PremulInto(const c10d::ReduceOp& op, const at::Tensor& src, at::Tensor& dst
 void CheckTensor(const at::Tensor& t, c10::DeviceIndex device, const char* op) {
   TORCH_CHECK(t.defined(), "tern ", op, ": undefined tensor");
   TORCH_CHECK(t.device().type() == c10::DeviceType::PrivateUse1, "tern ", op,
-              ": the tern backend takes tern tensors, got one on ", t.device(),
-              ". Move it with .to('tern'), or use a group with a backend for that device "
-              "(init_process_group(backend='cpu:gloo,tern:tern')).");
+              ": the tern backend takes tern tensors (and CPU tensors, through the device), "
+              "got one on ",
+              t.device(), ". Move it with .to('tern').");
   TORCH_CHECK(t.device().index() == device, "tern ", op,
               ": tensors on tern:", static_cast<int>(t.device().index()),
               " and tern:", static_cast<int>(device),
@@ -583,6 +584,19 @@ c10::DeviceIndex ProcessGroupTern::DeviceOf(const std::vector<at::Tensor>& tenso
   return state_ ? state_->device : CurrentDevice();
 }
 
+CpuStaging ProcessGroupTern::Staging(const char* op) { return {getRank(), DeviceOf({}, op)}; }
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupTern::StagedP2P(CpuStaging& staging,
+                                                           c10::intrusive_ptr<c10d::Work> work,
+                                                           std::vector<at::Tensor>& cpu_tensors) {
+  auto staged = staging.Wrap(std::move(work), cpu_tensors);
+  std::lock_guard<std::mutex> lock(mutex_);
+  // Inside a coalescing block the operation runs at its end: that Work
+  // copies the result back too.
+  if (coalescing_) staged_p2p_.push_back(staged);
+  return staged;
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupTern::Finish(Launch& launch, c10d::OpType op_type,
                                                         std::vector<at::Tensor> outputs,
                                                         bool host_blocking) {
@@ -613,6 +627,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTern::allreduce(std::vector<at::Tenso
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTern::allreduce_coalesced(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
+  if (AnyOnCpu(tensors)) {
+    CpuStaging staging = Staging("allreduce");
+    auto staged = staging.Stage(tensors, CpuStaging::Role::kInOut);
+    return staging.Wrap(allreduce_coalesced(staged, opts), tensors);
+  }
   const c10::DeviceIndex device = DeviceOf(tensors, "allreduce");
   for (const auto& t : tensors) CheckTensor(t, device, "allreduce");
   const tern_comm_redop_t redop = ToRedop(opts.reduceOp, "allreduce");
@@ -637,6 +656,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTern::allreduce_coalesced(
 c10::intrusive_ptr<c10d::Work> ProcessGroupTern::broadcast(std::vector<at::Tensor>& tensors,
                                                            const c10d::BroadcastOptions& opts) {
   TORCH_CHECK(tensors.size() == 1, "tern broadcast: one tensor per call");
+  if (AnyOnCpu(tensors)) {
+    CpuStaging staging = Staging("broadcast");
+    auto staged = staging.Stage(tensors, CpuStaging::Role::kInOut);
+    return staging.Wrap(broadcast(staged, opts), tensors);
+  }
   const c10::DeviceIndex device = DeviceOf(tensors, "broadcast");
   at::Tensor& t = tensors[0];
   CheckTensor(t, device, "broadcast");
@@ -655,6 +679,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTern::broadcast(std::vector<at::Tenso
 c10::intrusive_ptr<c10d::Work> ProcessGroupTern::reduce(std::vector<at::Tensor>& tensors,
                                                         const c10d::ReduceOptions& opts) {
   TORCH_CHECK(tensors.size() == 1, "tern reduce: one tensor per call");
+  if (AnyOnCpu(tensors)) {
+    CpuStaging staging = Staging("reduce");
+    auto staged = staging.Stage(tensors, CpuStaging::Role::kInOut);
+    return staging.Wrap(reduce(staged, opts), tensors);
+  }
   const c10::DeviceIndex device = DeviceOf(tensors, "reduce");
   at::Tensor& t = tensors[0];
   CheckTensor(t, device, "reduce");
@@ -692,6 +721,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTern::allgather_into_tensor_coalesced
     const c10d::AllgatherOptions& /*opts*/) {
   TORCH_CHECK(outputs.size() == inputs.size(), "tern all_gather_into_tensor: ", outputs.size(),
               " outputs for ", inputs.size(), " inputs");
+  if (AnyOnCpu(outputs) || AnyOnCpu(inputs)) {
+    CpuStaging staging = Staging("all_gather_into_tensor");
+    auto staged_out = staging.Stage(outputs, CpuStaging::Role::kOut);
+    auto staged_in = staging.Stage(inputs, CpuStaging::Role::kIn);
+    return staging.Wrap(
+        allgather_into_tensor_coalesced(staged_out, staged_in, c10d::AllgatherOptions{}), outputs);
+  }
   const c10::DeviceIndex device = DeviceOf(inputs, "all_gather_into_tensor");
   for (size_t i = 0; i < inputs.size(); ++i) {
     CheckTensor(inputs[i], device, "all_gather_into_tensor");
@@ -746,6 +782,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTern::AllgatherEachInput(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs) {
   TORCH_CHECK(outputs.size() == inputs.size(), "tern allgather: ", outputs.size(),
               " output lists for ", inputs.size(), " inputs");
+  if (AnyOnCpu(outputs) || AnyOnCpu(inputs)) {
+    CpuStaging staging = Staging("allgather");
+    auto staged_out = staging.Stage(outputs, CpuStaging::Role::kOut);
+    auto staged_in = staging.Stage(inputs, CpuStaging::Role::kIn);
+    std::vector<at::Tensor> results;
+    for (const auto& list : outputs) results.insert(results.end(), list.begin(), list.end());
+    return staging.Wrap(AllgatherEachInput(staged_out, staged_in), std::move(results));
+  }
   const c10::DeviceIndex device = DeviceOf(inputs, "allgather");
   for (size_t i = 0; i < inputs.size(); ++i) {
     CheckTensor(inputs[i], device, "allgather");
@@ -795,6 +839,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTern::reduce_scatter_tensor_coalesced
     const c10d::ReduceScatterOptions& opts) {
   TORCH_CHECK(outputs.size() == inputs.size(), "tern reduce_scatter_tensor: ", outputs.size(),
               " outputs for ", inputs.size(), " inputs");
+  if (AnyOnCpu(outputs) || AnyOnCpu(inputs)) {
+    CpuStaging staging = Staging("reduce_scatter_tensor");
+    auto staged_out = staging.Stage(outputs, CpuStaging::Role::kOut);
+    auto staged_in = staging.Stage(inputs, CpuStaging::Role::kIn);
+    return staging.Wrap(reduce_scatter_tensor_coalesced(staged_out, staged_in, opts), outputs);
+  }
   const c10::DeviceIndex device = DeviceOf(inputs, "reduce_scatter_tensor");
   const tern_comm_redop_t redop = ToRedop(opts.reduceOp, "reduce_scatter_tensor");
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -834,6 +884,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTern::reduce_scatter(
     const c10d::ReduceScatterOptions& opts) {
   TORCH_CHECK(outputs.size() == 1 && inputs.size() == 1,
               "tern reduce_scatter: one output and one input list per call");
+  if (AnyOnCpu(outputs) || AnyOnCpu(inputs)) {
+    CpuStaging staging = Staging("reduce_scatter");
+    auto staged_out = staging.Stage(outputs, CpuStaging::Role::kOut);
+    auto staged_in = staging.Stage(inputs, CpuStaging::Role::kIn);
+    return staging.Wrap(reduce_scatter(staged_out, staged_in, opts), outputs);
+  }
   TORCH_CHECK(static_cast<int>(inputs[0].size()) == getSize(),
               "tern reduce_scatter: the input list must have world_size (", getSize(),
               ") tensors, it has ", inputs[0].size());
@@ -864,6 +920,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTern::reduce_scatter(
 c10::intrusive_ptr<c10d::Work> ProcessGroupTern::alltoall_base(
     at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_split_sizes,
     std::vector<int64_t>& input_split_sizes, const c10d::AllToAllOptions& /*opts*/) {
+  if (AnyOnCpu({output, input})) {
+    CpuStaging staging = Staging("all_to_all_single");
+    at::Tensor staged_out = staging.Stage(output, CpuStaging::Role::kOut);
+    at::Tensor staged_in = staging.Stage(input, CpuStaging::Role::kIn);
+    return staging.Wrap(alltoall_base(staged_out, staged_in, output_split_sizes, input_split_sizes,
+                                      c10d::AllToAllOptions{}),
+                        {output});
+  }
   const c10::DeviceIndex device = DeviceOf({input}, "all_to_all_single");
   CheckTensor(input, device, "all_to_all_single");
   CheckTensor(output, device, "all_to_all_single");
@@ -946,6 +1010,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTern::alltoall_base(
 c10::intrusive_ptr<c10d::Work> ProcessGroupTern::alltoall(std::vector<at::Tensor>& outputs,
                                                           std::vector<at::Tensor>& inputs,
                                                           const c10d::AllToAllOptions& /*opts*/) {
+  if (AnyOnCpu(outputs) || AnyOnCpu(inputs)) {
+    CpuStaging staging = Staging("all_to_all");
+    auto staged_out = staging.Stage(outputs, CpuStaging::Role::kOut);
+    auto staged_in = staging.Stage(inputs, CpuStaging::Role::kIn);
+    return staging.Wrap(alltoall(staged_out, staged_in, c10d::AllToAllOptions{}), outputs);
+  }
   const int n = getSize();
   TORCH_CHECK(static_cast<int>(outputs.size()) == n && static_cast<int>(inputs.size()) == n,
               "tern all_to_all: lists of world_size (", n, ") tensors expected");
@@ -990,6 +1060,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTern::gather(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::GatherOptions& opts) {
   TORCH_CHECK(inputs.size() == 1, "tern gather: one input tensor per call");
+  if (AnyOnCpu(outputs) || AnyOnCpu(inputs)) {
+    CpuStaging staging = Staging("gather");
+    auto staged_out = staging.Stage(outputs, CpuStaging::Role::kOut);
+    auto staged_in = staging.Stage(inputs, CpuStaging::Role::kIn);
+    std::vector<at::Tensor> results;
+    for (const auto& list : outputs) results.insert(results.end(), list.begin(), list.end());
+    return staging.Wrap(gather(staged_out, staged_in, opts), std::move(results));
+  }
   const c10::DeviceIndex device = DeviceOf(inputs, "gather");
   at::Tensor& in = inputs[0];
   CheckTensor(in, device, "gather");
@@ -1038,6 +1116,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTern::scatter(
     std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
     const c10d::ScatterOptions& opts) {
   TORCH_CHECK(outputs.size() == 1, "tern scatter: one output tensor per call");
+  if (AnyOnCpu(outputs) || AnyOnCpu(inputs)) {
+    CpuStaging staging = Staging("scatter");
+    auto staged_out = staging.Stage(outputs, CpuStaging::Role::kOut);
+    auto staged_in = staging.Stage(inputs, CpuStaging::Role::kIn);
+    return staging.Wrap(scatter(staged_out, staged_in, opts), outputs);
+  }
   const c10::DeviceIndex device = DeviceOf(outputs, "scatter");
   at::Tensor& out = outputs[0];
   CheckTensor(out, device, "scatter");
@@ -1081,8 +1165,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTern::scatter(
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTern::send(std::vector<at::Tensor>& tensors,
-                                                      int dst_rank, int /*tag*/) {
+                                                      int dst_rank, int tag) {
   TORCH_CHECK(tensors.size() == 1, "tern send: one tensor per call");
+  if (AnyOnCpu(tensors)) {
+    CpuStaging staging = Staging("send");
+    auto staged = staging.Stage(tensors, CpuStaging::Role::kIn);
+    return StagedP2P(staging, send(staged, dst_rank, tag), tensors);
+  }
   const c10::DeviceIndex device = DeviceOf(tensors, "send");
   CheckTensor(tensors[0], device, "send");
   TORCH_CHECK(dst_rank >= 0 && dst_rank < getSize() && dst_rank != getRank(),
@@ -1108,8 +1197,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTern::send(std::vector<at::Tensor>& t
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTern::recv(std::vector<at::Tensor>& tensors,
-                                                      int src_rank, int /*tag*/) {
+                                                      int src_rank, int tag) {
   TORCH_CHECK(tensors.size() == 1, "tern recv: one tensor per call");
+  if (AnyOnCpu(tensors)) {
+    CpuStaging staging = Staging("recv");
+    auto staged = staging.Stage(tensors, CpuStaging::Role::kOut);
+    return StagedP2P(staging, recv(staged, src_rank, tag), tensors);
+  }
   const c10::DeviceIndex device = DeviceOf(tensors, "recv");
   CheckTensor(tensors[0], device, "recv");
   TORCH_CHECK(src_rank >= 0 && src_rank < getSize() && src_rank != getRank(),
@@ -1153,17 +1247,20 @@ void ProcessGroupTern::startCoalescing() {
   TORCH_CHECK(!coalescing_, "tern: coalescing already started on this process group");
   coalescing_ = true;
   pending_p2p_.clear();
+  staged_p2p_.clear();
   coalesced_event_ = std::make_shared<c10::Event>(c10::DeviceType::PrivateUse1);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTern::endCoalescing() {
   std::vector<PendingP2P> pending;
+  std::vector<c10::intrusive_ptr<c10d::Work>> staged_p2p;
   std::shared_ptr<c10::Event> shared_event;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     TORCH_CHECK(coalescing_, "tern: endCoalescing without startCoalescing");
     coalescing_ = false;
     pending.swap(pending_p2p_);
+    staged_p2p.swap(staged_p2p_);
     shared_event = std::move(coalesced_event_);
   }
   std::vector<at::Tensor> tensors;
@@ -1191,7 +1288,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTern::endCoalescing() {
   }
   // The per-operation Works handed out meanwhile complete with this event.
   if (shared_event) shared_event->record(launch.comm);
-  return Finish(launch, c10d::OpType::COALESCED, tensors, false);
+  auto work = Finish(launch, c10d::OpType::COALESCED, tensors, false);
+  if (staged_p2p.empty()) return work;
+  // CPU tensors among them: the block's Work copies their results back too.
+  std::vector<at::Tensor> cpu_tensors;
+  for (const auto& staged : staged_p2p) {
+    for (const auto& t : staged->result()) cpu_tensors.push_back(t);
+  }
+  return Staging("coalesced operations").Wrap(work, std::move(cpu_tensors), std::move(staged_p2p));
 }
 
 void ProcessGroupTern::eagerConnectSingleDevice(at::Device device) {

@@ -40,6 +40,7 @@
 #include <torch/csrc/distributed/c10d/Work.hpp>
 #include <vector>
 
+#include "distributed/cpu_staging.h"
 #include "tern/tern.h"
 
 namespace torch_tern::distributed {
@@ -234,6 +235,12 @@ class ProcessGroupTern final : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> AllgatherEachInput(std::vector<std::vector<at::Tensor>>& outputs,
                                                     std::vector<at::Tensor>& inputs);
   c10::DeviceIndex DeviceOf(const std::vector<at::Tensor>& tensors, const char* op);
+  // CPU tensors (cpu_staging.h): a staging for operation `op` on this
+  // group's device, and the Work of a staged send or receive (kept for the
+  // end of a coalescing block when one is open).
+  CpuStaging Staging(const char* op);
+  c10::intrusive_ptr<c10d::Work> StagedP2P(CpuStaging& staging, c10::intrusive_ptr<c10d::Work> work,
+                                           std::vector<at::Tensor>& cpu_tensors);
   c10::intrusive_ptr<c10d::Work> Finish(Launch& launch, c10d::OpType op_type,
                                         std::vector<at::Tensor> outputs, bool host_blocking);
 
@@ -257,6 +264,7 @@ class ProcessGroupTern final : public c10d::Backend {
     bool is_send = false;
   };
   std::vector<PendingP2P> pending_p2p_;
+  std::vector<c10::intrusive_ptr<c10d::Work>> staged_p2p_;  // their CPU tensors' Works
   std::vector<at::Tensor> coalesced_outputs_;
   std::shared_ptr<c10::Event> coalesced_event_;
 };
