@@ -269,8 +269,8 @@ def main() -> int:
     p.add_argument("--timeout", type=int, default=120, help="seconds per test (default 120)")
     p.add_argument("--total-timeout", type=int, default=3 * 3600,
                    help="seconds for the whole run (default 3 hours)")
-    p.add_argument("--topology", default="2x2x4G",
-                   help="the simulated node (TERN_SIM_TOPOLOGY; default 2x2x4G: DDP's uneven-inputs test holds 2.2 GiB on a device)")
+    p.add_argument("--topology", default="2x2x2G",
+                   help="the simulated node (TERN_SIM_TOPOLOGY; default 2x2x2G, as the plugin's tests)")
     p.add_argument("--report", default=None, help="markdown report to write")
     p.add_argument("--json", default=None, help="every test's record, as JSON")
     p.add_argument("--from-json", default=None,
