@@ -119,10 +119,14 @@ typedef struct tern_binding_t {
  * arrays may be reused or freed as soon as it returns (the buffers must stay
  * allocated until the execution ran, which tern_buffer_free ensures). The
  * function's scratch (tern_function_info_t.scratch_bytes) belongs to the
- * runtime: it is allocated from the device for this execution when it is
- * submitted (category scratch; TERN_ERROR_OUT_OF_MEMORY if it does not fit)
- * and returned when the execution completes. The caller neither provides
- * nor sees it.
+ * runtime: each queue keeps one scratch block, as large as the largest its
+ * executions have needed, and runs every execution in it (a queue runs one
+ * command at a time). An execution that needs more than the queue holds
+ * allocates a larger block from the device when it is submitted (category
+ * scratch; TERN_ERROR_OUT_OF_MEMORY if it does not fit). The block is
+ * returned when the queue is destroyed, or earlier when an allocation finds
+ * the device full while no execution is using it. The caller neither
+ * provides nor sees it.
  * Thread-safety: safe from any thread (see queue.h for submission rules). */
 TERN_API tern_status_t tern_queue_execute(tern_queue_t queue, tern_executable_t executable,
                                           uint32_t function, const tern_binding_t* inputs,

@@ -71,11 +71,36 @@ namespace {
 // What an execution holds until its command completes.
 struct ExecutionResources {
   std::shared_ptr<ExecutableConstants> constants;
-  std::optional<BufferObject> scratch;
-  ~ExecutionResources() {
-    if (scratch) ReleaseBuffer(*scratch);
-  }
+  std::shared_ptr<QueueScratch> scratch;
 };
+
+// The queue's scratch block, at least `bytes` large: the one it holds, or a
+// larger one that replaces it (the old one is freed at once when no
+// execution holds it, else with the last that does).
+Status TakeQueueScratch(QueueObject* queue, uint64_t bytes, const std::string& function,
+                        std::shared_ptr<QueueScratch>* out) {
+  std::shared_ptr<QueueScratch> outgrown;
+  {
+    std::lock_guard<std::mutex> lock(queue->scratch_mutex);
+    if (queue->scratch && queue->scratch->buffer.size >= bytes) {
+      *out = queue->scratch;
+      return OkStatus();
+    }
+    // Freed below, outside the lock, before the larger block is placed.
+    if (queue->scratch.use_count() == 1) outgrown = std::move(queue->scratch);
+  }
+  outgrown.reset();
+  BufferObject block;
+  TERN_RETURN_IF_ERROR(
+      AllocateDeviceMemory(queue->core->device, bytes, 0, TERN_MEMORY_SCRATCH, &block)
+          .WithContext(fmt::format("allocating the scratch of function '{}'", function)));
+  auto fresh = std::make_shared<QueueScratch>(block);
+  std::lock_guard<std::mutex> lock(queue->scratch_mutex);
+  // Another thread may have grown it meanwhile: keep the larger.
+  if (!queue->scratch || queue->scratch->buffer.size < bytes) queue->scratch = fresh;
+  *out = queue->scratch;
+  return OkStatus();
+}
 
 Status LookupExecutable(Runtime* rt, tern_executable_t handle,
                         std::shared_ptr<ExecutableObject>* out) {
@@ -349,13 +374,10 @@ Status Execute(Runtime* rt, tern_queue_t queue_handle, tern_executable_t executa
   if (prepared.scratch_bytes > 0) {
     auto resources = std::make_shared<ExecutionResources>();
     resources->constants = std::static_pointer_cast<ExecutableConstants>(prepared.constants);
-    BufferObject scratch;
-    TERN_RETURN_IF_ERROR(
-        AllocateDeviceMemory(dev, prepared.scratch_bytes, 0, TERN_MEMORY_SCRATCH, &scratch)
-            .WithContext(fmt::format("allocating the scratch of function '{}'",
-                                     run.program->functions[run.function].name)));
-    resources->scratch = scratch;
-    run.scratch = driver::MemoryRef{nullptr, dev->hw.get(), scratch.offset};
+    TERN_RETURN_IF_ERROR(TakeQueueScratch(queue.get(), prepared.scratch_bytes,
+                                          run.program->functions[run.function].name,
+                                          &resources->scratch));
+    run.scratch = driver::MemoryRef{nullptr, dev->hw.get(), resources->scratch->buffer.offset};
     command.keep_alive = std::move(resources);
   } else {
     // Nothing to release at completion but a reference: no allocation.

@@ -100,9 +100,31 @@ void AddToUsed(DeviceObject* dev, uint64_t bytes, tern_memory_category_t categor
 
 }  // namespace
 
-Status PlaceDeviceMemory(DeviceObject* dev, uint64_t size, uint64_t alignment,
-                         tern_memory_category_t category, const ChargeFunction& charge,
-                         BufferObject* out) {
+QueueScratch::~QueueScratch() { ReleaseBuffer(buffer); }
+
+bool ReleaseIdleQueueScratch(DeviceObject* dev) {
+  std::vector<std::shared_ptr<QueueScratch>> idle;
+  {
+    std::lock_guard<std::mutex> lock(dev->queues_mutex);
+    for (const std::weak_ptr<QueueObject>& weak : dev->queues) {
+      std::shared_ptr<QueueObject> queue = weak.lock();
+      if (!queue) continue;
+      std::lock_guard<std::mutex> scratch_lock(queue->scratch_mutex);
+      // Only the queue holds it: every execution that ran in it completed,
+      // and a new one would take it under scratch_mutex.
+      if (queue->scratch && queue->scratch.use_count() == 1) {
+        idle.push_back(std::move(queue->scratch));
+      }
+    }
+  }
+  return !idle.empty();  // freed here, outside the locks
+}
+
+namespace {
+
+Status PlaceDeviceMemoryOnce(DeviceObject* dev, uint64_t size, uint64_t alignment,
+                             tern_memory_category_t category, const ChargeFunction& charge,
+                             BufferObject* out) {
   if (size > dev->info.memory_bytes) {
     return OutOfMemory(dev, size, category, "that is more than the device's whole memory");
   }
@@ -134,6 +156,19 @@ Status PlaceDeviceMemory(DeviceObject* dev, uint64_t size, uint64_t alignment,
   AddToUsed(dev, buffer.allocated, category);
   *out = buffer;
   return OkStatus();
+}
+
+}  // namespace
+
+Status PlaceDeviceMemory(DeviceObject* dev, uint64_t size, uint64_t alignment,
+                         tern_memory_category_t category, const ChargeFunction& charge,
+                         BufferObject* out) {
+  Status status = PlaceDeviceMemoryOnce(dev, size, alignment, category, charge, out);
+  // The queues' idle scratch blocks are a cache: memory for a caller comes first.
+  if (status.code() == TERN_ERROR_OUT_OF_MEMORY && ReleaseIdleQueueScratch(dev)) {
+    status = PlaceDeviceMemoryOnce(dev, size, alignment, category, charge, out);
+  }
+  return status;
 }
 
 Status AllocateDeviceMemory(DeviceObject* dev, uint64_t size, uint64_t alignment,

@@ -152,6 +152,10 @@ void DestroyRuntime(Runtime* runtime) {
   // devices, driver.
   for (auto& queue : runtime->queue_table.Clear()) {
     queue->hw.reset();
+    {
+      std::lock_guard<std::mutex> lock(queue->scratch_mutex);
+      queue->scratch.reset();  // while its device lives
+    }
     queue->core->queue_count.fetch_sub(1);
   }
   runtime->event_table.Clear();

@@ -73,11 +73,31 @@ struct BufferObject {
   std::shared_ptr<MemoryPoolObject> pool;
 };
 
+// A queue's scratch block (see QueueObject::scratch): freed with the last
+// execution or queue that holds it.
+struct QueueScratch {
+  explicit QueueScratch(const BufferObject& block) : buffer(block) {}
+  QueueScratch(const QueueScratch&) = delete;
+  QueueScratch& operator=(const QueueScratch&) = delete;
+  ~QueueScratch();  // ReleaseBuffer(buffer)
+  BufferObject buffer;
+};
+
 struct QueueObject {
   std::shared_ptr<CoreObject> core;
   std::unique_ptr<driver::HwQueue> hw;
   const Timeline* completion = nullptr;  // hw->completion(), which hw keeps alive
   std::string name;
+  // The scratch memory of this queue's executions. The queue runs one command
+  // at a time, so its executions share one block, as large as the largest any
+  // of them needed, and each holds it until it completes. Reusing the block
+  // keeps its pages mapped: a new block per execution meant new pages for
+  // every execution queued behind a running one (on the simulated device a
+  // page fault each 4 KiB, a third of a GPT-2 block's time). Given back when
+  // the queue is destroyed, or by an allocation that finds the device full
+  // while no execution holds it (ReleaseIdleQueueScratch).
+  std::mutex scratch_mutex;
+  std::shared_ptr<QueueScratch> scratch;  // guarded by scratch_mutex
 };
 
 // One recording of an event: a point on a queue's timeline and the device
@@ -194,6 +214,11 @@ const char* MemoryCategoryName(tern_memory_category_t category);
 
 // Frees a buffer's memory and accounting (shared by tern_buffer_free and shutdown).
 void ReleaseBuffer(const BufferObject& buffer);
+
+// Frees the scratch blocks of `dev`'s queues that no execution holds; true
+// when it freed any. What an allocation that finds the device full does
+// before it gives up.
+bool ReleaseIdleQueueScratch(DeviceObject* dev);
 
 // Places `size` bytes of device memory of `category` (alignment 0: the
 // device minimum) and charges them: what tern_buffer_alloc does, for

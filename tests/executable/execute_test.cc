@@ -208,30 +208,91 @@ TEST_F(ExecuteTest, ReadsConstantsMappedFromAFile) {
   EXPECT_EQ(tern_executable_unload(executable), TERN_OK);
 }
 
-TEST_F(ExecuteTest, ScratchIsAllocatedPerExecutionAndFreedOnCompletion) {
+TEST_F(ExecuteTest, QueuedExecutionsShareTheQueuesScratchBlock) {
+  tern_executable_t executable = Load(exetest::BuildPipeline());
+  tern_buffer_t x = Floats(Iota(16, -4.0f));
+  std::vector<tern_buffer_t> ys;
+  for (int k = 0; k < 8; ++k) ys.push_back(Buffer(64));
+  const tern_binding_t inputs[1] = {{x, 0}};
+  tern_queue_t queue = nullptr;
+  ASSERT_EQ(tern_queue_create(core_, nullptr, &queue), TERN_OK) << LastError();
+  const uint64_t before = ScratchUsed();
+  // Hold the queue in a host callback so that the eight executions are all
+  // queued at once, as a framework queues them ahead.
+  static std::atomic<bool> release{false};
+  release = false;
+  ASSERT_EQ(tern_queue_host_callback(
+                queue,
+                [](void*, tern_status_t) {
+                  while (!release.load()) usleep(1000);
+                },
+                nullptr, nullptr),
+            TERN_OK);
+  for (tern_buffer_t y : ys) {
+    const tern_binding_t outputs[1] = {{y, 0}};
+    ASSERT_EQ(tern_queue_execute(queue, executable, 0, inputs, 1, outputs, 1, nullptr), TERN_OK)
+        << LastError();
+  }
+  // One block for all of them (it used to be one per queued execution).
+  EXPECT_EQ(ScratchUsed(), before + 64);
+  release = true;
+  ASSERT_EQ(tern_queue_synchronize(queue, kTimeout), TERN_OK) << LastError();
+  for (tern_buffer_t y : ys) {
+    const std::vector<float> result = Read(y, 16);
+    for (int i = 0; i < 16; ++i) EXPECT_EQ(result[i], 2.0f * (i - 4.0f)) << i;
+  }
+  // The queue keeps it for its next executions, and gives it back when it goes.
+  EXPECT_EQ(ScratchUsed(), before + 64);
+  EXPECT_EQ(tern_queue_destroy(queue), TERN_OK);
+  EXPECT_EQ(ScratchUsed(), before);
+  EXPECT_EQ(tern_executable_unload(executable), TERN_OK);
+}
+
+TEST_F(ExecuteTest, AFullDeviceTakesTheIdleScratchBack) {
   tern_executable_t executable = Load(exetest::BuildPipeline());
   tern_buffer_t x = Floats(Iota(16, -4.0f));
   tern_buffer_t y = Buffer(64);
   const tern_binding_t inputs[1] = {{x, 0}};
   const tern_binding_t outputs[1] = {{y, 0}};
   const uint64_t before = ScratchUsed();
-  // Hold the queue in a host callback until the test has looked at the
-  // pending execution's scratch.
-  static std::atomic<bool> release{false};
-  release = false;
-  ASSERT_EQ(tern_queue_host_callback(
-                queue_,
-                [](void*, tern_status_t) {
-                  while (!release.load()) usleep(1000);
-                },
-                nullptr, nullptr),
-            TERN_OK);
   ASSERT_EQ(tern_queue_execute(queue_, executable, 0, inputs, 1, outputs, 1, nullptr), TERN_OK)
       << LastError();
-  EXPECT_EQ(ScratchUsed(), before + 64);
-  release = true;
   ASSERT_EQ(tern_queue_synchronize(queue_, kTimeout), TERN_OK) << LastError();
+  ASSERT_EQ(ScratchUsed(), before + 64);
+  // Fill every free block of the device: only the queue's idle scratch is left.
+  std::vector<tern_buffer_t> fill;
+  for (int k = 0; k < 64; ++k) {
+    tern_memory_stats_t stats{};
+    stats.struct_size = sizeof(stats);
+    ASSERT_EQ(tern_device_memory_stats(device_, &stats), TERN_OK);
+    if (stats.largest_free_block < 64) break;
+    tern_buffer_params_t params{};
+    params.struct_size = sizeof(params);
+    params.size = stats.largest_free_block;
+    tern_buffer_t block = nullptr;
+    if (tern_buffer_alloc(device_, &params, &block) != TERN_OK) break;
+    fill.push_back(block);
+  }
+  ASSERT_FALSE(fill.empty());
+  // This allocation fits only where the scratch is: it takes it back.
+  tern_buffer_params_t params{};
+  params.struct_size = sizeof(params);
+  params.size = 64;
+  tern_buffer_t small = nullptr;
+  ASSERT_EQ(tern_buffer_alloc(device_, &params, &small), TERN_OK) << LastError();
   EXPECT_EQ(ScratchUsed(), before);
+  // The next execution needs a block again, and the device is full.
+  EXPECT_EQ(tern_queue_execute(queue_, executable, 0, inputs, 1, outputs, 1, nullptr),
+            TERN_ERROR_OUT_OF_MEMORY);
+  const std::string message = LastError();
+  EXPECT_NE(message.find("allocating the scratch of function 'pipeline'"), std::string::npos)
+      << message;
+  // Memory back: it runs.
+  EXPECT_EQ(tern_buffer_free(small), TERN_OK);
+  for (tern_buffer_t block : fill) EXPECT_EQ(tern_buffer_free(block), TERN_OK);
+  ASSERT_EQ(tern_queue_execute(queue_, executable, 0, inputs, 1, outputs, 1, nullptr), TERN_OK)
+      << LastError();
+  ASSERT_EQ(tern_queue_synchronize(queue_, kTimeout), TERN_OK) << LastError();
   const std::vector<float> result = Read(y, 16);
   for (int i = 0; i < 16; ++i) EXPECT_EQ(result[i], 2.0f * (i - 4.0f)) << i;
   EXPECT_EQ(tern_executable_unload(executable), TERN_OK);
