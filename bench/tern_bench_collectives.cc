@@ -4,7 +4,9 @@
 // Ranks: one per process, joined through the environment (TERN_COMM_ID,
 // TERN_COMM_RANK, TERN_COMM_WORLD_SIZE, or torchrun's variables), or -g N
 // ranks in this one process (tern_comm_init_all). Rank r runs on node core
-// r (TERN_BENCH_CORE overrides). Rank 0 prints the table:
+// r (TERN_BENCH_CORE overrides), or with TERN_BENCH_PLACEMENT=device on core
+// 0 of device r (one rank per device, as the PyTorch plugin places the ranks
+// of a process group). Rank 0 prints the table:
 //
 //   size (B), count (elements), type, redop, root, then out-of-place and
 //   in-place: time (us), algbw (GB/s), busbw (GB/s), #wrong
@@ -586,6 +588,22 @@ void RunRank(const Options& o, Rank& r) {
   tern_buffer_free(r.stat);
 }
 
+// The node core index of core 0 of device `index` modulo the device count.
+uint32_t FirstCoreOfDevice(uint32_t index) {
+  uint32_t devices = 0;
+  Check("tern_device_count", tern_device_count(&devices));
+  uint32_t node_core = 0;
+  for (uint32_t d = 0; d < index % devices; ++d) {
+    tern_device_t device;
+    Check("tern_device_get", tern_device_get(d, &device));
+    tern_device_info_t info = {};
+    info.struct_size = sizeof(info);
+    Check("tern_device_get_info", tern_device_get_info(device, &info));
+    node_core += info.core_count;
+  }
+  return node_core;
+}
+
 void OpenCore(Rank& r, uint32_t node_core) {
   uint32_t devices = 0;
   Check("tern_device_count", tern_device_count(&devices));
@@ -639,7 +657,12 @@ int main(int argc, char** argv) {
     if (rank_text == nullptr) rank_text = std::getenv("RANK");
     r.rank = rank_text ? static_cast<uint32_t>(std::atoi(rank_text)) : 0;
     const char* core_text = std::getenv("TERN_BENCH_CORE");
-    OpenCore(r, core_text ? static_cast<uint32_t>(std::atoi(core_text)) : r.rank);
+    const char* placement = std::getenv("TERN_BENCH_PLACEMENT");
+    if (placement != nullptr && std::strcmp(placement, "device") == 0) {
+      OpenCore(r, FirstCoreOfDevice(r.rank));
+    } else {
+      OpenCore(r, core_text ? static_cast<uint32_t>(std::atoi(core_text)) : r.rank);
+    }
     Check("tern_comm_init_from_env", tern_comm_init_from_env(r.core, nullptr, &r.comm));
     tern_comm_info_t info = {};
     info.struct_size = sizeof(info);

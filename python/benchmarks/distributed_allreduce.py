@@ -154,6 +154,8 @@ def driver(args) -> None:
             if candidate.exists():
                 bench = candidate
     if bench is not None and bench.exists():
+        # One rank per device, core 0 of each, as the process group places them.
+        env = dict(env, TERN_BENCH_PLACEMENT="device")
         csv = _torchrun(
             [
                 "--no-python",
