@@ -1,11 +1,16 @@
 #include "machine_report.h"
 
 #include <gnu/libc-version.h>
+#include <pthread.h>
 #include <sched.h>
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+#include <thread>
 #include <vector>
 
 #include "driver_shim/sim/byte_mover.h"
@@ -65,6 +70,50 @@ std::string CpuModelName() {
   return model.empty() ? "unknown" : model;
 }
 
+double CrossCpuRoundTripNs() {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0 || CPU_COUNT(&allowed) < 2) return -1;
+  int first = -1, second = -1;
+  for (int cpu = 0; cpu < CPU_SETSIZE && second < 0; ++cpu) {
+    if (!CPU_ISSET(cpu, &allowed)) continue;
+    (first < 0 ? first : second) = cpu;
+  }
+  auto pin = [](int cpu) {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    pthread_setaffinity_np(pthread_self(), sizeof(one), &one);
+  };
+  constexpr int kRounds = 2000, kBatches = 9;
+  alignas(64) std::atomic<int64_t> flag{0};
+  std::thread echo([&] {
+    pin(second);
+    for (int64_t i = 0; i < int64_t{kRounds} * kBatches; ++i) {
+      while (flag.load(std::memory_order_acquire) != 2 * i + 1) {
+      }
+      flag.store(2 * i + 2, std::memory_order_release);
+    }
+  });
+  pin(first);
+  std::vector<double> batches;
+  for (int b = 0; b < kBatches; ++b) {
+    const auto start = std::chrono::steady_clock::now();
+    for (int64_t i = int64_t{b} * kRounds; i < int64_t{b + 1} * kRounds; ++i) {
+      flag.store(2 * i + 1, std::memory_order_release);
+      while (flag.load(std::memory_order_acquire) != 2 * i + 2) {
+      }
+    }
+    batches.push_back(
+        std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count() /
+        kRounds);
+  }
+  echo.join();
+  sched_setaffinity(0, sizeof(allowed), &allowed);
+  std::sort(batches.begin(), batches.end());
+  return batches[kBatches / 2];
+}
+
 void PrintMachine(std::FILE* out, bool pin_copy_strategy) {
   const std::string flags = " " + CpuInfoField("flags") + " ";
   std::string features;
@@ -84,6 +133,10 @@ void PrintMachine(std::FILE* out, bool pin_copy_strategy) {
 #if defined(TERN_BUILD_TYPE)
   std::fprintf(out, "# machine: build type %s\n", TERN_BUILD_TYPE);
 #endif
+  std::fprintf(out,
+               "# machine: round trip between two CPUs %.0f ns (moves with the host's placement of "
+               "virtual CPUs)\n",
+               CrossCpuRoundTripNs());
   if (pin_copy_strategy) {
     const std::string strategy = sim::ByteMoveStrategy();
     std::fprintf(out, "# machine: the DMA engine's copies: %s\n", strategy.c_str());

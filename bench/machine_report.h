@@ -14,6 +14,17 @@ namespace tern::bench {
 // "Intel(R) Xeon(R) Processor" (/proc/cpuinfo's model name), or "unknown".
 std::string CpuModelName();
 
+// The median time, in ns, of a round trip between two CPUs of this process's
+// affinity set (an atomic flag passed back and forth by two threads pinned to
+// them), or -1 with fewer than two CPUs. On a virtual machine the host may
+// place the virtual CPUs close (one core complex: ~60 ns on an AMD EPYC) or
+// far apart (~350 ns), and it changes with time: every figure that moves
+// data between threads moves with it, up to 5x, so benchmarks print it
+// beside their figures. Takes a few milliseconds.
+// Thread-safety: any thread; it pins a helper thread and, for the
+// measurement, the calling thread (restored after).
+double CrossCpuRoundTripNs();
+
 // Prints the machine's description to `out`, each line starting with
 // "# machine: ". When `pin_copy_strategy`, it also measures the DMA engine's
 // copy strategy (driver_shim/sim/byte_mover.h) and sets TERN_SIM_COPY so

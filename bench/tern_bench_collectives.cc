@@ -23,7 +23,8 @@
 // half, int8, int32, int64), -o op (sum, prod, max, min, avg), -r root (0),
 // -t collective (all_reduce, all_gather, reduce_scatter, broadcast, reduce,
 // all_to_all), -g ranks in this process, -i in-place only / -p out-of-place
-// only, --csv for machine-readable rows, --device-time to also measure the
+// only, --csv for machine-readable rows, --round-trip to print only the round
+// trip between two CPUs in ns (bench/machine_report.h), --device-time to also measure the
 // device's view (CSV rows "tern-device"): events recorded around the -n
 // operations, all enqueued while the queue is held at a gate, so that where
 // the simulated device's engine thread shares a CPU with the enqueuing
@@ -68,13 +69,16 @@ struct Options {
   bool in_place = true;
   bool csv = false;
   bool device_time = false;
+  bool round_trip_only = false;  // --round-trip
 };
 
 [[noreturn]] void Usage(const char* why) {
   std::fprintf(
       stderr,
       "%s\nusage: tern_bench_collectives [-b BYTES] [-e BYTES] [-f FACTOR] [-n ITERS] [-w WARMUP] "
-      "[-c 0|1] [-d DTYPE] [-o OP] [-r ROOT] [-t COLLECTIVE] [-g RANKS] [-i|-p] [--csv]\n",
+      "[-c 0|1] [-d DTYPE] [-o OP] [-r ROOT] [-t COLLECTIVE] [-g RANKS] [-i|-p] [--csv] "
+      "[--device-time] "
+      "[--round-trip]\n",
       why);
   std::exit(2);
 }
@@ -146,6 +150,8 @@ Options Parse(int argc, char** argv) {
       o.csv = true;
     else if (a == "--device-time")
       o.device_time = true;
+    else if (a == "--round-trip")
+      o.round_trip_only = true;
     else if (a == "-d") {
       const std::string d = next();
       if (d == "float" || d == "fp32")
@@ -630,6 +636,11 @@ void OpenCore(Rank& r, uint32_t node_core) {
 
 int main(int argc, char** argv) {
   const Options o = Parse(argc, argv);
+  if (o.round_trip_only) {
+    // The machine's state alone: a round trip between two CPUs, in ns.
+    std::printf("%.0f\n", tern::bench::CrossCpuRoundTripNs());
+    return 0;
+  }
   if (!o.csv) tern::bench::PrintMachine(stdout, /*pin_copy_strategy=*/false);
   Check("tern_init", tern_init(nullptr));
   if (o.ranks_here > 0) {

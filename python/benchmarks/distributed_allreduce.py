@@ -126,9 +126,27 @@ def _torchrun(cmd: list[str], env) -> str:
     return proc.stdout
 
 
+def _round_trip_ns(bench):
+    """tern_bench_collectives --round-trip: ns per round trip between two CPUs, or None."""
+    if bench is None or not Path(bench).exists():
+        return None
+    proc = subprocess.run([str(bench), "--round-trip"], capture_output=True, text=True, timeout=60)
+    try:
+        return float(proc.stdout.strip())
+    except ValueError:
+        return None
+
+
 def driver(args) -> None:
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")
+    bench = Path(args.c_bench) if args.c_bench else None
+    if bench is None:
+        root = Path(__file__).resolve().parents[2]
+        for candidate in (root / "build/bench/tern_bench_collectives",):
+            if candidate.exists():
+                bench = candidate
+    round_trips = [_round_trip_ns(bench)]
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "torch.json"
         _torchrun(
@@ -146,13 +164,8 @@ def driver(args) -> None:
             env,
         )
         results = json.loads(out.read_text())
+    round_trips.append(_round_trip_ns(bench))
     c_api, c_enqueue = {}, {}
-    bench = Path(args.c_bench) if args.c_bench else None
-    if bench is None:
-        root = Path(__file__).resolve().parents[2]
-        for candidate in (root / "build/bench/tern_bench_collectives",):
-            if candidate.exists():
-                bench = candidate
     if bench is not None and bench.exists():
         # One rank per device, core 0 of each, as the process group places them.
         env = dict(env, TERN_BENCH_PLACEMENT="device")
@@ -190,6 +203,17 @@ def driver(args) -> None:
             "note: no tern_bench_collectives (build the C tree: cmake -B build && "
             "ninja -C build); the C API column is left out",
             file=sys.stderr,
+        )
+    round_trips.append(_round_trip_ns(bench))
+    results["round_trip_ns"] = round_trips
+    if None not in round_trips:
+        # The machine's state: on a virtual machine the host places the two
+        # virtual CPUs close or far apart, and every figure below that moves
+        # data between the ranks moves with it (up to 5x).
+        print(
+            "round trip between two CPUs (before the torch runs, between, after the C API run): "
+            + " / ".join(f"{ns:.0f}" for ns in round_trips)
+            + " ns"
         )
     print(f"all_reduce float32 SUM in place, 2 ranks, {args.iters} iterations")
     print(
