@@ -30,8 +30,11 @@ Shape RowMajor(const Shape& shape) {
 
 // out = a @ b (+ bias) with a [..., M, K], b [..., K, N] of out's rank (any
 // strides), bias null, [N] or out-shaped (any strides). f32.
+// `prepared`: the instruction is prepared first, as loading a program
+// prepares it (oneDNN's primitive made and run once, which is where it may
+// refuse a layout), with b in the constants.
 void CheckMatmulWith(Tensor& a, Tensor& b, Tensor* bias, const std::string& what, uint64_t seed,
-                     double alpha, double beta) {
+                     double alpha, double beta, bool prepared = false) {
   std::mt19937_64 rng(seed);
   const Shape& as = a.shape();
   const Shape& bs = b.shape();
@@ -67,7 +70,9 @@ void CheckMatmulWith(Tensor& a, Tensor& b, Tensor* bias, const std::string& what
   }
   std::vector<Tensor*> ops = {&out, &a, &b};
   if (bias) ops.push_back(bias);
-  Status st = Exec(TERN_OP_MATMUL, ops, {0, 0}, {alpha, beta});
+  bool kept = false;
+  Status st = prepared ? ExecPrepared(TERN_OP_MATMUL, ops, 2, {0, 0}, {alpha, beta}, &kept)
+                       : Exec(TERN_OP_MATMUL, ops, {0, 0}, {alpha, beta});
   ASSERT_TRUE(st.ok()) << what << ": " << st.message();
   const double mag = std::sqrt(static_cast<double>(std::max<int64_t>(k, 1)));
   EXPECT_TRUE(Near(out, ref, Tolerance{1e-4, 1e-5 * mag}))
@@ -198,6 +203,45 @@ TEST_P(DnnlLayout, MatmulKOneAndInterleavedBatch) {
   {
     Tensor a(kF32, {4, 6, 8}), b = Tensor::Permuted(kF32, {4, 8, 5}, {2, 0, 1});
     CheckMatmul(a, b, nullptr, "[4,6,8] @ [4,8,5] stored [5,4,8]", 34);
+  }
+  {
+    // Attention's scores: per-head views of one [tokens, 3 x width] QKV
+    // buffer, q [heads, tokens, 16] and k^T [heads, 16, tokens] (K
+    // contiguous), whose batch stride is smaller than their row stride.
+    Tensor a = Tensor::Strided(kF32, {4, 12, 16}, {16, 192, 1});
+    Tensor b = Tensor::Strided(kF32, {4, 16, 12}, {16, 1, 192});
+    CheckMatmul(a, b, nullptr, "attention scores: q [4,12,16] @ k^T [4,16,12], heads of one buffer",
+                35);
+  }
+  {
+    // GPT-2's (4 heads of 64, 64 tokens), scaled by 1/sqrt(64), direct and
+    // prepared. (In a PyTorch process oneDNN refused this layout when loading
+    // ran its primitive once, dnnl_unimplemented, and the product took the
+    // gathered path; in this process it runs direct. Cases 39 and 40 take
+    // the gathered path by construction.)
+    Tensor a = Tensor::Strided(kF32, {4, 64, 64}, {64, 768, 1});
+    Tensor b = Tensor::Strided(kF32, {4, 64, 64}, {64, 1, 768});
+    CheckMatmulWith(a, b, nullptr, "GPT-2's attention scores", 37, 0.125, 0.0);
+    CheckMatmulWith(a, b, nullptr, "GPT-2's attention scores, prepared", 38, 0.125, 0.0,
+                    /*prepared=*/true);
+  }
+  {
+    // A row broadcast (stride 0 along M) takes the gathered path whatever
+    // oneDNN would say, with a B whose K dimension is contiguous: gathered
+    // as N x K and handed to oneDNN (or the loops) as such.
+    Tensor a = Tensor::Strided(kF32, {4, 12, 16}, {16, 0, 1});
+    Tensor b = Tensor::Strided(kF32, {4, 16, 12}, {16, 1, 192});
+    CheckMatmul(a, b, nullptr, "[4,12 (stride 0),16] @ k^T [4,16,12]", 39);
+    Tensor b3 = Tensor::Permuted(kF32, {3, 16, 12}, {0, 2, 1});
+    Tensor a3 = Tensor::Strided(kF32, {3, 12, 16}, {16, 0, 1});
+    CheckMatmul(a3, b3, nullptr, "[3,12 (stride 0),16] @ [3,16,12] stored [3,12,16]", 40);
+  }
+  {
+    // ... and its values: probs [heads, tokens, tokens] @ v [heads, tokens, 16].
+    Tensor a(kF32, {4, 12, 12});
+    Tensor b = Tensor::Strided(kF32, {4, 12, 16}, {16, 192, 1});
+    CheckMatmul(a, b, nullptr, "attention values: [4,12,12] @ v [4,12,16], heads of one buffer",
+                36);
   }
 }
 

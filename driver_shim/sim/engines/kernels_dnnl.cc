@@ -551,25 +551,47 @@ void Axpy(float* y, float a, const float* x, int64_t n) {
 
 // C [batch, M, N] = alpha * A @ B on packed f32 (batch dims of A and B may
 // be 1), by oneDNN or by loops.
+// `b_transposed`: b holds each matrix as N x K (PackF32 of B's last two
+// dimensions swapped), not K x N.
 void PackedMatmulF32(const MatmulGeometry& g, const int64_t* out_shape, const std::vector<float>& a,
-                     const std::vector<float>& b, std::vector<float>* c) {
+                     std::vector<float> b, bool b_transposed, std::vector<float>* c) {
   const uint32_t r = g.rank;
+  auto dense = [](const Dims& dims) {
+    Dims s(dims.size());
+    int64_t v = 1;
+    for (int i = static_cast<int>(dims.size()) - 1; i >= 0; --i) {
+      s[i] = v;
+      v *= dims[i];
+    }
+    return s;
+  };
+  Dims bd(g.b_shape, g.b_shape + r), b_strides = dense(bd);
+  if (b_transposed) {
+    Dims nk = bd;
+    std::swap(nk[r - 2], nk[r - 1]);
+    b_strides = dense(nk);
+    std::swap(b_strides[r - 2], b_strides[r - 1]);
+  }
   if (OneDnnEnabled() && g.m > 0 && g.n > 0 && g.k > 0 && g.batch > 0) {
-    Dims ad(g.a_shape, g.a_shape + r), bd(g.b_shape, g.b_shape + r), cd(out_shape, out_shape + r);
-    auto dense = [](const Dims& dims) {
-      Dims s(dims.size());
-      int64_t v = 1;
-      for (int i = static_cast<int>(dims.size()) - 1; i >= 0; --i) {
-        s[i] = v;
-        v *= dims[i];
-      }
-      return s;
-    };
-    if (DnnlMatmul(ad, dense(ad), memory::data_type::f32, a.data(), bd, dense(bd), b.data(), cd,
+    Dims ad(g.a_shape, g.a_shape + r), cd(out_shape, out_shape + r);
+    if (DnnlMatmul(ad, dense(ad), memory::data_type::f32, a.data(), bd, b_strides, b.data(), cd,
                    dense(cd), memory::data_type::f32, c->data(), g.alpha, 0.0f, nullptr, nullptr,
                    memory::data_type::undef, nullptr)) {
       return;
     }
+  }
+  if (b_transposed) {
+    // The loops below read K x N matrices.
+    std::vector<float> rows(b.size());
+    const int64_t matrices = g.k * g.n == 0 ? 0 : static_cast<int64_t>(b.size()) / (g.k * g.n);
+    for (int64_t mi = 0; mi < matrices; ++mi) {
+      const float* from = b.data() + mi * g.k * g.n;
+      float* to = rows.data() + mi * g.k * g.n;
+      for (int64_t kk = 0; kk < g.k; ++kk) {
+        for (int64_t j = 0; j < g.n; ++j) to[kk * g.n + j] = from[j * g.k + kk];
+      }
+    }
+    b = std::move(rows);
   }
   const int64_t am = g.m * g.k, bm = g.k * g.n;
   ParallelFor(g.batch * g.m, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, g.n * g.k)),
@@ -1085,9 +1107,28 @@ Status MatmulProduct(const driver::Instruction& ins, Operands ops,
     // Packed: contiguous f32 copies (batch broadcasts kept as size 1), f32
     // product, then beta/bias and one rounding into out.
     const std::vector<float> pa = PackF32(ops[1], r, g.a_shape, g.a_strides);
-    const std::vector<float> pb = PackF32(ops[2], r, g.b_shape, g.b_strides);
+    // A B whose K dimension is the contiguous one (a transposed view, such
+    // as attention's keys) is gathered as N x K, in runs along K: gathered as
+    // K x N its elements came one at a time, a strided load each. GPT-2's
+    // 4x64x64 attention scores come here in a PyTorch process (oneDNN
+    // refused their per-head layout, dnnl_unimplemented, when loading ran the
+    // primitive; why there and not in the kernel tests is not known): 54 us
+    // that way, 30 us now, of which oneDNN's product is 20-24.
+    const bool b_transposed =
+        r >= 2 && g.b_strides[r - 2] == 1 && g.b_strides[r - 1] != 1 && g.b_shape[r - 1] > 1;
+    std::vector<float> pb;
+    if (b_transposed) {
+      int64_t shape[TERN_MAX_RANK], strides[TERN_MAX_RANK];
+      std::copy(g.b_shape, g.b_shape + r, shape);
+      std::copy(g.b_strides, g.b_strides + r, strides);
+      std::swap(shape[r - 2], shape[r - 1]);
+      std::swap(strides[r - 2], strides[r - 1]);
+      pb = PackF32(ops[2], r, shape, strides);
+    } else {
+      pb = PackF32(ops[2], r, g.b_shape, g.b_strides);
+    }
     std::vector<float> c(out.element_count());
-    PackedMatmulF32(g, out.shape.data(), pa, pb, &c);
+    PackedMatmulF32(g, out.shape.data(), pa, std::move(pb), b_transposed, &c);
     MatmulEpilogueF32(ops, g, c);
   } catch (const dnnl::error& e) {
     return MakeStatus(TERN_ERROR_INTERNAL, "matmul: oneDNN failed: {} (status {})", e.what(),
