@@ -195,12 +195,28 @@ def bench_compile_time(tmp):
             os.environ["TERN_COMPILE_CACHE_DIR"] = saved
 
 
+def cross_cpu_round_trip() -> str:
+    """The round trip between two CPUs (tern_bench_collectives --round-trip), if
+    the C tree is built: on a virtual machine it tells whether the host placed
+    the two CPUs close or far apart, which moves every figure here that splits
+    work across them."""
+    import subprocess
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parents[2] / "build/bench/tern_bench_collectives"
+    if not bench.exists():
+        return "n/a (build the C tree for it)"
+    out = subprocess.run([str(bench), "--round-trip"], capture_output=True, text=True, timeout=60)
+    return f"{out.stdout.strip()} ns" if out.returncode == 0 else "n/a"
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     torch.manual_seed(0)
-    print(f"CPU: {cpu_model_name()}, {os.cpu_count()} CPUs; torch {torch.__version__}")
+    print(f"CPU: {cpu_model_name()}, {os.cpu_count()} CPUs; torch {torch.__version__}; "
+          f"round trip between two CPUs {cross_cpu_round_trip()}")
     with tempfile.TemporaryDirectory() as tmp:
         for batch in (1, 8):
             bench_model(f"MLP 512-1024-512, batch {batch}", Mlp(), torch.randn(batch, 512),
@@ -210,6 +226,7 @@ def main():
             bench_model(f"small ResNet (32 channels, 32x32), batch {batch}", SmallResNet(),
                         torch.randn(batch, 3, 32, 32), args.quick, tmp)
         bench_compile_time(tmp)
+    print(f"round trip between two CPUs at the end: {cross_cpu_round_trip()}")
 
 
 if __name__ == "__main__":
