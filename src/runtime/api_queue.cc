@@ -191,14 +191,7 @@ TERN_API tern_status_t tern_queue_destroy(tern_queue_t queue) {
     });
   }
   std::shared_ptr<const Timeline> completion = object->hw->completion();
-  object->hw.reset();  // drains
-  {
-    // Its executions completed: the scratch block goes now, whoever still
-    // holds the queue object.
-    std::lock_guard<std::mutex> lock(object->scratch_mutex);
-    object->scratch.reset();
-  }
-  object->core->queue_count.fetch_sub(1);
+  CloseQueue(*object);
   return Report(completion->CurrentFailure(nullptr));
 }
 

@@ -150,14 +150,7 @@ Status CreateRuntime(const tern_init_options_t* options, std::unique_ptr<Runtime
 void DestroyRuntime(Runtime* runtime) {
   // Queues first (they drain), then events, buffers, memory pools, cores,
   // devices, driver.
-  for (auto& queue : runtime->queue_table.Clear()) {
-    queue->hw.reset();
-    {
-      std::lock_guard<std::mutex> lock(queue->scratch_mutex);
-      queue->scratch.reset();  // while its device lives
-    }
-    queue->core->queue_count.fetch_sub(1);
-  }
+  for (auto& queue : runtime->queue_table.Clear()) CloseQueue(*queue);
   runtime->event_table.Clear();
   // Executables release their constants through their device: before devices go.
   // Graphs hold constants and scratch memory of their executions.
@@ -237,6 +230,15 @@ Status PeekQueue(Runtime* rt, tern_queue_t handle, const char* arg, QueueObject*
   return *out ? OkStatus()
               : NotALiveHandle(arg, "queue", "already destroyed",
                                "create one with tern_queue_create()");
+}
+
+void CloseQueue(QueueObject& queue) {
+  queue.hw.reset();  // drains
+  {
+    std::lock_guard<std::mutex> lock(queue.scratch_mutex);
+    queue.scratch.reset();
+  }
+  queue.core->queue_count.fetch_sub(1);
 }
 
 void WaitForDeviceQueues(DeviceObject* device) {

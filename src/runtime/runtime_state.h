@@ -182,6 +182,12 @@ Status LookupEvent(Runtime* rt, tern_event_t handle, const char* arg,
 // tern_queue_wait_event submits and what a graph launch resolves its waits to.
 driver::Command MakeEventWaitCommand(EventObject& event);
 
+// Ends a queue that has left the queue table and its device's list: drains
+// and destroys its hardware queue, frees its scratch block (its executions
+// have completed, whoever still holds the object) and gives its core's
+// queue count back. What tern_queue_destroy and runtime shutdown do.
+void CloseQueue(QueueObject& queue);
+
 // Waits until every command submitted to any queue of `device` before this
 // call has completed (succeeded, failed or been aborted): what
 // tern_buffer_free does before the memory can serve another allocation, so
