@@ -594,20 +594,20 @@ void RunRank(const Options& o, Rank& r) {
   tern_buffer_free(r.stat);
 }
 
-// The node core index of core 0 of device `index` modulo the device count.
-uint32_t FirstCoreOfDevice(uint32_t index) {
+// Opens core `index` of `device` and a queue on it for rank r.
+void OpenCoreOf(Rank& r, tern_device_t device, uint32_t index) {
+  r.device = device;
+  Check("tern_core_open", tern_core_open(device, index, &r.core));
+  Check("tern_queue_create", tern_queue_create(r.core, nullptr, &r.queue));
+}
+
+// Opens core 0 of device `index` modulo the device count.
+void OpenFirstCoreOfDevice(Rank& r, uint32_t index) {
   uint32_t devices = 0;
   Check("tern_device_count", tern_device_count(&devices));
-  uint32_t node_core = 0;
-  for (uint32_t d = 0; d < index % devices; ++d) {
-    tern_device_t device;
-    Check("tern_device_get", tern_device_get(d, &device));
-    tern_device_info_t info = {};
-    info.struct_size = sizeof(info);
-    Check("tern_device_get_info", tern_device_get_info(device, &info));
-    node_core += info.core_count;
-  }
-  return node_core;
+  tern_device_t device;
+  Check("tern_device_get", tern_device_get(index % devices, &device));
+  OpenCoreOf(r, device, 0);
 }
 
 void OpenCore(Rank& r, uint32_t node_core) {
@@ -621,9 +621,7 @@ void OpenCore(Rank& r, uint32_t node_core) {
     info.struct_size = sizeof(info);
     Check("tern_device_get_info", tern_device_get_info(device, &info));
     if (index < info.core_count) {
-      r.device = device;
-      Check("tern_core_open", tern_core_open(device, index, &r.core));
-      Check("tern_queue_create", tern_queue_create(r.core, nullptr, &r.queue));
+      OpenCoreOf(r, device, index);
       return;
     }
     index -= info.core_count;
@@ -670,7 +668,7 @@ int main(int argc, char** argv) {
     const char* core_text = std::getenv("TERN_BENCH_CORE");
     const char* placement = std::getenv("TERN_BENCH_PLACEMENT");
     if (placement != nullptr && std::strcmp(placement, "device") == 0) {
-      OpenCore(r, FirstCoreOfDevice(r.rank));
+      OpenFirstCoreOfDevice(r, r.rank);
     } else {
       OpenCore(r, core_text ? static_cast<uint32_t>(std::atoi(core_text)) : r.rank);
     }
