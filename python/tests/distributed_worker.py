@@ -312,6 +312,27 @@ def scenario_collectives(out_dir):
     assert names.count("tern:all_reduce") == 3, sorted(set(names))
     assert names.count("tern:broadcast") == 1, sorted(set(names))
     checked.append("profiler_ranges")
+    # A collective reads what the compute stream wrote before it, also right
+    # after a Work.wait() (the backend skips its wait for the compute stream
+    # only when that stream was given nothing but waits for the backend's own
+    # earlier collectives): a slow product keeps the compute queue busy, and
+    # the value the reduction must see is written after it.
+    a = torch.randn(192, 192, device=dev())
+    t, u = torch.zeros(64, device=dev()), torch.zeros(64, device=dev())
+    for i in range(8):
+        want = torch.full((64,), WORLD * (WORLD + 1) / 2 * (i + 1))
+        dist.all_reduce(t)  # then work after the wait
+        slow = a @ a @ a @ a @ a @ a
+        t.copy_(slow[0, :64] * 0 + (RANK + 1) * (i + 1))
+        dist.all_reduce(t)
+        check_equal("all_reduce after compute work", t, want)
+        work = dist.all_reduce(t, async_op=True)  # work before the wait
+        slow = a @ a @ a @ a @ a @ a
+        u.copy_(slow[0, :64] * 0 + (RANK + 1) * (i + 1))
+        work.wait()
+        dist.all_reduce(u)
+        check_equal("all_reduce after compute work before a wait", u, want)
+    checked.append("ordered_after_compute")
     # Work.wait() makes the current stream wait; it does not block the host:
     # rank 1 joins 1.5 s late, yet rank 0's wait() returns at once, and the
     # stream (t.cpu()) gets the summed result once rank 1 arrived.

@@ -152,6 +152,7 @@ def test_distributed_collectives_default_backend(tmp_path, nproc):
             "wait_does_not_block_host",
             "empty_tensors",
             "view",
+            "ordered_after_compute",
             "profiler_ranges",
             "float64_reduction_refused",
             "new_group",

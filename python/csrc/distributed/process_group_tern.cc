@@ -316,7 +316,12 @@ class WorkTern final : public c10d::Work {
 
   void BlockCurrentStream() {
     if (event_->eventId() == nullptr) return;
-    event_->block(GetCurrentStream(device_.index()));
+    tern_queue_t queue = GetQueue(GetCurrentStream(device_.index()));
+    RefuseIfCapturing(queue, "waiting for a collective on the capturing stream");
+    uint64_t sequence = 0;
+    TERN_CHECK(tern_queue_wait_event(queue, RawEvent(), &sequence));
+    // The event is this communicator's (Finish records it on its stream).
+    if (state_) state_->NoteComputeWait(queue, sequence);
   }
 
   std::vector<at::Tensor> outputs_;
@@ -347,7 +352,29 @@ CommState::CommState(tern_comm_t c, c10::DeviceIndex d, const char* o)
   (std::strcmp(o, "split") == 0 ? split_comms : store_comms).fetch_add(1);
 }
 
-CommState::~CommState() { Destroy(); }
+CommState::~CommState() {
+  Destroy();
+  if (ready_ != nullptr) tern_event_destroy(ready_);
+}
+
+void CommState::OrderAfter(tern_queue_t compute, tern_queue_t comm) {
+  std::lock_guard<std::mutex> lock(order_mutex_);
+  if (ready_ == nullptr) TERN_CHECK(tern_event_create(&ready_));
+  // Recorded either way: its sequence tells whether anything else came in.
+  uint64_t sequence = 0;
+  TERN_CHECK(tern_queue_record_event(compute, ready_, &sequence));
+  const bool implied = compute == covered_queue_ && sequence == covered_ + 1;
+  if (!implied) TERN_CHECK(tern_queue_wait_event(comm, ready_, nullptr));
+  covered_queue_ = compute;
+  covered_ = sequence;
+}
+
+void CommState::NoteComputeWait(tern_queue_t compute, uint64_t sequence) {
+  std::lock_guard<std::mutex> lock(order_mutex_);
+  // A wait right behind the covered point waits only for this stream's own
+  // earlier work, which everything queued here later follows anyway.
+  if (compute == covered_queue_ && sequence == covered_ + 1) covered_ = sequence;
+}
 
 std::string CommState::AsyncError() {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -388,10 +415,8 @@ struct ProcessGroupTern::Launch {
       : state(std::move(s)), compute(GetCurrentStream(device)), comm(*state->stream) {
     RefuseIfCapturing(GetQueue(compute), "a collective (torch.distributed on tern)");
     // The collective waits for the work already queued on the caller's stream.
-    c10::Event ready(c10::DeviceType::PrivateUse1);
-    ready.record(compute);
-    ready.block(comm);
     queue = GetQueue(comm);
+    state->OrderAfter(GetQueue(compute), queue);
     guard.emplace(comm);
   }
   tern_comm_t comm_handle() const { return state->comm; }

@@ -72,8 +72,30 @@ class CommState {
   // Thread-safety: any thread; idempotent.
   void Abort();
 
+  // Orders the communication queue `comm` after the work queued so far on the
+  // caller's `compute` queue (an event recorded on one, waited for on the
+  // other), unless the communication queue's own order already implies it:
+  // when everything `compute` was given since the last such point is a wait
+  // for this communicator's earlier operations (NoteComputeWait), it adds no
+  // work the collective could read. That is the loop of synchronous
+  // collectives (each Work.wait() makes the compute stream wait for the
+  // last): waiting there too made every operation wait for the compute
+  // queue's thread to see the previous one end, a hand-off per operation.
+  // Thread-safety: any thread.
+  void OrderAfter(tern_queue_t compute, tern_queue_t comm);
+  // Tells the state that command `sequence` of `compute` is a wait for an
+  // event recorded on this communicator's stream.
+  // Thread-safety: any thread.
+  void NoteComputeWait(tern_queue_t compute, uint64_t sequence);
+
  private:
   std::mutex mutex_;
+  std::mutex order_mutex_;
+  tern_event_t ready_ = nullptr;          // guarded by order_mutex_
+  tern_queue_t covered_queue_ = nullptr;  // guarded by order_mutex_
+  uint64_t covered_ = 0;                  // guarded by order_mutex_: the communication
+                                          // stream is ordered after covered_queue_'s
+                                          // commands up to this sequence
 };
 
 // Communicators of this process's tern process groups: how many exist now and
