@@ -684,8 +684,8 @@ void BenchMlp(int64_t batch, int64_t in, int64_t hidden, int64_t out) {
       "mlp kernels alone (RunInstruction on this thread): median %.1f us, %.2fx direct (median "
       "round) (info)\n",
       Quantile(t.times[2], 0.5) * 1e6, Quantile(kernel_slowdown, 0.5));
-  // The process's first load is the one that pays for primitive creation
-  // unless the load does it (the later loads find the primitives cached).
+  // first[0] is the process's first execution: it pays for whatever no load
+  // did (the later loads also find the primitives cached).
   const double worst_first = *std::max_element(first.begin(), first.end());
   auto list = [](const std::vector<double>& times) {
     std::string each;
