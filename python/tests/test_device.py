@@ -165,6 +165,39 @@ def test_item_resize_set():
     assert v.numel() == 0
 
 
+def test_module_to_keeps_its_parameters():
+    """Module.to("tern") moves each parameter's data in place, as it does for CUDA:
+    the Parameter objects stay, so an optimizer built before the move updates the
+    moved model, and attributes set on a parameter survive; `p.data = t` moves
+    data between the CPU and tern, both ways."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3)
+    weight = model.weight
+    weight.tag = "kept"
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    before = weight.detach().clone()
+    model.to("tern")
+    assert model.weight is weight and weight.device.type == "tern"
+    assert weight.tag == "kept"
+    model(torch.ones(2, 4, device="tern")).sum().backward()
+    assert weight.grad.device.type == "tern"
+    opt.step()  # steps the tern parameter the model now uses
+    assert not torch.equal(weight.detach().cpu(), before)
+    model.to("cpu")
+    assert model.weight is weight and weight.device.type == "cpu"
+    assert weight.grad.device.type == "cpu"
+    # A parameter shared by two modules (tied embeddings) stays shared.
+    tied = torch.nn.ModuleDict({"a": torch.nn.Linear(2, 2), "b": torch.nn.Linear(2, 2)})
+    tied["b"].weight = tied["a"].weight
+    tied.to("tern")
+    assert tied["b"].weight is tied["a"].weight and tied["a"].weight.device.type == "tern"
+    p = torch.nn.Parameter(torch.arange(4.0))
+    p.data = p.data.to("tern")
+    assert p.device.type == "tern" and torch.equal(p.detach().cpu(), torch.arange(4.0))
+    p.data = torch.zeros(2)
+    assert p.device.type == "cpu" and p.shape == (2,)
+
+
 def test_accelerator_api():
     assert torch.accelerator.is_available()
     assert torch.accelerator.current_accelerator() == torch.device("tern")
@@ -253,7 +286,7 @@ def test_native_copy_kernels_cached():
 # (csrc/aten/register.h) when torch_tern._C is imported. The counts are those
 # of the per-family lists they replaced; change them with the kernels: a
 # source file left out of the build would otherwise lose its kernels silently.
-NATIVE_KERNELS = {"PrivateUse1": 280, "AutogradPrivateUse1": 1}
+NATIVE_KERNELS = {"PrivateUse1": 281, "AutogradPrivateUse1": 1}
 
 
 def test_native_kernels_registered():

@@ -56,49 +56,6 @@ def kernel_cache_info() -> dict:
     return dict(_C._kernel_cache_info())
 
 
-def _keep_shared_parameters_shared() -> None:
-    """Module.to("tern") keeps tied parameters tied.
-
-    torch's Module._apply converts a parameter in place (``param.data = new``)
-    only when the old and new tensors have "compatible shallow-copy types",
-    which holds between CPU and the in-tree accelerators but not for a
-    PrivateUse1 device; otherwise it gives every module its own new
-    Parameter, so weights shared between modules (a language model's tied
-    input and output embeddings) stop being shared on tern. This wrapper puts
-    the sharing back after the conversion, for parameters that ended up on
-    or came from tern; nothing else changes.
-    """
-    original = torch.nn.Module._apply
-    if getattr(original, "_torch_tern_wrapped", False):
-        return
-
-    def _apply(self, fn, recurse=True):
-        if not recurse:
-            return original(self, fn, recurse)
-        owners, from_tern = {}, set()
-        for module in self.modules():
-            for name, param in module._parameters.items():
-                if param is not None:
-                    owners.setdefault(id(param), []).append((module, name))
-                    if param.device.type == BACKEND_NAME:
-                        from_tern.add(id(param))
-        result = original(self, fn, recurse)
-        for key, group in owners.items():
-            if len(group) < 2:
-                continue
-            first_module, first_name = group[0]
-            kept = first_module._parameters[first_name]
-            if kept is None or (kept.device.type != BACKEND_NAME and key not in from_tern):
-                continue
-            for module, name in group[1:]:
-                if module._parameters[name] is not kept:
-                    module._parameters[name] = kept
-        return result
-
-    _apply._torch_tern_wrapped = True
-    torch.nn.Module._apply = _apply
-
-
 def _register() -> None:
     if torch._C._get_privateuse1_backend_name() == BACKEND_NAME and hasattr(torch, BACKEND_NAME):
         return  # already registered (autoload, then an explicit import)
@@ -109,7 +66,6 @@ def _register() -> None:
     # autocast dtype per thread: this sets it for the importing thread;
     # torch.autocast("tern", dtype=...) works everywhere.
     torch.set_autocast_dtype(BACKEND_NAME, torch.bfloat16)
-    _keep_shared_parameters_shared()
 
 
 _register()

@@ -177,6 +177,24 @@ TERN_ATEN_IMPL("fill_.Tensor", FillTensor);
 at::Tensor& Zero(at::Tensor& self) { return Fill(self, 0); }
 TERN_ATEN_IMPL("zero_", Zero);
 
+// Whether `self` can take `from`'s data in place (set_data: `param.data = t`,
+// which Module.to() uses to move parameters when it can). c10's own rule
+// knows the CPU, CUDA, MPS and a few more, not PrivateUse1, so moving a CPU
+// module to tern made new Parameter objects: an optimizer built before
+// `.to("tern")` kept updating the old CPU ones, and attributes set on a
+// parameter (DDP's `_ddp_ignored`) were lost, where CUDA keeps both. tern
+// tensors are plain strided TensorImpls, as the CPU's are.
+bool HasCompatibleShallowCopyType(const at::Tensor& self, const at::Tensor& from) {
+  auto plain = [](const at::Tensor& t) {
+    const c10::DeviceType type = t.device().type();
+    return t.layout() == c10::kStrided && !t.is_quantized() && !t.is_nested() &&
+           (type == c10::DeviceType::CPU || type == c10::DeviceType::PrivateUse1);
+  };
+  if (plain(self) && plain(from)) return true;
+  return self.unsafeGetTensorImpl()->has_compatible_shallow_copy_type(from.key_set());
+}
+TERN_ATEN_IMPL("_has_compatible_shallow_copy_type", HasCompatibleShallowCopyType);
+
 // Tensor.record_stream(s): the block is not reused before work queued on `s`
 // so far has run (see runtime/allocator.h).
 void RecordStream(at::Tensor& self, c10::Stream stream) {
