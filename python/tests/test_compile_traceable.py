@@ -61,6 +61,7 @@ ELSEWHERE = {
     "_local_scalar_dense": "item(): a graph break, not a graph operator",
     "empty": "allocation", "empty_strided": "allocation", "resize": "allocation",
     "set": "storage", "record_stream": "streams",
+    "_has_compatible_shallow_copy_type": "a question about tensor types (Module.to, set_data)",
     "as_strided": "views are metadata", "view": "views are metadata",
     "_reshape_alias": "views are metadata", "unfold": "views are metadata",
     "view_as_real": "views are metadata", "view_as_complex": "views are metadata",
