@@ -215,13 +215,9 @@ def _spread(values: list[float]) -> str:
 def driver(args) -> None:
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")
-    bench = Path(args.c_bench) if args.c_bench else None
-    if bench is None:
-        root = Path(__file__).resolve().parents[2]
-        for candidate in (root / "build/bench/tern_bench_collectives",):
-            if candidate.exists():
-                bench = candidate
-    have_c_api = bench is not None and bench.exists()
+    root = Path(__file__).resolve().parents[2]
+    bench = Path(args.c_bench) if args.c_bench else root / "build/bench/tern_bench_collectives"
+    have_c_api = bench.exists()
     if not have_c_api:
         print(
             "note: no tern_bench_collectives (build the C tree: cmake -B build && "
