@@ -15,6 +15,7 @@
 #include "compile/compile_binding.h"
 #include "distributed/bindings.h"
 #include "runtime/allocator.h"
+#include "runtime/c_api_handles.h"
 #include "runtime/capture.h"
 #include "runtime/generator.h"
 #include "runtime/host_allocator.h"
@@ -185,6 +186,7 @@ PYBIND11_MODULE(_C, m) {
   RegisterCompilerBindings(m);
   distributed::RegisterDistributedBindings(m);
   RegisterProfilingBindings(m);
+  RegisterCApiHandleBindings(m);
   m.def("_is_initialized", &IsInitialized);
   m.def("_is_in_bad_fork", [] { return torch::utils::is_device_in_bad_fork(at::kPrivateUse1); });
   m.def("_init_error", &InitError);
