@@ -5,8 +5,13 @@
 Measures, with two ranks on this host (each launched by torchrun):
   * all_reduce (float32, SUM, in place) bus bandwidth at 8 B, 1 MiB and 16 MiB
     - through torch.distributed with the tern backend (tern tensors),
-    - through tern's C API directly (bench/tern_bench_collectives, the same
-      runtime with no torch in between: the backend's overhead is the gap),
+    - through tern's C API directly, twice: in the same worker processes,
+      called through ctypes on the same tensors' buffers (torch_tern.c_api),
+      each loop alternated with a torch loop so that both see the same state
+      of the machine (the ratio the issue's 0.9x target is judged on; at 8 B
+      it includes ctypes' few microseconds per call), and from
+      bench/tern_bench_collectives in processes of its own (no torch and no
+      ctypes in between: what the 8 B target is judged against),
     - through torch.distributed with gloo (CPU tensors);
   * the DDP step time of a small transformer, tern vs gloo on CPU tensors.
 
@@ -14,8 +19,10 @@ Timing: operations issued back to back after `--warmup`, then one
 synchronization; the time per operation is the slowest rank's. `--iters`
 operations at 16 MiB, 5x as many at 1 MiB and 50x at 8 B, so that every timing
 spans milliseconds: over 20 operations of 10 us, one wake-up of a sleeping
-virtual CPU (15-80 us here) doubled the figure. Rounds (`--rounds`) alternate
-the torch run and the C API run; the figures are medians over the rounds. busbw =
+virtual CPU (15-80 us here) doubled the figure. Inside each worker, `--pairs`
+torch loops alternate with as many in-process C API loops at each size. Rounds
+(`--rounds`) alternate the torch workers and the C API program; the figures are
+medians over the rounds (and pairs). busbw =
 size / time x 2(n-1)/n (nccl-tests' all-reduce factor). The C API numbers
 come from tern_bench_collectives' CSV at the same sizes and iteration count.
 """
@@ -44,6 +51,67 @@ def _busbw(size: int, seconds: float, ranks: int) -> float:
     return size / seconds * 2 * (ranks - 1) / ranks / 1e9
 
 
+class _InProcessCApi:
+    """tern's C API called through ctypes from a torch worker: a communicator of
+    its own (its unique id passed through the process group's store), a queue of
+    its own on the core the plugin runs this device on, and all_reduce in place
+    on a torch tensor's buffer (torch_tern.c_api's handles)."""
+
+    F32, SUM, INFINITE = 0, 0, 2**64 - 1
+
+    def __init__(self, rank: int, world: int, store) -> None:
+        import ctypes
+
+        from torch_tern import c_api
+
+        self._ctypes, self._c_api = ctypes, c_api
+        lib = self._lib = c_api.library()
+        lib.tern_last_error_message.restype = ctypes.c_char_p
+        p, u64 = ctypes.c_void_p, ctypes.c_uint64
+        lib.tern_comm_all_reduce.argtypes = [p, p, u64, p, u64, u64, ctypes.c_int, ctypes.c_int, p]
+        lib.tern_queue_synchronize.argtypes = [p, u64]
+        unique_id = ctypes.create_string_buffer(128)
+        if rank == 0:
+            self._check("tern_comm_get_unique_id", lib.tern_comm_get_unique_id(unique_id))
+            store.set("distributed_allreduce/c_api_unique_id", unique_id.raw)
+        else:
+            unique_id.raw = store.get("distributed_allreduce/c_api_unique_id")
+        core = p(c_api.core())
+        self._comm = p()
+        self._check(
+            "tern_comm_init_rank",
+            lib.tern_comm_init_rank(core, world, unique_id, rank, None, ctypes.byref(self._comm)),
+        )
+
+        class QueueParams(ctypes.Structure):
+            _fields_ = [("struct_size", ctypes.c_uint32), ("flags", ctypes.c_uint32),
+                        ("name", ctypes.c_char_p)]
+
+        params = QueueParams(ctypes.sizeof(QueueParams), 0, b"benchmark C API")
+        self._queue = p()
+        self._check("tern_queue_create",
+                    lib.tern_queue_create(core, ctypes.byref(params), ctypes.byref(self._queue)))
+
+    def _check(self, what: str, status: int) -> None:
+        if status != 0:
+            raise RuntimeError(f"{what}: {self._lib.tern_last_error_message().decode()}")
+
+    def run(self, t, count: int) -> None:
+        """`count` all-reduces of `t` in place back to back, then waits for them."""
+        buffer, offset = self._c_api.buffer(t)
+        all_reduce, comm, queue = self._lib.tern_comm_all_reduce, self._comm, self._queue
+        n = t.numel()
+        for _ in range(count):
+            status = all_reduce(comm, buffer, offset, buffer, offset, n, self.F32, self.SUM, queue)
+            if status != 0:
+                self._check("tern_comm_all_reduce", status)
+        self._check("tern_queue_synchronize", self._lib.tern_queue_synchronize(queue, self.INFINITE))
+
+    def close(self) -> None:
+        self._check("tern_comm_destroy", self._lib.tern_comm_destroy(self._comm))
+        self._check("tern_queue_destroy", self._lib.tern_queue_destroy(self._queue))
+
+
 def worker(args) -> None:
     import torch
     import torch.distributed as dist
@@ -52,6 +120,7 @@ def worker(args) -> None:
     torch.tern.set_device(int(os.environ["LOCAL_RANK"]) % torch.tern.device_count())
     dist.init_process_group(backend="cpu:gloo,tern:tern")
     dev = torch.device("tern", torch.tern.current_device())
+    c_api = _InProcessCApi(rank, world, dist.distributed_c10d._get_default_store())
 
     def slowest(seconds: float) -> float:
         t = torch.tensor([seconds], dtype=torch.float64)
@@ -74,21 +143,38 @@ def worker(args) -> None:
         end = time.perf_counter()
         return slowest((end - start) / iters), slowest((issued - start) / iters)
 
+    def time_c_api(t) -> float:
+        """Seconds per operation through the C API, on `t`'s buffer, same loop shape."""
+        iters = _iterations(t.numel() * t.element_size(), args.iters)
+        c_api.run(t, args.warmup)
+        dist.barrier(device_ids=[dev.index])
+        torch.tern.synchronize()
+        start = time.perf_counter()
+        c_api.run(t, iters)
+        return slowest((time.perf_counter() - start) / iters)
+
     results = {"all_reduce": [], "ddp": {}}
     for size in SIZES:
         n = max(1, size // 4)
-        tern_s, tern_issue_s = time_allreduce(torch.ones(n, device=dev), torch.tern.synchronize)
+        t = torch.ones(n, device=dev)
+        torch_us, issue_us, c_us = [], [], []
+        for _ in range(args.pairs):
+            tern_s, tern_issue_s = time_allreduce(t, torch.tern.synchronize)
+            torch_us.append(tern_s * 1e6)
+            issue_us.append(tern_issue_s * 1e6)
+            c_us.append(time_c_api(t) * 1e6)
         gloo_s, _ = time_allreduce(torch.ones(n), lambda: None)
         results["all_reduce"].append(
             {
                 "size": size,
-                "torch_tern_us": tern_s * 1e6,
-                "torch_tern_busbw": _busbw(size, tern_s, world),
-                "torch_tern_issue_us": tern_issue_s * 1e6,
+                "torch_tern_us": statistics.median(torch_us),
+                "torch_tern_issue_us": statistics.median(issue_us),
+                "torch_tern_pairs_us": torch_us,
+                "c_api_in_process_pairs_us": c_us,
                 "gloo_us": gloo_s * 1e6,
-                "gloo_busbw": _busbw(size, gloo_s, world),
             }
         )
+    c_api.close()
 
     from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -163,6 +249,8 @@ def _torch_round(args, env) -> dict:
                 str(args.warmup),
                 "--ddp-steps",
                 str(args.ddp_steps),
+                "--pairs",
+                str(args.pairs),
             ],
             env,
         )
@@ -246,26 +334,37 @@ def driver(args) -> None:
     print(
         "all_reduce float32 SUM in place, 2 ranks, "
         + ", ".join(f"{_iterations(size, args.iters)} operations at {size} B" for size in SIZES)
-        + f", {args.rounds} rounds (medians; ratios: median [min-max] of the rounds')"
+        + f", {args.rounds} rounds of {args.pairs} torch / in-process C API pairs (medians; "
+        "ratios: median [min-max] of the pairs' or rounds')"
     )
     print(
-        f"{'size':>10} {'torch+tern us':>14} {'C API us':>10} {'gloo us':>10} "
-        f"{'torch+tern busbw':>17} {'C API busbw':>12} {'gloo busbw':>11} "
-        f"{'tern/C busbw':>20} {'tern/gloo busbw':>20}"
+        f"{'size':>10} {'torch+tern us':>14} {'C in-proc us':>13} {'C API us':>10} "
+        f"{'gloo us':>10} {'torch+tern busbw':>17} {'C API busbw':>12} {'gloo busbw':>11} "
+        f"{'tern/C in-proc':>20} {'tern/C busbw':>20} {'tern/gloo busbw':>20}"
     )
     summary = []
     for i, size in enumerate(SIZES):
-        tern_us = [r["torch"]["all_reduce"][i]["torch_tern_us"] for r in rounds]
-        gloo_us = [r["torch"]["all_reduce"][i]["gloo_us"] for r in rounds]
+        per_round = [r["torch"]["all_reduce"][i] for r in rounds]
+        tern_us = [r["torch_tern_us"] for r in per_round]
+        gloo_us = [r["gloo_us"] for r in per_round]
         c_us = [r["c_api_us"][size] for r in rounds if size in r["c_api_us"]]
-        # busbw ratios are time ratios upside down.
+        # busbw ratios are time ratios upside down. The in-process ratio is
+        # taken per pair of loops that ran one after the other.
+        vs_in_process = [
+            c / t
+            for r in per_round
+            for t, c in zip(r["torch_tern_pairs_us"], r["c_api_in_process_pairs_us"])
+        ]
+        in_process_us = [c for r in per_round for c in r["c_api_in_process_pairs_us"]]
         vs_c = [r["c_api_us"][size] / t for r, t in zip(rounds, tern_us) if size in r["c_api_us"]]
         vs_gloo = [g / t for g, t in zip(gloo_us, tern_us)]
         row = {
             "size": size,
             "torch_tern_us": statistics.median(tern_us),
+            "c_api_in_process_us": statistics.median(in_process_us),
             "c_api_us": statistics.median(c_us) if c_us else None,
             "gloo_us": statistics.median(gloo_us),
+            "tern_vs_c_api_in_process": vs_in_process,
             "tern_vs_c_api": vs_c,
             "tern_vs_gloo": vs_gloo,
         }
@@ -273,11 +372,12 @@ def driver(args) -> None:
         c_med = row["c_api_us"]
         nan = float("nan")
         print(
-            f"{size:>10} {row['torch_tern_us']:>14.1f} {c_med if c_med else nan:>10.1f} "
+            f"{size:>10} {row['torch_tern_us']:>14.1f} {row['c_api_in_process_us']:>13.1f} "
+            f"{c_med if c_med else nan:>10.1f} "
             f"{row['gloo_us']:>10.1f} {_busbw(size, row['torch_tern_us'] * 1e-6, 2):>17.3f} "
             f"{_busbw(size, c_med * 1e-6, 2) if c_med else nan:>12.3f} "
             f"{_busbw(size, row['gloo_us'] * 1e-6, 2):>11.3f} "
-            f"{_spread(vs_c):>20} {_spread(vs_gloo):>20}"
+            f"{_spread(vs_in_process):>20} {_spread(vs_c):>20} {_spread(vs_gloo):>20}"
         )
     print("host time to issue one all_reduce (enqueue only, no waiting), medians:")
     for i, size in enumerate(SIZES):
@@ -310,6 +410,9 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--ddp-steps", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=5, help="torch / C API runs alternated")
+    parser.add_argument(
+        "--pairs", type=int, default=3, help="torch / in-process C API loops alternated per size"
+    )
     parser.add_argument("--json", help="also write the results here")
     parser.add_argument("--worker-out", help=argparse.SUPPRESS)
     args = parser.parse_args()
