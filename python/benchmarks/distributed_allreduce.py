@@ -190,25 +190,43 @@ def worker(args) -> None:
     g = torch.Generator().manual_seed(rank)
     x_cpu = torch.randn(8, 32, 64, generator=g)
     y_cpu = torch.randn(8, 32, 8, generator=g)
-    runs = (("tern", dev, torch.tern.synchronize), ("gloo_cpu", torch.device("cpu"), lambda: None))
-    for name, device, sync in runs:
-        model = DDP(make_model().to(device))
+    # Each model runs with DDP and, to tell DDP's own cost from the model's,
+    # without it (the same step on one rank's data, no communication); the
+    # four alternate in chunks of steps so that they see the same machine.
+    setups = {}
+    for name, device, wrap in (
+        ("tern", dev, True),
+        ("gloo_cpu", torch.device("cpu"), True),
+        ("tern_plain", dev, False),
+        ("cpu_plain", torch.device("cpu"), False),
+    ):
+        model = make_model().to(device)
+        model = DDP(model) if wrap else model
         opt = torch.optim.SGD(model.parameters(), lr=0.01)
         x, y = x_cpu.to(device), y_cpu.to(device)
 
-        def step():
+        def step(model=model, opt=opt, x=x, y=y):
             opt.zero_grad()
             torch.nn.functional.mse_loss(model(x), y).backward()
             opt.step()
 
+        sync = torch.tern.synchronize if device.type == "tern" else (lambda: None)
         for _ in range(args.warmup):
             step()
         sync()
-        start = time.perf_counter()
-        for _ in range(args.ddp_steps):
-            step()
-        sync()
-        results["ddp"][name + "_ms"] = slowest((time.perf_counter() - start) / args.ddp_steps) * 1e3
+        setups[name] = (step, sync)
+    chunks = 4
+    per_chunk = max(1, args.ddp_steps // chunks)
+    times = {name: [] for name in setups}
+    for _ in range(chunks):
+        for name, (step, sync) in setups.items():
+            start = time.perf_counter()
+            for _ in range(per_chunk):
+                step()
+            sync()
+            times[name].append(slowest((time.perf_counter() - start) / per_chunk) * 1e3)
+    for name, chunk_ms in times.items():
+        results["ddp"][name + "_ms"] = statistics.median(chunk_ms)
     if rank == 0:
         Path(args.worker_out).write_text(json.dumps(results))
     dist.destroy_process_group()
@@ -387,13 +405,23 @@ def driver(args) -> None:
             f"{size:>10} torch+tern {issue:.1f} us, C API "
             + (f"{statistics.median(c_enq):.1f} us" if c_enq else "n/a")
         )
-    tern_ms = [r["torch"]["ddp"]["tern_ms"] for r in rounds]
-    gloo_ms = [r["torch"]["ddp"]["gloo_cpu_ms"] for r in rounds]
+    ddp = {k: [r["torch"]["ddp"][k] for r in rounds] for k in rounds[0]["torch"]["ddp"]}
+    tern_ms, gloo_ms = ddp["tern_ms"], ddp["gloo_cpu_ms"]
     print(
         "DDP step, 2-layer transformer (d_model 64, batch 8 x 32): "
         f"tern {statistics.median(tern_ms):.2f} ms, gloo on CPU tensors "
         f"{statistics.median(gloo_ms):.2f} ms (gloo/tern "
         f"{_spread([g / t for g, t in zip(gloo_ms, tern_ms)])}x)"
+    )
+    # DDP's own share: the DDP step less the same step without DDP, same round.
+    tern_ddp = [d - p for d, p in zip(tern_ms, ddp["tern_plain_ms"])]
+    gloo_ddp = [d - p for d, p in zip(gloo_ms, ddp["cpu_plain_ms"])]
+    print(
+        "  the same step without DDP: tern "
+        f"{statistics.median(ddp['tern_plain_ms']):.2f} ms, CPU "
+        f"{statistics.median(ddp['cpu_plain_ms']):.2f} ms; DDP's own share (DDP step less "
+        f"plain step): tern {statistics.median(tern_ddp):.2f} ms, gloo "
+        f"{statistics.median(gloo_ddp):.2f} ms"
     )
     if args.json:
         Path(args.json).write_text(
