@@ -767,12 +767,26 @@ Status Barrier(Exec& e) {
 Status PointToPoint(Exec& e) {
   const OpDesc& op = e.op();
   const uint32_t sig = op.signature;
+  // Receives enqueued behind a receive from any source are numbered now
+  // that those before them (that one included) have run.
+  auto recv_sequence = [&](uint32_t peer, uint64_t sequence) {
+    return sequence == kSequenceAtRunTime ? e.comm()->TakeRecvSequence(peer) : sequence;
+  };
   if (op.kind == OpKind::kSend) {
     return e.Wait(e.SendTagged(op.root, MakeTag(true, e.rank(), op.sequence, sig, 0), op.send,
                                op.count * e.element_size()));
   }
   if (op.kind == OpKind::kRecv) {
-    return e.Wait(e.RecvTagged(op.root, MakeTag(true, op.root, op.sequence, sig, 0), op.recv,
+    const uint64_t sequence = recv_sequence(op.root, op.sequence);
+    return e.Wait(e.RecvTagged(op.root, MakeTag(true, op.root, sequence, sig, 0), op.recv,
+                               op.count * e.element_size()));
+  }
+  if (op.kind == OpKind::kRecvAny) {
+    uint32_t peer = 0;
+    uint64_t sequence = 0;
+    TERN_RETURN_IF_ERROR(e.comm()->FindSender(&peer, &sequence));
+    *op.out_peer = peer;
+    return e.Wait(e.RecvTagged(peer, MakeTag(true, peer, sequence, sig, 0), op.recv,
                                op.count * e.element_size()));
   }
   // A group: everything posted, then everything awaited.
@@ -782,7 +796,8 @@ Status PointToPoint(Exec& e) {
     if (p.is_send) {
       e.SendTagged(p.peer, MakeTag(true, e.rank(), p.sequence, psig, 0), p.buffer, bytes);
     } else {
-      e.RecvTagged(p.peer, MakeTag(true, p.peer, p.sequence, psig, 0), p.buffer, bytes);
+      e.RecvTagged(p.peer, MakeTag(true, p.peer, recv_sequence(p.peer, p.sequence), psig, 0),
+                   p.buffer, bytes);
     }
   }
   return e.WaitAll();
@@ -809,6 +824,7 @@ Status RunAlgorithm(Exec& e) {
     case OpKind::kSend:
     case OpKind::kRecv:
     case OpKind::kGroup:
+    case OpKind::kRecvAny:
       return PointToPoint(e);
   }
   return MakeStatus(TERN_ERROR_INTERNAL, "unknown collective kind {}",

@@ -784,6 +784,47 @@ TERN_API tern_status_t tern_comm_recv(tern_comm_t comm, tern_buffer_t recv, uint
   return Report(EnqueueP2P(false, comm, recv, recv_offset, count, dtype, peer, queue));
 }
 
+TERN_API tern_status_t tern_comm_recv_any(tern_comm_t comm, tern_buffer_t recv,
+                                          uint64_t recv_offset, uint64_t count, tern_dtype_t dtype,
+                                          uint32_t* out_peer, tern_queue_t queue) {
+  TERN_API_TRY(NotInGroup("tern_comm_recv_any"));
+  if (out_peer == nullptr) {
+    return Report(
+        MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
+                   "out_peer is NULL: tern_comm_recv_any writes the sender's rank there"));
+  }
+  if (count == 0) {
+    // A send of nothing enqueues nothing, so there is nothing to find.
+    return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
+                             "count is 0: a receive from any source needs a message to find; "
+                             "sends of 0 elements send nothing"));
+  }
+  Prepared p;
+  TERN_API_TRY(Prepare(comm, queue, &p));
+  size_t element = 0;
+  TERN_API_TRY(CheckDtype(dtype, &element));
+  if (p.comm->size() < 2) {
+    return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
+                             "communicator of one rank: there is no other rank to receive from"));
+  }
+  uint64_t bytes = 0;
+  TERN_API_TRY(CheckBytes(count, element, 1, &bytes));
+  uint8_t* address = nullptr;
+  TERN_API_TRY(Resolve(p, recv, recv_offset, bytes, "recv", &address));
+  OpDesc op;
+  op.kind = OpKind::kRecvAny;
+  op.dtype = dtype;
+  op.count = count;
+  op.recv = address;
+  op.out_peer = out_peer;
+  op.signature = Signature(op.kind, dtype, TERN_COMM_SUM, count, 0);
+  // Counted before it is submitted, so that no receive enqueued meanwhile is
+  // numbered ahead of it. Should the submission fail, later receives are
+  // still numbered correctly (at run time, against what actually ran).
+  p.comm->AddRunTimeReceive();
+  return Report(Submit(std::move(p.comm), *p.queue, std::move(op)));
+}
+
 TERN_API tern_status_t tern_comm_barrier(tern_comm_t comm, tern_queue_t queue) {
   TERN_API_TRY(NotInGroup("barrier"));
   Prepared p;

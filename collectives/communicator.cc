@@ -47,6 +47,8 @@ const char* OpKindName(OpKind kind) {
       return "barrier";
     case OpKind::kGroup:
       return "group";
+    case OpKind::kRecvAny:
+      return "recv_any";
   }
   return "unknown";
 }
@@ -66,6 +68,7 @@ std::string DescribeFields(OpKind kind, tern_dtype_t dtype, tern_comm_redop_t re
   text += fmt::format(" {} count={}", tern_dtype_name(dtype), count);
   if (HasRoot(kind)) text += fmt::format(" root={}", root);
   if (kind == OpKind::kSend || kind == OpKind::kRecv) text += fmt::format(" peer={}", root);
+  if (kind == OpKind::kRecvAny) text += " peer=any";
   return text;
 }
 
@@ -87,8 +90,9 @@ std::string Describe(const OpDesc& op) {
 uint32_t Signature(OpKind kind, tern_dtype_t dtype, tern_comm_redop_t redop, uint64_t count,
                    uint32_t root) {
   // Sends and receives must carry the same signature to match.
-  const uint32_t k =
-      (kind == OpKind::kSend || kind == OpKind::kRecv) ? 7u : static_cast<uint32_t>(kind);
+  const uint32_t k = (kind == OpKind::kSend || kind == OpKind::kRecv || kind == OpKind::kRecvAny)
+                         ? 7u
+                         : static_cast<uint32_t>(kind);
   const uint32_t r =
       HasRedop(kind)
           ? (static_cast<uint32_t>(redop) == TERN_COMM_AVG ? 0u : static_cast<uint32_t>(redop))
@@ -106,9 +110,7 @@ uint64_t FlightRecorder::Add(const OpDesc& op) {
   Record& r = records_[id % kCapacity];
   r = Record{op.kind, op.dtype,  op.redop, op.count, op.root, op.sequence,
              id,      kEnqueued, TERN_OK,  0,        0};
-  if (op.kind != OpKind::kSend && op.kind != OpKind::kRecv && op.kind != OpKind::kGroup) {
-    last_enqueued_ = op.sequence;
-  }
+  if (!IsPointToPoint(op.kind)) last_enqueued_ = op.sequence;
   return id;
 }
 
@@ -134,8 +136,7 @@ void FlightRecorder::Finish(uint64_t id, State state, tern_status_t code) {
   // How long an operation took matters in the dump when it failed; a clock
   // read per successful operation is not worth it.
   if (state != kDone) r.finished_ns = MonotonicNs();
-  if (state == kDone && r.kind != OpKind::kSend && r.kind != OpKind::kRecv &&
-      r.kind != OpKind::kGroup) {
+  if (state == kDone && !IsPointToPoint(r.kind)) {
     if (last_completed_ == UINT64_MAX || r.sequence > last_completed_) last_completed_ = r.sequence;
   }
 }
@@ -145,7 +146,7 @@ bool FlightRecorder::FindCollective(uint64_t sequence, Record* out) const {
   const uint64_t first = next_ > kCapacity ? next_ - kCapacity : 0;
   for (uint64_t id = first; id < next_; ++id) {
     const Record& r = records_[id % kCapacity];
-    if (r.kind == OpKind::kSend || r.kind == OpKind::kRecv || r.kind == OpKind::kGroup) continue;
+    if (IsPointToPoint(r.kind)) continue;
     if (r.sequence == sequence) {
       *out = r;
       return true;
@@ -169,8 +170,10 @@ std::string FlightRecorder::Dump() const {
   for (uint64_t id = first; id < next_; ++id) {
     const Record& r = records_[id % kCapacity];
     const bool p2p = r.kind == OpKind::kSend || r.kind == OpKind::kRecv;
+    const bool any = r.kind == OpKind::kRecvAny;
     text +=
-        fmt::format("\n  {}#{} {}: {}", p2p ? "p2p " : "", r.sequence,
+        fmt::format("\n  {}#{} {}: {}", p2p ? "p2p " : "",
+                    any ? std::string("?") : fmt::format("{}", r.sequence),
                     DescribeFields(r.kind, r.dtype, r.redop, r.count, r.root), kStates[r.state]);
     if (r.state == kRunning && r.started_ns != 0) {
       text += fmt::format(" ({:.3f} ms so far)", static_cast<double>(now - r.started_ns) / 1e6);
@@ -257,7 +260,7 @@ Exec::Exec(Communicator* comm, const OpDesc& op, uint64_t record)
     : comm_(comm),
       op_(op),
       element_size_(std::max<size_t>(1, tern_dtype_size(op.dtype))),
-      p2p_(op.kind == OpKind::kSend || op.kind == OpKind::kRecv || op.kind == OpKind::kGroup),
+      p2p_(IsPointToPoint(op.kind)),
       record_(record) {
   answers_seen_ = comm->answers_version_.load(std::memory_order_acquire);
 }
@@ -660,7 +663,88 @@ std::string Communicator::PeerName(uint32_t rank) const {
 
 uint64_t Communicator::NextP2PSequence(uint32_t peer, bool send) {
   std::lock_guard<std::mutex> lock(p2p_mutex_);
-  return send ? p2p_send_[peer]++ : p2p_recv_[peer]++;
+  if (send) return p2p_send_[peer]++;
+  // Behind a receive from any source, nobody knows yet which peer's count
+  // it will advance: this one is numbered when it runs, after it.
+  if (run_time_receives_ > 0) {
+    ++run_time_receives_;
+    return kSequenceAtRunTime;
+  }
+  return p2p_recv_[peer]++;
+}
+
+void Communicator::AddRunTimeReceive() {
+  std::lock_guard<std::mutex> lock(p2p_mutex_);
+  ++run_time_receives_;
+}
+
+uint64_t Communicator::TakeRecvSequence(uint32_t peer) {
+  std::lock_guard<std::mutex> lock(p2p_mutex_);
+  if (run_time_receives_ > 0) --run_time_receives_;
+  return p2p_recv_[peer]++;
+}
+
+namespace {
+// A control-plane query with this bit set asks how many sends the peer has
+// enqueued to the asking rank (the low 14 bits); without it, it asks about a
+// collective (diagnosis).
+constexpr uint64_t kSendsQuery = uint64_t{1} << 63;
+// How often FindSender asks again while nobody has a send for it: from
+// kFirstAskNs, doubling, up to kMaxAskNs.
+constexpr uint64_t kFirstAskNs = 50'000;
+constexpr uint64_t kMaxAskNs = 20'000'000;
+}  // namespace
+
+Status Communicator::FindSender(uint32_t* out_peer, uint64_t* out_sequence) {
+  const uint64_t start = MonotonicNs();
+  const uint64_t timeout = config_.timeout_ns;
+  uint64_t next_ask = start, interval = kFirstAskNs;
+  std::unique_lock<std::mutex> lock(p2p_mutex_);
+  while (true) {
+    // A peer has a send for us that no receive has taken when it enqueued
+    // more sends to us than we have numbered receives from it. The lowest
+    // such rank wins (any would do).
+    for (uint32_t p = 0; p < size_; ++p) {
+      if (p == rank_ || peer_sends_to_me_[p] <= p2p_recv_[p]) continue;
+      if (run_time_receives_ > 0) --run_time_receives_;
+      *out_peer = p;
+      *out_sequence = p2p_recv_[p]++;
+      return OkStatus();
+    }
+    lock.unlock();
+    if (failed()) {
+      Status why = failure();
+      return Status(why.code(), fmt::format("{} (this rank was waiting to receive from any rank)",
+                                            why.message()));
+    }
+    const uint64_t now = MonotonicNs();
+    if (timeout != 0 && now - start >= timeout) {
+      std::string counts;
+      {
+        std::lock_guard<std::mutex> relock(p2p_mutex_);
+        for (uint32_t p = 0; p < size_ && p < 16; ++p) {
+          if (p == rank_) continue;
+          counts += fmt::format("{}rank {} sent {}, received {}", counts.empty() ? "" : "; ", p,
+                                peer_sends_to_me_[p], p2p_recv_[p]);
+        }
+      }
+      return MakeStatus(TERN_ERROR_COMM_TIMEOUT,
+                        "communicator {}: rank {} waited {:.1f} s to receive from any rank, and "
+                        "no rank had enqueued a send to it that a receive had not taken ({}); "
+                        "every receive needs a send (raise the timeout, TERN_COMM_TIMEOUT in "
+                        "seconds, if the senders are slow)",
+                        label_, rank_, static_cast<double>(now - start) / 1e9, counts);
+    }
+    if (now >= next_ask) {
+      for (uint32_t p = 0; p < size_; ++p) {
+        if (p != rank_ && !control_->Departed(p)) control_->SendQuery(p, kSendsQuery | rank_);
+      }
+      next_ask = now + interval;
+      interval = std::min(interval * 2, kMaxAskNs);
+    }
+    lock.lock();
+    peer_sends_cv_.wait_for(lock, std::chrono::nanoseconds(next_ask - std::min(next_ask, now)));
+  }
 }
 
 Status Communicator::Create(const InitParams& params, std::shared_ptr<Communicator>* out) {
@@ -684,6 +768,7 @@ Status Communicator::Init(const InitParams& params) {
   label_ = params.name.empty() ? fmt::format("{:#x}", nonce_) : fmt::format("'{}'", params.name);
   p2p_send_.assign(size_, 0);
   p2p_recv_.assign(size_, 0);
+  peer_sends_to_me_.assign(size_, 0);
   channel_of_.assign(size_, nullptr);
   const uint64_t deadline = MonotonicNs() + config_.init_timeout_ns;
   control_ = std::make_unique<ControlPlane>(rank_, size_, nonce_, label_);
@@ -713,6 +798,20 @@ Status Communicator::Init(const InitParams& params) {
   callbacks.on_query = [this](uint64_t sequence) { return AnswerQuery(sequence); };
   callbacks.on_answer = [this](uint32_t from, uint64_t sequence, const std::string& answer) {
     OnAnswer(from, sequence, answer);
+  };
+  // A rank that leaves says how many sends it enqueued to each rank, so that
+  // a receive from any source still finds its last messages (FindSender).
+  callbacks.on_farewell = [this](uint32_t from, const std::string& farewell) {
+    Reader r(farewell);
+    const uint32_t count = r.U32();
+    std::vector<uint64_t> sends;
+    for (uint32_t k = 0; k < count && r.ok(); ++k) sends.push_back(r.U64());
+    if (!r.ok() || count != size_ || from >= size_) return;
+    {
+      std::lock_guard<std::mutex> lock(p2p_mutex_);
+      peer_sends_to_me_[from] = std::max(peer_sends_to_me_[from], sends[rank_]);
+    }
+    peer_sends_cv_.notify_all();
   };
   TERN_RETURN_IF_ERROR(control_->Connect(peers_, secret_, deadline, std::move(callbacks)));
   TERN_RETURN_IF_ERROR(SetUpChannels(deadline));
@@ -1042,7 +1141,15 @@ void Communicator::Close(bool graceful) {
       inflight_cv_.wait(lock, [this] { return inflight_.load(std::memory_order_relaxed) <= 0; });
     }
   }
-  if (control_) control_->Close(graceful && !failed());
+  if (control_) {
+    Writer farewell;
+    {
+      std::lock_guard<std::mutex> lock(p2p_mutex_);
+      farewell.U32(size_);
+      for (uint64_t sends : p2p_send_) farewell.U64(sends);
+    }
+    control_->Close(graceful && !failed(), farewell.data());
+  }
   for (auto& channel : channels_) channel->Shutdown();
 }
 
@@ -1079,6 +1186,12 @@ void Communicator::OnPeerLost(uint32_t rank) {
 std::string Communicator::AnswerQuery(uint64_t sequence) {
   FlightRecorder::Record record;
   Writer w;
+  if (sequence & kSendsQuery) {
+    const uint32_t asker = static_cast<uint32_t>(sequence & (kMaxRanks - 1));
+    std::lock_guard<std::mutex> lock(p2p_mutex_);
+    w.U64(asker < size_ ? p2p_send_[asker] : 0);
+    return w.data();
+  }
   if (recorder_.FindCollective(sequence, &record)) {
     w.U32(1)
         .U32(static_cast<uint32_t>(record.kind))
@@ -1096,6 +1209,17 @@ std::string Communicator::AnswerQuery(uint64_t sequence) {
 }
 
 void Communicator::OnAnswer(uint32_t from, uint64_t sequence, const std::string& answer) {
+  if (sequence & kSendsQuery) {
+    Reader r(answer);
+    const uint64_t sends = r.U64();
+    if (!r.ok() || from >= size_) return;
+    {
+      std::lock_guard<std::mutex> lock(p2p_mutex_);
+      peer_sends_to_me_[from] = std::max(peer_sends_to_me_[from], sends);
+    }
+    peer_sends_cv_.notify_all();
+    return;
+  }
   {
     std::lock_guard<std::mutex> lock(answers_mutex_);
     answers_[from] = Answer{sequence, answer};

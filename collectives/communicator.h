@@ -36,9 +36,20 @@ enum class OpKind : uint8_t {
   kSend = 7,
   kRecv = 8,
   kBarrier = 9,
-  kGroup = 10,  // sends and receives of one group
+  kGroup = 10,    // sends and receives of one group
+  kRecvAny = 11,  // a receive from whichever rank sends (tern_comm_recv_any)
 };
 const char* OpKindName(OpKind kind);
+// Sends and receives (numbered per peer), as opposed to collectives
+// (numbered per communicator).
+inline bool IsPointToPoint(OpKind kind) {
+  return kind == OpKind::kSend || kind == OpKind::kRecv || kind == OpKind::kGroup ||
+         kind == OpKind::kRecvAny;
+}
+
+// The sequence of a receive enqueued while a receive from any source is
+// pending: it is numbered when it runs (Communicator::TakeRecvSequence).
+constexpr uint64_t kSequenceAtRunTime = UINT64_MAX;
 
 // A send or receive inside a group.
 struct P2P {
@@ -60,7 +71,8 @@ struct OpDesc {
   uint8_t* recv = nullptr;
   uint64_t sequence = 0;  // collectives: per communicator; send/recv: per peer and direction
   uint32_t signature = 0;
-  std::vector<P2P> group;  // kGroup
+  std::vector<P2P> group;        // kGroup
+  uint32_t* out_peer = nullptr;  // kRecvAny: where the sender's rank goes (host memory)
 };
 
 // "all_reduce sum f32 count=1024", "broadcast f32 count=4 root=1", ...
@@ -121,6 +133,7 @@ class Exec {
 
   uint32_t rank() const;
   uint32_t size() const;
+  Communicator* comm() const { return comm_; }
   const OpDesc& op() const { return op_; }
   const CommConfig& config() const;
   size_t element_size() const { return element_size_; }
@@ -224,7 +237,21 @@ class Communicator {
   uint64_t NextCollectiveSequence() {
     return next_sequence_.fetch_add(1, std::memory_order_relaxed);
   }
+  // The sequence of the next send to / receive from `peer`; for a receive,
+  // kSequenceAtRunTime while a receive from any source is pending.
   uint64_t NextP2PSequence(uint32_t peer, bool send);
+  // Enqueue time of a receive from any source: receives enqueued after it
+  // (until it and they have run) are numbered when they run.
+  void AddRunTimeReceive();
+  // Run time, in queue order: the sequence of a receive from `peer` that was
+  // enqueued as kSequenceAtRunTime (or of a receive from any source that
+  // found `peer`).
+  uint64_t TakeRecvSequence(uint32_t peer);
+  // Run time: finds a rank with a send for this one that no receive has
+  // taken, asking the peers over the control plane until one has or the
+  // timeout passes; numbers the receive (TakeRecvSequence) and returns the
+  // rank in `*out_peer` and the sequence in `*out_sequence`.
+  Status FindSender(uint32_t* out_peer, uint64_t* out_sequence);
 
   // Runs an operation: the body of its queue command.
   Status Run(const OpDesc& op, uint64_t record);
@@ -294,6 +321,13 @@ class Communicator {
   std::atomic<uint64_t> next_sequence_{0};
   std::mutex p2p_mutex_;
   std::vector<uint64_t> p2p_send_, p2p_recv_;  // guarded by p2p_mutex_
+  // Receives (from any source, and those enqueued after one) not yet
+  // numbered; while > 0, new receives are numbered at run time.
+  uint64_t run_time_receives_ = 0;  // guarded by p2p_mutex_
+  // What each peer last said about its sends to this rank (FindSender): how
+  // many it has enqueued. Guarded by p2p_mutex_.
+  std::vector<uint64_t> peer_sends_to_me_;
+  std::condition_variable peer_sends_cv_;  // with p2p_mutex_: a new answer
 
   std::atomic<bool> failed_{false};
   mutable std::mutex failure_mutex_;

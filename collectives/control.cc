@@ -326,6 +326,9 @@ void ControlPlane::Handle(uint32_t link_rank, const std::string& frame) {
       return;
     }
     case kBye: {
+      // The farewell first: whoever reads departed_ then knows what it said.
+      std::string farewell = r.Str();
+      if (r.ok() && callbacks_.on_farewell) callbacks_.on_farewell(from, farewell);
       std::lock_guard<std::mutex> lock(mutex_);
       departed_[from] = true;
       return;
@@ -452,7 +455,7 @@ bool ControlPlane::Departed(uint32_t rank) const {
   return rank < departed_.size() && departed_[rank];
 }
 
-void ControlPlane::Close(bool graceful) {
+void ControlPlane::Close(bool graceful, const std::string& farewell) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (closing_) return;
@@ -461,7 +464,11 @@ void ControlPlane::Close(bool graceful) {
       failure_ = MakeStatus(TERN_ERROR_COMM_ABORTED, "the communicator is closing");
     gather_cv_.notify_all();
   }
-  if (graceful && !links_.empty()) Send(kEveryone, kBye, std::string());
+  if (graceful && !links_.empty()) {
+    Writer w;
+    w.Str(farewell);
+    Send(kEveryone, kBye, w.data());
+  }
   if (wake_fd_ >= 0) {
     const uint64_t one = 1;
     (void)!write(wake_fd_, &one, sizeof(one));

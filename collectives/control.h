@@ -43,6 +43,8 @@ class ControlPlane {
     std::function<std::string(uint64_t sequence)> on_query;
     // The answer of `from` to our query.
     std::function<void(uint32_t from, uint64_t sequence, const std::string& answer)> on_answer;
+    // `from` left the communicator cleanly, saying `farewell` (Close).
+    std::function<void(uint32_t from, const std::string& farewell)> on_farewell;
   };
 
   ControlPlane(uint32_t rank, uint32_t size, uint64_t nonce, std::string label);
@@ -74,7 +76,8 @@ class ControlPlane {
   void FailWaiters(const Status& status);
 
   // Says goodbye (graceful) or not, closes the sockets, stops the monitor.
-  void Close(bool graceful);
+  // `farewell` goes with the goodbye (to on_farewell of every other rank).
+  void Close(bool graceful, const std::string& farewell = std::string());
 
   // Whether `rank` said goodbye (destroyed its communicator).
   bool Departed(uint32_t rank) const;

@@ -258,6 +258,23 @@ TERN_API tern_status_t tern_comm_recv(tern_comm_t comm, tern_buffer_t recv, uint
                                       uint64_t count, tern_dtype_t dtype, uint32_t peer,
                                       tern_queue_t queue);
 
+/* A receive from whichever rank sends to this one (MPI's any source): count
+ * elements of the first rank found to have a send for this rank enqueued
+ * that no receive has taken yet. `*out_peer` (host memory that must stay
+ * valid until the command completes) gets that rank before the command
+ * completes. The sender uses tern_comm_send as for any receive; its count
+ * and dtype must match. Finding the sender costs control-plane round trips
+ * (tens to hundreds of microseconds): use tern_comm_recv when the peer is
+ * known. Receives enqueued after it on this communicator take their place in
+ * each peer's order when they run, so enqueue the receives of a
+ * communicator that uses it on one queue. count must be > 0; not allowed in
+ * a group. Fails with TERN_ERROR_COMM_TIMEOUT when no rank sends within the
+ * communicator's timeout.
+ * Thread-safety: as the other operations. */
+TERN_API tern_status_t tern_comm_recv_any(tern_comm_t comm, tern_buffer_t recv,
+                                          uint64_t recv_offset, uint64_t count, tern_dtype_t dtype,
+                                          uint32_t* out_peer, tern_queue_t queue);
+
 /* Completes on each rank once every rank has reached it. */
 TERN_API tern_status_t tern_comm_barrier(tern_comm_t comm, tern_queue_t queue);
 

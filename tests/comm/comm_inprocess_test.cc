@@ -201,6 +201,71 @@ TEST_F(CommInProcessTest, ManyOperationsQueuedBackToBack) {
   }
 }
 
+// A receive from any source takes the first message of whichever rank
+// sends, and the receives enqueued after it take their place in each peer's
+// order: rank 1 sends A then B; rank 0 receives from any source, then from
+// rank 1, and must get A then B (numbering the later receive when it is
+// enqueued would have matched it with A).
+TEST_F(CommInProcessTest, ReceiveFromAnySourceThenFromThePeer) {
+  InitAll(3);
+  tern_buffer_t buffer[3];
+  for (uint32_t r = 0; r < 3; ++r) buffer[r] = Alloc(devices_[(r / 2) % 2], 64);
+  const int32_t a[4] = {1, 2, 3, 4}, b[4] = {5, 6, 7, 8};
+  COMM_ASSERT_OK(tern_buffer_write(buffer[1], 0, a, sizeof(a)));
+  COMM_ASSERT_OK(tern_buffer_write(buffer[1], 16, b, sizeof(b)));
+  uint32_t sender = UINT32_MAX;
+  OnRanks(3, [&](uint32_t r) {
+    if (r == 0) {
+      COMM_ASSERT_OK(
+          tern_comm_recv_any(comms_[0], buffer[0], 0, 4, TERN_DTYPE_I32, &sender, queues_[0]));
+      COMM_ASSERT_OK(tern_comm_recv(comms_[0], buffer[0], 16, 4, TERN_DTYPE_I32, 1, queues_[0]));
+    } else if (r == 1) {
+      COMM_ASSERT_OK(tern_comm_send(comms_[1], buffer[1], 0, 4, TERN_DTYPE_I32, 0, queues_[1]));
+      COMM_ASSERT_OK(tern_comm_send(comms_[1], buffer[1], 16, 4, TERN_DTYPE_I32, 0, queues_[1]));
+    }
+    COMM_ASSERT_OK(tern_queue_synchronize(queues_[r], TERN_TIMEOUT_INFINITE));
+  });
+  EXPECT_EQ(1u, sender);
+  int32_t got[8];
+  COMM_ASSERT_OK(tern_buffer_read(buffer[0], 0, got, sizeof(got)));
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(a[i], got[i]);
+    EXPECT_EQ(b[i], got[4 + i]);
+  }
+  // Afterwards receives are numbered at enqueue again, and still match.
+  OnRanks(3, [&](uint32_t r) {
+    if (r == 0) {
+      COMM_ASSERT_OK(tern_comm_recv(comms_[0], buffer[0], 32, 4, TERN_DTYPE_I32, 2, queues_[0]));
+    } else if (r == 2) {
+      COMM_ASSERT_OK(tern_buffer_write(buffer[2], 0, b, sizeof(b)));
+      COMM_ASSERT_OK(tern_comm_send(comms_[2], buffer[2], 0, 4, TERN_DTYPE_I32, 0, queues_[2]));
+    }
+    COMM_ASSERT_OK(tern_queue_synchronize(queues_[r], TERN_TIMEOUT_INFINITE));
+  });
+  COMM_ASSERT_OK(tern_buffer_read(buffer[0], 32, got, 16));
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(b[i], got[i]);
+  for (tern_buffer_t buf : buffer) tern_buffer_free(buf);
+}
+
+// Nobody sends: the receive fails after the communicator's timeout with a
+// message that says so, and the communicator stays usable.
+TEST_F(CommInProcessTest, ReceiveFromAnySourceTimesOut) {
+  tern_comm_config_t config = {};
+  config.struct_size = sizeof(config);
+  config.timeout_ns = 500ull * 1000 * 1000;
+  InitAll(2, &config);
+  tern_buffer_t buffer = Alloc(devices_[0], 64);
+  uint32_t sender = UINT32_MAX;
+  COMM_ASSERT_OK(tern_comm_recv_any(comms_[0], buffer, 0, 4, TERN_DTYPE_F32, &sender, queues_[0]));
+  const tern_status_t status = tern_queue_synchronize(queues_[0], TERN_TIMEOUT_INFINITE);
+  EXPECT_EQ(TERN_ERROR_COMM_TIMEOUT, status) << LastError(status);
+  EXPECT_NE(std::string::npos, std::string(tern_last_error_message()).find("from any rank"))
+      << tern_last_error_message();
+  EXPECT_EQ(UINT32_MAX, sender);
+  tern_queue_clear_error(queues_[0]);
+  tern_buffer_free(buffer);
+}
+
 // Bad arguments: a clear code and a message naming the problem; nothing
 // is enqueued (the queue stays usable).
 TEST_F(CommInProcessTest, ArgumentErrors) {
@@ -263,9 +328,19 @@ TEST_F(CommInProcessTest, ArgumentErrors) {
   check("null buffer",
         tern_comm_all_reduce(comm, nullptr, 0, small, 0, 4, TERN_DTYPE_F32, TERN_COMM_SUM, queue),
         TERN_ERROR_INVALID_HANDLE, "send");
+  uint32_t sender = 0;
+  check("any source, no count",
+        tern_comm_recv_any(comm, small, 0, 0, TERN_DTYPE_F32, &sender, queue),
+        TERN_ERROR_INVALID_ARGUMENT, "count is 0");
+  check("any source, no out_peer",
+        tern_comm_recv_any(comm, small, 0, 4, TERN_DTYPE_F32, nullptr, queue),
+        TERN_ERROR_INVALID_ARGUMENT, "out_peer is NULL");
   COMM_ASSERT_OK(tern_comm_group_start());
   check("collective in group", tern_comm_barrier(comm, queue), TERN_ERROR_FAILED_PRECONDITION,
         "group");
+  check("any source in group",
+        tern_comm_recv_any(comm, small, 0, 4, TERN_DTYPE_F32, &sender, queue),
+        TERN_ERROR_FAILED_PRECONDITION, "group");
   COMM_ASSERT_OK(tern_comm_group_end());
   check("group end", tern_comm_group_end(), TERN_ERROR_FAILED_PRECONDITION,
         "without tern_comm_group_start");

@@ -51,7 +51,8 @@ enum class Kind {
   kAllToAll,
   kBarrier,
   kP2PGroup,
-  kP2POrdered
+  kP2POrdered,
+  kP2PAnySource  // every other rank sends to rank 0, which receives from any source
 };
 
 const char* KindName(Kind k) {
@@ -74,6 +75,8 @@ const char* KindName(Kind k) {
       return "send/recv group";
     case Kind::kP2POrdered:
       return "send/recv ordered";
+    case Kind::kP2PAnySource:
+      return "send/recv from any source";
   }
   return "?";
 }
@@ -271,6 +274,8 @@ void Runner::Run(Kind kind, tern_dtype_t dtype, uint64_t count, tern_comm_redop_
   if (kind == Kind::kAllGather) recv_elems = count * n;
   if (kind == Kind::kReduceScatter) send_elems = count * n;
   if (kind == Kind::kAllToAll) send_elems = recv_elems = count * n;
+  // Rank 0 receives the other ranks' messages one after the other.
+  if (kind == Kind::kP2PAnySource) recv_elems = count * (n - 1);
   std::vector<uint8_t> input(send_elems * es);
   for (uint64_t i = 0; i < send_elems; ++i) Put(dtype, input.data(), i, value(r, i));
   std::vector<uint8_t> sentinel(std::max(send_elems, recv_elems) * es, 0xA5);
@@ -306,6 +311,8 @@ void Runner::Run(Kind kind, tern_dtype_t dtype, uint64_t count, tern_comm_redop_
   }
 
   tern_status_t status = TERN_OK;
+  // kP2PAnySource: the sender of each of rank 0's receives, as tern reports it.
+  std::vector<uint32_t> senders(n, UINT32_MAX);
   switch (kind) {
     case Kind::kAllReduce:
       status =
@@ -356,6 +363,16 @@ void Runner::Run(Kind kind, tern_dtype_t dtype, uint64_t count, tern_comm_redop_
       }
       break;
     }
+    case Kind::kP2PAnySource:
+      if (r == 0) {
+        for (uint32_t k = 0; k + 1 < n && status == TERN_OK; ++k) {
+          status =
+              tern_comm_recv_any(comm_, recv, k * count * es, count, dtype, &senders[k], queue_);
+        }
+      } else {
+        status = tern_comm_send(comm_, send, 0, count, dtype, 0, queue_);
+      }
+      break;
   }
   if (status != TERN_OK) {
     Fail(label + ": enqueue: " + LastError(status));
@@ -423,6 +440,24 @@ void Runner::Run(Kind kind, tern_dtype_t dtype, uint64_t count, tern_comm_redop_
         for (uint64_t i = 0; i < count; ++i) Put(dtype, want.data(), i, value(r ^ 1u, i));
       }
       break;
+    case Kind::kP2PAnySource:
+      if (r != 0) {
+        want.assign(sentinel.begin(), sentinel.begin() + recv_elems * es);
+        break;
+      }
+      // Each other rank exactly once, each message where its receive put it.
+      for (uint32_t k = 0; k + 1 < n; ++k) {
+        const uint32_t from = senders[k];
+        if (from == 0 || from >= n ||
+            std::count(senders.begin(), senders.begin() + (n - 1), from) != 1) {
+          Fail(label + ": receive " + std::to_string(k) + " reports sender " +
+               std::to_string(from) + " (each of ranks 1.." + std::to_string(n - 1) +
+               " should be reported once)");
+          return;
+        }
+        for (uint64_t i = 0; i < count; ++i) Put(dtype, want.data(), k * count + i, value(from, i));
+      }
+      break;
     case Kind::kBarrier:
       break;
   }
@@ -450,9 +485,10 @@ MatrixResult RunMatrix(tern_comm_t comm, tern_queue_t queue, tern_device_t devic
     return failed;
   }
   Runner runner(comm, queue, rank, size, buffers);
-  const Kind kinds[] = {Kind::kAllReduce, Kind::kReduce,    Kind::kReduceScatter,
-                        Kind::kBroadcast, Kind::kAllGather, Kind::kAllToAll,
-                        Kind::kBarrier,   Kind::kP2PGroup,  Kind::kP2POrdered};
+  const Kind kinds[] = {Kind::kAllReduce,   Kind::kReduce,    Kind::kReduceScatter,
+                        Kind::kBroadcast,   Kind::kAllGather, Kind::kAllToAll,
+                        Kind::kBarrier,     Kind::kP2PGroup,  Kind::kP2POrdered,
+                        Kind::kP2PAnySource};
   const tern_comm_redop_t redops[] = {TERN_COMM_SUM, TERN_COMM_PROD, TERN_COMM_MAX, TERN_COMM_MIN,
                                       TERN_COMM_AVG};
   uint32_t variant = 0;
@@ -464,14 +500,15 @@ MatrixResult RunMatrix(tern_comm_t comm, tern_queue_t queue, tern_device_t devic
     for (uint64_t count : counts) {
       const bool large = count > 2000;
       for (Kind kind : kinds) {
-        if ((kind == Kind::kP2PGroup || kind == Kind::kP2POrdered) &&
+        if ((kind == Kind::kP2PGroup || kind == Kind::kP2POrdered || kind == Kind::kP2PAnySource) &&
             (!options.point_to_point || size < 2))
           continue;
         if (kind == Kind::kBarrier && count != options.counts.front()) continue;
         for (int place = 0; place < 2; ++place) {
           const bool in_place = place == 1;
-          if (in_place && (kind == Kind::kAllToAll || kind == Kind::kBarrier ||
-                           kind == Kind::kP2PGroup || kind == Kind::kP2POrdered)) {
+          if (in_place &&
+              (kind == Kind::kAllToAll || kind == Kind::kBarrier || kind == Kind::kP2PGroup ||
+               kind == Kind::kP2POrdered || kind == Kind::kP2PAnySource)) {
             continue;
           }
           ++variant;
