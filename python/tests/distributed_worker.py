@@ -182,6 +182,24 @@ def run_movement(dtype, checked):
         req.wait()
     check_equal(f"batch_isend_irecv {dtype}", got, everyone[peer_prev])
     checked.append(f"batch_isend_irecv.{dtype}")
+    # recv / irecv from any source: every other rank sends to rank 0 twice,
+    # rank 0 receives with recv() and then irecv(), without naming the source.
+    if RANK == 0:
+        senders = []
+        for _ in range(WORLD - 1):
+            got = torch.empty_like(mine)
+            senders.append(dist.recv(got))
+            check_equal(f"recv any source {dtype}", got, everyone[senders[-1]])
+            got = torch.empty_like(mine)
+            work = dist.irecv(got)
+            work.wait()
+            senders.append(work._source_rank())
+            check_equal(f"irecv any source {dtype}", got, everyone[senders[-1]])
+        assert sorted(senders) == sorted(list(range(1, WORLD)) * 2), senders
+    else:
+        dist.send(mine, 0)
+        dist.send(mine, 0)
+    checked.append(f"recv_any_source.{dtype}")
 
 
 def run_coalesced(checked):

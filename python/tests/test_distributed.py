@@ -144,6 +144,7 @@ def test_distributed_collectives_default_backend(tmp_path, nproc):
             "scatter.torch.float32",
             "send_recv.torch.float32",
             "batch_isend_irecv.torch.float32",
+            "recv_any_source.torch.float32",
             "all_reduce_coalesced",
             "all_gather_into_tensor_coalesced",
             "reduce_scatter_tensor_coalesced",

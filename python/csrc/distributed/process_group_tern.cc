@@ -193,6 +193,8 @@ const char* ProfilingTitle(c10d::OpType op_type) {
       return "tern:send";
     case c10d::OpType::RECV:
       return "tern:recv";
+    case c10d::OpType::RECVANYSOURCE:
+      return "tern:recvAnySource";
     case c10d::OpType::BARRIER:
       return "tern:barrier";
     case c10d::OpType::COALESCED:
@@ -250,6 +252,18 @@ class WorkTern final : public c10d::Work {
   }
 
   void blockCurrentStream() override { BlockCurrentStream(); }
+
+  // A receive from any source: where the queue writes the sender's rank.
+  void SetSource(std::shared_ptr<uint32_t> source) { source_ = std::move(source); }
+
+  // The sender of a receive from any source (torch asks after wait(), which
+  // only orders the current stream): waits for the receive itself.
+  int sourceRank() const override {
+    if (!source_) return c10d::Work::sourceRank();
+    const tern_status_t status = tern_event_synchronize(RawEvent(), TERN_TIMEOUT_INFINITE);
+    TORCH_CHECK(status == TERN_OK, "tern recv from any source failed: ", StatusText(status));
+    return static_cast<int>(*source_);
+  }
 
   // Ends the operation's profiler range (opened by c10d::Work for its title
   // while torch's profiler records) once the operation is queued, as NCCL's
@@ -332,6 +346,7 @@ class WorkTern final : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   bool host_blocking_;
   c10::Device device_;
+  std::shared_ptr<uint32_t> source_;  // recvAnysource only
 };
 
 }  // namespace
@@ -624,7 +639,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTern::StagedP2P(CpuStaging& staging,
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTern::Finish(Launch& launch, c10d::OpType op_type,
                                                         std::vector<at::Tensor> outputs,
-                                                        bool host_blocking) {
+                                                        bool host_blocking,
+                                                        std::shared_ptr<uint32_t> source) {
   for (const auto& t : launch.used) {
     if (t.defined() && t.numel() > 0) {
       TernDeviceAllocator::Get().recordStream(t.storage().data_ptr(), launch.comm);
@@ -638,6 +654,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTern::Finish(Launch& launch, c10d::Op
   auto work =
       c10::make_intrusive<WorkTern>(getRank(), op_type, std::move(outputs), std::move(event),
                                     launch.state, launch.comm, host_blocking, device);
+  if (source) work->SetSource(std::move(source));
   work->EndProfilingRange();
   return work;
 }
@@ -1252,6 +1269,49 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTern::recv(std::vector<at::Tensor>& t
                               wire.dtype, static_cast<uint32_t>(src_rank), launch.queue));
   }
   return Finish(launch, c10d::OpType::RECV, tensors, false);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupTern::recvAnysource(std::vector<at::Tensor>& tensors,
+                                                               int tag) {
+  TORCH_CHECK(tensors.size() == 1, "tern recv: one tensor per call");
+  if (AnyOnCpu(tensors)) {
+    CpuStaging staging = Staging("recv");
+    auto staged = staging.Stage(tensors, CpuStaging::Role::kOut);
+    return StagedP2P(staging, recvAnysource(staged, tag), tensors);
+  }
+  const c10::DeviceIndex device = DeviceOf(tensors, "recv");
+  CheckTensor(tensors[0], device, "recv");
+  TORCH_CHECK(getSize() > 1, "tern recv from any source: the group has no other rank");
+  TORCH_CHECK(tensors[0].numel() > 0,
+              "tern recv from any source: the tensor is empty, and an empty send sends nothing "
+              "to find; name the source (src=...) for empty tensors");
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    TORCH_CHECK(!coalescing_,
+                "tern recv from any source inside a coalescing block (batch_isend_irecv): "
+                "name the source of each receive there");
+  }
+  const Wire wire = MoveWire(tensors[0]);
+  Launch launch(Connect(device), device);
+  launch.Use(tensors[0]);
+  const Range r = Locate(tensors[0]);
+  // The queue writes the sender's rank here when the receive runs; the slot
+  // lives until a callback queued behind it, whatever becomes of the Work.
+  auto source = std::make_shared<uint32_t>(UINT32_MAX);
+  auto* keeper = new std::shared_ptr<uint32_t>(source);
+  const tern_status_t enqueued =
+      tern_comm_recv_any(launch.comm_handle(), r.buffer, r.offset, wire.Count(tensors[0]),
+                         wire.dtype, source.get(), launch.queue);
+  if (enqueued != TERN_OK) delete keeper;
+  TERN_CHECK(enqueued);
+  // Should the callback not be queued, the slot stays (leaked) rather than
+  // be written after it is freed.
+  TERN_CHECK(tern_queue_host_callback(
+      launch.queue,
+      [](void* slot, tern_status_t) { delete static_cast<std::shared_ptr<uint32_t>*>(slot); },
+      keeper, nullptr));
+  (void)tag;  // as for recv: messages between two ranks match in order
+  return Finish(launch, c10d::OpType::RECVANYSOURCE, tensors, false, std::move(source));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTern::barrier(const c10d::BarrierOptions& opts) {

@@ -191,6 +191,9 @@ class ProcessGroupTern final : public c10d::Backend {
                                       int tag) override;
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src_rank,
                                       int tag) override;
+  // dist.recv / irecv without a source: tern_comm_recv_any; the Work's
+  // sourceRank() waits for the receive and names the sender (group rank).
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
 
   void eagerConnectSingleDevice(at::Device device) override;
@@ -263,8 +266,10 @@ class ProcessGroupTern final : public c10d::Backend {
   CpuStaging Staging(const char* op);
   c10::intrusive_ptr<c10d::Work> StagedP2P(CpuStaging& staging, c10::intrusive_ptr<c10d::Work> work,
                                            std::vector<at::Tensor>& cpu_tensors);
+  // `source`: recvAnysource's slot for the sender's rank, written by the queue.
   c10::intrusive_ptr<c10d::Work> Finish(Launch& launch, c10d::OpType op_type,
-                                        std::vector<at::Tensor> outputs, bool host_blocking);
+                                        std::vector<at::Tensor> outputs, bool host_blocking,
+                                        std::shared_ptr<uint32_t> source = nullptr);
 
   c10::intrusive_ptr<c10d::Store> store_;
   std::chrono::milliseconds timeout_;
