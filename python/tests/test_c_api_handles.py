@@ -60,9 +60,9 @@ def test_core_belongs_to_the_device():
 
     info = CoreInfo(struct_size=ctypes.sizeof(CoreInfo))
     assert c_api.library().tern_core_get_info(P(c_api.core()), ctypes.byref(info)) == 0
+    # Device 0 only: asking for another device's core opens it for the rest of
+    # this process, and later tests run programs from C on those cores.
     assert c_api.core() == c_api.core(0) == c_api.core("tern:0")
-    if torch.tern.device_count() > 1:
-        assert c_api.core(1) != c_api.core(0)
 
 
 def test_fill_through_the_current_stream_is_in_torch_order():
