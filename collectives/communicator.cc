@@ -680,8 +680,20 @@ void Communicator::AddRunTimeReceive() {
 
 uint64_t Communicator::TakeRecvSequence(uint32_t peer) {
   std::lock_guard<std::mutex> lock(p2p_mutex_);
+  return TakeRecvSequenceLocked(peer);
+}
+
+uint64_t Communicator::TakeRecvSequenceLocked(uint32_t peer) {
   if (run_time_receives_ > 0) --run_time_receives_;
   return p2p_recv_[peer]++;
+}
+
+void Communicator::NoteSendsToMe(uint32_t from, uint64_t sends) {
+  {
+    std::lock_guard<std::mutex> lock(p2p_mutex_);
+    peer_sends_to_me_[from] = std::max(peer_sends_to_me_[from], sends);
+  }
+  peer_sends_cv_.notify_all();
 }
 
 namespace {
@@ -706,9 +718,8 @@ Status Communicator::FindSender(uint32_t* out_peer, uint64_t* out_sequence) {
     // such rank wins (any would do).
     for (uint32_t p = 0; p < size_; ++p) {
       if (p == rank_ || peer_sends_to_me_[p] <= p2p_recv_[p]) continue;
-      if (run_time_receives_ > 0) --run_time_receives_;
       *out_peer = p;
-      *out_sequence = p2p_recv_[p]++;
+      *out_sequence = TakeRecvSequenceLocked(p);
       return OkStatus();
     }
     lock.unlock();
@@ -804,14 +815,12 @@ Status Communicator::Init(const InitParams& params) {
   callbacks.on_farewell = [this](uint32_t from, const std::string& farewell) {
     Reader r(farewell);
     const uint32_t count = r.U32();
-    std::vector<uint64_t> sends;
-    for (uint32_t k = 0; k < count && r.ok(); ++k) sends.push_back(r.U64());
-    if (!r.ok() || count != size_ || from >= size_) return;
-    {
-      std::lock_guard<std::mutex> lock(p2p_mutex_);
-      peer_sends_to_me_[from] = std::max(peer_sends_to_me_[from], sends[rank_]);
+    uint64_t sends_to_me = 0;
+    for (uint32_t k = 0; k < count && r.ok(); ++k) {
+      const uint64_t sends = r.U64();
+      if (k == rank_) sends_to_me = sends;
     }
-    peer_sends_cv_.notify_all();
+    if (r.ok() && count == size_ && from < size_) NoteSendsToMe(from, sends_to_me);
   };
   TERN_RETURN_IF_ERROR(control_->Connect(peers_, secret_, deadline, std::move(callbacks)));
   TERN_RETURN_IF_ERROR(SetUpChannels(deadline));
@@ -1212,12 +1221,7 @@ void Communicator::OnAnswer(uint32_t from, uint64_t sequence, const std::string&
   if (sequence & kSendsQuery) {
     Reader r(answer);
     const uint64_t sends = r.U64();
-    if (!r.ok() || from >= size_) return;
-    {
-      std::lock_guard<std::mutex> lock(p2p_mutex_);
-      peer_sends_to_me_[from] = std::max(peer_sends_to_me_[from], sends);
-    }
-    peer_sends_cv_.notify_all();
+    if (r.ok() && from < size_) NoteSendsToMe(from, sends);
     return;
   }
   {

@@ -294,6 +294,11 @@ class Communicator {
   std::string AnswerQuery(uint64_t sequence);
   void OnAnswer(uint32_t from, uint64_t sequence, const std::string& answer);
   void OnPeerLost(uint32_t rank);
+  // TakeRecvSequence with p2p_mutex_ held.
+  uint64_t TakeRecvSequenceLocked(uint32_t peer);
+  // `from` has enqueued `sends` sends to this rank (an answer or a farewell):
+  // keeps the largest count heard and wakes FindSender.
+  void NoteSendsToMe(uint32_t from, uint64_t sends);
 
   uint32_t rank_ = 0;
   uint32_t size_ = 0;

@@ -64,7 +64,7 @@ class _InProcessCApi:
 
         from torch_tern import c_api
 
-        self._ctypes, self._c_api = ctypes, c_api
+        self._c_api = c_api
         lib = self._lib = c_api.library()
         lib.tern_last_error_message.restype = ctypes.c_char_p
         p, u64 = ctypes.c_void_p, ctypes.c_uint64

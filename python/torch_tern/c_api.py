@@ -70,5 +70,4 @@ def buffer(tensor: torch.Tensor) -> tuple[int, int]:
     """(``tern_buffer_t``, byte offset of the tensor's first element) of a tern
     tensor's data. The tensor's elements lie where its strides say from that
     offset on; (0, 0) for a tensor without storage bytes."""
-    handle, offset, _available = _C._c_api_buffer(tensor)
-    return handle, offset
+    return _C._c_api_buffer(tensor)

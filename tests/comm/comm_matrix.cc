@@ -55,6 +55,10 @@ enum class Kind {
   kP2PAnySource  // every other rank sends to rank 0, which receives from any source
 };
 
+bool IsPointToPoint(Kind k) {
+  return k == Kind::kP2PGroup || k == Kind::kP2POrdered || k == Kind::kP2PAnySource;
+}
+
 const char* KindName(Kind k) {
   switch (k) {
     case Kind::kAllReduce:
@@ -500,15 +504,12 @@ MatrixResult RunMatrix(tern_comm_t comm, tern_queue_t queue, tern_device_t devic
     for (uint64_t count : counts) {
       const bool large = count > 2000;
       for (Kind kind : kinds) {
-        if ((kind == Kind::kP2PGroup || kind == Kind::kP2POrdered || kind == Kind::kP2PAnySource) &&
-            (!options.point_to_point || size < 2))
-          continue;
+        if (IsPointToPoint(kind) && (!options.point_to_point || size < 2)) continue;
         if (kind == Kind::kBarrier && count != options.counts.front()) continue;
         for (int place = 0; place < 2; ++place) {
           const bool in_place = place == 1;
           if (in_place &&
-              (kind == Kind::kAllToAll || kind == Kind::kBarrier || kind == Kind::kP2PGroup ||
-               kind == Kind::kP2POrdered || kind == Kind::kP2PAnySource)) {
+              (kind == Kind::kAllToAll || kind == Kind::kBarrier || IsPointToPoint(kind))) {
             continue;
           }
           ++variant;

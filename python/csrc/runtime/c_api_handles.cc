@@ -57,14 +57,13 @@ void RegisterCApiHandleBindings(py::module& m) {
         TORCH_CHECK(tensor.device().type() == c10::DeviceType::PrivateUse1,
                     "tern: expected a tern tensor, got one on ", tensor.device(),
                     "; move it with .to('tern') first");
-        if (tensor.storage().nbytes() == 0)
-          return py::make_tuple(uint64_t{0}, uint64_t{0}, uint64_t{0});
+        if (tensor.storage().nbytes() == 0) return py::make_tuple(uint64_t{0}, uint64_t{0});
         const DeviceLocation where = Locate(tensor);
-        return py::make_tuple(HandleValue(where.buffer), where.offset, where.available);
+        return py::make_tuple(HandleValue(where.buffer), where.offset);
       },
       py::arg("tensor"),
-      "(tern_buffer_t, byte offset of the tensor's first element, bytes of the buffer from "
-      "there on) of a tern tensor; (0, 0, 0) when it has no storage bytes.");
+      "(tern_buffer_t, byte offset of the tensor's first element) of a tern tensor; (0, 0) "
+      "when it has no storage bytes.");
   m.def("_c_api_library_path", &LibraryPath);
 }
 
