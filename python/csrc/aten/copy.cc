@@ -193,7 +193,8 @@ int64_t SpanElements(const at::Tensor& t) {
 DeviceLocation Locate(const at::Tensor& t) {
   TORCH_CHECK(t.device().type() == c10::DeviceType::PrivateUse1, "expected a tern tensor, got ",
               t.device());
-  return TernDeviceAllocator::Get().Resolve(t.data_ptr(), t.device().index());
+  if (!t.has_storage()) return TernDeviceAllocator::Get().Resolve(t.data_ptr(), t.device().index());
+  return TernDeviceAllocator::Get().Resolve(t.storage(), t.data_ptr(), t.device().index());
 }
 
 void EnqueueOwnedH2D(tern_queue_t queue, tern_buffer_t buffer, uint64_t offset,

@@ -42,6 +42,12 @@ at::ScalarType ComputeDtype(at::ScalarType common, bool scalar_involved) {
 bool BinaryF64(const char* name, tern_binary_fn_t fn, Kind kind, const at::Tensor& a,
                const at::Tensor& b, const at::Tensor& out, const c10::Scalar& alpha);
 
+// alpha == 1: no scaling.
+bool IsOne(const c10::Scalar& alpha) {
+  return (alpha.isIntegral(false) && alpha.toLong() == 1) ||
+         (alpha.isFloatingPoint() && alpha.toDouble() == 1.0);
+}
+
 // out = fn(a, alpha * b), broadcasting.
 bool Binary(const char* name, tern_binary_fn_t fn, Kind kind, const at::Tensor& a,
             const at::Tensor& b, const at::Tensor& out, const c10::Scalar& alpha = c10::Scalar(1)) {
@@ -52,6 +58,16 @@ bool Binary(const char* name, tern_binary_fn_t fn, Kind kind, const at::Tensor& 
     return BinaryF64(name, fn, kind, a, b, out, alpha);
   }
   if (!Operable(a) || !Operable(b) || (!IsTern(a) && !IsTern(b)) || !IsTern(out)) return false;
+  // The commonest call (same shapes and dtype, contiguous: RunElementwise
+  // checks the rest) skips the type promotion, broadcasting and Program below.
+  // Not bool (its + and * become or and and) nor comparisons (they write bool).
+  const at::ScalarType out_type = out.scalar_type();
+  if (kind != Kind::kCompare && out_type != at::kBool && IsTern(a) && IsTern(b) &&
+      a.scalar_type() == out_type && b.scalar_type() == out_type && IsOne(alpha) &&
+      (kind == Kind::kArith || at::isFloatingType(out_type)) && Supported(out_type) &&
+      RunElementwise(name, TERN_OP_BINARY, fn, out, {a, b})) {
+    return true;
+  }
   at::ScalarType common = ResultType(a, b);
   if (kind == Kind::kFloat && at::isIntegralType(common, /*includeBool=*/true)) {
     common = c10::typeMetaToScalarType(c10::get_default_dtype());
@@ -59,8 +75,7 @@ bool Binary(const char* name, tern_binary_fn_t fn, Kind kind, const at::Tensor& 
   const std::vector<int64_t> shape = at::infer_size(a.sizes(), b.sizes());
   ResizeOut(out, shape);
   if (!OutputOk(out, {a, b})) return false;
-  const bool has_alpha = !(alpha.isIntegral(false) && alpha.toLong() == 1) &&
-                         !(alpha.isFloatingPoint() && alpha.toDouble() == 1.0);
+  const bool has_alpha = !IsOne(alpha);
   const at::ScalarType cd = ComputeDtype(common, IsCpuScalar(a) || IsCpuScalar(b) || has_alpha);
   Program p(name);
   Operand A = Input(p, a, cd, shape);
@@ -87,6 +102,11 @@ bool Binary(const char* name, tern_binary_fn_t fn, Kind kind, const at::Tensor& 
 bool Unary(const char* name, tern_unary_fn_t fn, const at::Tensor& self, const at::Tensor& out,
            std::vector<double> floats = {}, bool bool_out = false) {
   if (!IsTern(self) || !IsTern(out)) return false;
+  // The commonest call (see Binary).
+  if (floats.empty() && !bool_out && self.scalar_type() == out.scalar_type() &&
+      Supported(out.scalar_type()) && RunElementwise(name, TERN_OP_UNARY, fn, out, {self})) {
+    return true;
+  }
   ResizeOut(out, self.sizes());
   if (!OutputOk(out, {self})) return false;
   const at::ScalarType cd = bool_out ? self.scalar_type() : out.scalar_type();

@@ -24,6 +24,7 @@ namespace torch_tern::native {
 
 using program::Operand;
 using program::Program;
+using program::RunElementwise;
 
 // Runs ATen operator `op` (e.g. add_out) through the logged CPU fallback.
 #define TERN_FALLBACK(op, ...) \

@@ -37,7 +37,37 @@
 #pragma weak tern_queue_execute
 
 namespace torch_tern::program {
+
+constexpr size_t kMaxElementwiseInputs = 3;
+
+struct ElementwiseKey {
+  const char* name = nullptr;
+  int32_t opcode = 0;
+  int32_t dtype = 0;
+  int64_t fn = 0;
+  int64_t numel = 0;
+  int32_t device = 0;
+  int32_t inputs = 0;
+  // Input i is input same_as[i] again (bound once), or -1.
+  std::array<int8_t, kMaxElementwiseInputs> same_as{-1, -1, -1};
+
+  bool operator==(const ElementwiseKey&) const = default;
+};
+
 namespace {
+
+struct ElementwiseKeyHash {
+  size_t operator()(const ElementwiseKey& k) const noexcept {
+    size_t h = std::hash<const void*>()(k.name);
+    auto mix = [&h](uint64_t v) { h = (h ^ v) * 0x100000001b3ULL + (h >> 29); };
+    mix(static_cast<uint64_t>(k.opcode) << 32 | static_cast<uint32_t>(k.dtype));
+    mix(static_cast<uint64_t>(k.fn));
+    mix(static_cast<uint64_t>(k.numel));
+    mix(static_cast<uint64_t>(k.device) << 32 | static_cast<uint32_t>(k.inputs));
+    for (int8_t s : k.same_as) mix(static_cast<uint8_t>(s));
+    return h;
+  }
+};
 
 // Executables kept loaded; the least recently used one beyond this is
 // unloaded (executions already queued keep what they need).
@@ -48,10 +78,14 @@ struct Entry {
   uint32_t function = 0;
   std::string error;
   std::list<std::string>::iterator lru;
+  // The key RunElementwise also finds it by, if any.
+  std::optional<ElementwiseKey> elementwise_key;
 };
 
 std::mutex g_mutex;
 auto* g_cache = new std::unordered_map<std::string, Entry>();
+// RunElementwise's index into g_cache (entries are stable in the map).
+auto* g_elementwise = new std::unordered_map<ElementwiseKey, Entry*, ElementwiseKeyHash>();
 auto* g_lru = new std::list<std::string>();  // front: most recently used
 CacheInfo g_info;                            // launches aside: g_launches
 // Counted without g_mutex: every native op's run adds one.
@@ -697,6 +731,7 @@ bool Program::Run(bool cache) {
         it = g_cache->emplace(key, std::move(entry)).first;
         if (g_cache->size() > kCacheCapacity) {
           auto victim = g_cache->find(g_lru->back());
+          if (victim->second.elementwise_key) g_elementwise->erase(*victim->second.elementwise_key);
           evicted = victim->second.executable;
           if (evicted != nullptr) --g_info.entries;
           ++g_info.evictions;
@@ -711,6 +746,13 @@ bool Program::Run(bool cache) {
     if (!one_off) {
       executable = it->second.executable;
       function = it->second.function;
+      if (elementwise_key_ != nullptr && executable != nullptr) {
+        // One key per entry (another op name may have built the same program).
+        const auto& previous = it->second.elementwise_key;
+        if (previous && !(*previous == *elementwise_key_)) g_elementwise->erase(*previous);
+        it->second.elementwise_key = *elementwise_key_;
+        (*g_elementwise)[*elementwise_key_] = &it->second;
+      }
     }
     // Pinned under g_mutex, before any other thread can evict it.
     if (capturing && executable != nullptr) pin = Pin(executable);
@@ -732,8 +774,9 @@ bool Program::Run(bool cache) {
     if (b.raw_buffer != nullptr) {
       binding = {b.raw_buffer, b.raw_offset};
     } else if (b.is_tensor ? b.span > 0 : true) {
-      const DeviceLocation loc =
-          b.is_tensor ? TernDeviceAllocator::Get().Resolve(b.data, device) : Locate(args_tensor);
+      const DeviceLocation loc = b.is_tensor
+                                     ? TernDeviceAllocator::Get().Resolve(b.storage, b.data, device)
+                                     : Locate(args_tensor);
       binding = {loc.buffer, loc.offset};
     }
     (b.output ? out : in).push_back(binding);
@@ -759,6 +802,92 @@ bool LaunchSingleOp(const std::string& op, tern_opcode_t opcode,
   return p.Run();
 }
 
+bool RunElementwise(const char* name, tern_opcode_t opcode, int64_t fn, const at::Tensor& out,
+                    std::initializer_list<at::Tensor> inputs) {
+  if (inputs.size() > kMaxElementwiseInputs || !ExecutablesAvailable() || !out.defined() ||
+      out.device().type() != c10::DeviceType::PrivateUse1 || out.is_conj() || out.is_neg() ||
+      !out.is_contiguous()) {
+    return false;
+  }
+  const std::optional<tern_dtype_t> dtype = ToTernDtype(out.scalar_type());
+  const int64_t numel = out.numel();
+  if (!dtype || numel == 0) return false;
+  ElementwiseKey key;
+  key.name = name;
+  key.opcode = static_cast<int32_t>(opcode);
+  key.dtype = static_cast<int32_t>(*dtype);
+  key.fn = fn;
+  key.numel = numel;
+  key.device = out.device().index();
+  const auto out_begin = reinterpret_cast<uintptr_t>(out.data_ptr());
+  const auto out_end = out_begin + static_cast<uintptr_t>(numel) * out.element_size();
+  std::array<const at::Tensor*, kMaxElementwiseInputs> input{};
+  for (const at::Tensor& t : inputs) {
+    if (!t.defined() || t.device() != out.device() || t.scalar_type() != out.scalar_type() ||
+        t.sizes() != out.sizes() || !t.is_contiguous() || t.is_conj() || t.is_neg()) {
+      return false;
+    }
+    const auto begin = reinterpret_cast<uintptr_t>(t.data_ptr());
+    // The same elements as out (in place), or none of them.
+    if (begin != out_begin && begin < out_end &&
+        begin + static_cast<uintptr_t>(numel) * t.element_size() > out_begin) {
+      return false;
+    }
+    for (int32_t j = 0; j < key.inputs; ++j) {
+      if (input[j]->data_ptr() == t.data_ptr()) {
+        key.same_as[key.inputs] = static_cast<int8_t>(j);
+        break;
+      }
+    }
+    input[key.inputs++] = &t;
+  }
+  const c10::DeviceIndex device = out.device().index();
+  tern_queue_t queue = CurrentQueue(device);
+  // A capture pins what it records: the general path does that.
+  if (IsCapturing(queue)) return false;
+
+  tern_executable_t executable = nullptr;
+  uint32_t function = 0;
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    auto it = g_elementwise->find(key);
+    if (it != g_elementwise->end()) {
+      ++g_info.hits;
+      g_lru->splice(g_lru->begin(), *g_lru, it->second->lru);
+      executable = it->second->executable;
+      function = it->second->function;
+    }
+  }
+  if (executable == nullptr) {
+    // The key's first call: the 1-D program, built and filed under the key by Run().
+    Program p(name);
+    std::vector<Operand> operands{p.Out(out)};
+    for (int32_t i = 0; i < key.inputs; ++i) operands.push_back(p.In(*input[i]));
+    if (!p.ok()) return false;
+    for (Operand& o : operands) o = o.View({numel});
+    p.Emit(opcode, std::move(operands), {fn});
+    p.elementwise_key_ = &key;
+    return p.Run();
+  }
+
+  const TernDeviceAllocator& allocator = TernDeviceAllocator::Get();
+  auto bind = [&](const at::Tensor& t) {
+    const DeviceLocation loc = allocator.Resolve(t.storage(), t.data_ptr(), device);
+    return tern_binding_t{loc.buffer, loc.offset};
+  };
+  const tern_binding_t out_binding = bind(out);
+  std::array<tern_binding_t, kMaxElementwiseInputs> in{};
+  uint32_t in_count = 0;
+  for (int32_t i = 0; i < key.inputs; ++i) {
+    if (key.same_as[i] < 0) in[in_count++] = bind(*input[i]);
+  }
+  static const std::shared_ptr<void> kNoPin;
+  TERN_CHECK(
+      SubmitExecute(queue, executable, function, in.data(), in_count, &out_binding, 1, kNoPin));
+  g_launches.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
 bool TryCopyKernel(const at::Tensor& src, const at::Tensor& dst) {
   // float64 too: .double() and .float() of a tern tensor stay on the device.
   Program p("aten::copy_");
@@ -781,6 +910,7 @@ void ClearCache() {
   std::lock_guard<std::mutex> lock(g_mutex);
   for (auto& [key, entry] : *g_cache) Unload(entry.executable);
   g_cache->clear();
+  g_elementwise->clear();
   g_lru->clear();
   g_info = CacheInfo();
   g_launches.store(0, std::memory_order_relaxed);

@@ -33,6 +33,7 @@
 #include <c10/util/SmallVector.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <vector>
@@ -82,6 +83,9 @@ struct Operand {
 
 // An absent optional operand.
 Operand None();
+
+// The key under which RunElementwise finds its programs (program.cc).
+struct ElementwiseKey;
 
 class Program {
  public:
@@ -156,8 +160,12 @@ class Program {
                   bool output);
   Operand AddConstant(const void* bytes, tern_dtype_t dtype);
   Operand AddArg(const void* bytes, tern_dtype_t dtype);
+  friend bool RunElementwise(const char*, tern_opcode_t, int64_t, const at::Tensor&,
+                             std::initializer_list<at::Tensor>);
 
   std::string name_;
+  // Set by RunElementwise: Run() also files the executable under this key.
+  const ElementwiseKey* elementwise_key_ = nullptr;
   bool ok_ = true;
   bool allow_f64_ = false;
   c10::Device device_{c10::DeviceType::PrivateUse1, -1};
@@ -175,6 +183,20 @@ class Program {
 bool LaunchSingleOp(const std::string& op, tern_opcode_t opcode,
                     const std::vector<at::Tensor>& outputs, const std::vector<at::Tensor>& inputs,
                     const std::vector<int64_t>& ints, const std::vector<double>& floats);
+
+// The commonest eager call, run without building a Program or its key:
+// `opcode` with the one int `fn` over whole tensors of one dtype, shape and
+// device, all contiguous (`out` may be one of `inputs`, in place; at most
+// three inputs), such as `a + b` or `x.relu()` without broadcasting, casts or
+// scalars. The program is 1-D over the element count, found by a compact key
+// (name, opcode, fn, dtype, device, count, which inputs are the same tensor);
+// the first call of a key builds it through Run(). False, having queued
+// nothing, where the call does not fit or the program was refused: the
+// caller then takes its general path. `name` must be a string literal (its
+// address is part of the key).
+// Thread-safety: any thread.
+bool RunElementwise(const char* name, tern_opcode_t opcode, int64_t fn, const at::Tensor& out,
+                    std::initializer_list<at::Tensor> inputs);
 
 // Device-to-device copy of any layout and dtype (TERN_OP_COPY / TERN_OP_CAST).
 bool TryCopyKernel(const at::Tensor& src, const at::Tensor& dst);

@@ -454,6 +454,25 @@ DeviceLocation TernDeviceAllocator::Resolve(const void* ptr, c10::DeviceIndex de
               " is not in tern device memory allocated by this process");
 }
 
+DeviceLocation TernDeviceAllocator::Resolve(const c10::Storage& storage, const void* ptr,
+                                            c10::DeviceIndex device) const {
+  const c10::DataPtr& data = storage.data_ptr();
+  if (data.get_deleter() == &Deleter && data.get_context() != nullptr) {
+    const auto* block = static_cast<const Block*>(data.get_context());
+    const auto address = reinterpret_cast<uintptr_t>(ptr);
+    if ((device < 0 || block->device == device) && address >= block->address &&
+        address <= block->address + block->size) {
+      DeviceLocation location;
+      location.buffer = block->buffer;
+      location.offset = address - block->address;
+      location.available = block->size - location.offset;
+      location.device = block->device;
+      return location;
+    }
+  }
+  return Resolve(ptr, device);
+}
+
 std::optional<c10::DeviceIndex> TernDeviceAllocator::FindDevice(const void* ptr) const {
   try {
     return Resolve(ptr).device;

@@ -19,6 +19,7 @@
 
 #include <c10/core/Allocator.h>
 #include <c10/core/CachingDeviceAllocator.h>
+#include <c10/core/Storage.h>
 
 #include <cstdint>
 #include <optional>
@@ -55,6 +56,12 @@ class TernDeviceAllocator final : public c10::DeviceAllocator {
   // Resolves a pointer into a live block of `device` (-1: any device); throws
   // if no live block contains it.
   DeviceLocation Resolve(const void* ptr, c10::DeviceIndex device = -1) const;
+  // As Resolve, for `ptr` inside `storage`: without the allocator's lock when
+  // this allocator made the storage (its block is its DataPtr's context, and
+  // a live block's buffer and address never change), the per-op case.
+  // Thread-safety: any thread, while the storage lives.
+  DeviceLocation Resolve(const c10::Storage& storage, const void* ptr,
+                         c10::DeviceIndex device = -1) const;
   std::optional<c10::DeviceIndex> FindDevice(const void* ptr) const;
 
   // The size class a request of `nbytes` is rounded to.
