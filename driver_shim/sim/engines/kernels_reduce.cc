@@ -229,6 +229,17 @@ struct State {
     }
   }
 
+  // Update() with n consecutive values, reduced indices r, r + 1, ...
+  TERN_INLINE void UpdateRun(const T* v, int64_t n, int64_t r) {
+    if constexpr (kWide && (Fn == TERN_REDUCE_SUM || Fn == TERN_REDUCE_MEAN)) {
+      // SumF32's eight partial sums: one running sum is a chain of dependent
+      // adds (~4 cycles an element) that cannot vectorise.
+      acc += SumF32(v, n);
+    } else {
+      for (int64_t i = 0; i < n; ++i) Update(v[i], r + i);
+    }
+  }
+
   // Merges the state of a later block.
   TERN_INLINE void Combine(const State& o) {
     if constexpr (Fn == TERN_REDUCE_ARGMAX || Fn == TERN_REDUCE_ARGMIN) {
@@ -315,8 +326,13 @@ void ReduceImpl(const ReduceGeometry& g, const TensorView& in, const TensorView&
     ForEachRun(red, rb, re, [&](const int64_t* off, int64_t n) {
       for (int64_t done = 0; done < n; done += kChunk) {
         const int64_t m = std::min(kChunk, n - done);
-        LoadT<T>(idt, in.data + (base + off[0] + done * red_stride) * isz, red_stride, m, buf);
-        for (int64_t i = 0; i < m; ++i) s.Update(buf[i], r + i);
+        const uint8_t* p = in.data + (base + off[0] + done * red_stride) * isz;
+        if (std::is_same_v<T, float> && idt == TERN_DTYPE_F32 && red_stride == 1) {
+          s.UpdateRun(reinterpret_cast<const T*>(p), m, r);  // read in place
+        } else {
+          LoadT<T>(idt, p, red_stride, m, buf);
+          s.UpdateRun(buf, m, r);
+        }
         r += m;
       }
     });
