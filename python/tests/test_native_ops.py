@@ -273,6 +273,31 @@ def test_elementwise_aliasing_in_place_and_overlap():
     assert torch.equal(torch.relu(m.to("tern")).cpu(), torch.relu(m))
 
 
+def test_refused_elementwise_programs_are_not_rebuilt(fallback_log):
+    # sign on bool has no tern instruction: the first call's programs are
+    # refused (and cached as refused); later calls decline at once and take
+    # the CPU fallback, building nothing.
+    x = torch.tensor([True, False, True], device="tern")
+    first = torch.sign(x).cpu()
+    before = torch_tern.kernel_cache_info()
+    again = torch.sign(x).cpu()
+    after = torch_tern.kernel_cache_info()
+    assert after["misses"] == before["misses"] and after["failures"] == before["failures"]
+    assert torch.equal(first, torch.sign(x.cpu())) and torch.equal(again, first)
+    assert fallback_log.get_fallback_ops() == {"aten::sign.out": 2}
+
+
+def test_true_division_into_an_integer_out_raises_as_on_the_cpu():
+    x = torch.arange(6, dtype=torch.int32)
+    y = torch.full((6,), 4, dtype=torch.int32)
+    with pytest.raises(RuntimeError, match="can't be cast to the desired output type Int"):
+        torch.div(x.clone(), y, out=x.clone())
+    xt = x.to("tern")
+    with pytest.raises(RuntimeError, match="can't be cast to the desired output type Int"):
+        torch.div(xt, y.to("tern"), out=xt)
+    assert torch.equal(xt.cpu(), x)  # nothing written
+
+
 def test_scalar_arguments_do_not_rebuild(fallback_log):
     # Scalars travel as run-time arguments: new values reuse the program.
     x = torch.ones(8, device="tern")

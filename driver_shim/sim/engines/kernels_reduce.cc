@@ -327,9 +327,12 @@ void ReduceImpl(const ReduceGeometry& g, const TensorView& in, const TensorView&
       for (int64_t done = 0; done < n; done += kChunk) {
         const int64_t m = std::min(kChunk, n - done);
         const uint8_t* p = in.data + (base + off[0] + done * red_stride) * isz;
-        if (std::is_same_v<T, float> && idt == TERN_DTYPE_F32 && red_stride == 1) {
-          s.UpdateRun(reinterpret_cast<const T*>(p), m, r);  // read in place
-        } else {
+        bool in_place = false;
+        if constexpr (std::is_same_v<T, float>) {
+          in_place = idt == TERN_DTYPE_F32 && red_stride == 1;
+          if (in_place) s.UpdateRun(reinterpret_cast<const float*>(p), m, r);
+        }
+        if (!in_place) {
           LoadT<T>(idt, p, red_stride, m, buf);
           s.UpdateRun(buf, m, r);
         }
@@ -338,7 +341,6 @@ void ReduceImpl(const ReduceGeometry& g, const TensorView& in, const TensorView&
     });
   };
 
-  const int threads = KernelThreads();
   constexpr int64_t kBlock = 64 * 1024;
 
   // Column path: the innermost kept dimension is contiguous in `in` and the
@@ -381,8 +383,10 @@ void ReduceImpl(const ReduceGeometry& g, const TensorView& in, const TensorView&
   }
 
   // Few outputs, long reductions: fixed blocks of the reduction in parallel,
-  // combined in order.
-  if (g.outputs < 2 * threads && g.reduced >= 2 * kBlock) {
+  // combined in order. "Few" does not depend on the thread count, so that the
+  // order of the additions (and so a float sum's last bit) does not either.
+  constexpr int64_t kFewOutputs = 16;
+  if (g.outputs <= kFewOutputs && g.reduced >= 2 * kBlock) {
     const int64_t blocks = (g.reduced + kBlock - 1) / kBlock;
     std::vector<State<T, Fn>> partial(g.outputs * blocks);
     ParallelFor(g.outputs * blocks, 1, [&](int64_t begin, int64_t end) {

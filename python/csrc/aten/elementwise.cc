@@ -72,6 +72,9 @@ bool Binary(const char* name, tern_binary_fn_t fn, Kind kind, const at::Tensor& 
   if (kind == Kind::kFloat && at::isIntegralType(common, /*includeBool=*/true)) {
     common = c10::typeMetaToScalarType(c10::get_default_dtype());
   }
+  // An output that cannot hold the result (true division into an integer
+  // out=): the fallback raises PyTorch's own error.
+  if (kind != Kind::kCompare && !c10::canCast(common, out.scalar_type())) return false;
   const std::vector<int64_t> shape = at::infer_size(a.sizes(), b.sizes());
   ResizeOut(out, shape);
   if (!OutputOk(out, {a, b})) return false;

@@ -746,7 +746,8 @@ bool Program::Run(bool cache) {
     if (!one_off) {
       executable = it->second.executable;
       function = it->second.function;
-      if (elementwise_key_ != nullptr && executable != nullptr) {
+      if (elementwise_key_ != nullptr) {
+        // A refused program too: its key's later calls then decline at once.
         // One key per entry (another op name may have built the same program).
         const auto& previous = it->second.elementwise_key;
         if (previous && !(*previous == *elementwise_key_)) g_elementwise->erase(*previous);
@@ -854,6 +855,7 @@ bool RunElementwise(const char* name, tern_opcode_t opcode, int64_t fn, const at
     if (it != g_elementwise->end()) {
       ++g_info.hits;
       g_lru->splice(g_lru->begin(), *g_lru, it->second->lru);
+      if (it->second->executable == nullptr) return false;  // refused: the general path
       executable = it->second->executable;
       function = it->second->function;
     }
