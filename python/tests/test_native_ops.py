@@ -298,6 +298,54 @@ def test_true_division_into_an_integer_out_raises_as_on_the_cpu():
     assert torch.equal(xt.cpu(), x)  # nothing written
 
 
+def test_scalar_arguments_past_a_whole_ring_of_slots(fallback_log):
+    # Each run's scalars go through a ring of slots per queue (256 of them);
+    # queued faster than the queue runs them, the ring wraps around and later
+    # runs must neither overwrite bytes a queued copy has yet to read nor
+    # read another run's values.
+    x = torch.linspace(-1, 1, 32)
+    y = x.to("tern")
+    # The stream waits for a long product on another stream, so that every
+    # run below is queued before any of them runs.
+    side = torch.tern.Stream()
+    big = torch.randn(2048, 2048, device="tern")
+    side.wait_stream(torch.tern.current_stream())
+    with torch.tern.stream(side):
+        product = big @ big
+    torch.tern.current_stream().wait_stream(side)
+    for i in range(1500):  # bounded values, each run's scalars its own
+        x = x * (1 - (i % 7) * 1e-3) + (i % 13) * 1e-2
+        y = y * (1 - (i % 7) * 1e-3) + (i % 13) * 1e-2
+    torch.testing.assert_close(y.cpu(), x, rtol=1e-5, atol=1e-5)
+    del product
+
+
+def test_scalar_arguments_from_two_threads_on_one_stream(fallback_log):
+    import threading
+
+    inputs = [torch.randn(64) for _ in range(2)]
+    results = [None, None]
+    stream = torch.tern.current_stream()
+
+    def work(k):
+        with torch.tern.stream(stream):
+            t = inputs[k].to("tern")
+            for i in range(400):
+                t = t * 0.5 + (k + i)
+            results[k] = t.cpu()
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(2)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    for k in range(2):
+        expected = inputs[k].clone()
+        for i in range(400):
+            expected = expected * 0.5 + (k + i)
+        torch.testing.assert_close(results[k], expected, rtol=1e-6, atol=1e-5)
+
+
 def test_scalar_arguments_do_not_rebuild(fallback_log):
     # Scalars travel as run-time arguments: new values reuse the program.
     x = torch.ones(8, device="tern")

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <list>
+#include <memory>
 #include <mutex>
 #include <unordered_map>
 
@@ -662,6 +663,74 @@ std::string Build(c10::DeviceIndex device, const std::string& name,
 
 }  // namespace
 
+namespace {
+
+// Run-time arguments (Program::Arg) without an allocation per run. Each queue
+// has a ring of slots, in host memory and in one device buffer of its device:
+// a run's bytes go into the next slot and a host-to-device copy queued before
+// the execution reads them from there when the queue reaches it. So a run
+// needs no device tensor, no owned copy of its bytes and no host callback to
+// free them (three queue commands become two). A slot is written again only
+// once the queue has completed the copy that last read it (tern_queue_query);
+// the device slot is safe in queue order, as g_args_mutex is held from the
+// copy to the execution's submission, so any later copy into that slot is
+// queued behind the execution that reads it. Like the RNG pools, the rings
+// live as long as the process (64 KiB of device memory per queue).
+constexpr size_t kArgSlotBytes = 256;
+constexpr size_t kArgSlots = 256;
+
+struct ArgsRing {
+  tern_buffer_t buffer = nullptr;
+  std::unique_ptr<uint8_t[]> host;
+  std::array<uint64_t, kArgSlots> read_by{};  // sequence of the copy that last read a slot; 0: none
+  size_t next = 0;
+  uint64_t completed = 0;  // the queue's completed sequence, as last asked
+};
+
+std::mutex g_args_mutex;
+auto* g_args_rings = new std::unordered_map<tern_queue_t, ArgsRing>();
+
+// Queues the copy of `bytes` into the next slot of `queue`'s ring, sets
+// `*binding` to that slot and hands back g_args_mutex, held, in `*lock`.
+// False (nothing queued, nothing held) when the bytes do not fit a slot, the
+// ring's next slot is still to be read (the queue is a whole ring behind) or
+// its buffer cannot be allocated: the caller then takes the general way.
+bool StageArgs(tern_queue_t queue, c10::DeviceIndex device, const std::vector<uint8_t>& bytes,
+               tern_binding_t* binding, std::unique_lock<std::mutex>* lock) {
+  if (bytes.size() > kArgSlotBytes) return false;
+  std::unique_lock<std::mutex> held(g_args_mutex);
+  ArgsRing& ring = (*g_args_rings)[queue];
+  if (ring.buffer == nullptr) {
+    tern_buffer_params_t params{};
+    params.struct_size = sizeof(params);
+    params.size = kArgSlots * kArgSlotBytes;
+    params.category = TERN_MEMORY_TENSORS;
+    tern_buffer_t buffer = nullptr;
+    if (tern_buffer_alloc(GetTernDevice(device), &params, &buffer) != TERN_OK) return false;
+    ring.buffer = buffer;
+    ring.host = std::make_unique<uint8_t[]>(kArgSlots * kArgSlotBytes);
+  }
+  const size_t slot = ring.next;
+  if (ring.read_by[slot] > ring.completed) {
+    uint64_t completed = 0;
+    tern_queue_query(queue, &completed);  // NOT_READY or a sticky error: only the value counts
+    ring.completed = completed;
+    if (ring.read_by[slot] > completed) return false;
+  }
+  uint8_t* host = ring.host.get() + slot * kArgSlotBytes;
+  std::memcpy(host, bytes.data(), bytes.size());
+  uint64_t sequence = 0;
+  TERN_CHECK(
+      tern_queue_copy_h2d(queue, ring.buffer, slot * kArgSlotBytes, host, bytes.size(), &sequence));
+  ring.read_by[slot] = sequence;
+  ring.next = (slot + 1) % kArgSlots;
+  *binding = {ring.buffer, slot * kArgSlotBytes};
+  *lock = std::move(held);
+  return true;
+}
+
+}  // namespace
+
 bool Program::Run(bool cache) {
   if (!ok_ || !ExecutablesAvailable() || instructions_.empty() || device_.index() < 0) {
     return false;
@@ -761,23 +830,29 @@ bool Program::Run(bool cache) {
   Unload(evicted);
   if (executable == nullptr) return false;
 
-  at::Tensor args_tensor;
-  if (args_input_ >= 0) {
-    // The per-run values: one small host-to-device copy, in queue order.
+  // The per-run values: one small host-to-device copy, in queue order.
+  tern_binding_t args_binding{nullptr, 0};
+  std::unique_lock<std::mutex> args_lock;  // from the values' copy to the execution's submission
+  at::Tensor args_tensor;                  // (kept until the execution is queued)
+  if (args_input_ >= 0 &&
+      (capturing || !StageArgs(queue, device, args_, &args_binding, &args_lock))) {
+    // Captured (the graph keeps the bytes), or the queue's ring is busy: a
+    // device tensor of the caching allocator and a copy that owns the bytes.
     args_tensor = at::empty({static_cast<int64_t>(args_.size())},
                             at::TensorOptions().dtype(at::kByte).device(device_));
     const DeviceLocation loc = Locate(args_tensor);
     EnqueueOwnedH2D(queue, loc.buffer, loc.offset, args_);
+    args_binding = {loc.buffer, loc.offset};
   }
   c10::SmallVector<tern_binding_t, 8> in, out;
   for (const Binding& b : bindings_) {
     tern_binding_t binding{nullptr, 0};
     if (b.raw_buffer != nullptr) {
       binding = {b.raw_buffer, b.raw_offset};
-    } else if (b.is_tensor ? b.span > 0 : true) {
-      const DeviceLocation loc = b.is_tensor
-                                     ? TernDeviceAllocator::Get().Resolve(b.storage, b.data, device)
-                                     : Locate(args_tensor);
+    } else if (!b.is_tensor) {
+      binding = args_binding;
+    } else if (b.span > 0) {
+      const DeviceLocation loc = TernDeviceAllocator::Get().Resolve(b.storage, b.data, device);
       binding = {loc.buffer, loc.offset};
     }
     (b.output ? out : in).push_back(binding);
