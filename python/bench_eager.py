@@ -40,17 +40,7 @@ if __name__ == "__main__":
 
 import torch  # noqa: E402
 import torch_tern  # noqa: E402
-
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
+from torch_tern.collect_env import cpu_model  # noqa: E402
 
 
 def sync(device):

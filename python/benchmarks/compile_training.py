@@ -61,7 +61,6 @@ import copy
 import glob
 import json
 import os
-import platform
 import random
 import statistics
 import subprocess
@@ -98,29 +97,12 @@ import torch.nn.functional as F  # noqa: E402
 
 import torch_tern  # noqa: F401,E402  (registers the tern device and torch.tern)
 import torch_tern.compiler as tc  # noqa: E402
+from torch_tern.collect_env import cpu_model  # noqa: E402
 
 # GPT-2's sizes: the model is built from a config, nothing is downloaded.
 VOCAB = 512
 MAX_LEN = 512
 CHILD_MARK = "@@first-step "  # how a child process's result line starts
-
-
-def cpu_model_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
-        for line in out.splitlines():
-            if line.startswith("Model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def load_average() -> str:
@@ -558,7 +540,7 @@ def main():
         first_step_child(args.clear_cache)
         return
 
-    print(f"CPU: {cpu_model_name()}, {os.cpu_count()} CPUs; torch {torch.__version__}; "
+    print(f"CPU: {cpu_model()}, {os.cpu_count()} CPUs; torch {torch.__version__}; "
           f"tern device: simulated on the same CPUs; load average {load_average()}")
 
     sections = {

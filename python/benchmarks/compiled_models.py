@@ -20,7 +20,6 @@ holds.
 import argparse
 import copy
 import os
-import platform
 import statistics
 import tempfile
 import time
@@ -29,17 +28,7 @@ import torch
 import torch.nn as nn
 
 import torch_tern.compiler as tc
-
-
-def cpu_model_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
+from torch_tern.collect_env import cpu_model
 
 
 class Mlp(nn.Module):
@@ -215,7 +204,7 @@ def main():
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     torch.manual_seed(0)
-    print(f"CPU: {cpu_model_name()}, {os.cpu_count()} CPUs; torch {torch.__version__}; "
+    print(f"CPU: {cpu_model()}, {os.cpu_count()} CPUs; torch {torch.__version__}; "
           f"round trip between two CPUs {cross_cpu_round_trip()}")
     with tempfile.TemporaryDirectory() as tmp:
         for batch in (1, 8):

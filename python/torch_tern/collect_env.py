@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import platform
+import subprocess
 import sys
 
 
@@ -17,6 +18,25 @@ def _fmt_bytes(n: int) -> str:
         if n >= size:
             return f"{n / size:.2f} {unit}"
     return f"{n} B"
+
+
+def cpu_model() -> str:
+    """The host CPU's model name (what benchmarks print beside their figures)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
+        for line in out.splitlines():
+            if line.startswith("Model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
 
 
 def _usable(torch, torch_tern) -> tuple[bool, str]:
@@ -37,7 +57,8 @@ def _usable(torch, torch_tern) -> tuple[bool, str]:
 
 
 def collect() -> list[str]:
-    lines = [f"Python: {sys.version.split()[0]} ({platform.platform()})"]
+    lines = [f"Python: {sys.version.split()[0]} ({platform.platform()})",
+             f"CPU: {cpu_model()}, {os.cpu_count()} CPUs"]
     try:
         import torch
     except Exception as err:
