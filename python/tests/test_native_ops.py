@@ -222,6 +222,44 @@ def test_programs_are_cached_by_shape():
     assert after["launches"] >= before["launches"] + 5
 
 
+def test_cache_cleared_while_the_autograd_thread_runs_ops():
+    # Backward runs on the device's autograd thread while Python is free to
+    # clear the kernel cache; an executable it looked up must not be unloaded
+    # before it is queued (it was: "executable is not a live executable
+    # handle" within the first few steps, every run).
+    import threading
+
+    torch.manual_seed(0)
+    cpu_model = torch.nn.Sequential(
+        torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
+    model = torch.nn.Sequential(
+        torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10)).to("tern")
+    model.load_state_dict(cpu_model.state_dict())
+    x, y = torch.randn(32, 64), torch.randint(0, 10, (32,))
+    torch.nn.functional.cross_entropy(cpu_model(x), y).backward()
+    xt, yt = x.to("tern"), y.to("tern")
+    stop, clears = threading.Event(), [0]
+
+    def clear_in_a_loop():
+        while not stop.is_set():
+            torch_tern._C._kernel_cache_clear()
+            clears[0] += 1
+
+    clearer = threading.Thread(target=clear_in_a_loop)
+    clearer.start()
+    try:
+        for _ in range(100):
+            model.zero_grad(set_to_none=True)
+            torch.nn.functional.cross_entropy(model(xt), yt).backward()
+            torch.tern.synchronize()
+    finally:
+        stop.set()
+        clearer.join()
+    assert clears[0] > 10
+    for p, ref in zip(model.parameters(), cpu_model.parameters()):
+        torch.testing.assert_close(p.grad.cpu(), ref.grad, rtol=1e-5, atol=1e-5)
+
+
 def test_same_shape_elementwise_shares_one_program_per_count(fallback_log):
     # Same-shape, same-dtype, contiguous elementwise calls run a 1-D program
     # found by a compact key: one program per op and element count, whatever

@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <unordered_map>
+#include <vector>
 
 #include "aten/minimal.h"
 #include "runtime/allocator.h"
@@ -172,6 +173,59 @@ std::shared_ptr<void> Pin(tern_executable_t executable) {
   }
   return std::shared_ptr<void>(static_cast<void*>(executable), &Unpin);
 }
+
+// Between its lookup under g_mutex and its submission, a run holds a bare
+// executable handle that another thread's eviction or ClearCache() could
+// unload (the autograd device thread runs ops while Python clears the cache).
+// Runs in that window are counted (incremented under g_mutex), and what the
+// cache drops while any is in it is retired rather than unloaded: whoever ends
+// the last such run unloads the retired ones. Queued executions keep their
+// executable alive themselves, so nothing waits for the device.
+std::atomic<int64_t> g_submitting{0};
+auto* g_retired = new std::vector<tern_executable_t>();  // guarded by g_mutex
+std::atomic<bool> g_any_retired{false};
+
+// Under g_mutex: drops `executable` from the cache's keeping.
+void RetireLocked(tern_executable_t executable) {
+  if (executable == nullptr) return;
+  g_retired->push_back(executable);
+  g_any_retired.store(true, std::memory_order_release);
+}
+
+// Without g_mutex: unloads the retired executables unless a run is between
+// its lookup and its submission (that run's end does it).
+void UnloadRetired() {
+  std::vector<tern_executable_t> retired;
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    if (g_submitting.load(std::memory_order_acquire) != 0) return;
+    retired.swap(*g_retired);
+    g_any_retired.store(false, std::memory_order_relaxed);
+  }
+  for (tern_executable_t executable : retired) Unload(executable);
+}
+
+// One run's stay between lookup and submission: Enter() under g_mutex, the
+// end when this goes out of scope (after the submission, or on an error).
+class SubmitWindow {
+ public:
+  SubmitWindow() = default;
+  SubmitWindow(const SubmitWindow&) = delete;
+  SubmitWindow& operator=(const SubmitWindow&) = delete;
+  ~SubmitWindow() {
+    if (entered_ && g_submitting.fetch_sub(1, std::memory_order_acq_rel) == 1 &&
+        g_any_retired.load(std::memory_order_acquire)) {
+      UnloadRetired();
+    }
+  }
+  void Enter() {  // under g_mutex
+    g_submitting.fetch_add(1, std::memory_order_relaxed);
+    entered_ = true;
+  }
+
+ private:
+  bool entered_ = false;
+};
 
 }  // namespace
 
@@ -766,8 +820,8 @@ bool Program::Run(bool cache) {
 
   tern_executable_t executable = nullptr;
   uint32_t function = 0;
-  tern_executable_t evicted = nullptr;
   bool one_off = false;
+  SubmitWindow window;
   const c10::DeviceIndex device = device_.index();
   tern_queue_t queue = CurrentQueue(device);
   const bool capturing = IsCapturing(queue);
@@ -801,8 +855,8 @@ bool Program::Run(bool cache) {
         if (g_cache->size() > kCacheCapacity) {
           auto victim = g_cache->find(g_lru->back());
           if (victim->second.elementwise_key) g_elementwise->erase(*victim->second.elementwise_key);
-          evicted = victim->second.executable;
-          if (evicted != nullptr) --g_info.entries;
+          RetireLocked(victim->second.executable);
+          if (victim->second.executable != nullptr) --g_info.entries;
           ++g_info.evictions;
           g_lru->pop_back();
           g_cache->erase(victim);
@@ -826,8 +880,8 @@ bool Program::Run(bool cache) {
     }
     // Pinned under g_mutex, before any other thread can evict it.
     if (capturing && executable != nullptr) pin = Pin(executable);
+    window.Enter();  // also ends this run's own evictions when nothing else is in flight
   }
-  Unload(evicted);
   if (executable == nullptr) return false;
 
   // The per-run values: one small host-to-device copy, in queue order.
@@ -924,6 +978,7 @@ bool RunElementwise(const char* name, tern_opcode_t opcode, int64_t fn, const at
 
   tern_executable_t executable = nullptr;
   uint32_t function = 0;
+  SubmitWindow window;
   {
     std::lock_guard<std::mutex> lock(g_mutex);
     auto it = g_elementwise->find(key);
@@ -933,6 +988,7 @@ bool RunElementwise(const char* name, tern_opcode_t opcode, int64_t fn, const at
       if (it->second->executable == nullptr) return false;  // refused: the general path
       executable = it->second->executable;
       function = it->second->function;
+      window.Enter();
     }
   }
   if (executable == nullptr) {
@@ -984,13 +1040,16 @@ CacheInfo GetCacheInfo() {
 }
 
 void ClearCache() {
-  std::lock_guard<std::mutex> lock(g_mutex);
-  for (auto& [key, entry] : *g_cache) Unload(entry.executable);
-  g_cache->clear();
-  g_elementwise->clear();
-  g_lru->clear();
-  g_info = CacheInfo();
-  g_launches.store(0, std::memory_order_relaxed);
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    for (auto& [key, entry] : *g_cache) RetireLocked(entry.executable);
+    g_cache->clear();
+    g_elementwise->clear();
+    g_lru->clear();
+    g_info = CacheInfo();
+    g_launches.store(0, std::memory_order_relaxed);
+  }
+  UnloadRetired();  // now, unless runs are in flight: the last of them does it
 }
 
 }  // namespace torch_tern::program
