@@ -1,5 +1,7 @@
 """The caching allocator: statistics, reuse, empty_cache, out of memory, pinned memory."""
 
+import gc
+
 import pytest
 import torch
 
@@ -8,6 +10,9 @@ GiB = 1 << 30
 
 @pytest.fixture(autouse=True)
 def clean_allocator():
+    # Tensors an earlier test left in reference cycles (a raised exception's
+    # traceback keeps its frames' tensors) hold their blocks until collected.
+    gc.collect()
     torch.tern.synchronize()
     torch.tern.empty_cache()
     torch.tern.reset_peak_memory_stats()
