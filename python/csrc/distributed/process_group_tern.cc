@@ -242,8 +242,12 @@ class WorkTern final : public c10d::Work {
                               : static_cast<uint64_t>(timeout.count()) * 1000000ull;
       const tern_status_t status = tern_event_synchronize(RawEvent(), ns);
       if (status == TERN_ERROR_TIMEOUT) {
-        ThrowDist("tern " + c10d::opTypeToString(opType_) + ": Work.wait timed out after " +
-                  std::to_string(timeout.count()) + " ms (the operation is still running)");
+        // "caught collective operation timeout" is NCCL's phrase for this,
+        // which job monitors and tests look for.
+        ThrowDist("tern " + c10d::opTypeToString(opType_) +
+                  ": Work.wait caught collective operation timeout after " +
+                  std::to_string(timeout.count()) +
+                  " ms: the operation is still running (has every rank of the group called it?)");
       }
       RethrowIfFailed(Poll());
     }

@@ -43,6 +43,11 @@ that device tern, and nothing else. Each patch, and why:
    as shipped (tern then refuses them: a group made with ``backend="tern"``
    has no backend for CPU tensors). Tensors a test puts on the CPU explicitly
    (``device="cpu"``, ``.cpu()``) stay there in both modes.
+6. The name ``dist`` inside distributed_test (only there) is a view of
+   torch.distributed whose ``new_group(backend="nccl")`` makes a group of
+   BACKEND: the suite names NCCL where it means the backend of its CUDA
+   tensors (``test_average_parameters``, the monitored-barrier tests), and
+   its CUDA tensors are tern tensors here (3.).
 
 Environment: BACKEND (default tern), WORLD_SIZE (default 2),
 TERN_SUITE_PLACEMENT (tern or cpu), DISTRIBUTED_TESTS_DEFAULT_TIMEOUT (the
@@ -166,6 +171,29 @@ class _SuiteTorch(types.ModuleType):
 
 
 distributed_test.torch = _SuiteTorch()
+
+
+# 6. The suite's view of torch.distributed: NCCL groups are groups of BACKEND.
+def _new_group(*args, **kwargs):
+    if len(args) > 2 and args[2] == "nccl":  # new_group(ranks, timeout, backend, ...)
+        args = args[:2] + (BACKEND,) + args[3:]
+    if kwargs.get("backend") == "nccl":  # dist.Backend.NCCL is the string "nccl"
+        kwargs["backend"] = BACKEND
+    return torch.distributed.new_group(*args, **kwargs)
+
+
+class _SuiteDist(types.ModuleType):
+    """torch.distributed, as distributed_test sees it."""
+
+    def __init__(self):
+        super().__init__("torch.distributed")
+        self.__dict__["new_group"] = _new_group
+
+    def __getattr__(self, name):
+        return getattr(torch.distributed, name)
+
+
+distributed_test.dist = _SuiteDist()
 
 
 # 4. and 5. In each rank process.
