@@ -68,6 +68,29 @@ def test_op_without_a_cpu_kernel_says_so_for_tern(fallback_log):
     assert "from the 'CPU' backend" not in message, message
 
 
+@pytest.mark.parametrize("make", [
+    lambda: torch.sparse_coo_tensor([[0, 1], [1, 0]], [1.0, 2.0], (2, 2), device="tern"),
+    lambda: torch.sparse_coo_tensor([[0, 1], [1, 0]], [1.0, 2.0], (2, 2)).to("tern"),
+    lambda: torch.ones(2, 2, device="tern").to_sparse(),
+    lambda: torch.nn.Embedding(4, 2, sparse=True).to("tern")(
+        torch.tensor([1], device="tern")).sum().backward(),
+], ids=["factory", "to", "to_sparse", "embedding_sparse_grad"])
+def test_sparse_coo_on_tern_is_a_clear_error(make, fallback_log):
+    # tern tensors are strided only; PyTorch's own message named a
+    # 'Sparsetern' backend and said nothing of what to do.
+    with pytest.raises(NotImplementedError) as caught:
+        make()
+    message = str(caught.value)
+    assert "sparse COO tensor on tern" in message and "strided (dense) only" in message, message
+    assert ".to_dense()" in message and "sparse=False" in message, message
+    assert "Sparsetern" not in message, message
+    # (to_sparse computes on the CPU fallback; its result cannot come back)
+    assert set(fallback_log.get_fallback_ops()) <= {"aten::_to_sparse"}
+    # Sparse tensors on the CPU are untouched.
+    cpu = torch.sparse_coo_tensor([[0, 1], [1, 0]], [1.0, 2.0], (2, 2))
+    assert torch.equal(cpu.to_dense(), torch.tensor([[0.0, 1.0], [2.0, 0.0]]))
+
+
 def test_warn_mode_warns_once(fallback_log, monkeypatch):
     monkeypatch.setenv("TORCH_TERN_FALLBACK", "warn")
     a = torch.ones(4, device="tern")

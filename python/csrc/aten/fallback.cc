@@ -74,6 +74,14 @@ void CheckWrittenArgumentsOnTern(const c10::OperatorHandle& op, const std::strin
 
 }  // namespace
 
+void SparseRefusal(const c10::OperatorHandle& op, torch::jit::Stack* /*stack*/) {
+  TORCH_CHECK_NOT_IMPLEMENTED(
+      false, "torch_tern: operator '", OperatorName(op),
+      "' would make or use a sparse COO tensor on tern, but tern tensors are strided (dense) only. "
+      "Keep sparse tensors on the CPU, or make them dense (.to_dense()) before moving them to "
+      "tern; for nn.Embedding / nn.EmbeddingBag on tern, use sparse=False (dense gradients).");
+}
+
 void CpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const std::string name = OperatorName(op);
   RefuseIfCurrentStreamCapturing("operator '" + name +

@@ -15,6 +15,10 @@ namespace torch_tern {
 // runs it on the CPU. Native kernels that decline call it (native.h).
 void CpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
+// Every operator on a sparse COO tern tensor: a NotImplementedError that says
+// tern tensors are strided only and what to do instead.
+void SparseRefusal(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
 // Operator name ("aten::add.Tensor") -> times it ran through the fallback.
 std::map<std::string, int64_t> FallbackOps();
 void ClearFallbackOps();

@@ -81,6 +81,13 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&CpuFallback>());
 }
 
+// Sparse COO tensors on tern: every operator says why not and what to do
+// (without it, PyTorch's "Could not run ... from the 'Sparsetern' backend").
+// The CPU fallback cannot take them: its copies back to tern are strided.
+TORCH_LIBRARY_IMPL(_, SparsePrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&SparseRefusal>());
+}
+
 // _copy_from handles conjugate and negative bits itself (copy.cc). Without
 // these fallthroughs the Conjugate/Negative fallbacks would materialize the
 // source with clone(), whose copy_ calls _copy_from again, forever.
