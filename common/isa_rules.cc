@@ -275,7 +275,7 @@ Status CheckF64(Checker& c, uint32_t opcode) {
     return c.Unsupported(
         "{} does not take f64: f64 is a storage dtype with copy, cast, fill, where and the "
         "Vector engine's add, sub, mul, div, max, min, comparisons, neg, abs, reciprocal, sqrt, "
-        "rsqrt, exp and log (feature f64); cast to f32 first",
+        "rsqrt, exp, log, sin and cos (feature f64); cast to f32 first",
         what);
   };
   switch (opcode) {
@@ -314,6 +314,8 @@ Status CheckF64(Checker& c, uint32_t opcode) {
         case TERN_UNARY_RSQRT:
         case TERN_UNARY_EXP:
         case TERN_UNARY_LOG:
+        case TERN_UNARY_SIN:  // since 2026-12-04: rotary angles computed in float64
+        case TERN_UNARY_COS:
           return OkStatus();
         default:
           return refuse(UnaryFnName(fn) ? UnaryFnName(fn) : "this unary function");

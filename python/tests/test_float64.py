@@ -1,6 +1,6 @@
 """float64 tensors on tern: copies and casts (.double(), .float()), the
 arithmetic and comparisons the ISA's f64 functions cover, and the unary
-functions neg, abs, reciprocal, sqrt, rsqrt, exp and log run on the device,
+functions neg, abs, reciprocal, sqrt, rsqrt, exp, log, sin and cos run on the device,
 exactly as on the CPU; GradScaler's step (which takes the reciprocal of its
 scale in float64) takes no CPU fallback. Everything else on float64 still
 takes the logged fallback."""
@@ -9,6 +9,8 @@ import math
 
 import pytest
 import torch
+
+import torch_tern
 
 g = torch.Generator().manual_seed(0)
 
@@ -30,12 +32,13 @@ def test_casts_and_copies_stay_on_the_device(fallback_log):
     assert fallback_log.get_fallback_ops() == {}
 
 
-@pytest.mark.parametrize("op", ["neg", "abs", "reciprocal", "sqrt", "rsqrt", "exp", "log"])
+@pytest.mark.parametrize("op", ["neg", "abs", "reciprocal", "sqrt", "rsqrt", "exp", "log", "sin",
+                                "cos"])
 def test_unary_matches_cpu(op, fallback_log):
     x = torch.rand(64, generator=g, dtype=torch.float64) * 10 + 1e-3
     x[0] = 1.0 / 3.0
     fn = getattr(torch, op)
-    # IEEE operations are exact; exp, log and rsqrt within a few units in the
+    # IEEE operations are exact; exp, log, sin, cos and rsqrt within a few units in the
     # last place (the CPU's vectorised versions are not the C library's).
     tol = {} if op in ("neg", "abs", "reciprocal", "sqrt") else {"rtol": 1e-15, "atol": 0}
     want = fn(x)
@@ -60,6 +63,24 @@ def test_binary_matches_cpu_exactly(op, fallback_log):
     fn = getattr(torch, op)
     torch.testing.assert_close(fn(tern(a), tern(b)).cpu(), fn(a, b), rtol=0, atol=0,
                                equal_nan=True)
+    assert fallback_log.get_fallback_ops() == {}
+
+
+def test_python_numbers_are_float64_arguments(fallback_log):
+    # A model's float64 rotary angles: `emb.cos() * attention_scaling`.
+    a = torch.randn(4, 6, generator=g, dtype=torch.float64)
+    t = tern(a)
+    for scale in (0.7071067811865476, 3, 1e-300):
+        assert torch.equal((t * scale).cpu(), a * scale)
+        assert torch.equal((scale / t).cpu(), scale / a)
+        assert torch.equal((t - scale).cpu(), a - scale)
+        assert torch.equal((t > scale).cpu(), a > scale)
+    t.mul_(2.5)
+    assert torch.equal(t.cpu(), a * 2.5)
+    before = torch_tern.kernel_cache_info()["misses"]
+    for scale in (0.25, 0.5, 0.75):  # a new value builds nothing
+        assert torch.equal((tern(a) * scale).cpu(), a * scale)
+    assert torch_tern.kernel_cache_info()["misses"] == before
     assert fallback_log.get_fallback_ops() == {}
 
 

@@ -137,6 +137,8 @@ TEST(F64Test, UnaryFunctionsAndWhere) {
       {TERN_UNARY_RSQRT, [](double x) { return 1.0 / std::sqrt(x); }},
       {TERN_UNARY_EXP, [](double x) { return std::exp(x); }},
       {TERN_UNARY_LOG, [](double x) { return std::log(x); }},
+      {TERN_UNARY_SIN, [](double x) { return std::sin(x); }},
+      {TERN_UNARY_COS, [](double x) { return std::cos(x); }},
   };
   for (const Case& c : cases) {
     Tensor in = F64(values);

@@ -918,6 +918,10 @@ double UnaryF64(int64_t fn, double x) {
       return std::exp(x);
     case TERN_UNARY_LOG:
       return std::log(x);
+    case TERN_UNARY_SIN:
+      return std::sin(x);
+    case TERN_UNARY_COS:
+      return std::cos(x);
     default:  // refused by the rules
       return std::numeric_limits<double>::quiet_NaN();
   }

@@ -154,8 +154,14 @@ bool UnaryF64(const char* name, tern_unary_fn_t fn, const at::Tensor& self, cons
 bool BinaryF64(const char* name, tern_binary_fn_t fn, Kind kind, const at::Tensor& a,
                const at::Tensor& b, const at::Tensor& out, const c10::Scalar& alpha) {
   const at::ScalarType want_out = kind == Kind::kCompare ? at::kBool : at::kDouble;
-  if (!IsTern(a) || !IsTern(b) || !IsTern(out) || a.scalar_type() != at::kDouble ||
-      b.scalar_type() != at::kDouble || out.scalar_type() != want_out ||
+  // A Python number (a wrapped CPU scalar: `x * 0.5` of a float64 x) is a
+  // run-time argument in float64, so each value does not build a program.
+  auto operable = [](const at::Tensor& t) {
+    return (IsTern(t) && t.scalar_type() == at::kDouble) ||
+           (IsCpuScalar(t) &&
+            (t.is_floating_point() || t.scalar_type() == at::kLong || t.scalar_type() == at::kInt));
+  };
+  if (!operable(a) || !operable(b) || !IsTern(out) || out.scalar_type() != want_out ||
       !(alpha.isIntegral(false) ? alpha.toLong() == 1 : alpha.toDouble() == 1.0)) {
     return false;
   }
@@ -165,7 +171,10 @@ bool BinaryF64(const char* name, tern_binary_fn_t fn, Kind kind, const at::Tenso
   Program p(name);
   p.AllowF64();
   const Operand o = p.Out(out);
-  const Operand A = p.In(a), B = p.In(b);
+  auto input = [&p](const at::Tensor& t) {
+    return IsCpuScalar(t) ? p.Arg(t.item().toDouble(), TERN_DTYPE_F64) : p.In(t);
+  };
+  const Operand A = input(a), B = input(b);
   if (!p.ok()) return false;
   p.Emit(TERN_OP_BINARY, {o, A.Expand(shape), B.Expand(shape)}, {fn});
   return p.Run();

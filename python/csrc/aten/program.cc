@@ -483,6 +483,9 @@ void EncodeFloat(double value, tern_dtype_t dtype, uint8_t* out) {
       std::memcpy(out, &v, 2);
       return;
     }
+    case TERN_DTYPE_F64:  // only in programs that allow f64 (AllowF64)
+      std::memcpy(out, &value, 8);
+      return;
     default:
       TORCH_CHECK(false, "kernels: a float constant needs a float dtype");
   }
@@ -510,7 +513,7 @@ void EncodeInt(int64_t value, tern_dtype_t dtype, uint8_t* out) {
 }
 
 bool IsFloatDtype(tern_dtype_t d) {
-  return d == TERN_DTYPE_F32 || d == TERN_DTYPE_BF16 || d == TERN_DTYPE_F16;
+  return d == TERN_DTYPE_F32 || d == TERN_DTYPE_BF16 || d == TERN_DTYPE_F16 || d == TERN_DTYPE_F64;
 }
 
 using Slot = std::array<uint8_t, 8>;
