@@ -82,6 +82,11 @@ def test_python_numbers_are_float64_arguments(fallback_log):
         assert torch.equal((tern(a) * scale).cpu(), a * scale)
     assert torch_tern.kernel_cache_info()["misses"] == before
     assert fallback_log.get_fallback_ops() == {}
+    # Not an f64 function of the ISA: declined at once (no refused program), the CPU runs it.
+    failures = torch_tern.kernel_cache_info()["failures"]
+    assert torch.equal(torch.fmod(tern(a), 1.5).cpu(), torch.fmod(a, 1.5))
+    assert torch_tern.kernel_cache_info()["failures"] == failures
+    assert set(fallback_log.get_fallback_ops()) == {"aten::fmod.Tensor_out"}
 
 
 def test_in_place_and_other_ops_fall_back(fallback_log):

@@ -154,6 +154,25 @@ bool UnaryF64(const char* name, tern_unary_fn_t fn, const at::Tensor& self, cons
 bool BinaryF64(const char* name, tern_binary_fn_t fn, Kind kind, const at::Tensor& a,
                const at::Tensor& b, const at::Tensor& out, const c10::Scalar& alpha) {
   const at::ScalarType want_out = kind == Kind::kCompare ? at::kBool : at::kDouble;
+  // The ISA's f64 binary functions (docs/isa.md); others decline at once
+  // rather than build a program the loader refuses.
+  switch (fn) {
+    case TERN_BINARY_ADD:
+    case TERN_BINARY_SUB:
+    case TERN_BINARY_MUL:
+    case TERN_BINARY_DIV:
+    case TERN_BINARY_MAX:
+    case TERN_BINARY_MIN:
+    case TERN_BINARY_EQ:
+    case TERN_BINARY_NE:
+    case TERN_BINARY_LT:
+    case TERN_BINARY_LE:
+    case TERN_BINARY_GT:
+    case TERN_BINARY_GE:
+      break;
+    default:
+      return false;
+  }
   // A Python number (a wrapped CPU scalar: `x * 0.5` of a float64 x) is a
   // run-time argument in float64, so each value does not build a program.
   auto operable = [](const at::Tensor& t) {

@@ -72,7 +72,8 @@ struct ElementwiseKeyHash {
 };
 
 // Executables kept loaded; the least recently used one beyond this is
-// unloaded (executions already queued keep what they need).
+// unloaded (executions already queued keep what they need; a run about to
+// submit it defers that, see SubmitWindow).
 constexpr size_t kCacheCapacity = 4096;
 
 struct Entry {
@@ -189,7 +190,10 @@ std::atomic<bool> g_any_retired{false};
 void RetireLocked(tern_executable_t executable) {
   if (executable == nullptr) return;
   g_retired->push_back(executable);
-  g_any_retired.store(true, std::memory_order_release);
+  // Sequentially consistent, as are the counter's decrement and both loads:
+  // each side stores, then loads what the other stored (with weaker orders
+  // both could read the old values and the unload would wait for a later run).
+  g_any_retired.store(true);
 }
 
 // Without g_mutex: unloads the retired executables unless a run is between
@@ -198,7 +202,7 @@ void UnloadRetired() {
   std::vector<tern_executable_t> retired;
   {
     std::lock_guard<std::mutex> lock(g_mutex);
-    if (g_submitting.load(std::memory_order_acquire) != 0) return;
+    if (g_submitting.load() != 0) return;
     retired.swap(*g_retired);
     g_any_retired.store(false, std::memory_order_relaxed);
   }
@@ -213,8 +217,7 @@ class SubmitWindow {
   SubmitWindow(const SubmitWindow&) = delete;
   SubmitWindow& operator=(const SubmitWindow&) = delete;
   ~SubmitWindow() {
-    if (entered_ && g_submitting.fetch_sub(1, std::memory_order_acq_rel) == 1 &&
-        g_any_retired.load(std::memory_order_acquire)) {
+    if (entered_ && g_submitting.fetch_sub(1) == 1 && g_any_retired.load()) {
       UnloadRetired();
     }
   }

@@ -212,7 +212,8 @@ struct CacheInfo {
   std::string last_error;
 };
 CacheInfo GetCacheInfo();
-// Unloads every cached executable.
+// Drops every cached executable: unloaded now, or by the last run that was
+// between its lookup and its submission (see SubmitWindow in program.cc).
 void ClearCache();
 
 }  // namespace torch_tern::program
