@@ -126,7 +126,11 @@ bool Unary(const char* name, tern_unary_fn_t fn, const at::Tensor& self, const a
 // a mixed-precision loop's float64 bookkeeping (GradScaler takes the
 // reciprocal of its scale in float64) stays on the device instead of taking
 // the CPU fallback. The ISA's validation decides which functions: a refused
-// program is cached as refused and the op falls back.
+// program is cached as refused and the op falls back. BinaryF64 also checks
+// its function against a copy of CheckF64's binary list first (common/ is
+// below the plugin's layer and libtern has no query for it), so that a
+// float64 op with a Python number does not build a refused program per
+// shape; if the two lists drift apart, either side only falls back.
 bool OutputOkF64(const at::Tensor& out, std::initializer_list<at::Tensor> inputs) {
   if (out.numel() > 1 && at::has_internal_overlap(out) != at::MemOverlap::No) return false;
   for (const at::Tensor& t : inputs) {
@@ -154,8 +158,8 @@ bool UnaryF64(const char* name, tern_unary_fn_t fn, const at::Tensor& self, cons
 bool BinaryF64(const char* name, tern_binary_fn_t fn, Kind kind, const at::Tensor& a,
                const at::Tensor& b, const at::Tensor& out, const c10::Scalar& alpha) {
   const at::ScalarType want_out = kind == Kind::kCompare ? at::kBool : at::kDouble;
-  // The ISA's f64 binary functions (docs/isa.md); others decline at once
-  // rather than build a program the loader refuses.
+  // The ISA's f64 binary functions (docs/isa.md; a copy of the list in
+  // common/isa_rules.cc CheckF64, see above); others decline at once.
   switch (fn) {
     case TERN_BINARY_ADD:
     case TERN_BINARY_SUB:
