@@ -251,6 +251,36 @@ def test_set_device_initializes_like_cuda(node_env):
     assert out.stdout.split() == ["False", "True", "1"], out.stdout
 
 
+# Backward on every device from its own thread, the script's last line: each
+# device's autograd thread finishes its task while the interpreter exits.
+_BACKWARD_THEN_EXIT = """
+import threading, torch, torch_tern
+n = torch.tern.device_count()
+xs = [torch.randn(4096, device=f"tern:{i}", requires_grad=True) for i in range(n)]
+losses = [(x * 2).tanh().sum() for x in xs]
+barrier = threading.Barrier(n)
+def run(i):
+    barrier.wait()
+    losses[i].backward()
+threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+for t in threads: t.start()
+for t in threads: t.join()
+print("done")
+"""
+
+
+def test_exit_right_after_backward_does_not_abort(node_env):
+    # Without torch_tern's exit hook (torch_tern/_exit.py) about half of these
+    # processes aborted after printing "done" ("terminate called without an
+    # active exception", status -6): an autograd thread released its finished
+    # task's Python objects while the interpreter finalized.
+    for run in range(8):
+        out = subprocess.run([sys.executable, "-c", _BACKWARD_THEN_EXIT], env=node_env,
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0 and out.stdout.split() == ["done"], (
+            run, out.returncode, out.stderr[-2000:])
+
+
 def test_collect_env(node_env):
     out = subprocess.run([sys.executable, "-m", "torch_tern.collect_env"], env=node_env,
                          capture_output=True, text=True, timeout=120)

@@ -73,3 +73,7 @@ _register()
 from . import distributed as _distributed  # noqa: E402  (the "tern" torch.distributed backend)
 
 _distributed.register()
+
+from . import _exit  # noqa: E402
+
+_exit.register()

@@ -1,0 +1,61 @@
+"""What torch_tern does when the interpreter exits.
+
+PyTorch's autograd engine runs a tensor's backward on a thread of its own per
+device (for tern as for CUDA). That thread releases a finished backward's
+bookkeeping (the graph task: its nodes, its saved thread-local state) after
+the caller's ``backward()`` has returned. When the graph held Python objects
+(a custom ``autograd.Function``, every ``torch.compile`` training graph, a
+saved-tensor hook or dispatch mode active at ``backward()``), releasing them
+takes the GIL. A script whose last line is a backward can reach interpreter
+finalization first: the main thread holds the GIL while it finalizes, the
+autograd thread blocks on it, and Python ends that thread inside a C++
+destructor, which aborts the whole process ("terminate called without an
+active exception", exit status -6), after the script's work is done.
+
+In torch 2.13 every graph task holds a Python object: ``backward()`` stashes
+a copy of the caller's ``contextvars`` context in the thread-local state that
+the task carries to the device threads.
+
+At exit, while threads still run, ``drain_autograd_threads`` sends one small
+backward through each tern device's autograd thread and waits for it. The
+thread handles its work in order and releases each task before taking the
+next, so once that backward returns, everything earlier is released. That
+backward must not leave a Python object of its own to be released last: it
+calls the engine directly (no stashed context), and its tensors stay in
+``_KEPT`` until finalization frees them on the main thread.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+
+import torch
+
+_log = logging.getLogger("torch_tern")
+_KEPT: list = []
+
+
+def drain_autograd_threads() -> None:
+    """Waits until every tern device's autograd thread has released the work
+    it was given (see the module's docstring). Does nothing when tern was
+    never initialized in this process (or was, before a fork)."""
+    from . import _C
+
+    if not _C._is_initialized() or _C._is_in_bad_fork():
+        return
+    try:
+        for index in range(_C._device_count()):
+            leaf = torch.zeros(1, device=torch.device("tern", index), requires_grad=True)
+            total = leaf.sum()
+            _KEPT.append((leaf, total))
+            # Not total.backward(): that stashes a context (a Python object)
+            # in the graph task, which the autograd thread may release last.
+            torch.autograd.Variable._execution_engine.run_backward(
+                (total,), (torch.ones_like(total),), False, False, (), True, True)
+    except Exception as err:  # a device in an error state: nothing more to do at exit
+        _log.debug("tern: draining the autograd threads at exit failed: %s", err)
+
+
+def register() -> None:
+    atexit.register(drain_autograd_threads)
