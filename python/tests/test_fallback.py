@@ -91,6 +91,33 @@ def test_sparse_coo_on_tern_is_a_clear_error(make, fallback_log):
     assert torch.equal(cpu.to_dense(), torch.tensor([[0.0, 1.0], [2.0, 0.0]]))
 
 
+@pytest.mark.parametrize("layout, make", [
+    ("CSR", lambda: torch.eye(3, device="tern").to_sparse_csr()),
+    ("CSC", lambda: torch.eye(3, device="tern").to_sparse_csc()),
+    ("BSR", lambda: torch.eye(4, device="tern").to_sparse_bsr((2, 2))),
+    ("CSR", lambda: torch.eye(3).to_sparse_csr().to("tern")),
+    ("CSR", lambda: torch.sparse_csr_tensor([0, 1, 2], [1, 0], [1.0, 2.0], (2, 2),
+                                            device="tern")),
+], ids=["to_sparse_csr", "to_sparse_csc", "to_sparse_bsr", "to", "factory"])
+def test_compressed_sparse_on_tern_is_a_clear_error(layout, make, fallback_log):
+    # A compressed sparse tensor on tern used to be made from its parts (the CPU
+    # fallback's result, or a factory), and then every operator on it failed
+    # with PyTorch's "Could not run ... from the 'SparseCsrtern' backend".
+    try:
+        made = make()
+    except NotImplementedError as caught:
+        message = str(caught)
+    else:
+        with pytest.raises(NotImplementedError) as caught:
+            made.to_dense()
+        message = str(caught.value)
+    assert f"sparse {layout} tensor on tern" in message, message
+    assert "strided (dense) only" in message and ".to_dense()" in message, message
+    assert "SparseCsrtern" not in message, message
+    cpu = torch.eye(3).to_sparse_csr()  # on the CPU, untouched
+    assert torch.equal(cpu.to_dense(), torch.eye(3))
+
+
 def test_warn_mode_warns_once(fallback_log, monkeypatch):
     monkeypatch.setenv("TORCH_TERN_FALLBACK", "warn")
     a = torch.ones(4, device="tern")

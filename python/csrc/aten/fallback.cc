@@ -72,15 +72,66 @@ void CheckWrittenArgumentsOnTern(const c10::OperatorHandle& op, const std::strin
   }
 }
 
+const char* LayoutName(c10::Layout layout) {
+  switch (layout) {
+    case c10::kSparse:
+      return "sparse COO";
+    case c10::kSparseCsr:
+      return "sparse CSR";
+    case c10::kSparseCsc:
+      return "sparse CSC";
+    case c10::kSparseBsr:
+      return "sparse BSR";
+    case c10::kSparseBsc:
+      return "sparse BSC";
+    default:
+      return "non-strided";
+  }
+}
+
+[[noreturn]] void RefuseSparse(const std::string& name, c10::Layout layout) {
+  C10_THROW_ERROR(
+      NotImplementedError,
+      c10::str("torch_tern: operator '", name, "' would make or use a ", LayoutName(layout),
+               " tensor on tern, but tern tensors are strided (dense) only. Keep sparse tensors "
+               "on the CPU, or make them dense (.to_dense()) before moving them to tern; for "
+               "nn.Embedding / nn.EmbeddingBag on tern, use sparse=False (dense gradients)."));
+}
+
 }  // namespace
 
-void SparseRefusal(const c10::OperatorHandle& op, torch::jit::Stack* /*stack*/) {
-  TORCH_CHECK_NOT_IMPLEMENTED(
-      false, "torch_tern: operator '", OperatorName(op),
-      "' would make or use a sparse COO tensor on tern, but tern tensors are strided (dense) only. "
-      "Keep sparse tensors on the CPU, or make them dense (.to_dense()) before moving them to "
-      "tern; for nn.Embedding / nn.EmbeddingBag on tern, use sparse=False (dense gradients).");
+void SparseRefusal(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  // The first sparse tensor argument names the layout; a factory has none.
+  c10::Layout layout = c10::kSparse;
+  const size_t n = op.schema().arguments().size();
+  for (size_t i = stack->size() >= n ? stack->size() - n : 0; i < stack->size(); ++i) {
+    const c10::IValue& value = (*stack)[i];
+    if (value.isTensor() && value.toTensor().defined() &&
+        value.toTensor().layout() != c10::kStrided) {
+      layout = value.toTensor().layout();
+      break;
+    }
+  }
+  RefuseSparse(OperatorName(op), layout);
 }
+
+namespace {
+
+// A sparse CSR, CSC, BSR or BSC result of the CPU fallback (to_sparse_csr) is
+// made on tern from its strided parts without passing the sparse key, so the
+// fallback refuses it here, before anything can use it.
+void RefuseSparseResults(const c10::OperatorHandle& op, const std::string& name,
+                         const torch::jit::Stack& stack) {
+  const size_t n = op.schema().returns().size();
+  for (size_t i = stack.size() >= n ? stack.size() - n : 0; i < stack.size(); ++i) {
+    if (stack[i].isTensor() && stack[i].toTensor().defined() &&
+        stack[i].toTensor().layout() != c10::kStrided) {
+      RefuseSparse(name, stack[i].toTensor().layout());
+    }
+  }
+}
+
+}  // namespace
 
 void CpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const std::string name = OperatorName(op);
@@ -106,6 +157,7 @@ void CpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   CheckWrittenArgumentsOnTern(op, name, *stack);
   try {
     at::native::cpu_fallback(op, stack);
+    RefuseSparseResults(op, name, *stack);
   } catch (const c10::NotImplementedError& e) {
     // PyTorch's own message names the CPU backend, as if the tensors were the
     // CPU's: say what happened to the tern tensors instead. Only for this

@@ -15,7 +15,7 @@ namespace torch_tern {
 // runs it on the CPU. Native kernels that decline call it (native.h).
 void CpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
-// Every operator on a sparse COO tern tensor: a NotImplementedError that says
+// Every operator on a sparse tern tensor (any sparse layout): a NotImplementedError that says
 // tern tensors are strided only and what to do instead.
 void SparseRefusal(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 

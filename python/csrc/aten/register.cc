@@ -81,10 +81,14 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&CpuFallback>());
 }
 
-// Sparse COO tensors on tern: every operator says why not and what to do
-// (without it, PyTorch's "Could not run ... from the 'Sparsetern' backend").
-// The CPU fallback cannot take them: its copies back to tern are strided.
+// Sparse tensors on tern (COO; CSR, CSC, BSR, BSC): every operator says why
+// not and what to do (without it, PyTorch's "Could not run ... from the
+// 'Sparsetern' backend"). The CPU fallback cannot take them: its copies back
+// to tern are strided.
 TORCH_LIBRARY_IMPL(_, SparsePrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&SparseRefusal>());
+}
+TORCH_LIBRARY_IMPL(_, SparseCsrPrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&SparseRefusal>());
 }
 
