@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
 
 import torch
 
@@ -36,13 +37,28 @@ _log = logging.getLogger("torch_tern")
 _KEPT: list = []
 
 
+def _autograd_threads_started() -> bool:
+    """Whether this process ran a backward: the engine starts its device
+    threads (named pt_autograd_<index>) at the first one. True when the
+    threads' names cannot be read."""
+    try:
+        for task in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{task}/comm") as f:
+                if f.read().startswith("pt_autograd_"):
+                    return True
+        return False
+    except OSError:
+        return True
+
+
 def drain_autograd_threads() -> None:
     """Waits until every tern device's autograd thread has released the work
     it was given (see the module's docstring). Does nothing when tern was
-    never initialized in this process (or was, before a fork)."""
+    never initialized in this process (or was, before a fork), or when the
+    process ran no backward."""
     from . import _C
 
-    if not _C._is_initialized() or _C._is_in_bad_fork():
+    if not _C._is_initialized() or _C._is_in_bad_fork() or not _autograd_threads_started():
         return
     try:
         for index in range(_C._device_count()):
