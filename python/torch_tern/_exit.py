@@ -52,25 +52,34 @@ def _autograd_threads_started() -> bool:
 
 
 def drain_autograd_threads() -> None:
-    """Waits until every tern device's autograd thread has released the work
-    it was given (see the module's docstring). Does nothing when tern was
-    never initialized in this process (or was, before a fork), or when the
-    process ran no backward."""
+    """Waits until the autograd thread of every tern device this process
+    holds memory on has released the work it was given (see the module's
+    docstring). Does nothing when tern was never initialized in this process
+    (or was, before a fork), or when the process ran no backward."""
     from . import _C
 
     if not _C._is_initialized() or _C._is_in_bad_fork() or not _autograd_threads_started():
         return
-    try:
-        for index in range(_C._device_count()):
-            leaf = torch.zeros(1, device=torch.device("tern", index), requires_grad=True)
-            total = leaf.sum()
-            _KEPT.append((leaf, total))
-            # Not total.backward(): that stashes a context (a Python object)
-            # in the graph task, which the autograd thread may release last.
-            torch.autograd.Variable._execution_engine.run_backward(
-                (total,), (torch.ones_like(total),), False, False, (), True, True)
-    except Exception as err:  # a device in an error state: nothing more to do at exit
-        _log.debug("tern: draining the autograd threads at exit failed: %s", err)
+    for index in range(_C._device_count()):
+        # A device this process never allocated on ran none of its backwards
+        # (and may be another process's, as a distributed rank's neighbour).
+        if torch.tern.memory_reserved(index) == 0:
+            continue
+        try:
+            # Grad mode is per thread: the main thread may have it off.
+            with torch.inference_mode(False), torch.enable_grad():
+                leaf = torch.zeros(1, dtype=torch.float32, device=torch.device("tern", index),
+                                   requires_grad=True)
+                total = leaf.sum()
+                _KEPT.append((leaf, total))
+                # Not total.backward(): that stashes a context (a Python
+                # object) in the graph task, which the autograd thread may
+                # release last.
+                torch.autograd.Variable._execution_engine.run_backward(
+                    (total,), (torch.ones_like(total),), False, False, (), True, True)
+        except Exception as err:  # a device in an error state: nothing more to do there
+            _log.debug("tern: draining device %d's autograd thread at exit failed: %s", index,
+                       err)
 
 
 def register() -> None:

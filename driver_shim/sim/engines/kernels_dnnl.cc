@@ -1608,4 +1608,16 @@ Status RunConv2dBackwardWeight(const driver::Instruction& ins, Operands ops) {
 }
 
 }  // namespace kernels
+
+bool OneDnnHasFastMatmulForTesting(tern_dtype_t in, tern_dtype_t out) {
+  using dnnl::memory;
+  const memory::dims a_dims = {16, 40}, b_dims = {40, 48}, out_dims = {16, 48};
+  kernels::MatmulEntry entry;
+  kernels::MakeMatmulEntry(memory::desc(a_dims, kernels::DnnlType(in), memory::format_tag::ab),
+                           memory::desc(b_dims, kernels::DnnlType(in), memory::format_tag::any),
+                           memory::desc(out_dims, kernels::DnnlType(out), memory::format_tag::ab),
+                           nullptr, nullptr, memory::data_type::undef, 1.0f, 0.0f, &entry);
+  return entry.ok;
+}
+
 }  // namespace tern::sim

@@ -2,6 +2,8 @@
 #ifndef TERN_DRIVER_SHIM_SIM_ENGINES_KERNELS_TESTING_H_
 #define TERN_DRIVER_SHIM_SIM_ENGINES_KERNELS_TESTING_H_
 
+#include "tern/isa.h"
+
 namespace tern::sim {
 
 // With `disabled` true, matmul and the convolutions skip oneDNN and run the
@@ -16,6 +18,12 @@ bool SetOneDnnDisabledForTesting(bool disabled);
 // the pool's own count. Returns the previous setting (0: none).
 // Thread-safety: affects the calling thread only.
 int SetKernelThreadsForTesting(int threads);
+
+// Whether oneDNN, on this CPU, has more than its slow reference code for a
+// plain matmul from `in` to `out` (bf16 has none on CPUs without AVX-512,
+// for example); only then do the kernels use oneDNN for it, constant weights
+// laid out at load included. Thread-safety: any thread.
+bool OneDnnHasFastMatmulForTesting(tern_dtype_t in, tern_dtype_t out);
 
 }  // namespace tern::sim
 
