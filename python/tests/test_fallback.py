@@ -98,7 +98,8 @@ def test_sparse_coo_on_tern_is_a_clear_error(make, fallback_log):
     ("CSR", lambda: torch.eye(3).to_sparse_csr().to("tern")),
     ("CSR", lambda: torch.sparse_csr_tensor([0, 1, 2], [1, 0], [1.0, 2.0], (2, 2),
                                             device="tern")),
-], ids=["to_sparse_csr", "to_sparse_csc", "to_sparse_bsr", "to", "factory"])
+    ("CSR", lambda: torch.empty((2, 2), layout=torch.sparse_csr, device="tern")),
+], ids=["to_sparse_csr", "to_sparse_csc", "to_sparse_bsr", "to", "factory", "empty"])
 def test_compressed_sparse_on_tern_is_a_clear_error(layout, make, fallback_log):
     # A compressed sparse tensor on tern used to be made from its parts (the CPU
     # fallback's result, or a factory), and then every operator on it failed

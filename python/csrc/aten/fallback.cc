@@ -101,18 +101,26 @@ const char* LayoutName(c10::Layout layout) {
 }  // namespace
 
 void SparseRefusal(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  // The first sparse tensor argument names the layout; a factory has none.
-  c10::Layout layout = c10::kSparse;
-  const size_t n = op.schema().arguments().size();
-  for (size_t i = stack->size() >= n ? stack->size() - n : 0; i < stack->size(); ++i) {
+  // The first sparse tensor argument (or a list's) names the layout; a
+  // factory names it in its `layout` argument.
+  std::optional<c10::Layout> layout;
+  const std::vector<c10::Argument>& args = op.schema().arguments();
+  const size_t n = args.size();
+  const size_t first = stack->size() >= n ? stack->size() - n : 0;
+  auto consider = [&](const at::Tensor& t) {
+    if (!layout && t.defined() && t.layout() != c10::kStrided) layout = t.layout();
+  };
+  for (size_t i = first; i < stack->size() && !layout; ++i) {
     const c10::IValue& value = (*stack)[i];
-    if (value.isTensor() && value.toTensor().defined() &&
-        value.toTensor().layout() != c10::kStrided) {
-      layout = value.toTensor().layout();
-      break;
+    if (value.isTensor()) {
+      consider(value.toTensor());
+    } else if (value.isTensorList()) {
+      for (const at::Tensor& t : value.toTensorVector()) consider(t);
+    } else if (i - first < n && args[i - first].name() == "layout" && value.isInt()) {
+      layout = static_cast<c10::Layout>(value.toInt());
     }
   }
-  RefuseSparse(OperatorName(op), layout);
+  RefuseSparse(OperatorName(op), layout.value_or(c10::kSparse));
 }
 
 namespace {
