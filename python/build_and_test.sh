@@ -7,6 +7,9 @@
 #   python/build_and_test.sh                 # build + all tests
 #   python/build_and_test.sh -k memory       # extra arguments go to pytest
 #   TORCH_TERN_SKIP_BUILD=1 python/build_and_test.sh   # tests only
+#   TORCH_TERN_TERN_BUILD_DIR=$PWD/build python/build_and_test.sh
+#       # link that (built, unsanitized) tree's libtern and compiler instead
+#       # of compiling them again (scripts/test.sh does)
 #
 # Environment: TORCH_TERN_VENV (default <repo>/.venv), CMAKE_BUILD_PARALLEL_LEVEL
 # (default 2: the project's machines have two cores).
@@ -17,11 +20,18 @@ root="$(dirname "$here")"
 py="$("$root/scripts/setup-venv.sh")"
 
 if [[ "${TORCH_TERN_SKIP_BUILD:-0}" != 1 ]]; then
-  echo "== building and installing torch_tern (libtern is built from $root)"
+  tern_build_dir="${TORCH_TERN_TERN_BUILD_DIR:-}"
+  if [[ -n "$tern_build_dir" ]]; then
+    echo "== building and installing torch_tern (libtern and the compiler from $tern_build_dir)"
+  else
+    echo "== building and installing torch_tern (libtern is built from $root)"
+  fi
   # --no-build-isolation: compile against the torch in this environment;
-  # --no-deps: never let pip resolve torch again.
+  # --no-deps: never let pip resolve torch again. The build-tree option is
+  # always passed, empty or not: the plugin's build folder persists.
   CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-2}" \
-    "$py" -m pip install --quiet --no-build-isolation --no-deps "$here"
+    "$py" -m pip install --quiet --no-build-isolation --no-deps \
+    --config-settings=cmake.define.TORCH_TERN_TERN_BUILD_DIR="$tern_build_dir" "$here"
 fi
 
 echo "== pytest $here/tests"
