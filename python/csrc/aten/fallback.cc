@@ -19,6 +19,7 @@
 #include <ATen/native/CPUFallback.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -40,12 +41,35 @@ std::string OperatorName(const c10::OperatorHandle& op) {
   return name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
 }
 
+// The last n values of the stack: an operator's arguments before it runs,
+// its results after. Fewer when the stack is shorter.
+c10::ArrayRef<c10::IValue> LastValues(const torch::jit::Stack& stack, size_t n) {
+  const size_t count = std::min(n, stack.size());
+  return c10::ArrayRef<c10::IValue>(stack.data() + (stack.size() - count), count);
+}
+
+// The layout of the first defined tensor among values (alone or in a list)
+// that is not strided.
+std::optional<c10::Layout> FirstNonStridedLayout(c10::ArrayRef<c10::IValue> values) {
+  auto non_strided = [](const at::Tensor& t) { return t.defined() && t.layout() != c10::kStrided; };
+  for (const c10::IValue& value : values) {
+    if (value.isTensor()) {
+      if (non_strided(value.toTensor())) return value.toTensor().layout();
+    } else if (value.isTensorList()) {
+      for (const at::Tensor& t : value.toTensorVector()) {
+        if (non_strided(t)) return t.layout();
+      }
+    }
+  }
+  return std::nullopt;
+}
+
 void CheckWrittenArgumentsOnTern(const c10::OperatorHandle& op, const std::string& name,
                                  const torch::jit::Stack& stack) {
   const std::vector<c10::Argument>& args = op.schema().arguments();
   const size_t n = args.size();
   if (stack.size() < n) return;
-  const c10::IValue* first = stack.data() + (stack.size() - n);
+  const c10::IValue* first = LastValues(stack, n).data();
   std::optional<c10::Device> tern;
   for (size_t i = 0; i < n && !tern; ++i) {
     if (first[i].isTensor() && first[i].toTensor().defined() &&
@@ -103,21 +127,13 @@ const char* LayoutName(c10::Layout layout) {
 void SparseRefusal(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   // The first sparse tensor argument (or a list's) names the layout; a
   // factory names it in its `layout` argument.
-  std::optional<c10::Layout> layout;
   const std::vector<c10::Argument>& args = op.schema().arguments();
-  const size_t n = args.size();
-  const size_t first = stack->size() >= n ? stack->size() - n : 0;
-  auto consider = [&](const at::Tensor& t) {
-    if (!layout && t.defined() && t.layout() != c10::kStrided) layout = t.layout();
-  };
-  for (size_t i = first; i < stack->size() && !layout; ++i) {
-    const c10::IValue& value = (*stack)[i];
-    if (value.isTensor()) {
-      consider(value.toTensor());
-    } else if (value.isTensorList()) {
-      for (const at::Tensor& t : value.toTensorVector()) consider(t);
-    } else if (i - first < n && args[i - first].name() == "layout" && value.isInt()) {
-      layout = static_cast<c10::Layout>(value.toInt());
+  const c10::ArrayRef<c10::IValue> values = LastValues(*stack, args.size());
+  std::optional<c10::Layout> layout = FirstNonStridedLayout(values);
+  for (size_t i = 0; !layout && values.size() == args.size() && i < values.size(); ++i) {
+    if (args[i].name() == "layout" && values[i].isInt() &&
+        static_cast<c10::Layout>(values[i].toInt()) != c10::kStrided) {
+      layout = static_cast<c10::Layout>(values[i].toInt());
     }
   }
   RefuseSparse(OperatorName(op), layout.value_or(c10::kSparse));
@@ -130,13 +146,9 @@ namespace {
 // fallback refuses it here, before anything can use it.
 void RefuseSparseResults(const c10::OperatorHandle& op, const std::string& name,
                          const torch::jit::Stack& stack) {
-  const size_t n = op.schema().returns().size();
-  for (size_t i = stack.size() >= n ? stack.size() - n : 0; i < stack.size(); ++i) {
-    if (stack[i].isTensor() && stack[i].toTensor().defined() &&
-        stack[i].toTensor().layout() != c10::kStrided) {
-      RefuseSparse(name, stack[i].toTensor().layout());
-    }
-  }
+  const std::optional<c10::Layout> layout =
+      FirstNonStridedLayout(LastValues(stack, op.schema().returns().size()));
+  if (layout) RefuseSparse(name, *layout);
 }
 
 }  // namespace
