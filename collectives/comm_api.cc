@@ -370,6 +370,9 @@ TERN_API tern_status_t tern_comm_get_unique_id(tern_comm_unique_id_t* out_id) {
   return Report(EncodeUniqueId(id, out_id));
 }
 
+}  // extern "C"
+
+// Helpers of the functions below, outside the C block: they return C++ types.
 namespace {
 
 Status InitRank(tern_core_t core, uint32_t size, const tern_comm_unique_id_t* id, uint32_t rank,
@@ -401,6 +404,8 @@ Status InitRank(tern_core_t core, uint32_t size, const tern_comm_unique_id_t* id
 }
 
 }  // namespace
+
+extern "C" {
 
 TERN_API tern_status_t tern_comm_init_rank(tern_core_t core, uint32_t size,
                                            const tern_comm_unique_id_t* id, uint32_t rank,
@@ -655,6 +660,9 @@ TERN_API tern_status_t tern_comm_reduce(tern_comm_t comm, tern_buffer_t send, ui
                                  dtype, op, root, queue));
 }
 
+}  // extern "C"
+
+// Helpers of the functions below, outside the C block: they return C++ types.
 namespace {
 
 // All-gather (kAllGather: send is one block, recv all of them) and
@@ -746,6 +754,8 @@ Status EnqueueP2P(bool is_send, tern_comm_t comm, tern_buffer_t buffer, uint64_t
 }
 
 }  // namespace
+
+extern "C" {
 
 TERN_API tern_status_t tern_comm_all_gather(tern_comm_t comm, tern_buffer_t send,
                                             uint64_t send_offset, tern_buffer_t recv,

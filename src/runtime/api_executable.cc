@@ -589,6 +589,9 @@ TERN_API tern_status_t tern_io_set_create(tern_executable_t executable, const ch
   return TERN_OK;
 }
 
+}  // extern "C"
+
+// Helpers of the functions below, outside the C block: they return C++ types.
 namespace tern {
 namespace {
 
@@ -603,6 +606,8 @@ Status LookupIoSet(Runtime* rt, tern_io_set_t handle, std::shared_ptr<IoSetObjec
 
 }  // namespace
 }  // namespace tern
+
+extern "C" {
 
 TERN_API tern_status_t tern_io_set_bind(tern_io_set_t set, int is_output, const char* name,
                                         tern_buffer_t buffer, uint64_t offset) {

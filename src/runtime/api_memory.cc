@@ -405,6 +405,9 @@ TERN_API tern_status_t tern_host_free(void* ptr) {
   return TERN_OK;
 }
 
+}  // extern "C"
+
+// Helpers of the functions below, outside the C block: they return C++ types.
 namespace {
 
 using tern::Runtime;
@@ -427,6 +430,8 @@ std::string HostOverlap(const Runtime& rt, uintptr_t begin, uintptr_t end) {
 }
 
 }  // namespace
+
+extern "C" {
 
 TERN_API tern_status_t tern_host_register(void* ptr, uint64_t size) {
   using namespace tern;
