@@ -46,6 +46,7 @@
 #include <vector>
 
 #include "common/byte_size.h"
+#include "common/half_float.h"
 #include "machine_report.h"
 
 namespace {
@@ -233,16 +234,12 @@ void Store(tern_dtype_t d, std::vector<uint8_t>& out, uint64_t i, double v) {
       break;
     }
     case TERN_DTYPE_BF16: {
-      const float f = static_cast<float>(v);
-      uint32_t u;
-      std::memcpy(&u, &f, 4);
-      const uint16_t b =
-          static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);  // nearest even
+      const uint16_t b = tern::F32ToBf16(static_cast<float>(v));
       std::memcpy(&out[i * 2], &b, 2);
       break;
     }
     case TERN_DTYPE_F16: {
-      _Float16 h = static_cast<_Float16>(v);
+      const uint16_t h = tern::F32ToF16(static_cast<float>(v));
       std::memcpy(&out[i * 2], &h, 2);
       break;
     }

@@ -4,7 +4,10 @@
 #include <cstring>
 #include <limits>
 
+#include "common/half_float.h"
+
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -62,30 +65,16 @@ void ReduceInt(T* dst, const T* a, const T* b, size_t n) {
   for (size_t i = 0; i < n; ++i) dst[i] = CombineI<Op, T>(a[i], b[i]);
 }
 
-inline uint16_t Bf16Round(float value) {
-  const uint32_t u = std::bit_cast<uint32_t>(value);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // quiet NaN
-  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-inline float Bf16Widen(uint16_t bits) {
-  return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16);
-}
-
 template <tern_comm_redop_t Op>
 void ReduceBf16(uint16_t* dst, const uint16_t* a, const uint16_t* b, size_t n) {
-  for (size_t i = 0; i < n; ++i) dst[i] = Bf16Round(CombineF<Op>(Bf16Widen(a[i]), Bf16Widen(b[i])));
+  for (size_t i = 0; i < n; ++i) dst[i] = F32ToBf16(CombineF<Op>(Bf16ToF32(a[i]), Bf16ToF32(b[i])));
 }
 
-// fp16 through the compiler's _Float16 (IEEE conversions, round to nearest
-// even); with F16C the hardware converts eight at a time.
-inline float Fp16Widen(uint16_t bits) { return static_cast<float>(std::bit_cast<_Float16>(bits)); }
-inline uint16_t Fp16Round(float value) {
-  return std::bit_cast<uint16_t>(static_cast<_Float16>(value));
-}
-
+// fp16 in portable code (common/half_float.h); with F16C the hardware
+// converts eight at a time (ReduceFp16F16c), and this is its tail.
 template <tern_comm_redop_t Op>
 void ReduceFp16Scalar(uint16_t* dst, const uint16_t* a, const uint16_t* b, size_t n) {
-  for (size_t i = 0; i < n; ++i) dst[i] = Fp16Round(CombineF<Op>(Fp16Widen(a[i]), Fp16Widen(b[i])));
+  for (size_t i = 0; i < n; ++i) dst[i] = F32ToF16(CombineF<Op>(F16ToF32(a[i]), F16ToF32(b[i])));
 }
 
 #if defined(__x86_64__)
@@ -105,7 +94,13 @@ __attribute__((target("avx2,f16c"))) void ReduceFp16F16c(uint16_t* dst, const ui
   ReduceFp16Scalar<Op>(dst + i, a + i, b + i, n - i);
 }
 bool HaveF16c() {
-  static const bool have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  // F16C through CPUID (leaf 1, ECX bit 29): clang before 15 has no "f16c"
+  // for __builtin_cpu_supports. AVX2's check covers the OS's YMM state.
+  static const bool have = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return __builtin_cpu_supports("avx2") && __get_cpuid(1, &eax, &ebx, &ecx, &edx) &&
+           (ecx & bit_F16C) != 0;
+  }();
   return have;
 }
 #endif
@@ -219,11 +214,11 @@ void DivideBy(void* dst, const void* src, size_t n, tern_dtype_t dtype, uint32_t
       return;
     }
     case TERN_DTYPE_BF16:
-      return DivideHalf<Bf16Widen, Bf16Round>(static_cast<uint16_t*>(dst),
+      return DivideHalf<Bf16ToF32, F32ToBf16>(static_cast<uint16_t*>(dst),
                                               static_cast<const uint16_t*>(src), n, divisor);
     case TERN_DTYPE_F16:
-      return DivideHalf<Fp16Widen, Fp16Round>(static_cast<uint16_t*>(dst),
-                                              static_cast<const uint16_t*>(src), n, divisor);
+      return DivideHalf<F16ToF32, F32ToF16>(static_cast<uint16_t*>(dst),
+                                            static_cast<const uint16_t*>(src), n, divisor);
     case TERN_DTYPE_I8:
       return DivideInt(static_cast<int8_t*>(dst), static_cast<const int8_t*>(src), n, divisor);
     case TERN_DTYPE_I32:
@@ -234,10 +229,5 @@ void DivideBy(void* dst, const void* src, size_t n, tern_dtype_t dtype, uint32_t
       return;
   }
 }
-
-float Bf16ToFloat(uint16_t bits) { return Bf16Widen(bits); }
-uint16_t FloatToBf16(float value) { return Bf16Round(value); }
-float Fp16ToFloat(uint16_t bits) { return Fp16Widen(bits); }
-uint16_t FloatToFp16(float value) { return Fp16Round(value); }
 
 }  // namespace tern::comm

@@ -38,12 +38,6 @@ void Reduce(void* dst, const void* a, const void* b, size_t count, tern_dtype_t 
 // dst[i] = src[i] / divisor: the last step of AVG. dst may be src.
 void DivideBy(void* dst, const void* src, size_t count, tern_dtype_t dtype, uint32_t divisor);
 
-// Conversions with round to nearest even (NaN stays NaN).
-float Bf16ToFloat(uint16_t bits);
-uint16_t FloatToBf16(float value);
-float Fp16ToFloat(uint16_t bits);
-uint16_t FloatToFp16(float value);
-
 }  // namespace tern::comm
 
 #endif  // TERN_COLLECTIVES_COMM_KERNELS_H_

@@ -52,6 +52,9 @@ EXCEPTIONS = {
     ("tools/src/dump.cc", "src/executable/dump.h"):
         "`tern dump` prints containers that the loader refuses, so it reads them with the "
         "executable library itself rather than through tern_executable_load",
+    ("compiler/lower/constant_pool.cc", "common/half_float.h"):
+        "a constant the compiler stores as bf16 or fp16 is rounded by the same header-only rules "
+        "as the engines and the collectives round, rather than by a copy of them",
     ("tools/src/util.cc", "common/byte_size.h"):
         "the tools accept byte sizes exactly as TERN_SIM_TOPOLOGY does: one parser, linked from "
         "the bottom layer, rather than a second copy of the rules",

@@ -4,18 +4,10 @@
 #include <cmath>
 #include <cstring>
 
+#include "common/half_float.h"
+
 namespace tern::compiler {
 namespace {
-
-// f32 -> bf16 / f16 bits, rounding to nearest even (what a cast does).
-uint16_t ToBf16(float value) {
-  const uint32_t bits = std::bit_cast<uint32_t>(value);
-  if (std::isnan(value)) return static_cast<uint16_t>((bits >> 16) | 0x40);
-  const uint32_t rounding = 0x7fff + ((bits >> 16) & 1);
-  return static_cast<uint16_t>((bits + rounding) >> 16);
-}
-
-uint16_t ToF16(float value) { return std::bit_cast<uint16_t>(static_cast<_Float16>(value)); }
 
 template <typename T>
 std::vector<uint8_t> BytesOf(T value) {
@@ -45,9 +37,9 @@ uint32_t ConstantPool::AddScalar(double value, tern_dtype_t dtype) {
     case TERN_DTYPE_F32:
       return Add(BytesOf(static_cast<float>(value)));
     case TERN_DTYPE_BF16:
-      return Add(BytesOf(ToBf16(static_cast<float>(value))));
+      return Add(BytesOf(F32ToBf16(static_cast<float>(value))));
     case TERN_DTYPE_F16:
-      return Add(BytesOf(ToF16(static_cast<float>(value))));
+      return Add(BytesOf(F32ToF16(static_cast<float>(value))));
     default:
       return AddInt(static_cast<int64_t>(value), dtype);
   }

@@ -1,4 +1,5 @@
-// The reduction kernels of the collectives: rounding of bf16 and fp16,
+// The reduction kernels of the collectives: rounding of bf16 and fp16
+// (common/half_float.h, which they use),
 // symmetric MAX/MIN with NaN and signed zeros, wrap-around of integer SUM
 // and PROD, and AVG's final division.
 #include "collectives/comm_kernels.h"
@@ -11,6 +12,8 @@
 #include <limits>
 #include <vector>
 
+#include "common/half_float.h"
+
 namespace tern::comm {
 namespace {
 
@@ -18,35 +21,35 @@ uint32_t Bits(float f) { return std::bit_cast<uint32_t>(f); }
 
 TEST(CommKernels, Bf16RoundsToNearestEven) {
   // 1 + 2^-8 is halfway between 1 and the next bf16 (1 + 2^-7): ties to even (1).
-  EXPECT_EQ(0x3f80, FloatToBf16(std::bit_cast<float>(0x3f808000u)));
+  EXPECT_EQ(0x3f80, F32ToBf16(std::bit_cast<float>(0x3f808000u)));
   // 1 + 3 * 2^-8 is halfway between 1 + 2^-7 and 1 + 2^-6: ties to even (1 + 2^-6).
-  EXPECT_EQ(0x3f82, FloatToBf16(std::bit_cast<float>(0x3f818000u)));
+  EXPECT_EQ(0x3f82, F32ToBf16(std::bit_cast<float>(0x3f818000u)));
   // Just above halfway rounds up.
-  EXPECT_EQ(0x3f81, FloatToBf16(std::bit_cast<float>(0x3f808001u)));
+  EXPECT_EQ(0x3f81, F32ToBf16(std::bit_cast<float>(0x3f808001u)));
   // NaN stays NaN (quiet), infinities stay.
-  EXPECT_TRUE(std::isnan(Bf16ToFloat(FloatToBf16(std::numeric_limits<float>::quiet_NaN()))));
-  EXPECT_EQ(0x7f80, FloatToBf16(std::numeric_limits<float>::infinity()));
+  EXPECT_TRUE(std::isnan(Bf16ToF32(F32ToBf16(std::numeric_limits<float>::quiet_NaN()))));
+  EXPECT_EQ(0x7f80, F32ToBf16(std::numeric_limits<float>::infinity()));
   // Overflow to infinity when rounding up the largest finite.
-  EXPECT_EQ(0x7f80, FloatToBf16(std::bit_cast<float>(0x7f7fffffu)));
+  EXPECT_EQ(0x7f80, F32ToBf16(std::bit_cast<float>(0x7f7fffffu)));
 }
 
 TEST(CommKernels, Fp16RoundsToNearestEven) {
-  EXPECT_EQ(0x3c00, FloatToFp16(1.0f));
+  EXPECT_EQ(0x3c00, F32ToF16(1.0f));
   // 1 + 2^-11 is halfway between 1 and 1 + 2^-10: ties to even (1).
-  EXPECT_EQ(0x3c00, FloatToFp16(1.0f + std::ldexp(1.0f, -11)));
-  EXPECT_EQ(0x3c02, FloatToFp16(1.0f + 3 * std::ldexp(1.0f, -11)));
-  EXPECT_EQ(0x7c00, FloatToFp16(70000.0f));  // overflow
-  EXPECT_EQ(1.5f, Fp16ToFloat(0x3e00));
+  EXPECT_EQ(0x3c00, F32ToF16(1.0f + std::ldexp(1.0f, -11)));
+  EXPECT_EQ(0x3c02, F32ToF16(1.0f + 3 * std::ldexp(1.0f, -11)));
+  EXPECT_EQ(0x7c00, F32ToF16(70000.0f));  // overflow
+  EXPECT_EQ(1.5f, F16ToF32(0x3e00));
 }
 
 TEST(CommKernels, Bf16SumRoundsEachStep) {
   // 256 + 1 is not representable in bf16 (8 bits of mantissa): rounds to 256.
-  const uint16_t a[2] = {FloatToBf16(256.0f), FloatToBf16(256.0f)};
-  const uint16_t b[2] = {FloatToBf16(1.0f), FloatToBf16(3.0f)};
+  const uint16_t a[2] = {F32ToBf16(256.0f), F32ToBf16(256.0f)};
+  const uint16_t b[2] = {F32ToBf16(1.0f), F32ToBf16(3.0f)};
   uint16_t out[2];
   Reduce(out, a, b, 2, TERN_DTYPE_BF16, TERN_COMM_SUM);
-  EXPECT_EQ(256.0f, Bf16ToFloat(out[0]));  // 257 ties to even: 256
-  EXPECT_EQ(260.0f, Bf16ToFloat(out[1]));  // 259 rounds to 260
+  EXPECT_EQ(256.0f, Bf16ToF32(out[0]));  // 257 ties to even: 256
+  EXPECT_EQ(260.0f, Bf16ToF32(out[1]));  // 259 rounds to 260
 }
 
 TEST(CommKernels, Fp16SumOfEveryLength) {
@@ -54,12 +57,12 @@ TEST(CommKernels, Fp16SumOfEveryLength) {
   for (size_t n : {1u, 7u, 8u, 9u, 31u}) {
     std::vector<uint16_t> a(n), b(n), out(n);
     for (size_t i = 0; i < n; ++i) {
-      a[i] = FloatToFp16(static_cast<float>(i) * 0.5f);
-      b[i] = FloatToFp16(static_cast<float>(i) * 0.25f + 1.0f);
+      a[i] = F32ToF16(static_cast<float>(i) * 0.5f);
+      b[i] = F32ToF16(static_cast<float>(i) * 0.25f + 1.0f);
     }
     Reduce(out.data(), a.data(), b.data(), n, TERN_DTYPE_F16, TERN_COMM_SUM);
     for (size_t i = 0; i < n; ++i) {
-      EXPECT_EQ(FloatToFp16(static_cast<float>(i) * 0.75f + 1.0f), out[i]) << n << " " << i;
+      EXPECT_EQ(F32ToF16(static_cast<float>(i) * 0.75f + 1.0f), out[i]) << n << " " << i;
     }
   }
 }
@@ -118,10 +121,10 @@ TEST(CommKernels, AverageDividesOnce) {
   float g[1];
   DivideBy(g, f, 1, TERN_DTYPE_F32, 3);
   EXPECT_EQ(1.0f / 3.0f, g[0]);
-  const uint16_t h[1] = {FloatToBf16(1.0f)};
+  const uint16_t h[1] = {F32ToBf16(1.0f)};
   uint16_t hb[1];
   DivideBy(hb, h, 1, TERN_DTYPE_BF16, 3);
-  EXPECT_EQ(FloatToBf16(1.0f / 3.0f), hb[0]);
+  EXPECT_EQ(F32ToBf16(1.0f / 3.0f), hb[0]);
 }
 
 TEST(CommKernels, InPlaceAliasing) {

@@ -6,35 +6,16 @@
 #include <cstring>
 #include <limits>
 
+#include "common/half_float.h"
+
 namespace tern_test {
 
-uint16_t RefFloatToBf16(float value) {
-  uint32_t u;
-  std::memcpy(&u, &value, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);
-  const uint32_t lsb = (u >> 16) & 1u;
-  return static_cast<uint16_t>((u + 0x7fffu + lsb) >> 16);
-}
-
-float RefBf16ToFloat(uint16_t bits) {
-  const uint32_t u = static_cast<uint32_t>(bits) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-uint16_t RefFloatToFp16(float value) {
-  _Float16 h = static_cast<_Float16>(value);
-  uint16_t bits;
-  std::memcpy(&bits, &h, 2);
-  return bits;
-}
-
-float RefFp16ToFloat(uint16_t bits) {
-  _Float16 h;
-  std::memcpy(&h, &bits, 2);
-  return static_cast<float>(h);
-}
+// The conversions of common/half_float.h, which numerics_test.cc checks
+// against references in double.
+uint16_t RefFloatToBf16(float value) { return tern::F32ToBf16(value); }
+float RefBf16ToFloat(uint16_t bits) { return tern::Bf16ToF32(bits); }
+uint16_t RefFloatToFp16(float value) { return tern::F32ToF16(value); }
+float RefFp16ToFloat(uint16_t bits) { return tern::F16ToF32(bits); }
 
 std::string LastError(tern_status_t status) {
   return std::string(tern_status_string(status)) + ": " + tern_last_error_message();

@@ -1,5 +1,5 @@
-// Scalar numerics of the simulated engines: bf16/f16 conversions (round to
-// nearest even, NaN/Inf/denormals exact), branch-free float math that the
+// Scalar numerics of the simulated engines: bf16/f16 conversions (from
+// common/half_float.h), branch-free float math that the
 // compiler vectorises (exp, expm1, log, log1p, tanh, erf, erfc and the
 // activations built on them), and the Philox4x32-10 counter-based generator.
 //
@@ -23,6 +23,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "common/half_float.h"
+
 #define TERN_INLINE inline __attribute__((always_inline))
 
 namespace tern::sim::num {
@@ -30,52 +32,12 @@ namespace tern::sim::num {
 TERN_INLINE uint32_t FloatBits(float f) { return std::bit_cast<uint32_t>(f); }
 TERN_INLINE float BitsFloat(uint32_t u) { return std::bit_cast<float>(u); }
 
-// --- bf16 -------------------------------------------------------------------
+// --- bf16 and f16: common/half_float.h ------------------------------------
 
-TERN_INLINE float Bf16ToF32(uint16_t h) { return BitsFloat(static_cast<uint32_t>(h) << 16); }
-
-// Round to nearest even; NaN stays NaN (quiet, sign kept); overflow rounds
-// to Inf as IEEE rounding does.
-TERN_INLINE uint16_t F32ToBf16(float f) {
-  uint32_t u = FloatBits(f);
-  uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-  uint32_t nan = (u >> 16) | 0x40u;
-  bool is_nan = (u & 0x7fffffffu) > 0x7f800000u;
-  return static_cast<uint16_t>(is_nan ? nan : rounded);
-}
-
-// --- f16 (IEEE binary16) ----------------------------------------------------
-
-TERN_INLINE float F16ToF32(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t bits = static_cast<uint32_t>(h & 0x7fffu) << 13;  // exponent and mantissa in place
-  const uint32_t exp = bits & 0x0f800000u;
-  // Normal: rebias the exponent by 112. Inf/NaN: by 224 (to 255).
-  uint32_t normal = bits + (112u << 23);
-  uint32_t special = bits + (224u << 23);
-  // Denormal (and zero): the mantissa as a float of exponent 113 minus 2^-14.
-  float denormal = BitsFloat(bits + (113u << 23)) - BitsFloat(113u << 23);
-  uint32_t out = exp == 0x0f800000u ? special : normal;
-  out = exp == 0 ? FloatBits(denormal) : out;
-  return BitsFloat(out | sign);
-}
-
-TERN_INLINE uint16_t F32ToF16(float f) {
-  uint32_t u = FloatBits(f);
-  const uint32_t sign = (u >> 16) & 0x8000u;
-  u &= 0x7fffffffu;
-  // At or above 65536: Inf (NaN stays NaN). 65520..65536 round up to Inf below.
-  uint32_t big = u > 0x7f800000u ? 0x7e00u : 0x7c00u;
-  // Denormals and zero: add 0.5 so that the float adder rounds the mantissa
-  // (nearest even) into the low bits.
-  float d = BitsFloat(u) + 0.5f;
-  uint32_t small = FloatBits(d) - FloatBits(0.5f);
-  // Normals: rebias and round to nearest even on the 13 dropped bits.
-  uint32_t mant_odd = (u >> 13) & 1u;
-  uint32_t normal = (u + 0xc8000fffu + mant_odd) >> 13;  // 0xc8000000 = (15 - 127) << 23
-  uint32_t out = u >= 0x47800000u ? big : (u < 0x38800000u ? small : normal);
-  return static_cast<uint16_t>(out | sign);
-}
+using tern::Bf16ToF32;
+using tern::F16ToF32;
+using tern::F32ToBf16;
+using tern::F32ToF16;
 
 // --- vectorisable float math ------------------------------------------------
 
