@@ -10,13 +10,6 @@
 
 namespace tern_test {
 
-// The conversions of common/half_float.h, which numerics_test.cc checks
-// against references in double.
-uint16_t RefFloatToBf16(float value) { return tern::F32ToBf16(value); }
-float RefBf16ToFloat(uint16_t bits) { return tern::Bf16ToF32(bits); }
-uint16_t RefFloatToFp16(float value) { return tern::F32ToF16(value); }
-float RefFp16ToFloat(uint16_t bits) { return tern::F16ToF32(bits); }
-
 std::string LastError(tern_status_t status) {
   return std::string(tern_status_string(status)) + ": " + tern_last_error_message();
 }
@@ -116,12 +109,12 @@ void PutFloat(tern_dtype_t d, uint8_t* base, uint64_t i, float v) {
       std::memcpy(base + i * 4, &v, 4);
       return;
     case TERN_DTYPE_BF16: {
-      const uint16_t b = RefFloatToBf16(v);
+      const uint16_t b = tern::F32ToBf16(v);
       std::memcpy(base + i * 2, &b, 2);
       return;
     }
     case TERN_DTYPE_F16: {
-      const uint16_t b = RefFloatToFp16(v);
+      const uint16_t b = tern::F32ToF16(v);
       std::memcpy(base + i * 2, &b, 2);
       return;
     }

@@ -35,12 +35,6 @@ struct MatrixResult {
 MatrixResult RunMatrix(tern_comm_t comm, tern_queue_t queue, tern_device_t device, uint32_t rank,
                        uint32_t size, const MatrixOptions& options);
 
-// Reference conversions (round to nearest even), independent of tern's.
-uint16_t RefFloatToBf16(float value);
-float RefBf16ToFloat(uint16_t bits);
-uint16_t RefFloatToFp16(float value);
-float RefFp16ToFloat(uint16_t bits);
-
 // "TERN_ERROR_X: message" for the last failed call.
 std::string LastError(tern_status_t status);
 
