@@ -82,7 +82,7 @@ typedef struct tern_comm_unique_id_t {
 } tern_comm_unique_id_t;
 
 /* Reductions. Only grows. */
-typedef enum tern_comm_redop_t {
+typedef enum tern_comm_redop_t TERN_ENUM_BASE {
   TERN_COMM_SUM = 0,
   TERN_COMM_PROD = 1,
   TERN_COMM_MAX = 2,

@@ -18,7 +18,7 @@
 extern "C" {
 #endif
 
-typedef enum tern_fault_kind_t {
+typedef enum tern_fault_kind_t TERN_ENUM_BASE {
   /* With `buffer`: every command that reads or writes the buffer fails with
    * TERN_ERROR_HBM_UNCORRECTABLE until the buffer is freed. Without: the
    * (after_commands+1)-th command on `core` fails with it, once. Both count an

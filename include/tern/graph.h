@@ -145,7 +145,7 @@ TERN_API tern_status_t tern_graph_add_wait_event(tern_graph_t graph, tern_event_
                                                  uint32_t* out_command);
 
 /* The operands of a recorded command that a parameter can name. */
-typedef enum tern_graph_operand_t {
+typedef enum tern_graph_operand_t TERN_ENUM_BASE {
   TERN_GRAPH_OPERAND_DST = 0,    /* a copy's or fill's device destination */
   TERN_GRAPH_OPERAND_SRC = 1,    /* a D2H or D2D copy's device source */
   TERN_GRAPH_OPERAND_INPUT = 2,  /* an execution's input `index` */

@@ -21,7 +21,7 @@ extern "C" {
 
 #define TERN_MAX_RANK 8
 
-typedef enum tern_dtype_t {
+typedef enum tern_dtype_t TERN_ENUM_BASE {
   TERN_DTYPE_F32 = 0,
   TERN_DTYPE_BF16 = 1,
   TERN_DTYPE_F16 = 2,
@@ -44,7 +44,7 @@ TERN_API uint64_t tern_dtype_size(tern_dtype_t dtype);
  * Thread-safety: safe from any thread; callable before tern_init(). */
 TERN_API const char* tern_dtype_name(tern_dtype_t dtype);
 
-typedef enum tern_segment_t {
+typedef enum tern_segment_t TERN_ENUM_BASE {
   TERN_SEGMENT_INPUT = 0,    /* input `index` of the function */
   TERN_SEGMENT_OUTPUT = 1,   /* output `index` of the function */
   TERN_SEGMENT_CONSTANT = 2, /* the executable's constants */
@@ -52,7 +52,7 @@ typedef enum tern_segment_t {
   TERN_SEGMENT_NONE = 255    /* an optional operand that is absent */
 } tern_segment_t;
 
-typedef enum tern_engine_t {
+typedef enum tern_engine_t TERN_ENUM_BASE {
   TERN_ENGINE_DMA = 1,
   TERN_ENGINE_TENSOR = 2,
   TERN_ENGINE_VECTOR = 3,
@@ -63,7 +63,7 @@ typedef enum tern_engine_t {
 } tern_engine_t;
 
 /* Operands are listed outputs first. ints/floats are per opcode. */
-typedef enum tern_opcode_t {
+typedef enum tern_opcode_t TERN_ENUM_BASE {
   /* DMA */
   TERN_OP_COPY = 0x0100, /* [dst, src] same dtype and shape; any strides */
   TERN_OP_CAST = 0x0101, /* [dst, src] same shape; float->int truncates, ->bool is != 0 */
@@ -157,7 +157,7 @@ typedef enum tern_opcode_t {
                                   the stream waits until semaphore >= value */
 } tern_opcode_t;
 
-typedef enum tern_unary_fn_t {
+typedef enum tern_unary_fn_t TERN_ENUM_BASE {
   TERN_UNARY_NEG = 0,
   TERN_UNARY_ABS,
   TERN_UNARY_EXP,
@@ -205,7 +205,7 @@ typedef enum tern_unary_fn_t {
   TERN_UNARY_COUNT
 } tern_unary_fn_t;
 
-typedef enum tern_binary_fn_t {
+typedef enum tern_binary_fn_t TERN_ENUM_BASE {
   TERN_BINARY_ADD = 0,
   TERN_BINARY_SUB,
   TERN_BINARY_MUL,
@@ -233,7 +233,7 @@ typedef enum tern_binary_fn_t {
   TERN_BINARY_COUNT
 } tern_binary_fn_t;
 
-typedef enum tern_reduce_fn_t {
+typedef enum tern_reduce_fn_t TERN_ENUM_BASE {
   TERN_REDUCE_SUM = 0,
   TERN_REDUCE_MEAN,
   TERN_REDUCE_MAX,
@@ -248,7 +248,7 @@ typedef enum tern_reduce_fn_t {
 
 /* The function of a SCAN. MAX and MIN propagate NaN (once a NaN is seen,
  * the rest of the run is NaN), as PyTorch's cummax/cummin do. */
-typedef enum tern_scan_fn_t {
+typedef enum tern_scan_fn_t TERN_ENUM_BASE {
   TERN_SCAN_SUM = 0,
   TERN_SCAN_PROD,
   TERN_SCAN_MAX,
@@ -258,7 +258,7 @@ typedef enum tern_scan_fn_t {
 
 /* The kinds of step of an ELEMENTWISE program. Registers 0..7 hold inputs
  * in0..in7 as f32; step i writes register 8 + i. */
-typedef enum tern_program_step_t {
+typedef enum tern_program_step_t TERN_ENUM_BASE {
   TERN_STEP_CONSTANT = 0, /* [0, 0, k, 0, 0]: floats[k] */
   TERN_STEP_UNARY = 1,    /* [1, tern_unary_fn_t, src, first parameter in floats, 0] */
   TERN_STEP_BINARY = 2,   /* [2, tern_binary_fn_t, a, b, 0] */
@@ -287,7 +287,7 @@ typedef enum tern_program_step_t {
 #define TERN_FEATURE_SCATTER (UINT64_C(1) << 4) /* SCATTER, SCATTER_ALONG_AXIS */
 #define TERN_FEATURE_F64 (UINT64_C(1) << 5)     /* an f64 operand (TERN_DTYPE_F64) */
 
-typedef enum tern_random_fn_t {
+typedef enum tern_random_fn_t TERN_ENUM_BASE {
   TERN_RANDOM_UNIFORM = 0,   /* floats [low, high) */
   TERN_RANDOM_NORMAL = 1,    /* floats [mean, std] */
   TERN_RANDOM_BERNOULLI = 2, /* floats [p]: 1 with probability p */

@@ -101,7 +101,7 @@ TERN_API tern_status_t tern_device_default_memory_pool(tern_device_t device,
                                                        tern_memory_pool_t* out_pool);
 
 /* Pool attributes. Only grows. */
-typedef enum tern_memory_pool_attribute_t {
+typedef enum tern_memory_pool_attribute_t TERN_ENUM_BASE {
   /* uint64_t bytes, read and write: see tern_memory_pool_params_t. Lowering
    * it takes effect at the pool's next synchronisation point. */
   TERN_MEMORY_POOL_ATTR_RELEASE_THRESHOLD = 0,

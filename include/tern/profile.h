@@ -39,7 +39,7 @@ TERN_API tern_status_t tern_profile_start(const char* path);
  * Thread-safety: safe from any thread. */
 TERN_API tern_status_t tern_profile_stop(void);
 
-typedef enum tern_log_level_t {
+typedef enum tern_log_level_t TERN_ENUM_BASE {
   TERN_LOG_LEVEL_TRACE = 0,
   TERN_LOG_LEVEL_DEBUG = 1,
   TERN_LOG_LEVEL_INFO = 2,

@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tern/export.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -22,7 +24,7 @@ typedef struct tern_event_s* tern_event_t;   /* a point on a queue's timeline */
 
 /* What a device allocation is for; feeds the per-category accounting that
  * memory statistics, out-of-memory errors and the tools report. Only grows. */
-typedef enum tern_memory_category_t {
+typedef enum tern_memory_category_t TERN_ENUM_BASE {
   TERN_MEMORY_TENSORS = 0,     /* inputs, outputs, activations */
   TERN_MEMORY_CONSTANTS = 1,   /* weights and other constants of executables */
   TERN_MEMORY_CODE = 2,        /* instruction streams */
@@ -33,7 +35,7 @@ typedef enum tern_memory_category_t {
 } tern_memory_category_t;
 
 /* Errors counted per core, by class. Only grows. */
-typedef enum tern_error_class_t {
+typedef enum tern_error_class_t TERN_ENUM_BASE {
   TERN_ERROR_CLASS_EXEC_TIMEOUT = 0,
   TERN_ERROR_CLASS_HBM_UNCORRECTABLE = 1,
   TERN_ERROR_CLASS_DMA_ABORT = 2,

@@ -46,8 +46,10 @@ TERN_INLINE float Select(bool c, float a, float b) { return c ? a : b; }
 // exp(x), within about 1 ulp; Inf, 0 and NaN at the edges.
 TERN_INLINE float Exp(float x) {
   const float kMax = 88.72283935546875f, kMin = -103.97207708f;
-  float xc = x > 88.8f ? 88.8f : x;
-  xc = xc < -104.0f ? -104.0f : xc;
+  // Clamped so that NaN becomes a bound too (the result is NaN below): the
+  // conversion of n to an integer must never see NaN.
+  float xc = x < 88.8f ? x : 88.8f;
+  xc = xc > -104.0f ? xc : -104.0f;
   // n = round(x / ln 2) by the 1.5 * 2^23 trick (no rounding instruction needed).
   float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
   float r = xc - n * 0.693359375f;
