@@ -25,6 +25,12 @@ int SetKernelThreadsForTesting(int threads);
 // laid out at load included. Thread-safety: any thread.
 bool OneDnnHasFastMatmulForTesting(tern_dtype_t in, tern_dtype_t out);
 
+// Whether the vector kernels run code with fused multiply-adds here: a clone
+// for AVX-512 or for AVX2 with FMA, built by GCC and picked at load; baseline
+// x86-64 code otherwise (clang builds, CPUs without AVX2). numerics.h gives
+// the accuracy of each. Thread-safety: any thread.
+bool KernelsRunWithFmaForTesting();
+
 }  // namespace tern::sim
 
 #endif  // TERN_DRIVER_SHIM_SIM_ENGINES_KERNELS_TESTING_H_

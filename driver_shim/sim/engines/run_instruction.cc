@@ -478,6 +478,17 @@ int SetKernelThreadsForTesting(int threads) {
   return previous;
 }
 
+bool KernelsRunWithFmaForTesting() {
+#if defined(TERN_VECTOR_CLONES_BUILT)
+  // The clone that the resolvers pick: avx512f, or x86-64-v3 (AVX2 with FMA).
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") ||
+         (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"));
+#else
+  return false;
+#endif
+}
+
 void KeepKernelsOnThisThread() { kernels::t_kernels_on_this_thread = true; }
 
 namespace {
