@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "comm_test_util.h"
+#include "common/sanitizers.h"
 
 namespace tern_test {
 namespace {
@@ -30,7 +31,7 @@ class CommInProcessTest : public CommFixture {
 
 MatrixOptions InProcessOptions() {
   MatrixOptions options;
-#if defined(__SANITIZE_THREAD__)
+#if TERN_UNDER_TSAN
   // ThreadSanitizer is ~10x slower: fewer dtypes, smaller counts.
   options.dtypes = {TERN_DTYPE_F32, TERN_DTYPE_BF16, TERN_DTYPE_I8};
   options.counts = {1, 7};

@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/sanitizers.h"
 #include "common/timeline.h"
 #include "driver_shim/sim/engines/kernels_testing.h"
 #include "driver_shim/sim/engines/run_instruction.h"
@@ -217,7 +218,7 @@ TEST(EngineStreams, DmaEngineRunsBesideTheComputeEnginesWhenACpuIsFree) {
 // thread: its copies run on the executing thread instead of waiting for one
 // that never comes.
 TEST(EngineStreams, ForkedChildRunsCopiesItself) {
-#if defined(__SANITIZE_THREAD__)
+#if TERN_UNDER_TSAN
   GTEST_SKIP() << "ThreadSanitizer cannot run a multi-threaded fork's child";
 #endif
   if (std::thread::hardware_concurrency() < 2) GTEST_SKIP() << "one CPU: nothing overlaps";

@@ -12,6 +12,8 @@
 #include <thread>
 #include <vector>
 
+#include "common/sanitizers.h"
+
 namespace tern::sim::kernels {
 namespace {
 
@@ -93,7 +95,7 @@ TEST(KernelPool, ConcurrentAndNestedCalls) {
 // A forked child has none of the parent's helpers; its pool starts afresh
 // and every part still runs.
 TEST(KernelPool, WorksInAForkedChild) {
-#if defined(__SANITIZE_THREAD__)
+#if TERN_UNDER_TSAN
   GTEST_SKIP() << "ThreadSanitizer cannot start threads after a multi-threaded fork";
 #endif
   KernelPool& pool = KernelPool::Instance();

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/sanitizers.h"
 #include "driver_shim/sim/engines/kernel_pool.h"
 #include "driver_shim/sim/engines/numerics.h"
 #include "driver_shim/sim/engines/run_instruction.h"
@@ -31,7 +32,7 @@
 // "arch=x86-64-v3" clone is never picked), and a function declared in a header
 // without the attribute and defined with it came out as its avx512f clone
 // alone. clang builds (the ASan build of the tests) run the baseline code.
-#if defined(__x86_64__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
+#if defined(__x86_64__) && !defined(__clang__) && !TERN_UNDER_TSAN
 #define TERN_VECTOR_CLONES __attribute__((target_clones("avx512f", "arch=x86-64-v3", "default")))
 #define TERN_VECTOR_CLONES_BUILT 1
 #else
@@ -47,7 +48,7 @@ using Operands = std::span<const TensorView>;
 // Elementwise work below this many elements runs on the calling thread.
 inline constexpr int64_t kParallelGrain = 32 * 1024;
 
-#if defined(__SANITIZE_THREAD__)
+#if TERN_UNDER_TSAN
 // Kernels stay on their thread under ThreadSanitizer: oneDNN is not
 // instrumented, and the pool itself has its own test under TSan.
 inline constexpr bool kUseThreads = false;
