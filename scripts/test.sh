@@ -3,7 +3,7 @@
 #   0. the layering check (no file includes a header of a layer above its
 #      own) and the format check (clang-format);
 #   1. a normal build (RelWithDebInfo): the whole suite;
-#   2. an AddressSanitizer + UBSan build: the whole suite again;
+#   2. an AddressSanitizer + UBSan build, with clang: the whole suite again;
 #   3. a ThreadSanitizer build: the concurrency tests, the stress test and the
 #      whole conformance suite;
 #   4. the executable loader's fuzzer for 60 s (clang, ASan + UBSan);
@@ -37,14 +37,21 @@ flags_for() {
   esac
 }
 
+# build_and_test DIR SANITIZE LABEL COMPILER [TARGETS...]
+#   COMPILER: gcc or clang (C and C++); TARGETS empty: everything.
 build_and_test() {
-  local dir=$1 sanitize=$2 label=$3
-  shift 3
-  local targets=("$@")  # empty: everything
-  local flags
+  local dir=$1 sanitize=$2 label=$3 compiler=$4
+  shift 4
+  local targets=("$@")
+  local flags cc cxx
   flags=$(flags_for "$sanitize")
-  echo "=== ${dir}: build (TERN_SANITIZE='${sanitize}', ${flags}) $(date -u +%H:%M:%S) ==="
+  case "$compiler" in
+    gcc) cc=gcc cxx=g++ ;;
+    clang) cc=clang cxx=clang++ ;;
+  esac
+  echo "=== ${dir}: build (${compiler}, TERN_SANITIZE='${sanitize}', ${flags}) $(date -u +%H:%M:%S) ==="
   cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTERN_SANITIZE="$sanitize" \
+    -DCMAKE_C_COMPILER="$cc" -DCMAKE_CXX_COMPILER="$cxx" \
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$flags" -DCMAKE_C_FLAGS_RELWITHDEBINFO="$flags" >/dev/null
   ninja -C "$dir" -j "$jobs" "${targets[@]}"
   echo "=== ${dir}: test ${label:+(label ${label})} $(date -u +%H:%M:%S) ==="
@@ -62,15 +69,21 @@ export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1"
 # provides: here a failure to make the namespaces fails the test, not skips it.
 export TERN_TEST_REQUIRE_NETNS=${TERN_TEST_REQUIRE_NETNS:-1}
 
-build_and_test build "" ""
+build_and_test build "" "" gcc
 if [ "$fast" -eq 0 ]; then
-  build_and_test build-asan address ""
+  # The ASan build uses clang: on an AMD Zen 1 it compiled the instrumented
+  # files in a half to three quarters of GCC's time (api_queue.cc 11 s vs
+  # 19-22 s, communicator.cc 36-40 s vs 50 s, memory_test.cc 9-10 s vs
+  # 19-23 s), and ASan is the longest build of this command. It also puts a
+  # second compiler's warnings (-Werror) and clang's own sanitizers (those
+  # the fuzzers use) on every file; the normal and TSan builds stay GCC.
+  build_and_test build-asan address "" clang
   # The stress test under TSan runs fewer commands (TSan is ~10x slower).
   # The whole conformance suite runs under TSan too (~10 s): every queue,
   # event and callback path crosses threads. gtest_discover_tests keeps only
   # the first of several labels, so tests are selected by their first label.
   TERN_STRESS_COMMANDS=${TERN_STRESS_COMMANDS_TSAN:-20000} build_and_test build-tsan thread \
-    'concurrency|stress|unit|cts|negative' tern_stress_test tern_cts node_registry_test \
+    'concurrency|stress|unit|cts|negative' gcc tern_stress_test tern_cts node_registry_test \
     tern_comm_inprocess_test tern_comm_kernels_test tern_engine_streams_test \
     tern_executable_schedule_test tern_executable_execute_test byte_mover_test \
     tern_kernel_pool_test
