@@ -312,8 +312,8 @@ TEST(Ops, LayerNormBackwardOutputsFollowTheMask) {
       {{g, x, mean}, {A("normalized_shape", Ints{8}), A("output_mask", Ints{1, 1, 1})}},
   };
   const char* const messages[] = {
-      "node 'ln_bwd' (aten.native_layer_norm_backward.default): its attribute 'output_mask' is "
-      "missing",
+      ("node 'ln_bwd' (aten.native_layer_norm_backward.default): its attribute 'output_mask' is "
+       "missing"),
       "its attribute 'output_mask' must be a list of 3 bools (0 or 1)",
       "its attribute 'output_mask' must be a list of 3 bools (0 or 1)",
       "its attribute 'output_mask' must be a list of 3 bools",
@@ -371,8 +371,8 @@ TEST(Ops, ConvolutionAndMaxPoolBackwardsFollowTheForward) {
       {{g, x, w}, attrs({1, 1}, false)},    {{g, x}, attrs({1, 1, 1}, false)},
   };
   const char* const messages[] = {
-      "node 'conv_bwd' (aten.convolution_backward.default): it is the backward of a transposed "
-      "convolution (ConvTranspose), which the compiler does not lower yet",
+      ("node 'conv_bwd' (aten.convolution_backward.default): it is the backward of a transposed "
+       "convolution (ConvTranspose), which the compiler does not lower yet"),
       "its input [2, 4, 9] and weight [6, 2, 3] are not 4-D: the compiler does not lower yet",
       "its grad_output is f32 [2, 4, 9, 9]; the convolution's output is f32 [2, 6, 5, 5]",
       "its bias_sizes is [4]; the bias of this convolution is [6]",
@@ -498,8 +498,9 @@ TEST(Ops, BatchNormBackwardOutputsFollowTheMask) {
       {{x, x, c, c, c, c, c}, attrs(true, {1, 1})},
   };
   const char* const messages[] = {
-      "node 'bn_bwd' (aten.native_batch_norm_backward.default): its grad_out is bf16 and its "
-      "input bf16; the compiler does not lower yet a batch norm backward of other dtypes than f32",
+      ("node 'bn_bwd' (aten.native_batch_norm_backward.default): its grad_out is bf16 and its "
+       "input bf16; the compiler does not lower yet a batch norm backward of other dtypes than "
+       "f32"),
       "its save_mean (input 5) is missing",
       "its running_var (input 4) is missing",
       "its weight is f32 [4]; it must be f32 [3] (one per channel)",
