@@ -311,7 +311,22 @@ void BenchMatmul(tern_dtype_t dtype, int64_t n) {
   const memory::data_type dt =
       dtype == TERN_DTYPE_F32 ? memory::data_type::f32 : memory::data_type::bf16;
   memory::desc md({n, n}, dt, memory::format_tag::ab);
-  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(md, md, md), eng);
+  dnnl::matmul::primitive_desc pd;
+  try {
+    pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(md, md, md), eng);
+  } catch (const dnnl::error&) {
+    // oneDNN has no matmul at all for this dtype on some CPUs (bf16 without
+    // AVX-512 in the system's oneDNN): no baseline, so no ratio and no target;
+    // the engine's own loops run the product, and their speed is still shown.
+    const Timed t = Rounds({[&] { op.Run(); }, [&] { exec.Run(); }}, 3, 1.0);
+    const double flop = 2.0 * n * n * n;
+    std::printf(
+        "matmul %s %lld: kernel %.1f, execute %.1f GFLOP/s (best); no baseline: oneDNN has no "
+        "%s matmul on this CPU\n",
+        tern::isa::DTypeName(dtype), static_cast<long long>(n), flop / Best(t.times[0]) / 1e9,
+        flop / Best(t.times[1]) / 1e9, tern::isa::DTypeName(dtype));
+    return;
+  }
   dnnl::matmul prim(pd);
   // Operands of its own, like the execution's device buffers: each contender
   // finds in the caches what it left there itself, one round earlier.
