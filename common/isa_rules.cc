@@ -17,7 +17,6 @@ namespace {
 using rules::Bit;
 using rules::KnownDtype;
 using rules::OpInfo;
-using rules::Raw;
 
 constexpr OpInfo kOps[] = {
     {TERN_OP_COPY, "copy", {"dst", "src"}, 2, 0, Bit(0)},
@@ -181,7 +180,7 @@ namespace {
 Status CheckOperand(const Checker& c, size_t slot, bool written) {
   const OperandDesc& d = c.Op(slot);
   const char* name = c.Name(slot);
-  const int64_t segment = Raw(d.segment);
+  const int64_t segment = static_cast<int64_t>(d.segment);
   switch (segment) {
     case TERN_SEGMENT_INPUT:
     case TERN_SEGMENT_OUTPUT:
@@ -196,7 +195,8 @@ Status CheckOperand(const Checker& c, size_t slot, bool written) {
     default:
       return c.Fail("{} names unknown segment {}", name, segment);
   }
-  if (!KnownDtype(Raw(d.dtype))) return c.Fail("{} has unknown dtype {}", name, Raw(d.dtype));
+  if (!KnownDtype(static_cast<int64_t>(d.dtype)))
+    return c.Fail("{} has unknown dtype {}", name, static_cast<int64_t>(d.dtype));
   if (d.rank > TERN_MAX_RANK)
     return c.Fail("{} has rank {}; the maximum is {}", name, d.rank, TERN_MAX_RANK);
   int64_t count = 1;
@@ -452,8 +452,9 @@ bool SetContiguousStrides(OperandDesc* desc) {
 }
 
 Status OperandExtent(const OperandDesc& desc, uint64_t* begin, uint64_t* end) {
-  if (!KnownDtype(Raw(desc.dtype))) {
-    return MakeStatus(TERN_ERROR_EXECUTABLE_INVALID, "unknown dtype {}", Raw(desc.dtype));
+  if (!KnownDtype(static_cast<int64_t>(desc.dtype))) {
+    return MakeStatus(TERN_ERROR_EXECUTABLE_INVALID, "unknown dtype {}",
+                      static_cast<int64_t>(desc.dtype));
   }
   const size_t size = DTypeSize(desc.dtype);
   if (size == 0) {
@@ -513,8 +514,9 @@ std::string ShapeString(const int64_t* dims, uint32_t rank) {
 
 std::string DescribeOperand(const OperandDesc& desc) {
   const uint32_t rank = std::min<uint32_t>(desc.rank, TERN_MAX_RANK);
-  std::string s = ShapeString(desc.shape.data(), rank) + " " +
-                  (KnownDtype(Raw(desc.dtype)) ? DTypeName(desc.dtype) : "unknown");
+  std::string s =
+      ShapeString(desc.shape.data(), rank) + " " +
+      (KnownDtype(static_cast<int64_t>(desc.dtype)) ? DTypeName(desc.dtype) : "unknown");
   OperandDesc contiguous = desc;
   contiguous.rank = rank;
   if (!IsContiguous(contiguous)) s += " strides " + ShapeString(desc.strides.data(), rank);

@@ -10,10 +10,8 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <span>
 #include <string>
-#include <type_traits>
 #include <utility>
 
 #include "common/isa_rules.h"
@@ -21,16 +19,6 @@
 namespace tern::isa::rules {
 
 constexpr uint32_t Bit(size_t slot) { return 1u << slot; }
-
-// The integer stored in an enum field, read without loading it as the enum:
-// a hostile file can hold any value there, and loading an out-of-range
-// value as the enum type is undefined behaviour.
-template <typename E>
-int64_t Raw(const E& e) {
-  std::underlying_type_t<E> v;
-  std::memcpy(&v, &e, sizeof v);
-  return static_cast<int64_t>(v);
-}
 
 inline bool KnownDtype(int64_t raw) { return raw >= 0 && raw < TERN_DTYPE_COUNT; }
 

@@ -3,7 +3,6 @@
 // a process-wide set so that a destroyed or forged handle is reported, not
 // dereferenced.
 #include <cstdlib>
-#include <cstring>
 #include <mutex>
 #include <unordered_set>
 
@@ -34,17 +33,6 @@ Status GetBuilder(tern_builder_t handle, exe::Builder** out) {
   return OkStatus();
 }
 
-// The value of an enum the caller passed, read without an enum-typed load: a
-// C caller may pass any integer, and loading an out-of-range value through
-// the C++ enum type is undefined.
-template <typename Enum>
-uint32_t RawValue(const Enum& value) {
-  static_assert(sizeof(Enum) == sizeof(uint32_t));
-  uint32_t raw;
-  std::memcpy(&raw, &value, sizeof(raw));
-  return raw;
-}
-
 Status CheckDType(uint32_t dtype, const std::string& what) {
   if (dtype >= TERN_DTYPE_COUNT) {
     return MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "{}: dtype {} is not a tern_dtype_t", what,
@@ -71,8 +59,8 @@ Status AddTensor(tern_builder_t handle, bool input, const char* name, tern_dtype
   TERN_RETURN_IF_ERROR(GetBuilder(handle, &builder));
   if (name == nullptr) return MakeStatus(TERN_ERROR_INVALID_ARGUMENT, "name is NULL");
   TERN_RETURN_IF_ERROR(CheckShape(rank, shape, input ? "input" : "output"));
-  TERN_RETURN_IF_ERROR(
-      CheckDType(RawValue(dtype), fmt::format("{} '{}'", input ? "input" : "output", name)));
+  TERN_RETURN_IF_ERROR(CheckDType(static_cast<uint32_t>(dtype),
+                                  fmt::format("{} '{}'", input ? "input" : "output", name)));
   uint32_t index = 0;
   std::span<const int64_t> dims(shape, rank);
   TERN_RETURN_IF_ERROR(input ? builder->AddInput(name, dtype, dims, &index)
@@ -108,14 +96,15 @@ Status AddInstruction(tern_builder_t handle, const tern_instruction_t* instructi
   for (uint32_t k = 0; k < instruction->operand_count; ++k) {
     const tern_operand_t& given = instruction->operands[k];
     exe::Builder::Operand& operand = operands[k];
-    const uint32_t segment = RawValue(given.segment);
+    const uint32_t segment = static_cast<uint32_t>(given.segment);
     if (segment == TERN_SEGMENT_NONE) continue;  // desc.segment is NONE by default
     if (segment > TERN_SEGMENT_SCRATCH) {
       return MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
                         "operand {}: segment {} is not a tern_segment_t", k, segment);
     }
     TERN_RETURN_IF_ERROR(CheckShape(given.rank, given.shape, fmt::format("operand {}", k).c_str()));
-    TERN_RETURN_IF_ERROR(CheckDType(RawValue(given.dtype), fmt::format("operand {}", k)));
+    TERN_RETURN_IF_ERROR(
+        CheckDType(static_cast<uint32_t>(given.dtype), fmt::format("operand {}", k)));
     operand.desc.segment = static_cast<tern_segment_t>(segment);
     operand.desc.index = given.index;
     operand.desc.offset = given.offset;
@@ -128,7 +117,7 @@ Status AddInstruction(tern_builder_t handle, const tern_instruction_t* instructi
     }
   }
   exe::Builder::InstructionSpec spec;
-  spec.opcode = RawValue(instruction->opcode);
+  spec.opcode = static_cast<uint32_t>(instruction->opcode);
   spec.core = instruction->core;
   spec.operands = std::span<const exe::Builder::Operand>(operands, instruction->operand_count);
   spec.ints = std::span<const int64_t>(instruction->ints, instruction->int_count);

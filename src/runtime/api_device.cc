@@ -170,10 +170,8 @@ TERN_API tern_status_t tern_debug_inject_fault(const tern_fault_params_t* params
       CheckStructSize(params->struct_size, sizeof(tern_fault_params_t), "tern_fault_params_t"));
   Runtime* rt;
   TERN_API_TRY(GetRuntime(&rt));
-  // Read the enum as an integer: a C caller may pass any value, and loading an
-  // out-of-range value as the enum type is undefined behaviour in C++.
-  int32_t kind_value;
-  std::memcpy(&kind_value, &params->kind, sizeof(kind_value));
+  // A C caller may pass any value (the enum holds any int32_t in C++).
+  const int32_t kind_value = static_cast<int32_t>(params->kind);
   if (kind_value < TERN_FAULT_HBM_UNCORRECTABLE || kind_value > TERN_FAULT_CORE_HANG) {
     return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
                              "fault kind {} is unknown; use a tern_fault_kind_t value",

@@ -11,7 +11,6 @@
 //             per distinct handle), the arguments, and the queue's device.
 #include <algorithm>
 #include <atomic>
-#include <cstring>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -661,8 +660,7 @@ TERN_API tern_status_t tern_graph_add_parameter(tern_graph_t graph, uint32_t com
                              "command {} does not exist: {} has {} commands (numbered from 0)",
                              command, object->name, object->commands.size()));
   }
-  int32_t raw_operand;
-  std::memcpy(&raw_operand, &operand, sizeof(raw_operand));
+  const int32_t raw_operand = static_cast<int32_t>(operand);
   if (raw_operand < TERN_GRAPH_OPERAND_DST || raw_operand > TERN_GRAPH_OPERAND_OUTPUT) {
     return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
                              "operand {} is not a tern_graph_operand_t; pass "

@@ -219,9 +219,7 @@ Status AllocateBuffer(Runtime* rt, tern_device_t device, const tern_buffer_param
                       "alignment {} is not a power of two (use 0 for the device minimum)",
                       params->alignment);
   }
-  // Read the enum as an integer: out-of-range enum loads are undefined in C++.
-  uint32_t category_value;
-  std::memcpy(&category_value, &params->category, sizeof(category_value));
+  const uint32_t category_value = static_cast<uint32_t>(params->category);
   if (category_value >= TERN_MEMORY_CATEGORY_COUNT) {
     return MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
                       "memory category {} is unknown; use a tern_memory_category_t value",

@@ -1,5 +1,4 @@
 // Memory pools and stream-ordered allocation (tern/memory_pool.h).
-#include <cstring>
 
 #include "src/runtime/api_checks.h"
 #include "src/runtime/memory_pool.h"
@@ -17,16 +16,6 @@ Status LookupMemoryPool(Runtime* rt, tern_memory_pool_t handle, const char* arg,
                         "pool (tern_device_default_memory_pool(), or NULL in tern_queue_alloc())");
 }
 
-// Reads a caller's enum as an integer: an out-of-range enum load is
-// undefined in C++.
-template <typename E>
-uint32_t RawEnum(const E& value) {
-  static_assert(sizeof(E) == sizeof(uint32_t));
-  uint32_t raw;
-  std::memcpy(&raw, &value, sizeof(raw));
-  return raw;
-}
-
 Status CreatePool(Runtime* rt, tern_device_t device, const tern_memory_pool_params_t* params,
                   tern_memory_pool_t* out_pool) {
   DeviceObject* dev;
@@ -39,7 +28,7 @@ Status CreatePool(Runtime* rt, tern_device_t device, const tern_memory_pool_para
     return MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
                       "tern_memory_pool_params_t.reserved is {}; it must be 0", params->reserved);
   }
-  const uint32_t category = RawEnum(params->category);
+  const uint32_t category = static_cast<uint32_t>(params->category);
   if (category >= TERN_MEMORY_CATEGORY_COUNT) {
     return MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
                       "memory category {} is unknown; use a tern_memory_category_t value",
@@ -203,7 +192,7 @@ TERN_API tern_status_t tern_memory_pool_set_attribute(tern_memory_pool_t pool,
   std::shared_ptr<MemoryPoolObject> object;
   TERN_API_TRY(GetRuntime(&rt));
   TERN_API_TRY(LookupMemoryPool(rt, pool, "pool", &object));
-  const uint32_t raw = RawEnum(attribute);
+  const uint32_t raw = static_cast<uint32_t>(attribute);
   TERN_API_TRY(CheckAttribute(raw));
   if (raw != TERN_MEMORY_POOL_ATTR_RELEASE_THRESHOLD) {
     return Report(MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
@@ -224,7 +213,7 @@ TERN_API tern_status_t tern_memory_pool_get_attribute(tern_memory_pool_t pool,
   std::shared_ptr<MemoryPoolObject> object;
   TERN_API_TRY(GetRuntime(&rt));
   TERN_API_TRY(LookupMemoryPool(rt, pool, "pool", &object));
-  const uint32_t raw = RawEnum(attribute);
+  const uint32_t raw = static_cast<uint32_t>(attribute);
   TERN_API_TRY(CheckAttribute(raw));
   if (raw == TERN_MEMORY_POOL_ATTR_CATEGORY) {
     *out_value = static_cast<uint64_t>(object->category);
