@@ -311,6 +311,7 @@ void BenchMatmul(tern_dtype_t dtype, int64_t n) {
   const memory::data_type dt =
       dtype == TERN_DTYPE_F32 ? memory::data_type::f32 : memory::data_type::bf16;
   memory::desc md({n, n}, dt, memory::format_tag::ab);
+  const double flop = 2.0 * n * n * n;
   dnnl::matmul::primitive_desc pd;
   try {
     pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(md, md, md), eng);
@@ -319,7 +320,6 @@ void BenchMatmul(tern_dtype_t dtype, int64_t n) {
     // AVX-512 in the system's oneDNN): no baseline, so no ratio and no target;
     // the engine's own loops run the product, and their speed is still shown.
     const Timed t = Rounds({[&] { op.Run(); }, [&] { exec.Run(); }}, 3, 1.0);
-    const double flop = 2.0 * n * n * n;
     std::printf(
         "matmul %s %lld: kernel %.1f, execute %.1f GFLOP/s (best); no baseline: oneDNN has no "
         "%s matmul on this CPU\n",
@@ -339,7 +339,6 @@ void BenchMatmul(tern_dtype_t dtype, int64_t n) {
   const int rounds = n >= 2048 ? 6 : 10;
   const double min_seconds = n >= 4096 ? 5.0 : 1.5;
   const Timed t = Rounds({[&] { op.Run(); }, [&] { exec.Run(); }, direct}, rounds, min_seconds);
-  const double flop = 2.0 * n * n * n;
   char what[64];
   std::snprintf(what, sizeof(what), "matmul %s %lld kernel", tern::isa::DTypeName(dtype),
                 static_cast<long long>(n));
