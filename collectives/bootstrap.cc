@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "common/logging.h"
+#include "common/thread_name.h"
 #include "common/timeline.h"
 #include "pending_connections.h"
 
@@ -380,7 +381,10 @@ Status StartBootstrapRoot(const SockAddr& bind_addr, uint64_t nonce, const Secre
   *out_bound = bound;
   auto root = std::make_shared<Root>(fd, nonce, secret, MonotonicNs() + timeout_ns,
                                      bound.ToString(), std::move(remove_when_done));
-  std::thread([root] { root->Run(); }).detach();
+  std::thread([root] {
+    NameThisThread("tern-bootstrap");
+    root->Run();
+  }).detach();
   return OkStatus();
 }
 

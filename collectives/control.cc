@@ -9,6 +9,7 @@
 #include <cerrno>
 
 #include "common/logging.h"
+#include "common/thread_name.h"
 #include "common/timeline.h"
 #include "pending_connections.h"
 
@@ -51,7 +52,10 @@ Status ControlPlane::Connect(const std::vector<RankIdentity>& table, const Secre
   } else {
     TERN_RETURN_IF_ERROR(ConnectToRankZero(table, secret, deadline_ns));
   }
-  monitor_ = std::thread([this] { Monitor(); });
+  monitor_ = std::thread([this] {
+    NameThisThread("tern-comm-ctrl");
+    Monitor();
+  });
   return OkStatus();
 }
 

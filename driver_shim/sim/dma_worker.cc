@@ -4,6 +4,7 @@
 
 #include <thread>
 
+#include "common/thread_name.h"
 #include "driver_shim/sim/engines/run_instruction.h"
 #include "driver_shim/sim/engines/warm_up.h"
 
@@ -17,7 +18,10 @@ DmaWorker& DmaWorker::Get() {
 }
 
 DmaWorker::DmaWorker() : owner_pid_(getpid()) {
-  std::thread([this] { Loop(); }).detach();
+  std::thread([this] {
+    NameThisThread("tern-sim-dma");
+    Loop();
+  }).detach();
 }
 
 bool DmaWorker::TryStart(std::function<Status()> job) {

@@ -2,6 +2,7 @@
 
 #include "common/cycle_clock.h"
 #include "common/logging.h"
+#include "common/thread_name.h"
 #include "common/trace.h"
 #include "driver_shim/sim/engines/warm_up.h"
 #include "driver_shim/sim/sim_driver.h"
@@ -22,7 +23,12 @@ SimQueue::SimQueue(SimDevice* device, uint32_t core, std::string name)
   counters_ = &device_->registry().core_counters(device_->index(), core_);
   trace_track_ = trace::RegisterTrack(device_->index(), core_, name_);
   CycleClock::Init();
-  thread_ = std::thread([this] { Loop(); });
+  thread_ = std::thread([this] {
+    const std::string name =
+        "tern-queue" + std::to_string(device_->index()) + "." + std::to_string(core_);
+    NameThisThread(name.c_str());
+    Loop();
+  });
 }
 
 SimQueue::~SimQueue() {

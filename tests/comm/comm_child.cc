@@ -24,7 +24,8 @@
 //   tern_comm_child init-only
 //       Joins and prints "joined" or "init <STATUS> <message>".
 //   tern_comm_child root-fd-limit
-//       Starts a bootstrap root (tern_comm_get_unique_id), then lowers its
+//       Starts a bootstrap root (tern_comm_get_unique_id), waits until its
+//       thread ("tern-bootstrap") sleeps on its socket, then lowers its
 //       open-file limit so that no descriptor can be opened (accept fails
 //       with EMFILE) and prints "limited"; when stdin closes, restores the
 //       limit, prints "raised", serves 3 s more and exits.
@@ -182,10 +183,51 @@ int RunScenario(Rank& r, const std::vector<std::string>& args) {
 
 }  // namespace
 
+// Whether a thread of this process named `name` is asleep (in a system
+// call), within 10 s.
+bool WaitForSleepingThread(const std::string& name) {
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    if (DIR* dir = opendir("/proc/self/task")) {
+      bool asleep = false;
+      while (dirent* entry = readdir(dir)) {
+        if (entry->d_name[0] == '.') continue;
+        const std::string task = std::string("/proc/self/task/") + entry->d_name;
+        char comm[32] = {};
+        char stat[512] = {};
+        if (FILE* f = std::fopen((task + "/comm").c_str(), "r")) {
+          if (std::fgets(comm, sizeof(comm), f) == nullptr) comm[0] = '\0';
+          std::fclose(f);
+        }
+        if (std::string(comm) != name + "\n") continue;
+        if (FILE* f = std::fopen((task + "/stat").c_str(), "r")) {
+          if (std::fgets(stat, sizeof(stat), f) == nullptr) stat[0] = '\0';
+          std::fclose(f);
+        }
+        // The state follows the ")" that ends the name: "pid (name) S ...".
+        const char* close_paren = std::strrchr(stat, ')');
+        asleep =
+            asleep || (close_paren != nullptr && close_paren[1] == ' ' && close_paren[2] == 'S');
+      }
+      closedir(dir);
+      if (asleep) return true;
+    }
+    usleep(10000);
+  }
+  return false;
+}
+
 // See root-fd-limit above.
 int RootWithFdLimit() {
   tern_comm_unique_id_t id;
   Check("tern_comm_get_unique_id", tern_comm_get_unique_id(&id));
+  // Limit only once the root's thread waits on its socket: a thread that
+  // starts while no descriptor can be opened breaks more than accept (clang
+  // 14's UBSan probes memory through a pipe before its first virtual call, and
+  // reported a thread start as an invalid object).
+  if (!WaitForSleepingThread("tern-bootstrap")) {
+    Say("error: the bootstrap root thread never waited on its socket");
+    return 1;
+  }
   // Fill every free descriptor number below the highest open one, then
   // allow no more: the next accept fails with EMFILE.
   int highest = 0;

@@ -9,8 +9,10 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <string>
 #include <thread>
 
+#include "common/thread_name.h"
 #include "driver_shim/sim/engines/run_instruction.h"
 #include "driver_shim/sim/engines/warm_up.h"
 
@@ -84,7 +86,11 @@ void KernelPool::Start() {
     return;
   }
   for (int slot = 1; slot < threads_; ++slot) {
-    std::thread([this, slot] { HelperLoop(slot); }).detach();
+    std::thread([this, slot] {
+      const std::string name = "tern-kernel-" + std::to_string(slot);
+      NameThisThread(name.c_str());
+      HelperLoop(slot);
+    }).detach();
   }
   started_.store(true, std::memory_order_release);
 }
