@@ -24,7 +24,6 @@
 //   --unary / --overlap: one part (--unary only runs when asked for);
 //   --size N: matmul of that size only.
 #include <fmt/format.h>
-#include <omp.h>
 #include <sched.h>
 #include <tern/builder.h>
 #include <tern/tern.h>
@@ -46,6 +45,7 @@
 #include "common/isa_rules.h"
 #include "driver_shim/sim/engines/kernels_testing.h"
 #include "driver_shim/sim/engines/numerics.h"
+#include "driver_shim/sim/engines/openmp_runtime.h"
 #include "driver_shim/sim/engines/run_instruction.h"
 #include "machine_report.h"
 

@@ -20,7 +20,7 @@ packages=(
   libflatbuffers-dev flatbuffers-compiler libxxhash-dev
   libdnnl-dev ocl-icd-opencl-dev  # oneDNN's CMake package links OpenCL::OpenCL (see below)
   libcli11-dev libncurses-dev nlohmann-json3-dev
-  clang libclang-rt-14-dev libomp-14-dev  # the ASan build (clang, its OpenMP) and the fuzzers
+  clang libclang-rt-14-dev     # the ASan build and the fuzzers (OpenMP: GCC's libgomp, as oneDNN)
   iproute2                     # collectives: the two-host test's network namespaces
   openmpi-bin libopenmpi-dev   # collectives: the comparison in scripts/bench-collectives.sh
 )

@@ -6,7 +6,6 @@
 // packed into contiguous f32 first and still multiplied by oneDNN; integer
 // matmuls, empty shapes, and anything oneDNN rejects run portable loops.
 #include <fmt/format.h>
-#include <omp.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -23,6 +22,7 @@
 
 #include "driver_shim/sim/engines/kernels_internal.h"
 #include "driver_shim/sim/engines/kernels_testing.h"
+#include "driver_shim/sim/engines/openmp_runtime.h"
 
 namespace tern::sim {
 
