@@ -395,6 +395,94 @@ def test_scalar_arguments_do_not_rebuild(fallback_log):
         assert torch.equal(res, torch.full((8,), i + 0.25))
 
 
+def test_float32_tensor_and_a_number_match_the_cpu(fallback_log):
+    # A float32 tensor and a Python number (or a CPU scalar tensor) take a
+    # fast path that passes the value at run time without building a Program
+    # (elementwise.cc); every kind of value, in place, out= and functional,
+    # must give the CPU's bits, and a second value must not build again.
+    base = torch.linspace(-3, 3, 40)
+    x = base.to("tern")
+    numbers = [0.999, -2, True, 1e-30, float("inf"), torch.tensor(0.25, dtype=torch.float64),
+               torch.tensor(3), torch.tensor(0.5, dtype=torch.float32)]
+    x * 0.5
+    before = torch_tern.kernel_cache_info()["misses"]
+    for v in numbers:
+        for op in (torch.mul, torch.add, torch.div) + (() if v is True else (torch.sub,)):
+            assert torch.equal(op(x, v).cpu(), op(base, v)), (op, v)
+        y, yc = x.clone(), base.clone()
+        y.mul_(v)
+        yc.mul_(v)
+        assert torch.equal(y.cpu(), yc), v
+        out = torch.empty(40, device="tern")
+        torch.add(x, v, out=out)
+        assert torch.equal(out.cpu(), torch.add(base, v)), v
+    # Two float32 tensors with an alpha (an optimizer's `p.add_(buf, alpha=-lr)`):
+    # tern multiplies, then adds (two roundings, as its general path); the CPU
+    # fuses the two, so the last bit may differ.
+    other = torch.linspace(5, -1, 40)
+    o = other.to("tern")
+    close = dict(rtol=1e-6, atol=1e-7)
+    for alpha in (-0.01, 3, 0.5, -2.5e-8):
+        for op in (torch.add, torch.sub):
+            torch.testing.assert_close(op(x, o, alpha=alpha).cpu(), op(base, other, alpha=alpha),
+                                       **close)
+        y, yc = x.clone(), base.clone()
+        y.add_(o, alpha=alpha)
+        yc.add_(other, alpha=alpha)
+        torch.testing.assert_close(y.cpu(), yc, **close)
+        y.sub_(y, alpha=alpha)  # the same tensor twice, in place
+        yc.sub_(yc, alpha=alpha)
+        torch.testing.assert_close(y.cpu(), yc, **close)
+        # The general path (a broadcast operand) computes the same bits.
+        wide = torch.add(x.expand(2, 40), o, alpha=alpha)[1]
+        assert torch.equal(torch.add(x, o, alpha=alpha).cpu(), wide.cpu()), alpha
+    # New values, no new programs beyond one per op and variant.
+    assert torch_tern.kernel_cache_info()["misses"] <= before + 16
+    # Two 0-dim operands promote by dtype alone: a float32 0-dim tensor and a
+    # float64 CPU scalar tensor give float64, computed as the CPU does.
+    z = torch.tensor(1.1, dtype=torch.float32)
+    w = torch.tensor(1 / 3, dtype=torch.float64)
+    got = z.to("tern") * w
+    assert got.dtype == torch.float64 and torch.equal(got.cpu(), z * w)
+
+
+def test_optimizer_float_ops_fast_path_matches_the_general_path(fallback_log):
+    # lerp, addcmul and addcdiv over float32 tensors of one shape take the
+    # elementwise fast path with their scalar passed at run time; their bits
+    # must be the general path's (a broadcast operand forces that path) and
+    # close to the CPU's, in place too, for new values without new programs.
+    g = torch.Generator().manual_seed(3)
+    a, b, c = (torch.randn(50, generator=g) for _ in range(3))
+    c = c.abs() + 0.5
+    ta, tb, tc = a.to("tern"), b.to("tern"), c.to("tern")
+    close = dict(rtol=1e-6, atol=1e-6)
+
+    def general(fn, *args, **kw):  # the same op with a broadcast first operand
+        return fn(*(x.expand(2, 50) for x in args), **kw)[1]
+
+    torch.lerp(ta, tb, 0.1), torch.addcmul(ta, tb, tc, value=0.1)
+    before = torch_tern.kernel_cache_info()["misses"]
+    for w in (0.1, 0.9, -0.3, 0.5, 2.0):
+        got = torch.lerp(ta, tb, w)
+        assert torch.equal(got.cpu(), general(torch.lerp, ta, tb, weight=w).cpu()), w
+        torch.testing.assert_close(got.cpu(), torch.lerp(a, b, w), **close)
+    for v in (0.1, -1e-3, 2, 0.999):
+        for fn in (torch.addcmul, torch.addcdiv):
+            got = fn(ta, tb, tc, value=v)
+            assert torch.equal(got.cpu(), general(fn, ta, tb, tc, value=v).cpu()), (fn, v)
+            torch.testing.assert_close(got.cpu(), fn(a, b, c, value=v), **close)
+    # In place, a tensor twice (Adam's exp_avg_sq.addcmul_(grad, grad, ...)).
+    s, sc = ta.clone(), a.clone()
+    s.addcmul_(tb, tb, value=0.001)
+    sc.addcmul_(b, b, value=0.001)
+    s.lerp_(tc, 0.1)
+    sc.lerp_(c, 0.1)
+    s.addcdiv_(tb, tc, value=-0.01)
+    sc.addcdiv_(b, c, value=-0.01)
+    torch.testing.assert_close(s.cpu(), sc, **close)
+    assert torch_tern.kernel_cache_info()["misses"] <= before + 12
+
+
 def test_declined_kernels_fall_back(fallback_log):
     # float64 tanh: not among the ISA's f64 functions, so the native kernel
     # declines and the CPU runs it.

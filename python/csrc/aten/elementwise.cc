@@ -33,6 +33,29 @@ at::Tensor Wrap(const c10::Scalar& s) {
 
 bool Operable(const at::Tensor& t) { return IsTern(t) || IsCpuScalar(t); }
 
+// The value of a CPU scalar of a real dtype, read where it lies (Python
+// numbers arrive as float64, int64 or bool scalars); false for anything else.
+// What the general path's t.item().toDouble() gives, without a dispatch.
+bool CpuScalarValue(const at::Tensor& t, double* value) {
+  if (!IsCpuScalar(t) || t.is_conj() || t.is_neg()) return false;
+  switch (t.scalar_type()) {
+    case at::kDouble:
+      *value = *t.const_data_ptr<double>();
+      return true;
+    case at::kFloat:
+      *value = *t.const_data_ptr<float>();
+      return true;
+    case at::kLong:
+      *value = static_cast<double>(*t.const_data_ptr<int64_t>());
+      return true;
+    case at::kBool:
+      *value = *t.const_data_ptr<bool>() ? 1.0 : 0.0;
+      return true;
+    default:
+      return false;
+  }
+}
+
 // The dtype the instruction computes in: bf16/f16 with a CPU scalar (or an
 // alpha) computes in f32, as PyTorch's opmath does (the scalar is not rounded).
 at::ScalarType ComputeDtype(at::ScalarType common, bool scalar_involved) {
@@ -67,6 +90,26 @@ bool Binary(const char* name, tern_binary_fn_t fn, Kind kind, const at::Tensor& 
       (kind == Kind::kArith || at::isFloatingType(out_type)) && Supported(out_type) &&
       RunElementwise(name, TERN_OP_BINARY, fn, out, {a, b})) {
     return true;
+  }
+  // The next commonest, in float32 with the value passed at run time: a
+  // tensor and a Python number (`x * 0.5`, an optimizer's `p.mul_(beta)`), and
+  // two tensors with an alpha (`p.add_(buf, alpha=-lr)`).
+  if (kind != Kind::kCompare && out_type == at::kFloat && IsTern(a) &&
+      a.scalar_type() == at::kFloat) {
+    double value = 0.0;
+    if (IsOne(alpha) && CpuScalarValue(b, &value) &&
+        // (two 0-dim operands promote by dtype alone: f32 and f64 give f64)
+        (a.dim() > 0 || b.unsafeGetTensorImpl()->is_wrapped_number()) &&
+        RunElementwise(name, TERN_OP_BINARY, fn, out, {a}, ElementwiseScalar::kLastOperand,
+                       value)) {
+      return true;
+    }
+    if (!IsOne(alpha) && (alpha.isFloatingPoint() || alpha.isIntegral(false)) && IsTern(b) &&
+        b.scalar_type() == at::kFloat &&
+        RunElementwise(name, TERN_OP_BINARY, fn, out, {a, b}, ElementwiseScalar::kScalesLastInput,
+                       alpha.toDouble())) {
+      return true;
+    }
   }
   at::ScalarType common = ResultType(a, b);
   if (kind == Kind::kFloat && at::isIntegralType(common, /*includeBool=*/true)) {
@@ -808,10 +851,42 @@ bool RunFloatOp(const char* name, const at::Tensor& out, std::initializer_list<a
   return f.p.ok() && f.p.Run();
 }
 
+// Whether `out` and `ts` are float32 tern tensors: the elementwise fast path
+// of the float ops below (RunElementwise checks shapes and layouts), whose
+// programs are then the general path's, on 1-D operands.
+bool AllTernFloat32(const at::Tensor& out, std::initializer_list<at::Tensor> ts) {
+  if (!IsTern(out) || out.scalar_type() != at::kFloat) return false;
+  for (const at::Tensor& t : ts) {
+    if (!IsTern(t) || t.scalar_type() != at::kFloat) return false;
+  }
+  return true;
+}
+
+// lerp's program for the fast path: operands out, a, b, the weight (w, or
+// 1 - w when fn is 1).
+void EmitLerp(Program& p, const std::vector<Operand>& o, int64_t fn) {
+  const Operand diff = p.Temp(o[0].dtype, o[0].shape), scaled = p.Temp(o[0].dtype, o[0].shape);
+  p.Emit(TERN_OP_BINARY, {diff, o[2], o[1]}, {TERN_BINARY_SUB});
+  p.Emit(TERN_OP_BINARY, {scaled, diff, o[3]}, {TERN_BINARY_MUL});
+  if (fn == 0) {
+    p.Emit(TERN_OP_BINARY, {o[0], o[1], scaled}, {TERN_BINARY_ADD});
+  } else {
+    p.Emit(TERN_OP_BINARY, {o[0], o[2], scaled}, {TERN_BINARY_SUB});
+  }
+}
+
 // The CPU's lerp: w < 0.5 ? a + w * (b - a) : b - (b - a) * (1 - w).
 at::Tensor& LerpScalarOut(const at::Tensor& self, const at::Tensor& end, const at::Scalar& weight,
                           at::Tensor& out) {
   const double w = weight.toDouble();
+  const bool low = std::abs(w) < 0.5;
+  // An optimizer's `exp_avg.lerp_(grad, 1 - beta1)`: the same instructions
+  // as below, without building the program (RunElementwise).
+  if (AllTernFloat32(out, {self, end}) &&
+      RunElementwise("aten::lerp.Scalar_out", TERN_OP_BINARY, low ? 0 : 1, out, {self, end},
+                     ElementwiseScalar::kLastOperand, low ? w : 1.0 - w, EmitLerp)) {
+    return out;
+  }
   if (RunFloatOp("aten::lerp.Scalar_out", out, {self, end}, [&](FloatOp& f) {
         Operand A = f.In(self), B = f.In(end);
         Operand diff = f.Temp(), scaled = f.Temp();
@@ -855,9 +930,26 @@ at::Tensor& LerpTensorOut(const at::Tensor& self, const at::Tensor& end, const a
 }
 TERN_ATEN_IMPL("lerp.Tensor_out", LerpTensorOut);
 
+// addcmul/addcdiv's program for the fast path: operands out, self, t1, t2,
+// value; fn is the op between t1 and t2.
+void EmitAddc(Program& p, const std::vector<Operand>& o, int64_t fn) {
+  const Operand tmp = p.Temp(o[0].dtype, o[0].shape), tmp2 = p.Temp(o[0].dtype, o[0].shape);
+  p.Emit(TERN_OP_BINARY, {tmp, o[2], o[4]}, {TERN_BINARY_MUL});
+  p.Emit(TERN_OP_BINARY, {tmp2, tmp, o[3]}, {fn});
+  p.Emit(TERN_OP_BINARY, {o[0], o[1], tmp2}, {TERN_BINARY_ADD});
+}
+
 // self + value * t1 (op) t2, as the CPU orders it: (value * t1) op t2.
 bool AddcOp(const char* name, tern_binary_fn_t op, const at::Tensor& self, const at::Tensor& t1,
             const at::Tensor& t2, const at::Scalar& value, const at::Tensor& out) {
+  // An optimizer's `exp_avg_sq.addcmul_(grad, grad, value=1 - beta2)` and
+  // `p.addcdiv_(exp_avg, denom, value=-step_size)`: the instructions below,
+  // without building the program (RunElementwise).
+  if (AllTernFloat32(out, {self, t1, t2}) && (value.isFloatingPoint() || value.isIntegral(false)) &&
+      RunElementwise(name, TERN_OP_BINARY, op, out, {self, t1, t2}, ElementwiseScalar::kLastOperand,
+                     value.toDouble(), EmitAddc)) {
+    return true;
+  }
   return RunFloatOp(name, out, {self, t1, t2}, [&](FloatOp& f) {
     Operand S = f.In(self), A = f.In(t1), B = f.In(t2);
     Operand tmp = f.Temp(), tmp2 = f.Temp();

@@ -22,6 +22,7 @@
 
 namespace torch_tern::native {
 
+using program::ElementwiseScalar;
 using program::Operand;
 using program::Program;
 using program::RunElementwise;

@@ -52,6 +52,7 @@ struct ElementwiseKey {
   int32_t inputs = 0;
   // Input i is input same_as[i] again (bound once), or -1.
   std::array<int8_t, kMaxElementwiseInputs> same_as{-1, -1, -1};
+  ElementwiseScalar scalar = ElementwiseScalar::kNone;  // a run-time scalar, and its use
 
   bool operator==(const ElementwiseKey&) const = default;
 };
@@ -755,9 +756,9 @@ auto* g_args_rings = new std::unordered_map<tern_queue_t, ArgsRing>();
 // False (nothing queued, nothing held) when the bytes do not fit a slot, the
 // ring's next slot is still to be read (the queue is a whole ring behind) or
 // its buffer cannot be allocated: the caller then takes the general way.
-bool StageArgs(tern_queue_t queue, c10::DeviceIndex device, const std::vector<uint8_t>& bytes,
+bool StageArgs(tern_queue_t queue, c10::DeviceIndex device, const uint8_t* bytes, size_t size,
                tern_binding_t* binding, std::unique_lock<std::mutex>* lock) {
-  if (bytes.size() > kArgSlotBytes) return false;
+  if (size > kArgSlotBytes) return false;
   std::unique_lock<std::mutex> held(g_args_mutex);
   ArgsRing& ring = (*g_args_rings)[queue];
   if (ring.buffer == nullptr) {
@@ -778,10 +779,9 @@ bool StageArgs(tern_queue_t queue, c10::DeviceIndex device, const std::vector<ui
     if (ring.read_by[slot] > completed) return false;
   }
   uint8_t* host = ring.host.get() + slot * kArgSlotBytes;
-  std::memcpy(host, bytes.data(), bytes.size());
+  std::memcpy(host, bytes, size);
   uint64_t sequence = 0;
-  TERN_CHECK(
-      tern_queue_copy_h2d(queue, ring.buffer, slot * kArgSlotBytes, host, bytes.size(), &sequence));
+  TERN_CHECK(tern_queue_copy_h2d(queue, ring.buffer, slot * kArgSlotBytes, host, size, &sequence));
   ring.read_by[slot] = sequence;
   ring.next = (slot + 1) % kArgSlots;
   *binding = {ring.buffer, slot * kArgSlotBytes};
@@ -894,8 +894,8 @@ bool Program::Run(bool cache) {
   tern_binding_t args_binding{nullptr, 0};
   std::unique_lock<std::mutex> args_lock;  // from the values' copy to the execution's submission
   at::Tensor args_tensor;                  // (kept until the execution is queued)
-  if (args_input_ >= 0 &&
-      (capturing || !StageArgs(queue, device, args_, &args_binding, &args_lock))) {
+  if (args_input_ >= 0 && (capturing || !StageArgs(queue, device, args_.data(), args_.size(),
+                                                   &args_binding, &args_lock))) {
     // Captured (the graph keeps the bytes), or the queue's ring is busy: a
     // device tensor of the caching allocator and a copy that owns the bytes.
     args_tensor = at::empty({static_cast<int64_t>(args_.size())},
@@ -939,7 +939,8 @@ bool LaunchSingleOp(const std::string& op, tern_opcode_t opcode,
 }
 
 bool RunElementwise(const char* name, tern_opcode_t opcode, int64_t fn, const at::Tensor& out,
-                    std::initializer_list<at::Tensor> inputs) {
+                    std::initializer_list<at::Tensor> inputs, ElementwiseScalar scalar_use,
+                    double scalar, ElementwiseEmitter emit) {
   if (inputs.size() > kMaxElementwiseInputs || !ExecutablesAvailable() || !out.defined() ||
       out.device().type() != c10::DeviceType::PrivateUse1 || out.is_conj() || out.is_neg() ||
       !out.is_contiguous()) {
@@ -955,6 +956,7 @@ bool RunElementwise(const char* name, tern_opcode_t opcode, int64_t fn, const at
   key.fn = fn;
   key.numel = numel;
   key.device = out.device().index();
+  key.scalar = scalar_use;
   const auto out_begin = reinterpret_cast<uintptr_t>(out.data_ptr());
   const auto out_end = out_begin + static_cast<uintptr_t>(numel) * out.element_size();
   std::array<const at::Tensor*, kMaxElementwiseInputs> input{};
@@ -1004,7 +1006,22 @@ bool RunElementwise(const char* name, tern_opcode_t opcode, int64_t fn, const at
     for (int32_t i = 0; i < key.inputs; ++i) operands.push_back(p.In(*input[i]));
     if (!p.ok()) return false;
     for (Operand& o : operands) o = o.View({numel});
-    p.Emit(opcode, std::move(operands), {fn});
+    // The scalar's binding follows the tensors' (Arg after every In), which
+    // the runs below rely on. Scaling the last input is what Binary's general
+    // path does for an alpha, instruction for instruction.
+    if (scalar_use == ElementwiseScalar::kLastOperand) {
+      operands.push_back(p.Arg(scalar, *dtype).Expand({numel}));
+    } else if (scalar_use == ElementwiseScalar::kScalesLastInput) {
+      const Operand scaled = p.Temp(*dtype, {numel});
+      p.Emit(TERN_OP_BINARY, {scaled, operands.back(), p.Arg(scalar, *dtype).Expand({numel})},
+             {TERN_BINARY_MUL});
+      operands.back() = scaled;
+    }
+    if (emit != nullptr) {
+      emit(p, operands, fn);
+    } else {
+      p.Emit(opcode, std::move(operands), {fn});
+    }
     p.elementwise_key_ = &key;
     return p.Run();
   }
@@ -1015,10 +1032,20 @@ bool RunElementwise(const char* name, tern_opcode_t opcode, int64_t fn, const at
     return tern_binding_t{loc.buffer, loc.offset};
   };
   const tern_binding_t out_binding = bind(out);
-  std::array<tern_binding_t, kMaxElementwiseInputs> in{};
+  std::array<tern_binding_t, kMaxElementwiseInputs + 1> in{};
   uint32_t in_count = 0;
   for (int32_t i = 0; i < key.inputs; ++i) {
     if (key.same_as[i] < 0) in[in_count++] = bind(*input[i]);
+  }
+  // Held from the scalar's copy to the execution's submission (StageArgs).
+  std::unique_lock<std::mutex> args_lock;
+  if (scalar_use != ElementwiseScalar::kNone) {
+    const Slot bytes = Encoded(scalar, *dtype);
+    // The ring is busy: the general path stages the value its own way.
+    if (!StageArgs(queue, device, bytes.data(), bytes.size(), &in[in_count], &args_lock)) {
+      return false;
+    }
+    ++in_count;
   }
   static const std::shared_ptr<void> kNoPin;
   TERN_CHECK(

@@ -86,6 +86,8 @@ Operand None();
 
 // The key under which RunElementwise finds its programs (program.cc).
 struct ElementwiseKey;
+// How RunElementwise's run-time scalar enters its program (see there).
+enum class ElementwiseScalar : int8_t { kNone, kLastOperand, kScalesLastInput };
 
 class Program {
  public:
@@ -161,7 +163,8 @@ class Program {
   Operand AddConstant(const void* bytes, tern_dtype_t dtype);
   Operand AddArg(const void* bytes, tern_dtype_t dtype);
   friend bool RunElementwise(const char*, tern_opcode_t, int64_t, const at::Tensor&,
-                             std::initializer_list<at::Tensor>);
+                             std::initializer_list<at::Tensor>, ElementwiseScalar, double,
+                             void (*)(Program&, const std::vector<Operand>&, int64_t));
 
   std::string name_;
   // Set by RunElementwise: Run() also files the executable under this key.
@@ -194,9 +197,21 @@ bool LaunchSingleOp(const std::string& op, tern_opcode_t opcode,
 // nothing, where the call does not fit or the program was refused: the
 // caller then takes its general path. `name` must be a string literal (its
 // address is part of the key).
+// With a scalar, a value of out's dtype passed at run time (Arg; its value
+// is not part of the key) is either the instruction's last operand
+// (`x * 0.9`, an optimizer's `p.mul_(beta)`) or the factor the last input is
+// multiplied by first (`torch.add(a, b, alpha=-lr)`: two instructions).
+// With `emit`, the first call's program is not the one instruction `opcode`
+// but whatever emit(p, operands, fn) writes, `operands` being the 1-D out,
+// inputs and scalar (kLastOperand), in that order: an op of a few
+// instructions (addcmul, lerp) whose program depends on nothing else than
+// `name` and `fn` (both in the key). `opcode` is then unused.
 // Thread-safety: any thread.
+using ElementwiseEmitter = void (*)(Program& p, const std::vector<Operand>& operands, int64_t fn);
 bool RunElementwise(const char* name, tern_opcode_t opcode, int64_t fn, const at::Tensor& out,
-                    std::initializer_list<at::Tensor> inputs);
+                    std::initializer_list<at::Tensor> inputs,
+                    ElementwiseScalar scalar_use = ElementwiseScalar::kNone, double scalar = 0.0,
+                    ElementwiseEmitter emit = nullptr);
 
 // Device-to-device copy of any layout and dtype (TERN_OP_COPY / TERN_OP_CAST).
 bool TryCopyKernel(const at::Tensor& src, const at::Tensor& dst);
