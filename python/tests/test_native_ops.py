@@ -483,6 +483,48 @@ def test_optimizer_float_ops_fast_path_matches_the_general_path(fallback_log):
     assert torch_tern.kernel_cache_info()["misses"] <= before + 12
 
 
+def test_one_element_tensor_broadcast_matches_the_cpu(fallback_log):
+    # A 0-dim tern tensor against a whole tensor (clip_grad_norm_'s
+    # `g.mul_(clip_coef)`) takes the elementwise fast path, the 0-dim operand
+    # broadcast; in every dtype and position, the CPU's bits.
+    base = torch.linspace(-2, 2, 30)
+    for dtype in (torch.float32, torch.bfloat16, torch.int32):
+        x = (base * 10).to(dtype) if dtype == torch.int32 else base.to(dtype)
+        s = torch.tensor(3, dtype=dtype) if dtype == torch.int32 else torch.tensor(0.37, dtype=dtype)
+        tx, ts = x.to("tern"), s.to("tern")
+        assert torch.equal((tx * ts).cpu(), x * s), dtype
+        assert torch.equal((ts - tx).cpu(), s - x), dtype
+        y, yc = tx.clone(), x.clone()
+        y.add_(ts)
+        yc.add_(s)
+        assert torch.equal(y.cpu(), yc), dtype
+    # An element of the output itself is refused before any kernel, as on the CPU.
+    z = base.to("tern")
+    with pytest.raises(RuntimeError, match="refer to a single memory location"):
+        z.mul_(z[3])
+    assert torch.equal(z.cpu(), base)
+    # One element under two shapes (0-dim and [1]) at one address.
+    one = torch.tensor(1.5, device="tern")
+    assert torch.equal(torch.add(one, one.view(1)).cpu(), torch.tensor([3.0]))
+    assert torch.equal(torch.mul(one.view(1), one).cpu(), torch.tensor([2.25]))
+    # A 0-dim input alone never stretches an output: the general path resizes
+    # it, as on the CPU (with its warning).
+    v, vc = torch.empty(5, device="tern"), torch.empty(5)
+    with pytest.warns(UserWarning):
+        torch.neg(torch.tensor(2.0, device="tern"), out=v)
+    with pytest.warns(UserWarning):
+        torch.neg(torch.tensor(2.0), out=vc)
+    assert v.shape == vc.shape and torch.equal(v.cpu(), vc)
+    # With a run-time scalar and an alpha, and in lerp and addcmul.
+    tx, ts = base.to("tern"), torch.tensor(0.37, device="tern")
+    torch.testing.assert_close(torch.add(tx, ts, alpha=-0.5).cpu(),
+                               torch.add(base, torch.tensor(0.37), alpha=-0.5), rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(torch.lerp(tx, ts.expand(30), 0.2).cpu(),
+                               torch.lerp(base, torch.tensor(0.37).expand(30), 0.2))
+    torch.testing.assert_close(torch.addcmul(tx, ts, tx, value=0.5).cpu(),
+                               torch.addcmul(base, torch.tensor(0.37), base, value=0.5))
+
+
 def test_declined_kernels_fall_back(fallback_log):
     # float64 tanh: not among the ISA's f64 functions, so the native kernel
     # declines and the CPU runs it.

@@ -6,6 +6,7 @@
 
 #include <array>
 #include <atomic>
+#include <bit>
 #include <cstdlib>
 #include <cstring>
 #include <list>
@@ -53,6 +54,7 @@ struct ElementwiseKey {
   // Input i is input same_as[i] again (bound once), or -1.
   std::array<int8_t, kMaxElementwiseInputs> same_as{-1, -1, -1};
   ElementwiseScalar scalar = ElementwiseScalar::kNone;  // a run-time scalar, and its use
+  uint8_t single = 0;  // bit i: input i is one element (0-dim), broadcast to out's count
 
   bool operator==(const ElementwiseKey&) const = default;
 };
@@ -961,11 +963,26 @@ bool RunElementwise(const char* name, tern_opcode_t opcode, int64_t fn, const at
   const auto out_end = out_begin + static_cast<uintptr_t>(numel) * out.element_size();
   std::array<const at::Tensor*, kMaxElementwiseInputs> input{};
   for (const at::Tensor& t : inputs) {
+    // One element (a 0-dim tensor: clip_grad_norm_'s clip coefficient, a
+    // device-side scale) broadcasts to every element of out.
+    const bool single = t.defined() && t.dim() == 0 && out.dim() > 0;
     if (!t.defined() || t.device() != out.device() || t.scalar_type() != out.scalar_type() ||
-        t.sizes() != out.sizes() || !t.is_contiguous() || t.is_conj() || t.is_neg()) {
+        (!single && t.sizes() != out.sizes()) || !t.is_contiguous() || t.is_conj() || t.is_neg()) {
       return false;
     }
     const auto begin = reinterpret_cast<uintptr_t>(t.data_ptr());
+    if (single) {
+      // Neither inside out (out[0] may be written before another part reads
+      // it) nor at another input's address (the general path binds the two
+      // ranges apart; this path would bind them once).
+      if (begin >= out_begin && begin < out_end) return false;
+      for (int32_t j = 0; j < key.inputs; ++j) {
+        if (input[j]->data_ptr() == t.data_ptr()) return false;
+      }
+      key.single |= static_cast<uint8_t>(1u << key.inputs);
+      input[key.inputs++] = &t;
+      continue;
+    }
     // The same elements as out (in place), or none of them.
     if (begin != out_begin && begin < out_end &&
         begin + static_cast<uintptr_t>(numel) * t.element_size() > out_begin) {
@@ -973,11 +990,18 @@ bool RunElementwise(const char* name, tern_opcode_t opcode, int64_t fn, const at
     }
     for (int32_t j = 0; j < key.inputs; ++j) {
       if (input[j]->data_ptr() == t.data_ptr()) {
+        // (a one-element input at this address: see above)
+        if ((key.single & (1u << j)) != 0) return false;
         key.same_as[key.inputs] = static_cast<int8_t>(j);
         break;
       }
     }
     input[key.inputs++] = &t;
+  }
+  // out's shape must be an input's: one-element inputs only broadcast to it
+  // (`torch.relu(s, out=v)` resizes v in the general path).
+  if (key.single != 0 && std::popcount(static_cast<unsigned>(key.single)) == key.inputs) {
+    return false;
   }
   const c10::DeviceIndex device = out.device().index();
   tern_queue_t queue = CurrentQueue(device);
@@ -1005,7 +1029,10 @@ bool RunElementwise(const char* name, tern_opcode_t opcode, int64_t fn, const at
     std::vector<Operand> operands{p.Out(out)};
     for (int32_t i = 0; i < key.inputs; ++i) operands.push_back(p.In(*input[i]));
     if (!p.ok()) return false;
-    for (Operand& o : operands) o = o.View({numel});
+    for (size_t i = 0; i < operands.size(); ++i) {
+      const bool single = i > 0 && (key.single & (1u << (i - 1))) != 0;
+      operands[i] = single ? operands[i].Expand({numel}) : operands[i].View({numel});
+    }
     // The scalar's binding follows the tensors' (Arg after every In), which
     // the runs below rely on. Scaling the last input is what Binary's general
     // path does for an alpha, instruction for instruction.

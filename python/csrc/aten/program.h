@@ -191,7 +191,8 @@ bool LaunchSingleOp(const std::string& op, tern_opcode_t opcode,
 // `opcode` with the one int `fn` over whole tensors of one dtype, shape and
 // device, all contiguous (`out` may be one of `inputs`, in place; at most
 // three inputs), such as `a + b` or `x.relu()` without broadcasting, casts or
-// scalars. The program is 1-D over the element count, found by a compact key
+// scalars, except that an input may be one element (0-dim) broadcast to out
+// (`g.mul_(clip_coef)`). The program is 1-D over the element count, found by a compact key
 // (name, opcode, fn, dtype, device, count, which inputs are the same tensor);
 // the first call of a key builds it through Run(). False, having queued
 // nothing, where the call does not fit or the program was refused: the
