@@ -186,27 +186,26 @@ int RunScenario(Rank& r, const std::vector<std::string>& args) {
 // Whether a thread of this process named `name` is asleep (in a system
 // call), within 10 s.
 bool WaitForSleepingThread(const std::string& name) {
+  auto first_line = [](const std::string& path) {
+    char line[512] = {};
+    if (FILE* f = std::fopen(path.c_str(), "r")) {
+      if (std::fgets(line, sizeof(line), f) == nullptr) line[0] = '\0';
+      std::fclose(f);
+    }
+    return std::string(line);
+  };
   for (int attempt = 0; attempt < 1000; ++attempt) {
     if (DIR* dir = opendir("/proc/self/task")) {
       bool asleep = false;
       while (dirent* entry = readdir(dir)) {
         if (entry->d_name[0] == '.') continue;
         const std::string task = std::string("/proc/self/task/") + entry->d_name;
-        char comm[32] = {};
-        char stat[512] = {};
-        if (FILE* f = std::fopen((task + "/comm").c_str(), "r")) {
-          if (std::fgets(comm, sizeof(comm), f) == nullptr) comm[0] = '\0';
-          std::fclose(f);
-        }
-        if (std::string(comm) != name + "\n") continue;
-        if (FILE* f = std::fopen((task + "/stat").c_str(), "r")) {
-          if (std::fgets(stat, sizeof(stat), f) == nullptr) stat[0] = '\0';
-          std::fclose(f);
-        }
+        if (first_line(task + "/comm") != name + "\n") continue;
         // The state follows the ")" that ends the name: "pid (name) S ...".
-        const char* close_paren = std::strrchr(stat, ')');
-        asleep =
-            asleep || (close_paren != nullptr && close_paren[1] == ' ' && close_paren[2] == 'S');
+        const std::string stat = first_line(task + "/stat");
+        const size_t close_paren = stat.rfind(')');
+        asleep = asleep || (close_paren != std::string::npos && stat.size() > close_paren + 2 &&
+                            stat[close_paren + 1] == ' ' && stat[close_paren + 2] == 'S');
       }
       closedir(dir);
       if (asleep) return true;
