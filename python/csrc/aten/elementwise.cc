@@ -811,6 +811,14 @@ struct FloatOp {
     p.Emit(opcode, std::move(operands), std::move(ints), std::move(floats));
     Finish(p, t);
   }
+  // The op's instructions as `emit` writes them (the same function the
+  // elementwise fast path builds the op with), writing out as EmitOut does.
+  void EmitOutBy(program::ElementwiseEmitter emit, std::vector<Operand> operands, int64_t fn) {
+    const Target t = BeginOut(p, out, cd);
+    operands.insert(operands.begin(), t.write);
+    emit(p, operands, fn);
+    Finish(p, t);
+  }
 
   Program p;
   const at::Tensor& out;
@@ -851,19 +859,8 @@ bool RunFloatOp(const char* name, const at::Tensor& out, std::initializer_list<a
   return f.p.ok() && f.p.Run();
 }
 
-// Whether `out` and `ts` are float32 tern tensors: the elementwise fast path
-// of the float ops below (RunElementwise checks shapes and layouts), whose
-// programs are then the general path's, on 1-D operands.
-bool AllTernFloat32(const at::Tensor& out, std::initializer_list<at::Tensor> ts) {
-  if (!IsTern(out) || out.scalar_type() != at::kFloat) return false;
-  for (const at::Tensor& t : ts) {
-    if (!IsTern(t) || t.scalar_type() != at::kFloat) return false;
-  }
-  return true;
-}
-
-// lerp's program for the fast path: operands out, a, b, the weight (w, or
-// 1 - w when fn is 1).
+// lerp's instructions, for the fast path (float32, 1-D operands) and the
+// general one alike: operands out, a, b, the weight (w, or 1 - w when fn is 1).
 void EmitLerp(Program& p, const std::vector<Operand>& o, int64_t fn) {
   const Operand diff = p.Temp(o[0].dtype, o[0].shape), scaled = p.Temp(o[0].dtype, o[0].shape);
   p.Emit(TERN_OP_BINARY, {diff, o[2], o[1]}, {TERN_BINARY_SUB});
@@ -882,22 +879,13 @@ at::Tensor& LerpScalarOut(const at::Tensor& self, const at::Tensor& end, const a
   const bool low = std::abs(w) < 0.5;
   // An optimizer's `exp_avg.lerp_(grad, 1 - beta1)`: the same instructions
   // as below, without building the program (RunElementwise).
-  if (AllTernFloat32(out, {self, end}) &&
+  if (FloatTernAll({out, self, end}, at::kFloat) &&
       RunElementwise("aten::lerp.Scalar_out", TERN_OP_BINARY, low ? 0 : 1, out, {self, end},
                      ElementwiseScalar::kLastOperand, low ? w : 1.0 - w, EmitLerp)) {
     return out;
   }
   if (RunFloatOp("aten::lerp.Scalar_out", out, {self, end}, [&](FloatOp& f) {
-        Operand A = f.In(self), B = f.In(end);
-        Operand diff = f.Temp(), scaled = f.Temp();
-        f.p.Emit(TERN_OP_BINARY, {diff, B, A}, {TERN_BINARY_SUB});
-        if (std::abs(w) < 0.5) {
-          f.p.Emit(TERN_OP_BINARY, {scaled, diff, f.Arg(w)}, {TERN_BINARY_MUL});
-          f.EmitOut(TERN_OP_BINARY, {A, scaled}, {TERN_BINARY_ADD});
-        } else {
-          f.p.Emit(TERN_OP_BINARY, {scaled, diff, f.Arg(1.0 - w)}, {TERN_BINARY_MUL});
-          f.EmitOut(TERN_OP_BINARY, {B, scaled}, {TERN_BINARY_SUB});
-        }
+        f.EmitOutBy(EmitLerp, {f.In(self), f.In(end), f.Arg(low ? w : 1.0 - w)}, low ? 0 : 1);
       })) {
     return out;
   }
@@ -930,8 +918,9 @@ at::Tensor& LerpTensorOut(const at::Tensor& self, const at::Tensor& end, const a
 }
 TERN_ATEN_IMPL("lerp.Tensor_out", LerpTensorOut);
 
-// addcmul/addcdiv's program for the fast path: operands out, self, t1, t2,
-// value; fn is the op between t1 and t2.
+// addcmul/addcdiv's instructions, for the fast path (float32, 1-D operands)
+// and the general one alike: operands out, self, t1, t2, value; fn is the op
+// between t1 and t2.
 void EmitAddc(Program& p, const std::vector<Operand>& o, int64_t fn) {
   const Operand tmp = p.Temp(o[0].dtype, o[0].shape), tmp2 = p.Temp(o[0].dtype, o[0].shape);
   p.Emit(TERN_OP_BINARY, {tmp, o[2], o[4]}, {TERN_BINARY_MUL});
@@ -945,17 +934,14 @@ bool AddcOp(const char* name, tern_binary_fn_t op, const at::Tensor& self, const
   // An optimizer's `exp_avg_sq.addcmul_(grad, grad, value=1 - beta2)` and
   // `p.addcdiv_(exp_avg, denom, value=-step_size)`: the instructions below,
   // without building the program (RunElementwise).
-  if (AllTernFloat32(out, {self, t1, t2}) && (value.isFloatingPoint() || value.isIntegral(false)) &&
+  if (FloatTernAll({out, self, t1, t2}, at::kFloat) &&
+      (value.isFloatingPoint() || value.isIntegral(false)) &&
       RunElementwise(name, TERN_OP_BINARY, op, out, {self, t1, t2}, ElementwiseScalar::kLastOperand,
                      value.toDouble(), EmitAddc)) {
     return true;
   }
   return RunFloatOp(name, out, {self, t1, t2}, [&](FloatOp& f) {
-    Operand S = f.In(self), A = f.In(t1), B = f.In(t2);
-    Operand tmp = f.Temp(), tmp2 = f.Temp();
-    f.p.Emit(TERN_OP_BINARY, {tmp, A, f.Arg(value.toDouble())}, {TERN_BINARY_MUL});
-    f.p.Emit(TERN_OP_BINARY, {tmp2, tmp, B}, {op});
-    f.EmitOut(TERN_OP_BINARY, {S, tmp2}, {TERN_BINARY_ADD});
+    f.EmitOutBy(EmitAddc, {f.In(self), f.In(t1), f.In(t2), f.Arg(value.toDouble())}, op);
   });
 }
 
