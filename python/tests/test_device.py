@@ -281,6 +281,53 @@ def test_exit_right_after_backward_does_not_abort(node_env):
             run, out.returncode, out.stderr[-2000:])
 
 
+# Where a backward of tern tensors runs: each hook prints the name of its thread.
+_BACKWARD_THREAD = """
+import threading, torch, torch_tern
+def backward_thread_name():
+    names = []
+    x = torch.randn(8, device="tern", requires_grad=True)
+    y = x * 3
+    y.register_hook(lambda g: names.append(threading.current_thread().name))
+    y.sum().backward()
+    assert torch.equal(x.grad.cpu(), torch.full((8,), 3.0)), x.grad
+    return names[0]
+print(backward_thread_name())
+other = []
+t = threading.Thread(target=lambda: other.append(backward_thread_name()), name="worker")
+t.start(); t.join()
+print(other[0])
+"""
+
+
+def test_backward_runs_on_the_calling_thread(node_env):
+    # The importing thread runs its tern backward itself (no hand-off to
+    # torch's per-device autograd thread, which the hook would see as a
+    # thread Python did not start: "Dummy-N"). Another thread keeps torch's
+    # default, and both compute the same gradient.
+    out = subprocess.run([sys.executable, "-c", _BACKWARD_THREAD], env=node_env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    main, worker = out.stdout.split()
+    assert main == "MainThread"
+    assert worker.startswith("Dummy"), worker
+    # And in this process (the test's thread imported torch_tern).
+    assert not torch.autograd.is_multithreading_enabled()
+
+
+def test_autograd_threads_environment(node_env):
+    env = dict(node_env, TORCH_TERN_AUTOGRAD_THREADS="device")
+    out = subprocess.run([sys.executable, "-c", _BACKWARD_THREAD], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert all(name.startswith("Dummy") for name in out.stdout.split()), out.stdout
+    env["TORCH_TERN_AUTOGRAD_THREADS"] = "sometimes"
+    out = subprocess.run([sys.executable, "-c", "import torch_tern"], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0
+    assert "TORCH_TERN_AUTOGRAD_THREADS='sometimes': expected 'calling'" in out.stderr
+
+
 def test_collect_env(node_env):
     out = subprocess.run([sys.executable, "-m", "torch_tern.collect_env"], env=node_env,
                          capture_output=True, text=True, timeout=120)

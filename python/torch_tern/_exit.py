@@ -1,7 +1,9 @@
 """What torch_tern does when the interpreter exits.
 
 PyTorch's autograd engine runs a tensor's backward on a thread of its own per
-device (for tern as for CUDA). That thread releases a finished backward's
+device (for tern as for CUDA), except where a thread turned that off
+(``torch.autograd.set_multithreading_enabled(False)``, which torch_tern does
+for the thread that imports it). That thread releases a finished backward's
 bookkeeping (the graph task: its nodes, its saved thread-local state) after
 the caller's ``backward()`` has returned. When the graph held Python objects
 (a custom ``autograd.Function``, every ``torch.compile`` training graph, a
@@ -66,8 +68,12 @@ def drain_autograd_threads() -> None:
         if torch.tern.memory_reserved(index) == 0:
             continue
         try:
-            # Grad mode is per thread: the main thread may have it off.
-            with torch.inference_mode(False), torch.enable_grad():
+            # Grad mode is per thread: the main thread may have it off. And
+            # the main thread runs its own backwards (torch_tern's
+            # _backward_on_calling_thread): this one must go to the device's
+            # thread.
+            with torch.inference_mode(False), torch.enable_grad(), \
+                    torch.autograd.set_multithreading_enabled(True):
                 leaf = torch.zeros(1, dtype=torch.float32, device=torch.device("tern", index),
                                    requires_grad=True)
                 total = leaf.sum()
