@@ -328,6 +328,38 @@ def test_autograd_threads_environment(node_env):
     assert "TORCH_TERN_AUTOGRAD_THREADS='sometimes': expected 'calling'" in out.stderr
 
 
+# Products that oneDNN runs with its gemm kernels ("gemm:jit", every float32
+# matmul on an AVX2 CPU), a matmul with bias and a convolution.
+_ONEDNN_PRODUCTS = """
+import torch, torch_tern
+a = torch.randn(64, 256, device="tern")
+b = torch.randn(256, 32, device="tern")
+bias = torch.randn(32, device="tern")
+x = torch.randn(2, 3, 16, 16, device="tern")
+w = torch.randn(8, 3, 3, 3, device="tern")
+out = [torch.mm(a, b), torch.addmm(bias, a, b), torch.nn.functional.conv2d(x, w, padding=1)]
+for _ in range(2):  # the first run of a program's primitive is at load, the next on the queue
+    out = [torch.mm(a, b), torch.addmm(bias, a, b), torch.nn.functional.conv2d(x, w, padding=1)]
+ref = [a.cpu() @ b.cpu(), torch.addmm(bias.cpu(), a.cpu(), b.cpu()),
+       torch.nn.functional.conv2d(x.cpu(), w.cpu(), padding=1)]
+print(all(torch.allclose(o.cpu(), r, rtol=1e-4, atol=1e-4) for o, r in zip(out, ref)))
+"""
+
+
+def test_onednn_runs_the_products_in_a_pytorch_process(node_env):
+    # libtorch_cpu exports oneDNN internals under the system libdnnl's names;
+    # before torch_tern loaded libtern first, libdnnl's references bound to
+    # them, libdnnl's gemm kernels were never made, and oneDNN refused every
+    # such product at execution: the products ran on tern's loops, 2-12x
+    # slower, with the same results, and libtern now says so once (warning).
+    env = dict(node_env, TERN_LOG_LEVEL="info")
+    out = subprocess.run([sys.executable, "-c", _ONEDNN_PRODUCTS], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True"], out.stdout
+    assert "refused to run it" not in out.stderr, out.stderr[-3000:]
+
+
 def test_collect_env(node_env):
     out = subprocess.run([sys.executable, "-m", "torch_tern.collect_env"], env=node_env,
                          capture_output=True, text=True, timeout=120)

@@ -18,6 +18,33 @@ import os
 
 import torch
 
+
+def _load_libtern_first() -> None:
+    """Loads libtern (and with it the system's oneDNN) before the extension.
+
+    PyTorch's libtorch_cpu carries a copy of oneDNN and exports some of its
+    internal symbols under the names the system's libdnnl uses (the call_once
+    trampolines of its gemm set-up). Loaded as a dependency of torch_tern's
+    extension, whose dependencies list libtorch_cpu first, libdnnl's
+    references to those resolved to libtorch_cpu's: libdnnl's gemm kernels
+    were never generated, every "gemm:jit" matmul and convolution failed at
+    execution, and ran on tern's loops instead (2-12x slower on an AVX2 CPU).
+    Loaded here on its own, libtern's dependencies resolve among themselves
+    first; the extension then finds libtern already loaded. docs/sim.md,
+    "One oneDNN per process"."""
+    import ctypes
+
+    bundled = os.path.join(os.path.dirname(__file__), "lib", "libtern.so.0")
+    try:
+        # The wheel's copy; else (a package built on an installed libtern)
+        # the one the dynamic linker finds, as the extension would.
+        ctypes.CDLL(bundled if os.path.exists(bundled) else "libtern.so.0")
+    except OSError:
+        pass  # the extension's import below says what is missing
+
+
+_load_libtern_first()
+
 try:
     from . import _C  # noqa: F401  (loads libtern and the C++ registrations)
 except ImportError as err:  # e.g. the source folder python/ shadows the installed package

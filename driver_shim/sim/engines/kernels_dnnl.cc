@@ -20,6 +20,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/logging.h"
 #include "driver_shim/sim/engines/kernels_internal.h"
 #include "driver_shim/sim/engines/kernels_testing.h"
 #include "driver_shim/sim/engines/openmp_runtime.h"
@@ -327,14 +328,36 @@ PrimitiveCache<MatmulEntry>& MatmulCache() {
   return *cache;
 }
 
+// Says once per process that oneDNN refused at execution a product it had
+// made. That happens when another copy of oneDNN in the process took over
+// some of the system libdnnl's symbols: PyTorch's libtorch_cpu exports the
+// call_once trampolines of oneDNN's gemm set-up (gemm_info_t<...>::jit_init)
+// under the same names, and where the dynamic linker resolves libdnnl's
+// references to them before libdnnl's own (libtorch_cpu earlier in the
+// lookup scope), libdnnl's gemm kernels are never generated and every
+// "gemm:jit" product fails with unimplemented. The products then run on
+// tern's loops, several times slower, with the same results.
+void NoteRefusedAtExecution(const char* what, int status) {
+  static std::once_flag said;
+  std::call_once(said, [&] {
+    TERN_LOG_WARN(
+        "oneDNN made a {} primitive and then refused to run it (status {}); what it refuses "
+        "runs on tern's own loops, several times slower. In a process that also loads PyTorch "
+        "this means PyTorch's copy of oneDNN took over symbols of the system's libdnnl: load "
+        "libtern before libtorch (torch_tern does; a program that links both lists libdnnl "
+        "before libtorch_cpu). See docs/sim.md, \"One oneDNN per process\"",
+        what, status);
+  });
+}
+
 // Runs a matmul primitive on the given memory (bias may be null when the
 // entry has none). Returns false if oneDNN refused at execution, and then
 // records the refusal under `key` in the cache (when the entry is cached).
 bool ExecuteMatmulEntry(const PrimitiveKey* key, MatmulEntry& entry, const void* a, const void* b,
                         void* out, const void* bias, bool has_bias) {
-  // oneDNN may still refuse at execution (e.g. status 3 for some batched
-  // layouts); it checks before computing, so the caller's fallback starts
-  // from untouched memory.
+  // oneDNN may still refuse at execution (NoteRefusedAtExecution); it
+  // checks before computing, so the caller's fallback starts from untouched
+  // memory.
   // Executed through the C API with an argument array: the C++ API takes an
   // unordered_map, a handful of allocations per call.
   ScratchPool::Lease scratch = Scratchpads().Acquire(entry.scratch_md.get_size());
@@ -371,11 +394,13 @@ bool ExecuteMatmulEntry(const PrimitiveKey* key, MatmulEntry& entry, const void*
     const dnnl_status_t executed =
         dnnl_primitive_execute(entry.prim.get(), stream.get(), arg_count, args);
     if (executed != dnnl_success) {
+      NoteRefusedAtExecution("matmul", static_cast<int>(executed));
       if (key != nullptr) MatmulCache().Refuse(*key);
       return false;
     }
     stream.wait();
-  } catch (const dnnl::error&) {
+  } catch (const dnnl::error& e) {
+    NoteRefusedAtExecution("matmul", static_cast<int>(e.status));
     if (key != nullptr) MatmulCache().Refuse(*key);
     return false;
   }
@@ -1449,7 +1474,8 @@ bool DnnlConv(ConvKind kind, const ConvParams& p, const ConvShape& s,
       entry->from_prim[written].execute(stream, mem[written], user);
     }
     stream.wait();
-  } catch (const dnnl::error&) {
+  } catch (const dnnl::error& e) {
+    NoteRefusedAtExecution("convolution", static_cast<int>(e.status));
     ConvCache().Refuse(key);
     return false;
   }
