@@ -972,30 +972,23 @@ bool RunElementwise(const char* name, tern_opcode_t opcode, int64_t fn, const at
     }
     const auto begin = reinterpret_cast<uintptr_t>(t.data_ptr());
     if (single) {
-      // Neither inside out (out[0] may be written before another part reads
-      // it) nor at another input's address (the general path binds the two
-      // ranges apart; this path would bind them once).
+      // Not inside out: out[0] may be written before another part reads it.
       if (begin >= out_begin && begin < out_end) return false;
-      for (int32_t j = 0; j < key.inputs; ++j) {
-        if (input[j]->data_ptr() == t.data_ptr()) return false;
-      }
-      key.single |= static_cast<uint8_t>(1u << key.inputs);
-      input[key.inputs++] = &t;
-      continue;
-    }
-    // The same elements as out (in place), or none of them.
-    if (begin != out_begin && begin < out_end &&
-        begin + static_cast<uintptr_t>(numel) * t.element_size() > out_begin) {
-      return false;
+    } else if (begin != out_begin && begin < out_end &&
+               begin + static_cast<uintptr_t>(numel) * t.element_size() > out_begin) {
+      return false;  // the same elements as out (in place), or none of them
     }
     for (int32_t j = 0; j < key.inputs; ++j) {
       if (input[j]->data_ptr() == t.data_ptr()) {
-        // (a one-element input at this address: see above)
-        if ((key.single & (1u << j)) != 0) return false;
+        // A one-element input shares no address with another input: the
+        // general path binds the two ranges apart, this path would bind
+        // them once.
+        if (single || (key.single & (1u << j)) != 0) return false;
         key.same_as[key.inputs] = static_cast<int8_t>(j);
         break;
       }
     }
+    if (single) key.single |= static_cast<uint8_t>(1u << key.inputs);
     input[key.inputs++] = &t;
   }
   // out's shape must be an input's: one-element inputs only broadcast to it
