@@ -9,13 +9,15 @@
 #include <algorithm>
 #include <climits>
 
+#include "common/idle_work.h"
+
 namespace tern {
 namespace {
 
 // How a waiter waits (see PollAtLeast and Timeline::Wait): first it spins on
-// the value for kSpinNs, then it yields its CPU in a loop until kYieldNs have
-// passed, then it sleeps on the futex. On small virtual machines a futex wake
-// costs 5-20 us (the sleeping vCPU is woken through the hypervisor), so a
+// the value for kSpinNs, then it yields its CPU in a loop (or runs idle work,
+// common/idle_work.h) until kYieldNs have passed, then it sleeps on the futex. On small virtual
+// machines a futex wake costs 5-20 us (the sleeping vCPU is woken through the hypervisor), so a
 // short completion is caught by polling; yielding lets the thread we wait for
 // run when it shares our CPU. Both phases are bounded, so an idle waiter
 // soon costs nothing.
@@ -87,7 +89,9 @@ bool PollAtLeast(const std::atomic<uint64_t>& value, uint64_t target, uint64_t b
     if (i % 16 != 0) continue;  // read the clock now and then only
     const uint64_t waited = MonotonicNs() - start;
     if (waited >= budget_ns) return value.load(std::memory_order_acquire) >= target;
-    if (waited >= kSpinNs) sched_yield();
+    // Past the first microsecond: help with the engines' split kernels
+    // (common/idle_work.h), else give the CPU to whoever shares it.
+    if (waited >= kSpinNs && !RunIdleWork()) sched_yield();
   }
 }
 

@@ -12,7 +12,9 @@
 #include <thread>
 #include <vector>
 
+#include "common/idle_work.h"
 #include "common/sanitizers.h"
+#include "common/timeline.h"
 
 namespace tern::sim::kernels {
 namespace {
@@ -29,11 +31,7 @@ TEST(KernelPool, EveryPartRunsOnce) {
   EXPECT_EQ(pool.threads(), 3);
   for (const int parts : {1, 2, 3, 7, 64, 1000}) {
     std::vector<std::atomic<int>> runs(parts);
-    pool.Run(parts, [&](int part, int slot) {
-      ASSERT_GE(slot, 0);
-      ASSERT_LT(slot, 3);
-      runs[part].fetch_add(1, std::memory_order_relaxed);
-    });
+    pool.Run(parts, [&](int part) { runs[part].fetch_add(1, std::memory_order_relaxed); });
     for (int part = 0; part < parts; ++part)
       ASSERT_EQ(runs[part].load(), 1) << part << "/" << parts;
   }
@@ -49,10 +47,8 @@ TEST(KernelPool, HelpersTakeParts) {
   for (int round = 0; round < 3; ++round) {
     if (round > 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
     std::atomic<bool> helper_ran{false};
-    std::atomic<int> helper_slot{-1};
-    pool.Run(2, [&](int /*part*/, int slot) {
+    pool.Run(2, [&](int /*part*/) {
       if (std::this_thread::get_id() != caller) {
-        helper_slot = slot;
         helper_ran = true;
         return;
       }
@@ -63,7 +59,6 @@ TEST(KernelPool, HelpersTakeParts) {
     });
     // (A helper may take both parts before the caller takes one.)
     EXPECT_TRUE(helper_ran) << "round " << round << ": no helper took a part within 20 s";
-    EXPECT_EQ(helper_slot.load(), 1) << "round " << round;
   }
 }
 
@@ -79,9 +74,9 @@ TEST(KernelPool, ConcurrentAndNestedCalls) {
     callers.emplace_back([&] {
       for (int round = 0; round < kRounds; ++round) {
         std::vector<int> outer(kParts, 0), inner(kParts * kInner, 0);
-        pool.Run(kParts, [&](int part, int /*slot*/) {
+        pool.Run(kParts, [&](int part) {
           ++outer[part];
-          pool.Run(kInner, [&](int i, int /*slot*/) { ++inner[part * kInner + i]; });
+          pool.Run(kInner, [&](int i) { ++inner[part * kInner + i]; });
         });
         for (int v : outer) failed = failed || v != 1;
         for (int v : inner) failed = failed || v != 1;
@@ -92,6 +87,82 @@ TEST(KernelPool, ConcurrentAndNestedCalls) {
   EXPECT_FALSE(failed);
 }
 
+// A thread polling for a value (PollAtLeast, as tern_queue_synchronize
+// polls) takes a part of a job opened for the awake hands only: the caller's
+// part waits until another thread ran one, and the pool's helpers are never
+// woken for such a job, so only the poller can.
+TEST(KernelPool, APollingThreadTakesParts) {
+  KernelPool& pool = KernelPool::Instance();
+  ASSERT_GT(pool.threads(), 1) << "this host gives the pool one thread (TERN_SIM_KERNEL_THREADS?)";
+  std::atomic<uint64_t> never{0};
+  std::atomic<bool> stop{false};
+  // The process's pool registers itself as the idle work when it is made.
+  std::thread poller([&] {
+    while (!stop) (void)PollAtLeast(never, 1, 200'000);
+  });
+  const std::thread::id caller = std::this_thread::get_id();
+  for (int round = 0; round < 20; ++round) {
+    std::atomic<bool> other_ran{false};
+    std::atomic<int> runs{0};
+    pool.Run(
+        2,
+        [&](int /*part*/) {
+          runs.fetch_add(1);
+          if (std::this_thread::get_id() != caller) {
+            other_ran = true;
+            return;
+          }
+          const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+          while (!other_ran && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+        },
+        KernelPool::Wake::kAwakeHandsOnly);
+    EXPECT_EQ(runs.load(), 2) << "round " << round;
+    ASSERT_TRUE(other_ran) << "round " << round << ": the polling thread took no part in 10 s";
+  }
+  stop = true;
+  poller.join();
+}
+
+// With no hand awake, a job for the awake hands only runs every part on the
+// calling thread, and nothing else takes one.
+TEST(KernelPool, AJobForAwakeHandsRunsWithoutThem) {
+  KernelPool& pool = PoolOf(2);
+  pool.Run(2, [](int) {});                                     // starts the helpers
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // past their spin: asleep
+  const std::thread::id caller = std::this_thread::get_id();
+  for (int round = 0; round < 20; ++round) {
+    std::atomic<int> runs{0}, elsewhere{0};
+    pool.Run(
+        8,
+        [&](int) {
+          runs.fetch_add(1);
+          if (std::this_thread::get_id() != caller) elsewhere.fetch_add(1);
+        },
+        KernelPool::Wake::kAwakeHandsOnly);
+    EXPECT_EQ(runs.load(), 8);
+    EXPECT_EQ(elsewhere.load(), 0) << "a sleeping helper was woken";
+  }
+}
+
+// PollAtLeast runs the registered idle work between its looks, and none once
+// it is unregistered.
+TEST(IdleWork, PollAtLeastRunsTheRegisteredWork) {
+  static std::atomic<int> calls{0};
+  (void)KernelPool::Instance();  // registers the pool's work, replaced below
+  SetIdleWork([] {
+    calls.fetch_add(1);
+    return false;
+  });
+  std::atomic<uint64_t> never{0};
+  EXPECT_FALSE(PollAtLeast(never, 1, 100'000));
+  EXPECT_GT(calls.load(), 0);
+  SetIdleWork(nullptr);
+  const int before = calls.load();
+  EXPECT_FALSE(PollAtLeast(never, 1, 100'000));
+  EXPECT_EQ(calls.load(), before);
+  SetIdleWork([] { return KernelPool::Instance().HelpWithOpenJob(); });  // as the pool does
+}
+
 // A forked child has none of the parent's helpers; its pool starts afresh
 // and every part still runs.
 TEST(KernelPool, WorksInAForkedChild) {
@@ -100,14 +171,14 @@ TEST(KernelPool, WorksInAForkedChild) {
 #endif
   KernelPool& pool = KernelPool::Instance();
   std::atomic<int> runs{0};
-  pool.Run(16, [&](int, int) { runs.fetch_add(1); });
+  pool.Run(16, [&](int) { runs.fetch_add(1); });
   ASSERT_EQ(runs.load(), 16);
   const pid_t child = fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
     std::atomic<int> child_runs{0};
     for (int round = 0; round < 50; ++round) {
-      pool.Run(16, [&](int, int) { child_runs.fetch_add(1); });
+      pool.Run(16, [&](int) { child_runs.fetch_add(1); });
     }
     _exit(child_runs.load() == 16 * 50 ? 0 : 1);
   }

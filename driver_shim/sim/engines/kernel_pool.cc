@@ -12,6 +12,7 @@
 #include <string>
 #include <thread>
 
+#include "common/idle_work.h"
 #include "common/thread_name.h"
 #include "driver_shim/sim/engines/run_instruction.h"
 #include "driver_shim/sim/engines/warm_up.h"
@@ -60,6 +61,8 @@ KernelPool& KernelPool::Instance() {
   // still run while static destructors do.
   static KernelPool* pool = [] {
     auto* made = new KernelPool(KernelThreadsForHost());
+    // Threads polling for a completion take parts (common/idle_work.h).
+    if (made->threads() > 1) SetIdleWork([] { return Instance().HelpWithOpenJob(); });
     // A forked child has none of the helpers, and its copy of the pool may
     // say that one was inside a job: it starts afresh.
     pthread_atfork(nullptr, nullptr, [] { Instance().ResetInForkedChild(); });
@@ -85,19 +88,19 @@ void KernelPool::Start() {
     while (!started_.load(std::memory_order_acquire)) CpuRelax();
     return;
   }
-  for (int slot = 1; slot < threads_; ++slot) {
-    std::thread([this, slot] {
-      const std::string name = "tern-kernel-" + std::to_string(slot);
+  for (int helper = 1; helper < threads_; ++helper) {
+    std::thread([this, helper] {
+      const std::string name = "tern-kernel-" + std::to_string(helper);
       NameThisThread(name.c_str());
-      HelperLoop(slot);
+      HelperLoop();
     }).detach();
   }
   started_.store(true, std::memory_order_release);
 }
 
-void KernelPool::RunParts(int parts, PartFn call, void* context) {
+void KernelPool::RunParts(int parts, PartFn call, void* context, Wake wake) {
   if (parts == 1 || threads_ == 1 || held_.exchange(true, std::memory_order_acquire)) {
-    for (int part = 0; part < parts; ++part) call(context, part, 0);
+    for (int part = 0; part < parts; ++part) call(context, part);
     return;
   }
   Start();
@@ -108,9 +111,11 @@ void KernelPool::RunParts(int parts, PartFn call, void* context) {
   parts_done_.store(0, std::memory_order_relaxed);
   open_.store(true, std::memory_order_seq_cst);
   generation_.fetch_add(1, std::memory_order_seq_cst);
-  if (sleepers_.load(std::memory_order_seq_cst) > 0) FutexWakeAll(&generation_);
+  if (wake == Wake::kSleepingHelpers && sleepers_.load(std::memory_order_seq_cst) > 0) {
+    FutexWakeAll(&generation_);
+  }
 
-  TakeParts(call, context, parts, 0);
+  TakeParts(call, context, parts);
 
   // Parts that helpers took may still be running.
   const auto spin_until = std::chrono::steady_clock::now() + kCallerSpin;
@@ -129,12 +134,31 @@ void KernelPool::RunParts(int parts, PartFn call, void* context) {
   held_.store(false, std::memory_order_release);
 }
 
-void KernelPool::TakeParts(PartFn call, void* context, int parts, int slot) {
+int KernelPool::TakeParts(PartFn call, void* context, int parts) {
+  int taken = 0;
   for (int part = next_part_.fetch_add(1, std::memory_order_relaxed); part < parts;
        part = next_part_.fetch_add(1, std::memory_order_relaxed)) {
-    call(context, part, slot);
+    call(context, part);
     parts_done_.fetch_add(1, std::memory_order_release);
+    ++taken;
   }
+  return taken;
+}
+
+bool KernelPool::HelpWithOpenJob() {
+  // Cheap when there is nothing: pollers call this between their looks.
+  if (!open_.load(std::memory_order_acquire)) return false;
+  // Entered as a helper enters (see RunParts: the caller waits for
+  // helpers_inside_ to drop before it reuses the job's fields).
+  helpers_inside_.fetch_add(1, std::memory_order_seq_cst);
+  int taken = 0;
+  if (open_.load(std::memory_order_seq_cst)) {
+    taken =
+        TakeParts(call_.load(std::memory_order_relaxed), context_.load(std::memory_order_relaxed),
+                  parts_.load(std::memory_order_relaxed));
+  }
+  helpers_inside_.fetch_sub(1, std::memory_order_seq_cst);
+  return taken > 0;
 }
 
 uint32_t KernelPool::WaitForJob(uint32_t seen, int64_t* spin_ns) {
@@ -159,7 +183,7 @@ uint32_t KernelPool::WaitForJob(uint32_t seen, int64_t* spin_ns) {
   return now;
 }
 
-void KernelPool::HelperLoop(int slot) {
+void KernelPool::HelperLoop() {
   WarmUpThisThread();
   uint32_t seen = 0;
   int64_t spin_ns = kMaxHelperSpinNs / 4;
@@ -168,7 +192,7 @@ void KernelPool::HelperLoop(int slot) {
     helpers_inside_.fetch_add(1, std::memory_order_seq_cst);
     if (open_.load(std::memory_order_seq_cst)) {
       TakeParts(call_.load(std::memory_order_relaxed), context_.load(std::memory_order_relaxed),
-                parts_.load(std::memory_order_relaxed), slot);
+                parts_.load(std::memory_order_relaxed));
     }
     helpers_inside_.fetch_sub(1, std::memory_order_seq_cst);
   }

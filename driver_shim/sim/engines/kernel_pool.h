@@ -17,6 +17,13 @@
 // (2-64 us, adapted to how soon kernels have been coming), then sleep on a
 // futex: an idle device costs the host nothing. oneDNN runs single-threaded inside each part
 // (its OpenMP team is never opened), so tern never starts an OpenMP team.
+//
+// A thread of the process that polls for a completion (tern_queue_synchronize,
+// an event's wait: PollAtLeast) takes parts too (HelpWithOpenJob, registered as
+// the process's idle work, common/idle_work.h): it is the hand already awake.
+// A kernel too short to be worth a helper's wake-up opens its job for the
+// hands that are awake only (Wake::kAwakeHandsOnly); whatever they do not
+// take, the caller runs.
 #ifndef TERN_DRIVER_SHIM_SIM_ENGINES_KERNEL_POOL_H_
 #define TERN_DRIVER_SHIM_SIM_ENGINES_KERNEL_POOL_H_
 
@@ -46,31 +53,42 @@ class KernelPool {
   // Thread-safety: any thread.
   int threads() const { return threads_; }
 
-  // Calls fn(part, slot) once for every part in [0, parts) and returns when
-  // all have returned. Parts run on the calling thread and the helpers;
-  // `slot` (in [0, threads())) names the thread, so a part may use per-slot
-  // state without a lock when its call holds the pool. When another call
-  // holds the pool (another engine, or a part calling Run), every part runs
-  // on the calling thread with slot 0. fn must not throw.
+  // Who a job calls on besides the caller: the helpers, woken if they sleep
+  // (a futex wake-up, 5-20 us until a sleeping helper runs on a small
+  // virtual machine), or only the hands awake now (helpers still looking
+  // for work, threads polling for a completion), for kernels shorter than a
+  // wake-up.
+  enum class Wake { kSleepingHelpers, kAwakeHandsOnly };
+
+  // Calls fn(part) once for every part in [0, parts) and returns when all
+  // have returned. Parts run on the calling thread, the helpers and threads
+  // polling for a completion (HelpWithOpenJob), so a part must not depend on
+  // the thread it runs on. When another call holds the pool (another engine,
+  // or a part calling Run), every part runs on the calling thread. fn must
+  // not throw.
   // Thread-safety: any thread.
   template <typename Fn>
-  void Run(int parts, Fn&& fn) {
+  void Run(int parts, Fn&& fn, Wake wake = Wake::kSleepingHelpers) {
     using Callable = std::remove_reference_t<Fn>;
     if (parts <= 0) return;
     RunParts(
-        parts,
-        [](void* callable, int part, int slot) { (*static_cast<Callable*>(callable))(part, slot); },
-        const_cast<void*>(static_cast<const void*>(&fn)));
+        parts, [](void* callable, int part) { (*static_cast<Callable*>(callable))(part); },
+        const_cast<void*>(static_cast<const void*>(&fn)), wake);
   }
 
- private:
-  using PartFn = void (*)(void* context, int part, int slot);
+  // Runs parts of the open job, if there is one, on the calling thread, and
+  // returns whether it ran any. For a thread that would otherwise poll.
+  // Thread-safety: any thread.
+  bool HelpWithOpenJob();
 
-  void RunParts(int parts, PartFn call, void* context);
+ private:
+  using PartFn = void (*)(void* context, int part);
+
+  void RunParts(int parts, PartFn call, void* context, Wake wake);
   void ResetInForkedChild();
-  void HelperLoop(int slot);
-  // Runs parts of the current job until none is left.
-  void TakeParts(PartFn call, void* context, int parts, int slot);
+  void HelperLoop();
+  // Runs parts of the current job until none is left; returns how many.
+  int TakeParts(PartFn call, void* context, int parts);
   uint32_t WaitForJob(uint32_t seen, int64_t* spin_ns);
 
   const int threads_;
@@ -87,7 +105,7 @@ class KernelPool {
   std::atomic<int> next_part_{0};
   std::atomic<int> parts_done_{0};
   std::atomic<bool> open_{false};
-  std::atomic<int> helpers_inside_{0};  // helpers that may be reading the job
+  std::atomic<int> helpers_inside_{0};  // helpers (and pollers) that may be reading the job
 
   std::atomic<uint32_t> generation_{0};  // bumped per job; the helpers' futex word
   std::atomic<int> sleepers_{0};         // helpers asleep (or about to be) on generation_

@@ -806,21 +806,34 @@ struct DnnlOperands {
 };
 
 // Products with fewer multiply-adds run as one part, on the calling thread: a
-// part must be worth more than waking a helper, which on a virtual machine
-// whose other CPU sits idle costs tens to hundreds of microseconds (a 16x256
-// by 256x512 product, ~20 us of work, took longer split than whole when the
-// helper had gone to sleep). From 4M multiply-adds (~40 us on one core).
-constexpr int64_t kMinSplitMacs = int64_t{1} << 22;
+// part must be worth more than handing it over. From 1M multiply-adds (10-15
+// us on one core) a product is split for the hands that are awake (a thread
+// polling for the execution's completion, a helper still looking for work);
+// from 4M (~40 us) it also wakes sleeping helpers. A wake-up costs tens of
+// microseconds on a virtual machine whose other CPU sits idle: a 16x256 by
+// 256x512 product, ~20 us of work, took longer split than whole when the
+// helper had gone to sleep, and half as long when a host thread waiting for
+// the execution took the second half.
+constexpr int64_t kMinSplitMacs = int64_t{1} << 20;
+constexpr int64_t kMinWakeMacs = int64_t{1} << 22;
+
+KernelPool::Wake WakeFor(double multiply_adds) {
+  return multiply_adds >= static_cast<double>(kMinWakeMacs) ? KernelPool::Wake::kSleepingHelpers
+                                                            : KernelPool::Wake::kAwakeHandsOnly;
+}
 
 // Runs run_part(0 .. parts - 1), each a oneDNN call that returns false when
 // oneDNN refuses it, on the kernel pool (one part: on this thread). False
 // when a part was refused.
 template <typename RunPart>
-bool RunPartsOnPool(int parts, RunPart&& run_part) {
+bool RunPartsOnPool(int parts, KernelPool::Wake wake, RunPart&& run_part) {
   std::atomic<bool> all_ok{true};
-  KernelPool::Instance().Run(parts, [&](int part, int /*slot*/) {
-    if (!run_part(part)) all_ok.store(false, std::memory_order_relaxed);
-  });
+  KernelPool::Instance().Run(
+      parts,
+      [&](int part) {
+        if (!run_part(part)) all_ok.store(false, std::memory_order_relaxed);
+      },
+      wake);
   return all_ok.load(std::memory_order_relaxed);
 }
 
@@ -828,21 +841,22 @@ bool RunPartsOnPool(int parts, RunPart&& run_part) {
 // first and the last (a shorter last slab has its own), so that a refusal
 // runs nothing; when loading a program, that is all.
 template <typename RunPart>
-bool RunDnnlParts(int parts, RunPart&& run_part) {
+bool RunDnnlParts(int parts, KernelPool::Wake wake, RunPart&& run_part) {
   const bool was_prepare_only = t_prepare_only;
   t_prepare_only = true;
   const bool ok = run_part(0) && run_part(parts - 1);
   t_prepare_only = was_prepare_only;
   if (!ok || t_prepare_only) return ok;
-  return RunPartsOnPool(parts, run_part);
+  return RunPartsOnPool(parts, wake, run_part);
 }
 
 // How a product is split into parts: slabs of `step` along out dimension
-// `dim`, `parts` of them (1: whole).
+// `dim`, `parts` of them (1: whole), and whom the parts call on.
 struct MatmulSplit {
   size_t dim = 0;
   int64_t step = 0;
   int parts = 1;
+  KernelPool::Wake wake = KernelPool::Wake::kSleepingHelpers;
 };
 
 // A part is a slab of whole matrices (the first batch dimension) when there
@@ -860,7 +874,9 @@ MatmulSplit PlanSplit(const DnnlOperands& p, float beta) {
   for (size_t d = 0; d + 2 < r; ++d) batch *= p.out_dims[d];
   const int threads = KernelThreads();
   MatmulSplit split;
-  if (threads <= 1 || beta != 0.0f || batch * m * n * k < kMinSplitMacs) return split;
+  const int64_t macs = batch * m * n * k;
+  if (threads <= 1 || beta != 0.0f || macs < kMinSplitMacs) return split;
+  split.wake = WakeFor(static_cast<double>(macs));
   size_t dim = r - 1;
   int64_t align = 16;  // column slabs of whole cache lines of f32
   if (r > 2 && p.out_dims[0] >= threads) {
@@ -928,7 +944,7 @@ bool SplitDnnlMatmul(const DnnlOperands& p, float alpha, float beta) {
     return run(PartOf(p, split, part, &bias_dims));
   };
   // Refused parts (beta is 0: whatever a part wrote is overwritten).
-  return RunDnnlParts(split.parts, run_part) || run(p);
+  return RunDnnlParts(split.parts, split.wake, run_part) || run(p);
 }
 
 // --- matmuls whose weight is one of the program's constants ----------------------
@@ -1046,7 +1062,8 @@ bool RunConstantWeightMatmul(const ConstantWeightMatmul& packed, const DnnlOpera
     return ExecuteMatmulEntry(nullptr, *own.entry, q.a, own.weights_data, q.out, q.bias,
                               q.bias != nullptr);
   };
-  const bool ok = RunPartsOnPool(static_cast<int>(packed.parts.size()), run_part);
+  const bool ok =
+      RunPartsOnPool(static_cast<int>(packed.parts.size()), packed.split.wake, run_part);
   if (!ok) packed.refused.store(true, std::memory_order_relaxed);
   return ok;
 }
@@ -1511,7 +1528,8 @@ bool SplitDnnlConv(ConvKind kind, const ConvParams& p, const ConvShape& s,
     part_shape.n = size;
     return DnnlConv(kind, p, part_shape, slab_descs, slab_data, bias);
   };
-  return RunDnnlParts(parts, run_part) || DnnlConv(kind, p, s, descs, data, bias);
+  return RunDnnlParts(parts, WakeFor(static_cast<double>(macs)), run_part) ||
+         DnnlConv(kind, p, s, descs, data, bias);
 }
 
 Status RunConv(ConvKind kind, const driver::Instruction& ins, Operands ops, int src_slot,

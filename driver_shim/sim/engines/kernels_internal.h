@@ -85,9 +85,8 @@ void ParallelFor(int64_t n, int64_t grain, Fn&& fn) {
     return;
   }
   const int64_t chunks = std::min<int64_t>(n / grain, int64_t{threads} * 4);
-  KernelPool::Instance().Run(static_cast<int>(chunks), [&](int chunk, int /*slot*/) {
-    fn(n * chunk / chunks, n * (chunk + 1) / chunks);
-  });
+  KernelPool::Instance().Run(static_cast<int>(chunks),
+                             [&](int chunk) { fn(n * chunk / chunks, n * (chunk + 1) / chunks); });
 }
 
 // --- strided layouts ----------------------------------------------------------

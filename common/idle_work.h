@@ -1,0 +1,30 @@
+// Work that a thread polling for a value (PollAtLeast) does instead of
+// yielding its CPU. The simulated engines register a function that runs a
+// part of a kernel split across their kernel pool: on a host with few CPUs,
+// a thread waiting for an execution otherwise holds (or yields back and
+// forth) a CPU that the execution's kernels need, and a sleeping pool helper
+// costs a futex wake-up of 5-20 us on a small virtual machine. The waiting
+// thread is the hand that is already awake.
+#ifndef TERN_COMMON_IDLE_WORK_H_
+#define TERN_COMMON_IDLE_WORK_H_
+
+namespace tern {
+
+// Runs some pending work to completion and returns true, or returns false at
+// once when there is none. Must not block, and must not wait for anything
+// the polling thread might be the one to provide (it may hold locks).
+using IdleWorkFn = bool (*)();
+
+// Registers the process's idle work (null: none). The simulated driver
+// registers its kernel pool's when the pool starts.
+// Thread-safety: any thread; the last registration wins.
+void SetIdleWork(IdleWorkFn fn);
+
+// Runs the registered idle work once; false when none is registered or it
+// found nothing to do.
+// Thread-safety: any thread.
+bool RunIdleWork();
+
+}  // namespace tern
+
+#endif  // TERN_COMMON_IDLE_WORK_H_
