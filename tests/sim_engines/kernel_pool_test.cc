@@ -123,6 +123,16 @@ TEST(KernelPool, APollingThreadTakesParts) {
   poller.join();
 }
 
+// A job that woke the helpers is theirs: a poller takes none of its parts.
+TEST(KernelPool, PollersLeaveAJobThatWokeTheHelpers) {
+  KernelPool& pool = PoolOf(2);
+  std::atomic<int> helped{0};
+  pool.Run(
+      4, [&](int) { helped.fetch_add(pool.HelpWithOpenJob() ? 1 : 0); },
+      KernelPool::Wake::kSleepingHelpers);
+  EXPECT_EQ(helped.load(), 0);
+}
+
 // With no hand awake, a job for the awake hands only runs every part on the
 // calling thread, and nothing else takes one.
 TEST(KernelPool, AJobForAwakeHandsRunsWithoutThem) {

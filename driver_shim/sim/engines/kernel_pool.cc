@@ -107,6 +107,7 @@ void KernelPool::RunParts(int parts, PartFn call, void* context, Wake wake) {
   call_.store(call, std::memory_order_relaxed);
   context_.store(context, std::memory_order_relaxed);
   parts_.store(parts, std::memory_order_relaxed);
+  awake_hands_only_.store(wake == Wake::kAwakeHandsOnly, std::memory_order_relaxed);
   next_part_.store(0, std::memory_order_relaxed);
   parts_done_.store(0, std::memory_order_relaxed);
   open_.store(true, std::memory_order_seq_cst);
@@ -152,7 +153,7 @@ bool KernelPool::HelpWithOpenJob() {
   // helpers_inside_ to drop before it reuses the job's fields).
   helpers_inside_.fetch_add(1, std::memory_order_seq_cst);
   int taken = 0;
-  if (open_.load(std::memory_order_seq_cst)) {
+  if (open_.load(std::memory_order_seq_cst) && awake_hands_only_.load(std::memory_order_relaxed)) {
     taken =
         TakeParts(call_.load(std::memory_order_relaxed), context_.load(std::memory_order_relaxed),
                   parts_.load(std::memory_order_relaxed));

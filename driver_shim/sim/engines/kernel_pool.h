@@ -76,8 +76,13 @@ class KernelPool {
         const_cast<void*>(static_cast<const void*>(&fn)), wake);
   }
 
-  // Runs parts of the open job, if there is one, on the calling thread, and
-  // returns whether it ran any. For a thread that would otherwise poll.
+  // Runs parts of the open job, if there is one and it was opened for the
+  // awake hands only, on the calling thread, and returns whether it ran any.
+  // For a thread that would otherwise poll. A job that woke the helpers has
+  // its hands: a poller taking its parts too gained nothing when the host's
+  // CPUs were free, and lost half the speed of a large product when a
+  // framework's OpenMP workers (PyTorch's, spinning after its CPU ops) held
+  // one of them.
   // Thread-safety: any thread.
   bool HelpWithOpenJob();
 
@@ -102,6 +107,7 @@ class KernelPool {
   std::atomic<PartFn> call_{nullptr};
   std::atomic<void*> context_{nullptr};
   std::atomic<int> parts_{0};
+  std::atomic<bool> awake_hands_only_{false};  // the job did not wake the helpers
   std::atomic<int> next_part_{0};
   std::atomic<int> parts_done_{0};
   std::atomic<bool> open_{false};
