@@ -80,34 +80,6 @@ double BestCpuTime(Fn&& fn, int reps) {
   return best;
 }
 
-// Times several contenders round by round: every round runs each contender
-// once, the order rotating from one round to the next (A B, B A, A B, ... for
-// two), so that each contender meets the same machine (other jobs, cache and
-// frequency state) and neither always runs first. At least `min_rounds`
-// rounds and `min_seconds` in all, at most `max_rounds`; every contender runs
-// once beforehand as a warm-up (primitive creation, page faults).
-// times[c][r] is contender c's time in round r, from `clock`.
-struct Timed {
-  std::vector<std::vector<double>> times;
-};
-Timed Rounds(const std::vector<std::function<void()>>& fns, int min_rounds, double min_seconds,
-             int max_rounds = 400, double (*clock)() = WallSeconds) {
-  const size_t k = fns.size();
-  for (const auto& fn : fns) fn();
-  Timed t;
-  t.times.resize(k);
-  const double start = WallSeconds();
-  for (int r = 0; r < max_rounds && (r < min_rounds || WallSeconds() - start < min_seconds); ++r) {
-    for (size_t j = 0; j < k; ++j) {
-      const size_t c = (j + r) % k;
-      const double t0 = clock();
-      fns[c]();
-      t.times[c].push_back(clock() - t0);
-    }
-  }
-  return t;
-}
-
 double ProcessCpuSeconds() {
   timespec ts;
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
@@ -131,6 +103,39 @@ double SettleOtherThreads(double cap = 0.5) {
     if (cpu < 0.1 * wall) break;
   }
   return WallSeconds() - start;
+}
+
+// Times several contenders round by round: every round runs each contender
+// once, the order rotating from one round to the next (A B, B A, A B, ... for
+// two), so that each contender meets the same machine (other jobs, cache and
+// frequency state) and neither always runs first. At least `min_rounds`
+// rounds and `min_seconds` in all, at most `max_rounds`; every contender runs
+// once beforehand as a warm-up (primitive creation, page faults). With
+// `settle`, each call waits first until the other contenders' helper threads
+// have gone quiet (SettleOtherThreads): for contenders long enough that a
+// wake-up is small beside them, whose helpers (libgomp's spinning workers)
+// would otherwise share the CPUs with the next contender.
+// times[c][r] is contender c's time in round r, from `clock`.
+struct Timed {
+  std::vector<std::vector<double>> times;
+};
+Timed Rounds(const std::vector<std::function<void()>>& fns, int min_rounds, double min_seconds,
+             int max_rounds = 400, double (*clock)() = WallSeconds, bool settle = false) {
+  const size_t k = fns.size();
+  for (const auto& fn : fns) fn();
+  Timed t;
+  t.times.resize(k);
+  const double start = WallSeconds();
+  for (int r = 0; r < max_rounds && (r < min_rounds || WallSeconds() - start < min_seconds); ++r) {
+    for (size_t j = 0; j < k; ++j) {
+      const size_t c = (j + r) % k;
+      if (settle) SettleOtherThreads();
+      const double t0 = clock();
+      fns[c]();
+      t.times[c].push_back(clock() - t0);
+    }
+  }
+  return t;
 }
 
 // Times contenders in blocks: each block runs one contender `calls` times
@@ -403,7 +408,11 @@ void BenchMatmul(tern_dtype_t dtype, int64_t n) {
   };
   const int rounds = n >= 2048 ? 6 : 10;
   const double min_seconds = n >= 4096 ? 5.0 : 1.5;
-  const Timed t = Rounds({[&] { op.Run(); }, [&] { exec.Run(); }, direct}, rounds, min_seconds);
+  // Settled calls: oneDNN's libgomp worker spins for milliseconds after each
+  // direct call (GOMP_SPINCOUNT), and tern's kernels timed while it spins
+  // ran at 0.57x on the AMD Zen 4 at 1024, 1.00x once it slept.
+  const Timed t = Rounds({[&] { op.Run(); }, [&] { exec.Run(); }, direct}, rounds, min_seconds, 400,
+                         WallSeconds, /*settle=*/true);
   char what[64];
   std::snprintf(what, sizeof(what), "matmul %s %lld kernel", tern::isa::DTypeName(dtype),
                 static_cast<long long>(n));
