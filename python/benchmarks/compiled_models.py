@@ -1,8 +1,10 @@
 """Compiled models against the other ways to run them, in one process.
 
-For each model and batch size, four contenders run round by round, their
-order rotating (each meets the same machine state), and the median time per
-forward is printed beside the ratios the P9 targets are stated in:
+For each model and batch size, four contenders run in blocks of back-to-back
+forwards, the blocks alternating round by round in a rotating order (each
+meets the same machine state), each block after the other contenders'
+threads went quiet (see rounds), and the median time per forward is printed
+beside the ratios the P9 targets are stated in:
 
 - compiled: torch_tern.compiler.export, then torch_tern.compiler.load, run on
   tern tensors (one execution per forward);
@@ -55,18 +57,48 @@ class Gpt2Block(nn.Module):
         return out[0] if isinstance(out, tuple) else out
 
 
-def rounds(contenders: dict, min_rounds: int, min_seconds: float) -> dict:
-    for fn in contenders.values():
+def settle(cap: float = 0.5) -> None:
+    """Waits until the process's other threads have gone quiet: a 2 ms sleep
+    during which the process used under a tenth of a CPU, at most `cap`
+    seconds. PyTorch's OpenMP workers spin for milliseconds after each CPU op
+    (libgomp's GOMP_SPINCOUNT), and a contender timed while they spin shares
+    the CPUs with them, which a program running only that contender never
+    does; tern's threads poll for tens of microseconds."""
+    start = time.perf_counter()
+    while time.perf_counter() - start < cap:
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        time.sleep(0.002)
+        if time.process_time() - cpu0 < 0.1 * (time.perf_counter() - wall0):
+            return
+
+
+def rounds(contenders: dict, min_rounds: int, min_seconds: float,
+           block_seconds: float = 0.02) -> dict:
+    """Times the contenders in blocks of back-to-back calls (about
+    `block_seconds` each, at least one call), each block after the others'
+    threads went quiet (settle) and two untimed calls (the wake-ups of threads
+    that slept meanwhile); the blocks alternate, their order rotating from
+    one round to the next. Returns every timed call per contender."""
+    per_call = {}
+    for name, fn in contenders.items():
         fn()  # warm-up: compilation, caches, page faults
+        t0 = time.perf_counter()
+        fn()
+        per_call[name] = time.perf_counter() - t0
     times = {name: [] for name in contenders}
     names = list(contenders)
     start, r = time.perf_counter(), 0
     while r < min_rounds or time.perf_counter() - start < min_seconds:
         for k in range(len(names)):
             name = names[(k + r) % len(names)]
-            t0 = time.perf_counter()
-            contenders[name]()
-            times[name].append(time.perf_counter() - t0)
+            fn = contenders[name]
+            settle()
+            fn()
+            fn()
+            for _ in range(max(1, round(block_seconds / per_call[name]))):
+                t0 = time.perf_counter()
+                fn()
+                times[name].append(time.perf_counter() - t0)
         r += 1
     return times
 
