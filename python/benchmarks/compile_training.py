@@ -97,6 +97,9 @@ import torch.nn.functional as F  # noqa: E402
 
 import torch_tern  # noqa: F401,E402  (registers the tern device and torch.tern)
 import torch_tern.compiler as tc  # noqa: E402
+# The benchmarks' shared helpers, beside this file (also under python -P).
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from settle import settle  # noqa: E402
 from torch_tern.collect_env import cpu_model  # noqa: E402
 
 # GPT-2's sizes: the model is built from a config, nothing is downloaded.
@@ -283,6 +286,7 @@ def bench_training(name: str, make_model, batch: tuple, quick: bool, targets: bo
     for r in range(n_rounds):
         for k in range(len(names)):
             label = names[(k + r) % len(names)]
+            settle()  # the CPU configurations' OpenMP workers spin after their steps
             for _ in range(steps):
                 t0 = time.perf_counter()
                 trainers[label].step()

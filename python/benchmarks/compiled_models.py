@@ -23,6 +23,7 @@ import argparse
 import copy
 import os
 import statistics
+import sys
 import tempfile
 import time
 
@@ -31,6 +32,10 @@ import torch.nn as nn
 
 import torch_tern.compiler as tc
 from torch_tern.collect_env import cpu_model
+
+# The benchmarks' shared helpers, beside this file (also under python -P).
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from settle import settle  # noqa: E402
 
 
 class Mlp(nn.Module):
@@ -55,21 +60,6 @@ class Gpt2Block(nn.Module):
     def forward(self, x):
         out = self.block(x)
         return out[0] if isinstance(out, tuple) else out
-
-
-def settle(cap: float = 0.5) -> None:
-    """Waits until the process's other threads have gone quiet: a 2 ms sleep
-    during which the process used under a tenth of a CPU, at most `cap`
-    seconds. PyTorch's OpenMP workers spin for milliseconds after each CPU op
-    (libgomp's GOMP_SPINCOUNT), and a contender timed while they spin shares
-    the CPUs with them, which a program running only that contender never
-    does; tern's threads poll for tens of microseconds."""
-    start = time.perf_counter()
-    while time.perf_counter() - start < cap:
-        cpu0, wall0 = time.process_time(), time.perf_counter()
-        time.sleep(0.002)
-        if time.process_time() - cpu0 < 0.1 * (time.perf_counter() - wall0):
-            return
 
 
 def rounds(contenders: dict, min_rounds: int, min_seconds: float,
