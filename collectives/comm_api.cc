@@ -1,5 +1,7 @@
 // The tern_comm_* functions: argument checks, handles, and the queue
 // commands that run the operations.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -10,6 +12,7 @@
 #include "comm_config.h"
 #include "comm_kernels.h"
 #include "common/logging.h"
+#include "common/timeline.h"
 #include "communicator.h"
 #include "src/runtime/api_checks.h"
 #include "src/runtime/runtime_state.h"
@@ -17,6 +20,10 @@
 
 namespace tern::comm {
 namespace {
+
+// How often rank 0 of tern_comm_init_from_env tries again to bind a busy
+// bootstrap port.
+constexpr uint64_t kBindRetryNs = 100'000'000;
 
 Status LookupComm(Runtime* rt, tern_comm_t handle, std::shared_ptr<Communicator>* out) {
   auto object = rt->comm_table.Lookup(reinterpret_cast<uint64_t>(handle));
@@ -556,8 +563,32 @@ TERN_API tern_status_t tern_comm_init_from_env(tern_core_t core, const tern_comm
     }
     SockAddr bound;
     if (status.ok()) {
-      status = StartBootstrapRoot(bind, id.nonce, id.secret, checked.init_timeout_ns,
-                                  remove_when_done, &bound);
+      // The port may be held by a connection in TIME_WAIT (60 s on Linux)
+      // whose socket did not set SO_REUSEADDR: a bind over it fails even
+      // with ours set. Client sockets of earlier torchrun launches (their
+      // stores' connections) take ephemeral ports, and MASTER_PORT + 1 was
+      // one of them in 1 launch in 40-80 of tern_bench_collectives. So the
+      // root waits for the port, within the init timeout, instead of failing
+      // the job (the other ranks keep trying to connect meanwhile).
+      const uint64_t deadline = MonotonicNs() + checked.init_timeout_ns;
+      bool told = false;
+      while (true) {
+        const uint64_t now = MonotonicNs();
+        status = StartBootstrapRoot(bind, id.nonce, id.secret, deadline > now ? deadline - now : 0,
+                                    remove_when_done, &bound);
+        if (status.code() != TERN_ERROR_BUSY || now + kBindRetryNs >= deadline) break;
+        if (!told) {
+          TERN_LOG_WARN(
+              "rank 0: the bootstrap port {} is in use ({}); retrying until it is free, for up "
+              "to TERN_COMM_INIT_TIMEOUT ({} s): a closed connection holds its port for up to "
+              "60 s, another program as long as it runs (set TERN_COMM_ID=host:port to choose "
+              "another port)",
+              address, status.message(), checked.init_timeout_ns / 1000000000ull);
+          told = true;
+        }
+        usleep(static_cast<useconds_t>(kBindRetryNs / 1000));
+      }
+      if (status.ok() && told) TERN_LOG_INFO("rank 0: serving the bootstrap on {} now", address);
     }
     if (!status.ok())
       return Report(status.WithContext(fmt::format("serving the bootstrap on {}", address)));

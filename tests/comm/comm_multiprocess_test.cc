@@ -2,7 +2,13 @@
 // ranks), over libfabric's tcp provider on loopback, libfabric's shm
 // provider, and tern's shared-memory channel; joined through the
 // environment (as torchrun would) or through a unique id made here.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <tern/tern.h>
+#include <unistd.h>
+
+#include <chrono>
 
 #include "comm_test_util.h"
 
@@ -93,6 +99,43 @@ void RunTwoByTwo(const Env& env, const char* expect) {
 
 TEST(CommMultiprocessTest, TwoProcessesTwoRanksEachShm) { RunTwoByTwo({}, "tern-shm"); }
 TEST(CommMultiprocessTest, TwoProcessesTwoRanksEachTcp) { RunTwoByTwo(kTcp, "tcp;ofi_rxm"); }
+
+// Rank 0 finds its bootstrap port taken (here by a socket bound to it and
+// not listening; in the field by a closed connection's TIME_WAIT, which a
+// bind fails over for up to 60 s unless that connection's socket had set
+// SO_REUSEADDR too): it waits for the port, within the init timeout, and
+// says so, instead of failing the job. The other rank's connections are
+// refused meanwhile, and it keeps trying.
+TEST(CommMultiprocessTest, RootWaitsForItsBusyPort) {
+  const uint16_t port = FreePort();
+  const int blocker = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(blocker, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(port);
+  ASSERT_EQ(0, bind(blocker, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)))
+      << "port " << port << " was taken before the test held it";
+  std::vector<std::unique_ptr<ChildProcess>> children;
+  for (uint32_t r = 0; r < 2; ++r) {
+    children.push_back(
+        ChildProcess::Spawn({"init-only"}, {{"TERN_COMM_ID", "127.0.0.1:" + std::to_string(port)},
+                                            {"TERN_COMM_RANK", std::to_string(r)},
+                                            {"TERN_COMM_WORLD_SIZE", "2"},
+                                            {"TERN_COMM_INIT_TIMEOUT", "60"}}));
+    ASSERT_NE(nullptr, children.back());
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  close(blocker);
+  for (uint32_t r = 0; r < 2; ++r) {
+    EXPECT_EQ(0, children[r]->Wait(kTimeoutMs));
+    EXPECT_NE(std::string::npos, children[r]->output().find("joined")) << "rank " << r << ":\n"
+                                                                       << children[r]->output();
+  }
+  EXPECT_NE(std::string::npos, children[0]->output().find("is in use"))
+      << "rank 0 did not say that it waited for the port:\n"
+      << children[0]->output();
+}
 
 }  // namespace
 }  // namespace tern_test
