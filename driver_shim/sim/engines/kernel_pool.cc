@@ -146,20 +146,25 @@ int KernelPool::TakeParts(PartFn call, void* context, int parts) {
   return taken;
 }
 
-bool KernelPool::HelpWithOpenJob() {
-  // Cheap when there is nothing: pollers call this between their looks.
-  if (!open_.load(std::memory_order_acquire)) return false;
-  // Entered as a helper enters (see RunParts: the caller waits for
+int KernelPool::TakePartsOfOpenJob(bool only_if_awake_hands_job) {
+  // Entered before the job is checked (see RunParts: the caller waits for
   // helpers_inside_ to drop before it reuses the job's fields).
   helpers_inside_.fetch_add(1, std::memory_order_seq_cst);
   int taken = 0;
-  if (open_.load(std::memory_order_seq_cst) && awake_hands_only_.load(std::memory_order_relaxed)) {
+  if (open_.load(std::memory_order_seq_cst) &&
+      (!only_if_awake_hands_job || awake_hands_only_.load(std::memory_order_relaxed))) {
     taken =
         TakeParts(call_.load(std::memory_order_relaxed), context_.load(std::memory_order_relaxed),
                   parts_.load(std::memory_order_relaxed));
   }
   helpers_inside_.fetch_sub(1, std::memory_order_seq_cst);
-  return taken > 0;
+  return taken;
+}
+
+bool KernelPool::HelpWithOpenJob() {
+  // Cheap when there is nothing: pollers call this between their looks.
+  if (!open_.load(std::memory_order_acquire)) return false;
+  return TakePartsOfOpenJob(/*only_if_awake_hands_job=*/true) > 0;
 }
 
 uint32_t KernelPool::WaitForJob(uint32_t seen, int64_t* spin_ns) {
@@ -190,12 +195,7 @@ void KernelPool::HelperLoop() {
   int64_t spin_ns = kMaxHelperSpinNs / 4;
   for (;;) {
     seen = WaitForJob(seen, &spin_ns);
-    helpers_inside_.fetch_add(1, std::memory_order_seq_cst);
-    if (open_.load(std::memory_order_seq_cst)) {
-      TakeParts(call_.load(std::memory_order_relaxed), context_.load(std::memory_order_relaxed),
-                parts_.load(std::memory_order_relaxed));
-    }
-    helpers_inside_.fetch_sub(1, std::memory_order_seq_cst);
+    TakePartsOfOpenJob(/*only_if_awake_hands_job=*/false);
   }
 }
 

@@ -94,6 +94,9 @@ class KernelPool {
   void HelperLoop();
   // Runs parts of the current job until none is left; returns how many.
   int TakeParts(PartFn call, void* context, int parts);
+  // As a helper: enters, takes parts of the job if one is open (and, with
+  // `only_if_awake_hands_job`, opened for the awake hands only), leaves.
+  int TakePartsOfOpenJob(bool only_if_awake_hands_job);
   uint32_t WaitForJob(uint32_t seen, int64_t* spin_ns);
 
   const int threads_;

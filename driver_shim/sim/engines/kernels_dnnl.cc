@@ -817,9 +817,9 @@ struct DnnlOperands {
 constexpr int64_t kMinSplitMacs = int64_t{1} << 20;
 constexpr int64_t kMinWakeMacs = int64_t{1} << 22;
 
-KernelPool::Wake WakeFor(double multiply_adds) {
-  return multiply_adds >= static_cast<double>(kMinWakeMacs) ? KernelPool::Wake::kSleepingHelpers
-                                                            : KernelPool::Wake::kAwakeHandsOnly;
+KernelPool::Wake WakeFor(int64_t multiply_adds) {
+  return multiply_adds >= kMinWakeMacs ? KernelPool::Wake::kSleepingHelpers
+                                       : KernelPool::Wake::kAwakeHandsOnly;
 }
 
 // Runs run_part(0 .. parts - 1), each a oneDNN call that returns false when
@@ -876,7 +876,7 @@ MatmulSplit PlanSplit(const DnnlOperands& p, float beta) {
   MatmulSplit split;
   const int64_t macs = batch * m * n * k;
   if (threads <= 1 || beta != 0.0f || macs < kMinSplitMacs) return split;
-  split.wake = WakeFor(static_cast<double>(macs));
+  split.wake = WakeFor(macs);
   size_t dim = r - 1;
   int64_t align = 16;  // column slabs of whole cache lines of f32
   if (r > 2 && p.out_dims[0] >= threads) {
@@ -1528,8 +1528,7 @@ bool SplitDnnlConv(ConvKind kind, const ConvParams& p, const ConvShape& s,
     part_shape.n = size;
     return DnnlConv(kind, p, part_shape, slab_descs, slab_data, bias);
   };
-  return RunDnnlParts(parts, WakeFor(static_cast<double>(macs)), run_part) ||
-         DnnlConv(kind, p, s, descs, data, bias);
+  return RunDnnlParts(parts, WakeFor(macs), run_part) || DnnlConv(kind, p, s, descs, data, bias);
 }
 
 Status RunConv(ConvKind kind, const driver::Instruction& ins, Operands ops, int src_slot,
