@@ -138,6 +138,13 @@ Timed Rounds(const std::vector<std::function<void()>>& fns, int min_rounds, doub
   return t;
 }
 
+double Best(const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); }
+
+double Quantile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  return v[static_cast<size_t>(q * (v.size() - 1) + 0.5)];
+}
+
 // Times contenders in blocks: each block runs one contender `calls` times
 // back to back (the first two untimed: they pay the wake-ups of threads that
 // slept while the other contenders ran), after the other contenders' helper
@@ -169,18 +176,10 @@ Blocked BlockRounds(const std::vector<std::function<void()>>& fns, int calls, in
         block.push_back(WallSeconds() - t0);
       }
       b.all[c].insert(b.all[c].end(), block.begin(), block.end());
-      std::sort(block.begin(), block.end());
-      b.medians[c].push_back(block[block.size() / 2]);
+      b.medians[c].push_back(Quantile(block, 0.5));
     }
   }
   return b;
-}
-
-double Best(const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); }
-
-double Quantile(std::vector<double> v, double q) {
-  std::sort(v.begin(), v.end());
-  return v[static_cast<size_t>(q * (v.size() - 1) + 0.5)];
 }
 
 // Per-round ratios of throughput, ours / baseline (= base time / our time).
@@ -754,7 +753,8 @@ void BenchMlp(int64_t batch, int64_t in, int64_t hidden, int64_t out) {
   // execution's calls (libgomp's default spin is milliseconds), which a
   // program running only executions never meets: that figure is printed too.
   const std::function<void()> execution = [&] { execute(executable); };
-  const Blocked blocked = BlockRounds({execution, direct, kernels}, 100, 15);
+  constexpr int kCallsPerBlock = 100;
+  const Blocked blocked = BlockRounds({execution, direct, kernels}, kCallsPerBlock, 15);
   Check(tern_buffer_read(y_buffer, 0, y_exec.data(), y_exec.size() * 4), "tern_buffer_read");
   double worst = 0;
   for (size_t i = 0; i < y_exec.size(); ++i) {
@@ -772,13 +772,13 @@ void BenchMlp(int64_t batch, int64_t in, int64_t hidden, int64_t out) {
   const double median_slowdown = Quantile(slowdown, 0.5);
   std::printf(
       "mlp %lldx%lld->%lld->%lld from C: execution median %.1f us (best %.1f), direct oneDNN "
-      "median %.1f us (best %.1f) on %d thread(s), blocks of 100 back-to-back calls; execution "
+      "median %.1f us (best %.1f) on %d thread(s), blocks of %d back-to-back calls; execution "
       "/ direct median block round %.2f [min %.2f, max %.2f] n=%zu (target <= 1.15)%s; max "
       "|difference| %.2g; waited at most %.0f ms for other threads to go quiet\n",
       static_cast<long long>(batch), static_cast<long long>(in), static_cast<long long>(hidden),
       static_cast<long long>(out), warm * 1e6, Best(blocked.all[0]) * 1e6,
-      Quantile(blocked.all[1], 0.5) * 1e6, Best(blocked.all[1]) * 1e6, threads, median_slowdown,
-      Quantile(slowdown, 0), Quantile(slowdown, 1), slowdown.size(),
+      Quantile(blocked.all[1], 0.5) * 1e6, Best(blocked.all[1]) * 1e6, threads, kCallsPerBlock,
+      median_slowdown, Quantile(slowdown, 0), Quantile(slowdown, 1), slowdown.size(),
       median_slowdown <= 1.15 ? "  ok" : "  MISSED", worst, blocked.settle_max * 1e3);
   if (median_slowdown > 1.15) missed.push_back("mlp from C");
   const std::vector<double> kernel_slowdown = RoundRatios(blocked.medians[1], blocked.medians[2]);
