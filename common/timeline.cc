@@ -16,11 +16,11 @@ namespace {
 
 // How a waiter waits (see PollAtLeast and Timeline::Wait): first it spins on
 // the value for kSpinNs, then it yields its CPU in a loop (or runs idle work,
-// common/idle_work.h) until kYieldNs have passed, then it sleeps on the futex. On small virtual
-// machines a futex wake costs 5-20 us (the sleeping vCPU is woken through the hypervisor), so a
-// short completion is caught by polling; yielding lets the thread we wait for
-// run when it shares our CPU. Both phases are bounded, so an idle waiter
-// soon costs nothing.
+// common/idle_work.h) until kYieldNs have passed, then it sleeps on the
+// futex. On small virtual machines a futex wake costs 5-20 us (the sleeping
+// vCPU is woken through the hypervisor), so a short completion is caught by
+// polling; yielding lets the thread we wait for run when it shares our CPU.
+// Both phases are bounded, so an idle waiter soon costs nothing.
 constexpr uint64_t kSpinNs = 1'000;
 constexpr uint64_t kYieldNs = 50'000;
 // The longest a wait polls when this timeline's recent waits were long

@@ -72,9 +72,9 @@ class Timeline {
 // Polls until value >= target, for at most `budget_ns` (capped at 500 us): it
 // spins for the first microsecond and then, between looks, runs idle work
 // (common/idle_work.h) or yields the CPU, so a thread it waits for that
-// shares its CPU gets to run. Returns true when
-// reached. This is the first phase of every wait in tern: on small virtual
-// machines a futex wake-up costs 5-20 us, far more than most waits.
+// shares its CPU gets to run. Returns true when reached. This is the first
+// phase of every wait in tern: on small virtual machines a futex wake-up
+// costs 5-20 us, far more than most waits.
 bool PollAtLeast(const std::atomic<uint64_t>& value, uint64_t target, uint64_t budget_ns);
 
 // Nanoseconds on CLOCK_MONOTONIC.
