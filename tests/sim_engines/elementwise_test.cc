@@ -3,6 +3,9 @@
 // iota. Each across dtypes, broadcasting (stride 0), transposed and spaced
 // layouts, empty, odd and rank-0 shapes, and sizes that take the threaded
 // path.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <cmath>
 #include <limits>
 
@@ -87,6 +90,38 @@ TEST(CopyTest, PermuteRank4AndParallelSize) {
   Tensor out(TERN_DTYPE_F32, {300, 400});
   ASSERT_TRUE(Exec(TERN_OP_COPY, {&out, &big}).ok());
   EXPECT_TRUE(Equal(out, big.Values()));
+}
+
+// Transposing copies run in tiles through a buffer (RunCopy): every element
+// size, both directions (reading across the source's rows into a contiguous
+// destination, and writing across the destination's), sizes that are not a
+// multiple of the tile, a batch dimension outside the transposed pair, and
+// copies too small for tiles, all bit-exact.
+TEST(CopyTest, TransposesInTilesEveryElementSizeBothDirections) {
+  std::mt19937_64 rng(5);
+  const std::vector<std::pair<Shape, std::vector<int>>> cases = {{{37, 45}, {1, 0}},
+                                                                 {{16, 16}, {1, 0}},
+                                                                 {{65, 17}, {1, 0}},
+                                                                 {{3, 33, 50}, {0, 2, 1}},
+                                                                 {{33, 3, 50}, {2, 1, 0}},
+                                                                 {{5, 40}, {1, 0}},
+                                                                 {{2, 3, 20, 18}, {1, 3, 0, 2}}};
+  for (tern_dtype_t dt : {TERN_DTYPE_I8, TERN_DTYPE_BF16, TERN_DTYPE_F32, TERN_DTYPE_F64}) {
+    for (const auto& [shape, order] : cases) {
+      SCOPED_TRACE(fmt::format("{} {} order {}", isa::DTypeName(dt), fmt::join(shape, "x"),
+                               fmt::join(order, ",")));
+      // Reading across: a permuted source into a contiguous destination.
+      Tensor src = Tensor::Permuted(dt, shape, order);
+      src.Randomize(rng, -100, 100);
+      Tensor dst(dt, shape);
+      ASSERT_TRUE(Exec(TERN_OP_COPY, {&dst, &src}).ok());
+      for (int64_t i = 0; i < dst.count(); ++i) ASSERT_EQ(dst.Bits(i), src.Bits(i)) << i;
+      // Writing across: a contiguous source into a permuted destination.
+      Tensor back = Tensor::Permuted(dt, shape, order);
+      ASSERT_TRUE(Exec(TERN_OP_COPY, {&back, &dst}).ok());
+      for (int64_t i = 0; i < back.count(); ++i) ASSERT_EQ(back.Bits(i), dst.Bits(i)) << i;
+    }
+  }
 }
 
 // The documented conversion rules, computed independently: to a float
