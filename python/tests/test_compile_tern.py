@@ -141,6 +141,45 @@ def test_forward_and_gradients_match_eager_and_run_compiled():
     assert stats["cache_misses"] == stats["executables"]
 
 
+def test_a_result_returned_as_a_view_stays_a_view():
+    """A partition's result that leaves the graph through a view (as the
+    transposed activations a training forward saves for its backward) is
+    returned as that view of the result, with eager's strides: no copy."""
+    fn = torch.compile(lambda x, w: (torch.tanh(x @ w) * 2).t(), backend="tern")
+    x, w = torch.randn(8, 16, device="tern"), torch.randn(16, 32, device="tern")
+    got, want = fn(x, w), (torch.tanh(x @ w) * 2).t()
+    _close(got, want)
+    assert got.stride() == want.stride() and not got.is_contiguous()
+    assert ternc.stats()["fallback_nodes"] == {}
+
+
+def test_an_input_laid_out_permuted_is_taken_as_it_lies():
+    """A partition input traced as a dense permutation (a transposed saved
+    activation) is passed in memory order and permuted back inside the
+    executable; given in another layout at run time, it is copied and the
+    answer is the same."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch_tern.compiler._dynamo import _CompiledPartition, _dense_order
+
+    assert _dense_order(torch.empty(4, 5)) is None
+    assert _dense_order(torch.empty(5, 4).t()) == (1, 0)
+    assert _dense_order(torch.empty(2, 5, 4).permute(2, 0, 1)) == (1, 2, 0)
+    assert _dense_order(torch.empty(4, 1).expand(4, 3)) is None
+    assert _dense_order(torch.empty(4, 1, 5)[:, :, ::2]) is None
+
+    def f(a, b):
+        return torch.relu(a @ b) + 1
+
+    a = torch.randn(32, 8, device="tern").t()  # [8, 32], strides (1, 8)
+    b = torch.randn(32, 4, device="tern")
+    gm = make_fx(f, tracing_mode="fake")(a, b)
+    partition = _CompiledPartition(gm, "test", "forward")
+    assert partition.input_orders == {0: (1, 0)}
+    want = f(a, b)
+    _close(partition(a, b), want)
+    _close(partition(a.contiguous(), b), want)
+
+
 def test_inference_graph_under_no_grad():
     model = _mlp()
     x = torch.randn(8, 16, device="tern")

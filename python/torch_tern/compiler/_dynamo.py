@@ -324,6 +324,51 @@ def _shape_env(module: torch.fx.GraphModule):
     return next((d.node.shape_env for d in _symbolic_sizes(module)), None)
 
 
+def _dense_order(val) -> tuple | None:
+    """The order of a tensor input's dims in memory, outermost first, when the
+    traced tensor is a dense permutation of a contiguous one but not
+    contiguous itself (a transposed activation the forward saved for the
+    backward); None otherwise (contiguous, not dense, or symbolic strides).
+    The partition takes such an input as it lies in memory and permutes it
+    in the graph, where the compiler folds the permute into its users'
+    operand strides, instead of copying it into a contiguous tensor first."""
+    if not isinstance(val, torch.Tensor) or val.dim() < 2:
+        return None
+    shape, strides = list(val.shape), list(val.stride())
+    if any(isinstance(x, torch.SymInt) for x in shape + strides):
+        return None
+    # Outermost first; a dim of size 1 may have any stride and go anywhere.
+    order = sorted(range(len(shape)), key=lambda d: (-strides[d], d))
+    expected = 1
+    for d in reversed(order):
+        if shape[d] != 1 and strides[d] != expected:
+            return None
+        expected *= shape[d]
+    contiguous, expected = True, 1
+    for d in reversed(range(len(shape))):
+        if shape[d] != 1 and strides[d] != expected:
+            contiguous = False
+        expected *= shape[d]
+    return None if contiguous else tuple(order)
+
+
+def _input_orders(module: torch.fx.GraphModule) -> dict:
+    """{position among the tensor inputs: _dense_order} for the partition's
+    inputs that are dense permutations."""
+    orders, position = {}, 0
+    for node in module.graph.nodes:
+        if node.op != "placeholder":
+            continue
+        val = node.meta.get("val")
+        if not isinstance(val, torch.Tensor):
+            continue
+        order = _dense_order(val)
+        if order is not None:
+            orders[position] = order
+        position += 1
+    return orders
+
+
 class _PartitionConverter(_Converter):
     """The front end's converter for a partition's FX graph: every tensor
     placeholder is an input, every SymInt placeholder a size the executable is
@@ -366,9 +411,21 @@ class _PartitionConverter(_Converter):
                 continue
             if not isinstance(val, torch.Tensor):
                 raise UnsupportedGraph(f"{where} is a {type(val).__name__}, not a tensor")
-            self.refs[node.name] = ("in", len(self.spec["inputs"]))
-            self.spec["inputs"].append(
-                (node.name, self._dtype(val.dtype, where), self._shape(val.shape, where)))
+            index = len(self.spec["inputs"])
+            order = _dense_order(val)
+            if order is None:
+                self.refs[node.name] = ("in", index)
+                self.spec["inputs"].append(
+                    (node.name, self._dtype(val.dtype, where), self._shape(val.shape, where)))
+                continue
+            # Taken as it lies in memory, then permuted back to its traced
+            # dims (see _dense_order).
+            self.spec["inputs"].append((node.name, self._dtype(val.dtype, where),
+                                        self._shape([val.shape[d] for d in order], where)))
+            back = sorted(range(len(order)), key=lambda k: order[k])
+            self.refs[node.name] = ("node", len(self.spec["nodes"]), 0)
+            self.spec["nodes"].append(("aten.permute.default", [("in", index)],
+                                       {"dims": back}, f"{node.name}_as_traced", ""))
 
     def _sizes_known(self, node: torch.fx.Node) -> bool:
         return self.values is not None or super()._sizes_known(node)
@@ -509,6 +566,7 @@ class _CompiledPartition(torch.nn.Module):
             self.spec = None
         output = next(n for n in module.graph.nodes if n.op == "output")
         self.returns_tuple = isinstance(output.args[0], (list, tuple))
+        self.input_orders = _input_orders(module)
         self.executables: dict[tuple, Any] = {}
         self.lock = threading.Lock()
         devices = [v.device for n in module.graph.nodes for v in _values(n)
@@ -587,6 +645,10 @@ class _CompiledPartition(torch.nn.Module):
         # executable reads it from device memory.
         tensors = [a if a.device.type == "tern" else a.to(self.device)
                    for i, a in enumerate(args) if i not in self.size_positions]
+        for position, order in self.input_orders.items():
+            # In memory order: contiguous when laid out as traced (if not,
+            # the model copies it, as any non-contiguous input).
+            tensors[position] = tensors[position].permute(order)
         outputs = model.run(tensors)
         return tuple(outputs) if self.returns_tuple else outputs[0]
 
@@ -659,6 +721,32 @@ def _refused_node(message: str, nodes) -> torch.fx.Node | None:
     return None
 
 
+# Views that cost nothing in the graph and a copy in an executable (whose
+# outputs are new contiguous tensors).
+_VIEW_OPS = {
+    "aten.view.default", "aten._unsafe_view.default", "aten.permute.default",
+    "aten.expand.default", "aten.squeeze.dims", "aten.unsqueeze.default",
+    "aten.select.int", "aten.slice.Tensor", "aten.t.default", "aten.transpose.int",
+}
+_VIEW_TAIL = "a view of a result that only leaves the graph: made there, without a copy"
+
+
+def _view_tails(gm: torch.fx.GraphModule) -> set:
+    """The views whose results only leave the graph (its outputs, directly or
+    through more such views): left out of the partitions, so that a partition
+    returns the value itself and the graph makes the view, as eager PyTorch
+    would. In an executable such a view was a copy: the transposed
+    activations a training forward saves for its backward cost a
+    transposing copy each."""
+    output = next(n for n in gm.graph.nodes if n.op == "output")
+    tails: set = set()
+    for node in reversed(gm.graph.nodes):
+        if (node.op == "call_function" and _name(node.target) in _VIEW_OPS and node.users
+                and all(user is output or user in tails for user in node.users)):
+            tails.add(node)
+    return tails
+
+
 # A graph is partitioned again without the node the compiler refused, at most
 # this many times; then the rest of the refused partition runs eagerly.
 _MAX_REPARTITIONS = 16
@@ -672,7 +760,8 @@ def _partitioned(gm: torch.fx.GraphModule, kind: str) -> Callable:
     with _STATS.lock:
         _STATS.backend_compiles += 1
         _STATS.graphs_by_kind[kind] += 1
-    refused: dict[torch.fx.Node, str] = {}  # nodes the front end or compiler refused
+    # Nodes the front end or compiler refused, and views left to the graph.
+    refused: dict[torch.fx.Node, str] = {n: _VIEW_TAIL for n in _view_tails(gm)}
     for attempt in range(_MAX_REPARTITIONS + 1):
         support = _TernSupport(refused)
         partitioner = CapabilityBasedPartitioner(gm, support, allows_single_node_partition=True)
@@ -761,8 +850,11 @@ def _make_backend():
     def inference(gm, example_inputs):
         return _compile_graph(gm, example_inputs, "inference")
 
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+
     return aot_autograd(fw_compiler=forward, bw_compiler=backward,
-                        inference_compiler=inference, decompositions=_decompositions())
+                        inference_compiler=inference, decompositions=_decompositions(),
+                        partition_fn=min_cut_rematerialization_partition)
 
 
 def backend(gm: torch.fx.GraphModule, example_inputs: Sequence):
