@@ -204,6 +204,39 @@ TEST(ElementwiseProgram, LongChainsReuseDeadBuffers) {
   }
 }
 
+// A binary step with a constant operand reads the value itself, on either
+// side; a step of two constants, and a constant that is an output, read the
+// constant's buffer. Over enough elements for several chunks and parts.
+TEST(ElementwiseProgram, ConstantsOnEitherSideOfABinaryStep) {
+  std::mt19937_64 rng(9);
+  Tensor a(TERN_DTYPE_F32, {300, 700}), out0(TERN_DTYPE_F32, {300, 700}),
+      out1(TERN_DTYPE_F32, {300, 700}), out2(TERN_DTYPE_F32, {300, 700});
+  a.Randomize(rng, -3, 3);
+  // r8 = 2; r9 = -0.5; r10 = r8 - a; r11 = a / r9; r12 = r8 * r9;
+  // r13 = r10 + r12; r14 = max(r11, r13); r15 = a < r9
+  // out0 = r14, out1 = r15, out2 = r8.
+  const std::vector<std::array<int64_t, 5>> steps = {
+      {TERN_STEP_CONSTANT, 0, 0, 0, 0},
+      {TERN_STEP_CONSTANT, 0, 1, 0, 0},
+      {TERN_STEP_BINARY, TERN_BINARY_SUB, 8, 0, 0},
+      {TERN_STEP_BINARY, TERN_BINARY_DIV, 0, 9, 0},
+      {TERN_STEP_BINARY, TERN_BINARY_MUL, 8, 9, 0},
+      {TERN_STEP_BINARY, TERN_BINARY_ADD, 10, 12, 0},
+      {TERN_STEP_BINARY, TERN_BINARY_MAX, 11, 13, 0},
+      {TERN_STEP_BINARY, TERN_BINARY_LT, 0, 9, 0},
+  };
+  ASSERT_TRUE(Exec(TERN_OP_ELEMENTWISE, Operands({&out0, &out1, &out2}, {&a}),
+                   Program(steps, {14, 15, 8, kNone}), {2.0, -0.5})
+                  .ok());
+  for (int64_t i = 0; i < a.count(); ++i) {
+    const float x = static_cast<float>(a.Get(i));
+    const float r10 = 2.0f - x, r11 = x / -0.5f, r13 = r10 + 2.0f * -0.5f;
+    ASSERT_EQ(static_cast<float>(out0.Get(i)), std::max(r11, r13)) << i;
+    ASSERT_EQ(out1.Get(i), x < -0.5f ? 1.0 : 0.0) << i;
+    ASSERT_EQ(out2.Get(i), 2.0) << i;
+  }
+}
+
 TEST(ElementwiseProgram, BoolInputsAndParametersFromFloats) {
   // where(mask, leaky_relu(x, 0.2), affine(x, 3, -1)) with a bool mask.
   std::mt19937_64 rng(9);

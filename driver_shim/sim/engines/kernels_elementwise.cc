@@ -394,8 +394,19 @@ TERN_INLINE float MinNan(float a, float b) { return a != a ? a : (b != b ? b : (
   }                                 \
   return
 
-TERN_VECTOR_CLONES
-void BinaryF32(int64_t fn, float* o, const float* a, const float* b, int64_t n) {
+// An operand of a binary loop: an array, or one value for every element (a
+// program's constant, kept in a register instead of a chunk buffer).
+struct EachOf {
+  const float* p;
+  TERN_INLINE float operator[](int64_t i) const { return p[i]; }
+};
+struct SameFor {
+  float v;
+  TERN_INLINE float operator[](int64_t) const { return v; }
+};
+
+template <typename A, typename B>
+TERN_INLINE void BinaryLoop(int64_t fn, float* o, A a, B b, int64_t n) {
   switch (fn) {
     case TERN_BINARY_ADD:
       TERN_LOOP2(x + y);
@@ -444,6 +455,22 @@ void BinaryF32(int64_t fn, float* o, const float* a, const float* b, int64_t n) 
   }
 }
 #undef TERN_LOOP2
+
+TERN_VECTOR_CLONES
+void BinaryF32(int64_t fn, float* o, const float* a, const float* b, int64_t n) {
+  BinaryLoop(fn, o, EachOf{a}, EachOf{b}, n);
+}
+
+// The same functions with one operand a single value: the same roundings.
+TERN_VECTOR_CLONES
+void BinaryF32WithScalar(int64_t fn, float* o, const float* a, float b, int64_t n) {
+  BinaryLoop(fn, o, EachOf{a}, SameFor{b}, n);
+}
+
+TERN_VECTOR_CLONES
+void BinaryF32ScalarWith(int64_t fn, float* o, float a, const float* b, int64_t n) {
+  BinaryLoop(fn, o, SameFor{a}, EachOf{b}, n);
+}
 
 TERN_INLINE int64_t WrapAdd(int64_t a, int64_t b) {
   return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
@@ -1169,6 +1196,9 @@ Status RunElementwiseProgram(const driver::Instruction& ins, Operands ops) {
   // step (a 13-step GELU backward kept 52 KiB of chunks live).
   std::vector<int> buffer_of_step(steps.size());
   int step_buffers = 0;
+  // By register: whether it is a constant step's, and its value.
+  std::vector<uint8_t> is_constant(TERN_PROGRAM_INPUTS + steps.size(), 0);
+  std::vector<float> constant_of(TERN_PROGRAM_INPUTS + steps.size(), 0.0f);
   {
     const int64_t end_of_program = static_cast<int64_t>(steps.size());
     std::vector<int64_t> last_use(TERN_PROGRAM_INPUTS + steps.size(), -1);
@@ -1187,6 +1217,7 @@ Status RunElementwiseProgram(const driver::Instruction& ins, Operands ops) {
     std::vector<int> free_buffers;
     std::vector<std::vector<int>> freed_after(steps.size());
     for (size_t i = 0; i < steps.size(); ++i) {
+      if (steps[i].kind == TERN_STEP_CONSTANT) continue;  // a buffer of its own, below
       int buffer = step_buffers;
       if (free_buffers.empty()) {
         ++step_buffers;
@@ -1205,6 +1236,16 @@ Status RunElementwiseProgram(const driver::Instruction& ins, Operands ops) {
       // shares the buffer of an operand it is computed from.
       for (int b : freed_after[i]) free_buffers.push_back(b);
     }
+    // A constant's chunk is the same in every chunk: filled once per part
+    // into a buffer no other step takes, and binary steps read the value
+    // itself (a GELU backward's eight constants were refilled 32 KiB a chunk
+    // and then read back, a fifth of its stores in a cache they overflowed).
+    for (size_t i = 0; i < steps.size(); ++i) {
+      if (steps[i].kind != TERN_STEP_CONSTANT) continue;
+      buffer_of_step[i] = step_buffers++;
+      is_constant[TERN_PROGRAM_INPUTS + i] = 1;
+      constant_of[TERN_PROGRAM_INPUTS + i] = steps[i].constant;
+    }
   }
   ParallelFor(l.count, kParallelGrain, [&](int64_t begin, int64_t end) {
     // A chunk per input that needs converting, per step buffer, and per
@@ -1212,6 +1253,11 @@ Status RunElementwiseProgram(const driver::Instruction& ins, Operands ops) {
     // change it first).
     std::vector<float> storage((TERN_PROGRAM_INPUTS + step_buffers + TERN_PROGRAM_OUTPUTS) *
                                kChunk);
+    for (size_t i = 0; i < steps.size(); ++i) {
+      if (steps[i].kind != TERN_STEP_CONSTANT) continue;
+      float* o = &storage[(TERN_PROGRAM_INPUTS + buffer_of_step[i]) * kChunk];
+      std::fill(o, o + kChunk, steps[i].constant);
+    }
     ForEachRun(l, begin, end, [&](const int64_t* offsets, int64_t n) {
       for (int64_t done = 0; done < n; done += kChunk) {
         const int64_t m = std::min(kChunk, n - done);
@@ -1235,13 +1281,18 @@ Status RunElementwiseProgram(const driver::Instruction& ins, Operands ops) {
           float* o = &storage[(TERN_PROGRAM_INPUTS + buffer_of_step[i]) * kChunk];
           switch (step.kind) {
             case TERN_STEP_CONSTANT:
-              std::fill(o, o + m, step.constant);
-              break;
+              break;  // filled when the part began
             case TERN_STEP_UNARY:
               UnaryF32(step.fn, step.params, o, reg[step.a], m);
               break;
             case TERN_STEP_BINARY:
-              BinaryF32(step.fn, o, reg[step.a], reg[step.b], m);
+              if (is_constant[step.b] && !is_constant[step.a]) {
+                BinaryF32WithScalar(step.fn, o, reg[step.a], constant_of[step.b], m);
+              } else if (is_constant[step.a] && !is_constant[step.b]) {
+                BinaryF32ScalarWith(step.fn, o, constant_of[step.a], reg[step.b], m);
+              } else {
+                BinaryF32(step.fn, o, reg[step.a], reg[step.b], m);
+              }
               break;
             default: {  // TERN_STEP_WHERE
               const float* cond = reg[step.a];
