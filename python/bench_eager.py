@@ -42,6 +42,10 @@ import torch  # noqa: E402
 import torch_tern  # noqa: E402
 from torch_tern.collect_env import cpu_model  # noqa: E402
 
+# The benchmarks' shared helpers (also under python -P).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "benchmarks"))
+from settle import settle  # noqa: E402
+
 
 def sync(device):
     if device == "tern":
@@ -102,14 +106,22 @@ def interleaved(cpu_run, tern_run, rounds):
     """Runs the two loops alternately (the first of each pair alternating
     too), `rounds` pairs: the lists of their figures, round by round. On a
     machine whose speed moves from one second to the next, the ratio of a
-    round's two figures is what holds."""
+    round's two figures is what holds. Each loop starts once the process's
+    other threads have gone quiet (settle): PyTorch's OpenMP workers spin
+    for milliseconds after the CPU loop's last op, and a tern loop timed
+    while they spin shares the CPUs with them, which a program running only
+    tern never does."""
     cpu, tern = [], []
     for r in range(rounds):
         if r % 2 == 0:
+            settle()
             cpu.append(cpu_run())
+            settle()
             tern.append(tern_run())
         else:
+            settle()
             tern.append(tern_run())
+            settle()
             cpu.append(cpu_run())
     return cpu, tern
 
