@@ -722,11 +722,13 @@ def _refused_node(message: str, nodes) -> torch.fx.Node | None:
 
 
 # Views that cost nothing in the graph and a copy in an executable (whose
-# outputs are new contiguous tensors).
+# outputs are new contiguous tensors), and that see all of their base: a
+# slice or select left to the graph would keep its whole base alive (a
+# tensor saved for the backward then holds more memory than the partitioner
+# counted), so those stay copies.
 _VIEW_OPS = {
     "aten.view.default", "aten._unsafe_view.default", "aten.permute.default",
     "aten.expand.default", "aten.squeeze.dims", "aten.unsqueeze.default",
-    "aten.select.int", "aten.slice.Tensor", "aten.t.default", "aten.transpose.int",
 }
 _VIEW_TAIL = "a view of a result that only leaves the graph: made there, without a copy"
 
