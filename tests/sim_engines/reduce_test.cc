@@ -346,10 +346,10 @@ TEST(SoftmaxTest, NanRowsAndMaximumInTheTail) {
 }
 
 // Rows that are contiguous and evenly spaced are computed where they lie;
-// any other layout goes through a row buffer. Both give the same bits: a
-// contiguous 4-D tensor, rows spaced wider than they are long (a slice),
-// and in place (output = input), against the same rows into a spaced
-// output.
+// any other layout goes through a row buffer. Both give the same bits,
+// forward and backward: a contiguous 4-D tensor, rows spaced wider than they
+// are long (a slice), and in place (output = input), against the same rows
+// into a spaced output.
 TEST(SoftmaxTest, RowsInPlaceMatchRowsThroughABuffer) {
   std::mt19937_64 rng(16);
   for (int log = 0; log < 2; ++log) {
@@ -363,6 +363,17 @@ TEST(SoftmaxTest, RowsInPlaceMatchRowsThroughABuffer) {
       ASSERT_TRUE(Exec(TERN_OP_SOFTMAX, {&buffered, &in}, {-1, log}).ok());
       for (int64_t i = 0; i < fast.count(); ++i) {
         ASSERT_EQ(fast.Bits(i), buffered.Bits(i)) << (log ? "log_" : "") << "softmax " << i;
+      }
+      // The backward of the same rows: [grad_in, grad_out, out].
+      Tensor grad = Tensor::Strided(TERN_DTYPE_F32, shape, strides);
+      grad.Randomize(rng, -1, 1);
+      Tensor fast_grad(TERN_DTYPE_F32, shape),
+          buffered_grad = Tensor::Spaced(TERN_DTYPE_F32, shape);
+      ASSERT_TRUE(Exec(TERN_OP_SOFTMAX_BACKWARD, {&fast_grad, &grad, &fast}, {-1, log}).ok());
+      ASSERT_TRUE(Exec(TERN_OP_SOFTMAX_BACKWARD, {&buffered_grad, &grad, &fast}, {-1, log}).ok());
+      for (int64_t i = 0; i < fast.count(); ++i) {
+        ASSERT_EQ(fast_grad.Bits(i), buffered_grad.Bits(i))
+            << (log ? "log_" : "") << "backward " << i;
       }
       ASSERT_TRUE(Exec(TERN_OP_SOFTMAX, {&in, &in}, {-1, log}).ok());
       for (int64_t i = 0; i < fast.count(); ++i) {
@@ -571,6 +582,46 @@ TEST(NormTest, LayerNormForwardAndBackward) {
           }
         }
       }
+    }
+  }
+}
+
+// Rows of f32 that are contiguous and evenly spaced are normalized where
+// they lie; other layouts go through a row buffer. The same bits either way
+// (output, mean and rstd), with and without weight and bias, over one or two
+// normalized dims, rows spaced wider than they are long, and in place.
+TEST(NormTest, LayerNormRowsInPlaceMatchRowsThroughABuffer) {
+  std::mt19937_64 rng(19);
+  for (const auto& [shape, strides, k] :
+       {std::tuple<Shape, Shape, int>{{4, 64, 128}, {8192, 128, 1}, 1},
+        std::tuple<Shape, Shape, int>{{6, 5, 7}, {40, 7, 1}, 2},
+        std::tuple<Shape, Shape, int>{{9, 33}, {40, 1}, 1}}) {
+    for (bool affine : {false, true}) {
+      SCOPED_TRACE(ShapeStr(shape) + (affine ? " affine" : ""));
+      Tensor x = Tensor::Strided(TERN_DTYPE_F32, shape, strides);
+      x.Randomize(rng, -3, 3);
+      Tensor w(TERN_DTYPE_F32, Trailing(shape, k)), b(TERN_DTYPE_F32, Trailing(shape, k));
+      w.Randomize(rng, 0.5, 1.5);
+      b.Randomize(rng, -1, 1);
+      Tensor fast(TERN_DTYPE_F32, shape), buffered = Tensor::Spaced(TERN_DTYPE_F32, shape);
+      Tensor mean_fast(TERN_DTYPE_F32, Leading(shape, k)),
+          rstd_fast(TERN_DTYPE_F32, Leading(shape, k));
+      Tensor mean_buffered(TERN_DTYPE_F32, Leading(shape, k)),
+          rstd_buffered(TERN_DTYPE_F32, Leading(shape, k));
+      Tensor* wp = affine ? &w : kAbsent;
+      Tensor* bp = affine ? &b : kAbsent;
+      ASSERT_TRUE(
+          Exec(TERN_OP_LAYER_NORM, {&fast, &mean_fast, &rstd_fast, &x, wp, bp}, {k}, {1e-5}).ok());
+      ASSERT_TRUE(Exec(TERN_OP_LAYER_NORM, {&buffered, &mean_buffered, &rstd_buffered, &x, wp, bp},
+                       {k}, {1e-5})
+                      .ok());
+      for (int64_t i = 0; i < fast.count(); ++i) ASSERT_EQ(fast.Bits(i), buffered.Bits(i)) << i;
+      for (int64_t i = 0; i < mean_fast.count(); ++i) {
+        ASSERT_EQ(mean_fast.Bits(i), mean_buffered.Bits(i)) << i;
+        ASSERT_EQ(rstd_fast.Bits(i), rstd_buffered.Bits(i)) << i;
+      }
+      ASSERT_TRUE(Exec(TERN_OP_LAYER_NORM, {&x, kAbsent, kAbsent, &x, wp, bp}, {k}, {1e-5}).ok());
+      for (int64_t i = 0; i < fast.count(); ++i) ASSERT_EQ(x.Bits(i), fast.Bits(i)) << i;
     }
   }
 }

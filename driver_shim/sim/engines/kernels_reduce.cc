@@ -594,6 +594,21 @@ void SoftmaxGrad(const float* g, const float* y, float dot, float* gi, int64_t n
 
 namespace {
 
+// Whether every operand of `a` is f32, contiguous along the axis, and its
+// rows evenly spaced: then *pitches holds each operand's row pitch.
+bool RowsInPlace(const AxisRows& a, Operands ops, int operands, int64_t* pitches) {
+  for (int o = 0; o < operands; ++o) {
+    if (ops[o].desc->dtype != TERN_DTYPE_F32) return false;
+    if (a.row[o].rank != 1 || a.row[o].strides[0][0] != 1) return false;
+  }
+  const int64_t* strides[3] = {a.rows.strides[0], a.rows.strides[1], a.rows.strides[2]};
+  const Layout rows =
+      MakeLayout(a.rows.rank, a.rows.shape, std::span<const int64_t* const>(strides, operands));
+  if (rows.rank != 1) return false;
+  for (int o = 0; o < operands; ++o) pitches[o] = rows.strides[o][0];
+  return true;
+}
+
 // One softmax (or log-softmax) row of n floats, x to out (which may be x);
 // a log-softmax's exponentials go to `scratch` (n floats). The same passes
 // and roundings whichever way the rows are found.
@@ -618,13 +633,9 @@ TERN_INLINE void SoftmaxRow(const float* x, float* out, int64_t n, bool log, flo
 // scatter back and the division per row that find a row of any layout
 // (they took half of a 4x4x64x64 attention softmax's time).
 bool SoftmaxInPlaceRows(const AxisRows& a, Operands ops, bool log) {
-  if (ops[0].desc->dtype != TERN_DTYPE_F32 || ops[1].desc->dtype != TERN_DTYPE_F32) return false;
-  for (int o = 0; o < 2; ++o) {
-    if (a.row[o].rank != 1 || a.row[o].strides[0][0] != 1) return false;
-  }
-  const Layout rows = MakeLayout(a.rows.rank, a.rows.shape, {a.rows.strides[0], a.rows.strides[1]});
-  if (rows.rank != 1) return false;
-  const int64_t out_pitch = rows.strides[0][0], in_pitch = rows.strides[1][0];
+  int64_t pitch[2];
+  if (!RowsInPlace(a, ops, 2, pitch)) return false;
+  const int64_t out_pitch = pitch[0], in_pitch = pitch[1];
   float* out = reinterpret_cast<float*>(ops[0].data);
   const float* in = reinterpret_cast<const float*>(ops[1].data);
   const int64_t n = a.length;
@@ -674,6 +685,27 @@ Status RunSoftmaxBackward(const driver::Instruction& ins, Operands ops) {
   const bool log = ins.ints.size() > 1 && ins.ints[1] != 0;
   const AxisRows a = MakeAxisRows({ops[0].desc, ops[1].desc, ops[2].desc}, ins.ints[0]);
   if (a.rows.count == 0 || a.length == 0) return OkStatus();
+  if (int64_t pitch[3]; RowsInPlace(a, ops, 3, pitch)) {
+    // As softmax's rows in place (SoftmaxInPlaceRows): the same passes on
+    // the rows where they lie.
+    float* gi = reinterpret_cast<float*>(ops[0].data);
+    const float* g = reinterpret_cast<const float*>(ops[1].data);
+    const float* y = reinterpret_cast<const float*>(ops[2].data);
+    const int64_t n = a.length;
+    ParallelFor(a.rows.count, std::max<int64_t>(1, kRowGrain / n), [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const float* gr = g + r * pitch[1];
+        const float* yr = y + r * pitch[2];
+        float* out = gi + r * pitch[0];
+        if (log) {
+          LogSoftmaxGrad(gr, yr, static_cast<float>(SumF32(gr, n)), out, n);
+        } else {
+          SoftmaxGrad(gr, yr, static_cast<float>(DotF32(gr, yr, n)), out, n);
+        }
+      }
+    });
+    return OkStatus();
+  }
   const int64_t grain = std::max<int64_t>(1, kRowGrain / a.length);
   ParallelFor(a.rows.count, grain, [&](int64_t begin, int64_t end) {
     std::vector<float> g(a.length), y(a.length), gi(a.length);
@@ -772,6 +804,35 @@ Status RunLayerNorm(const driver::Instruction& ins, Operands ops) {
   const bool has_mean = Present(ops[1]), has_rstd = ops.size() > 2 && Present(ops[2]);
   const int64_t len = n.length;
   const int64_t grain = std::max<int64_t>(1, kRowGrain / std::max<int64_t>(1, len));
+  // f32 rows that are contiguous and evenly spaced (the last dims of a
+  // contiguous tensor) are normalized where they lie: as softmax's rows
+  // (SoftmaxInPlaceRows), without the division per row, the gather and the
+  // scatter; the same arithmetic, so the same bits.
+  const Layout rows =
+      MakeLayout(n.rows.rank, n.rows.shape,
+                 {n.rows.strides[0], n.rows.strides[1], n.rows.strides[2], n.rows.strides[3]});
+  if (len > 0 && in.dtype == TERN_DTYPE_F32 && ops[0].desc->dtype == TERN_DTYPE_F32 &&
+      lin.rank == 1 && lin.strides[0][0] == 1 && lout.rank == 1 && lout.strides[0][0] == 1 &&
+      rows.rank == 1) {
+    float* out = reinterpret_cast<float*>(ops[0].data);
+    const float* x_all = reinterpret_cast<const float*>(ops[3].data);
+    ParallelFor(n.rows.count, grain, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const float* x = x_all + r * rows.strides[3][0];
+        float* o = out + r * rows.strides[0][0];
+        const double mean = SumF32(x, len) / static_cast<double>(len);
+        const double var = SumSquaredDeviations(x, mean, len) / static_cast<double>(len);
+        const float fm = static_cast<float>(mean);
+        const float fr = static_cast<float>(1.0 / std::sqrt(var + eps));
+        if (o != x) std::memmove(o, x, static_cast<size_t>(len) * sizeof(float));
+        NormalizeRow(o, fm, fr, w.empty() ? nullptr : w.data(), b.empty() ? nullptr : b.data(),
+                     len);
+        if (has_mean) StoreOne(ops[1], r * rows.strides[1][0], fm);
+        if (has_rstd) StoreOne(ops[2], r * rows.strides[2][0], fr);
+      }
+    });
+    return OkStatus();
+  }
   ParallelFor(n.rows.count, grain, [&](int64_t begin, int64_t end) {
     std::vector<float> x(len);
     for (int64_t r = begin; r < end; ++r) {
