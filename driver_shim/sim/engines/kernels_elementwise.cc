@@ -225,22 +225,8 @@ void TransposedCopy(const Layout& l, int row_dim, uint8_t* dst, const uint8_t* s
 bool CopyTransposing(const Layout& l, int64_t esize, uint8_t* dst, const uint8_t* src) {
   const int row_dim = TransposePartner(l);
   if (row_dim < 0 || Overlap(l, dst, src, esize)) return false;
-  switch (esize) {
-    case 1:
-      TransposedCopy<uint8_t>(l, row_dim, dst, src);
-      return true;
-    case 2:
-      TransposedCopy<uint16_t>(l, row_dim, dst, src);
-      return true;
-    case 4:
-      TransposedCopy<uint32_t>(l, row_dim, dst, src);
-      return true;
-    case 8:
-      TransposedCopy<uint64_t>(l, row_dim, dst, src);
-      return true;
-    default:
-      return false;
-  }
+  WithElementBits(esize, [&](auto e) { TransposedCopy<decltype(e)>(l, row_dim, dst, src); });
+  return true;
 }
 
 }  // namespace
@@ -1196,9 +1182,12 @@ Status RunElementwiseProgram(const driver::Instruction& ins, Operands ops) {
   // step (a 13-step GELU backward kept 52 KiB of chunks live).
   std::vector<int> buffer_of_step(steps.size());
   int step_buffers = 0;
-  // By register: whether it is a constant step's, and its value.
-  std::vector<uint8_t> is_constant(TERN_PROGRAM_INPUTS + steps.size(), 0);
-  std::vector<float> constant_of(TERN_PROGRAM_INPUTS + steps.size(), 0.0f);
+  // The constant step that computes register r, if one does.
+  auto constant_at = [&](int64_t r) -> const ProgramStep* {
+    if (r < TERN_PROGRAM_INPUTS) return nullptr;
+    const ProgramStep& step = steps[static_cast<size_t>(r - TERN_PROGRAM_INPUTS)];
+    return step.kind == TERN_STEP_CONSTANT ? &step : nullptr;
+  };
   {
     const int64_t end_of_program = static_cast<int64_t>(steps.size());
     std::vector<int64_t> last_use(TERN_PROGRAM_INPUTS + steps.size(), -1);
@@ -1241,10 +1230,7 @@ Status RunElementwiseProgram(const driver::Instruction& ins, Operands ops) {
     // itself (a GELU backward's eight constants were refilled 32 KiB a chunk
     // and then read back, a fifth of its stores in a cache they overflowed).
     for (size_t i = 0; i < steps.size(); ++i) {
-      if (steps[i].kind != TERN_STEP_CONSTANT) continue;
-      buffer_of_step[i] = step_buffers++;
-      is_constant[TERN_PROGRAM_INPUTS + i] = 1;
-      constant_of[TERN_PROGRAM_INPUTS + i] = steps[i].constant;
+      if (steps[i].kind == TERN_STEP_CONSTANT) buffer_of_step[i] = step_buffers++;
     }
   }
   ParallelFor(l.count, kParallelGrain, [&](int64_t begin, int64_t end) {
@@ -1285,15 +1271,18 @@ Status RunElementwiseProgram(const driver::Instruction& ins, Operands ops) {
             case TERN_STEP_UNARY:
               UnaryF32(step.fn, step.params, o, reg[step.a], m);
               break;
-            case TERN_STEP_BINARY:
-              if (is_constant[step.b] && !is_constant[step.a]) {
-                BinaryF32WithScalar(step.fn, o, reg[step.a], constant_of[step.b], m);
-              } else if (is_constant[step.a] && !is_constant[step.b]) {
-                BinaryF32ScalarWith(step.fn, o, constant_of[step.a], reg[step.b], m);
+            case TERN_STEP_BINARY: {
+              const ProgramStep* a = constant_at(step.a);
+              const ProgramStep* b = constant_at(step.b);
+              if (b != nullptr && a == nullptr) {
+                BinaryF32WithScalar(step.fn, o, reg[step.a], b->constant, m);
+              } else if (a != nullptr && b == nullptr) {
+                BinaryF32ScalarWith(step.fn, o, a->constant, reg[step.b], m);
               } else {
                 BinaryF32(step.fn, o, reg[step.a], reg[step.b], m);
               }
               break;
+            }
             default: {  // TERN_STEP_WHERE
               const float* cond = reg[step.a];
               const float* x = reg[step.b];

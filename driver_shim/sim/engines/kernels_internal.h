@@ -202,22 +202,29 @@ TERN_INLINE void CopyElements(uint8_t* dst, int64_t ds, const uint8_t* src, int6
   }
 }
 
+// fn(E{}) with E the unsigned integer type of an element of `esize` bytes
+// (1, 2, 4, else 8): for kernels that move elements without reading them.
+template <typename Fn>
+TERN_INLINE void WithElementBits(size_t esize, Fn&& fn) {
+  switch (esize) {
+    case 1:
+      return fn(uint8_t{});
+    case 2:
+      return fn(uint16_t{});
+    case 4:
+      return fn(uint32_t{});
+    default:
+      return fn(uint64_t{});
+  }
+}
+
 TERN_INLINE void CopyStrided(size_t esize, uint8_t* dst, int64_t ds, const uint8_t* src, int64_t ss,
                              int64_t n) {
   if (ds == 1 && ss == 1) {
     std::memmove(dst, src, n * esize);
     return;
   }
-  switch (esize) {
-    case 1:
-      return CopyElements<uint8_t>(dst, ds, src, ss, n);
-    case 2:
-      return CopyElements<uint16_t>(dst, ds, src, ss, n);
-    case 4:
-      return CopyElements<uint32_t>(dst, ds, src, ss, n);
-    default:
-      return CopyElements<uint64_t>(dst, ds, src, ss, n);
-  }
+  WithElementBits(esize, [&](auto e) { CopyElements<decltype(e)>(dst, ds, src, ss, n); });
 }
 
 double LoadOneF64(tern_dtype_t dtype, const uint8_t* p);

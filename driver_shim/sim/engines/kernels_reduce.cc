@@ -610,8 +610,8 @@ bool RowsInPlace(const AxisRows& a, Operands ops, int operands, int64_t* pitches
 }
 
 // One softmax (or log-softmax) row of n floats, x to out (which may be x);
-// a log-softmax's exponentials go to `scratch` (n floats). The same passes
-// and roundings whichever way the rows are found.
+// a log-softmax's exponentials go to `scratch` (n floats, which may be out).
+// Every softmax row goes through it, wherever the row was found.
 TERN_INLINE void SoftmaxRow(const float* x, float* out, int64_t n, bool log, float* scratch) {
   const float m = MaxOrNan(x, n);
   // A row of -inf has no finite maximum: shifting by 0 makes the sum 0
@@ -648,6 +648,17 @@ bool SoftmaxInPlaceRows(const AxisRows& a, Operands ops, bool log) {
   return true;
 }
 
+// One softmax (or log-softmax) backward row: gi from g (the gradient of
+// the output) and y (the output), n floats; gi may be g or y.
+TERN_INLINE void SoftmaxBackwardRow(const float* g, const float* y, float* gi, int64_t n,
+                                    bool log) {
+  if (log) {
+    LogSoftmaxGrad(g, y, static_cast<float>(SumF32(g, n)), gi, n);
+  } else {
+    SoftmaxGrad(g, y, static_cast<float>(DotF32(g, y, n)), gi, n);
+  }
+}
+
 }  // namespace
 
 Status RunSoftmax(const driver::Instruction& ins, Operands ops) {
@@ -662,18 +673,7 @@ Status RunSoftmax(const driver::Instruction& ins, Operands ops) {
       int64_t off[2];
       a.rows.Offsets(r, 2, off);
       LoadRow(ops[1], off[1], a.row[1], x.data());
-      const float m = MaxOrNan(x.data(), a.length);
-      // A row of -inf has no finite maximum: shifting by 0 makes the sum 0
-      // and the row NaN, as in PyTorch.
-      const float shift = m == -INFINITY ? 0.0f : m;
-      ExpShifted(x.data(), shift, e.data(), a.length);
-      const double sum = SumF32(e.data(), a.length);
-      if (log) {
-        const float lse = static_cast<float>(std::log(sum)) + shift;
-        SubtractScalar(x.data(), lse, e.data(), a.length);
-      } else {
-        Scale(e.data(), static_cast<float>(1.0 / sum), a.length);
-      }
+      SoftmaxRow(x.data(), e.data(), a.length, log, e.data());
       StoreRow(ops[0], off[0], a.row[0], e.data());
     }
   });
@@ -694,14 +694,7 @@ Status RunSoftmaxBackward(const driver::Instruction& ins, Operands ops) {
     const int64_t n = a.length;
     ParallelFor(a.rows.count, std::max<int64_t>(1, kRowGrain / n), [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) {
-        const float* gr = g + r * pitch[1];
-        const float* yr = y + r * pitch[2];
-        float* out = gi + r * pitch[0];
-        if (log) {
-          LogSoftmaxGrad(gr, yr, static_cast<float>(SumF32(gr, n)), out, n);
-        } else {
-          SoftmaxGrad(gr, yr, static_cast<float>(DotF32(gr, yr, n)), out, n);
-        }
+        SoftmaxBackwardRow(g + r * pitch[1], y + r * pitch[2], gi + r * pitch[0], n, log);
       }
     });
     return OkStatus();
@@ -714,13 +707,7 @@ Status RunSoftmaxBackward(const driver::Instruction& ins, Operands ops) {
       a.rows.Offsets(r, 3, off);
       LoadRow(ops[1], off[1], a.row[1], g.data());
       LoadRow(ops[2], off[2], a.row[2], y.data());
-      if (log) {
-        const float s = static_cast<float>(SumF32(g.data(), a.length));
-        LogSoftmaxGrad(g.data(), y.data(), s, gi.data(), a.length);
-      } else {
-        const float dot = static_cast<float>(DotF32(g.data(), y.data(), a.length));
-        SoftmaxGrad(g.data(), y.data(), dot, gi.data(), a.length);
-      }
+      SoftmaxBackwardRow(g.data(), y.data(), gi.data(), a.length, log);
       StoreRow(ops[0], off[0], a.row[0], gi.data());
     }
   });
@@ -790,6 +777,22 @@ void StoreColumnSums(const std::vector<double>& partial, int64_t blocks, int64_t
   ScatterF32(view, sums.data());
 }
 
+// One layer-norm row: out = (x - mean) * rstd (* w) (+ b) over len floats,
+// out may be x; *mean and *rstd as the kernel stores them. Every layer-norm
+// row goes through it, wherever the row was found.
+void LayerNormRow(const float* x, float* out, int64_t len, double eps, const float* w,
+                  const float* b, float* mean, float* rstd) {
+  double m = 0, var = 0;
+  if (len > 0) {
+    m = SumF32(x, len) / static_cast<double>(len);
+    var = SumSquaredDeviations(x, m, len) / static_cast<double>(len);
+  }
+  *mean = static_cast<float>(m);
+  *rstd = static_cast<float>(1.0 / std::sqrt(var + eps));
+  if (out != x) std::memmove(out, x, static_cast<size_t>(len) * sizeof(float));
+  NormalizeRow(out, *mean, *rstd, w, b, len);
+}
+
 }  // namespace
 
 Status RunLayerNorm(const driver::Instruction& ins, Operands ops) {
@@ -801,6 +804,8 @@ Status RunLayerNorm(const driver::Instruction& ins, Operands ops) {
   if (n.rows.count == 0) return OkStatus();
   const Layout lin = TrailingLayout(in, k), lout = TrailingLayout(*ops[0].desc, k);
   const std::vector<float> w = LoadParam(ops, 4), b = LoadParam(ops, 5);
+  const float* weight = w.empty() ? nullptr : w.data();
+  const float* bias = b.empty() ? nullptr : b.data();
   const bool has_mean = Present(ops[1]), has_rstd = ops.size() > 2 && Present(ops[2]);
   const int64_t len = n.length;
   const int64_t grain = std::max<int64_t>(1, kRowGrain / std::max<int64_t>(1, len));
@@ -818,15 +823,9 @@ Status RunLayerNorm(const driver::Instruction& ins, Operands ops) {
     const float* x_all = reinterpret_cast<const float*>(ops[3].data);
     ParallelFor(n.rows.count, grain, [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) {
-        const float* x = x_all + r * rows.strides[3][0];
-        float* o = out + r * rows.strides[0][0];
-        const double mean = SumF32(x, len) / static_cast<double>(len);
-        const double var = SumSquaredDeviations(x, mean, len) / static_cast<double>(len);
-        const float fm = static_cast<float>(mean);
-        const float fr = static_cast<float>(1.0 / std::sqrt(var + eps));
-        if (o != x) std::memmove(o, x, static_cast<size_t>(len) * sizeof(float));
-        NormalizeRow(o, fm, fr, w.empty() ? nullptr : w.data(), b.empty() ? nullptr : b.data(),
-                     len);
+        float fm, fr;
+        LayerNormRow(x_all + r * rows.strides[3][0], out + r * rows.strides[0][0], len, eps, weight,
+                     bias, &fm, &fr);
         if (has_mean) StoreOne(ops[1], r * rows.strides[1][0], fm);
         if (has_rstd) StoreOne(ops[2], r * rows.strides[2][0], fr);
       }
@@ -839,15 +838,8 @@ Status RunLayerNorm(const driver::Instruction& ins, Operands ops) {
       int64_t off[4];
       n.rows.Offsets(r, 4, off);
       LoadRow(ops[3], off[3], lin, x.data());
-      double mean = 0, var = 0;
-      if (len > 0) {
-        mean = SumF32(x.data(), len) / static_cast<double>(len);
-        var = SumSquaredDeviations(x.data(), mean, len) / static_cast<double>(len);
-      }
-      const double rstd = 1.0 / std::sqrt(var + eps);
-      const float fm = static_cast<float>(mean), fr = static_cast<float>(rstd);
-      NormalizeRow(x.data(), fm, fr, w.empty() ? nullptr : w.data(), b.empty() ? nullptr : b.data(),
-                   len);
+      float fm, fr;
+      LayerNormRow(x.data(), x.data(), len, eps, weight, bias, &fm, &fr);
       StoreRow(ops[0], off[0], lout, x.data());
       if (has_mean) StoreOne(ops[1], off[1], fm);
       if (has_rstd) StoreOne(ops[2], off[2], fr);

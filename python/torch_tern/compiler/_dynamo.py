@@ -337,19 +337,21 @@ def _dense_order(val) -> tuple | None:
     shape, strides = list(val.shape), list(val.stride())
     if any(isinstance(x, torch.SymInt) for x in shape + strides):
         return None
-    # Outermost first; a dim of size 1 may have any stride and go anywhere.
+
+    def dense_in(dims) -> bool:
+        """Contiguous when its dims are taken in this order (outermost
+        first); a dim of size 1 may have any stride."""
+        expected = 1
+        for d in reversed(dims):
+            if shape[d] != 1 and strides[d] != expected:
+                return False
+            expected *= shape[d]
+        return True
+
     order = sorted(range(len(shape)), key=lambda d: (-strides[d], d))
-    expected = 1
-    for d in reversed(order):
-        if shape[d] != 1 and strides[d] != expected:
-            return None
-        expected *= shape[d]
-    contiguous, expected = True, 1
-    for d in reversed(range(len(shape))):
-        if shape[d] != 1 and strides[d] != expected:
-            contiguous = False
-        expected *= shape[d]
-    return None if contiguous else tuple(order)
+    if not dense_in(order) or dense_in(range(len(shape))):
+        return None
+    return tuple(order)
 
 
 def _input_orders(module: torch.fx.GraphModule) -> dict:
