@@ -20,8 +20,11 @@
 //     <= 1.15x), in blocks of back-to-back calls (see BlockRounds;
 //     TERN_BENCH_BLOCKS=1 prints every block), and its first execution after
 //     a load (target <= 3x warm).
+//   gemv: matrix-vector products as linear layers at batch 1..4 make them,
+//     beside oneDNN's on the same layout: the bandwidth at which each streams
+//     the weight (info).
 // Usage: tern_bench_kernels [--quick] [--matmul | --size N | --elementwise | --unary |
-//                            --overlap | --mlp]
+//                            --overlap | --mlp | --gemv]
 //   --quick: small sizes, for a smoke run; --matmul / --elementwise /
 //   --unary / --overlap: one part (--unary only runs when asked for);
 //   --size N: matmul of that size only.
@@ -419,6 +422,73 @@ void BenchMatmul(tern_dtype_t dtype, int64_t n) {
   std::snprintf(what, sizeof(what), "matmul %s %lld execute", tern::isa::DTypeName(dtype),
                 static_cast<long long>(n));
   Report(what, flop, "GFLOP/s", t.times[1], t.times[2], 0.9);
+}
+
+// Matrix-vector products as a linear layer at batch 1..4 makes them: x
+// [M, K] times a weight stored [N, K] (B = its transpose, columns contiguous),
+// plus a bias. The weight is read once per call and is larger than a core's
+// L2 cache, so the figure is the bandwidth at which the product streams it:
+// the engine kernel (RunInstruction on this thread, the kernel pool's
+// threads) beside oneDNN's matmul on the same layout with as many threads
+// (info: no issue states a target for it; the compiled batch-1 MLP of
+// python/benchmarks/compiled_models.py is made of such products).
+void BenchGemv(int64_t m, int64_t k, int64_t n) {
+  std::mt19937 rng(5);
+  auto fill = [&](std::vector<float>& v, int64_t count) {
+    v.resize(count);
+    for (float& f : v) f = std::uniform_real_distribution<float>(-1, 1)(rng);
+  };
+  std::vector<float> x, w, bias, out(m * n), out_direct(m * n);
+  fill(x, m * k);
+  fill(w, n * k);
+  fill(bias, n);
+  OperandDesc b = Desc(TERN_DTYPE_F32, {k, n});
+  b.strides[0] = 1;
+  b.strides[1] = k;
+  Op op(TERN_OP_MATMUL,
+        {Desc(TERN_DTYPE_F32, {m, n}), Desc(TERN_DTYPE_F32, {m, k}), b, Desc(TERN_DTYPE_F32, {n})},
+        {out.data(), x.data(), w.data(), bias.data()});
+  using dnnl::memory;
+  const int threads = tern::sim::KernelThreadsForHost();
+  const int caller_threads = omp_get_max_threads();
+  dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  dnnl::stream stream(eng);
+  const memory::desc x_md({m, k}, memory::data_type::f32, memory::format_tag::ab);
+  const memory::desc w_md({k, n}, memory::data_type::f32, memory::format_tag::ba);
+  const memory::desc bias_md({1, n}, memory::data_type::f32, memory::format_tag::ab);
+  const memory::desc out_md({m, n}, memory::data_type::f32, memory::format_tag::ab);
+  omp_set_num_threads(threads);
+  dnnl::matmul prim(
+      dnnl::matmul::primitive_desc(dnnl::matmul::desc(x_md, w_md, bias_md, out_md), eng));
+  std::vector<float> w2 = w;
+  memory x_mem(x_md, eng, x.data()), w_mem(w_md, eng, w2.data()), b_mem(bias_md, eng, bias.data()),
+      o_mem(out_md, eng, out_direct.data());
+  auto direct = [&] {
+    omp_set_num_threads(threads);
+    prim.execute(stream, {{DNNL_ARG_SRC, x_mem},
+                          {DNNL_ARG_WEIGHTS, w_mem},
+                          {DNNL_ARG_BIAS, b_mem},
+                          {DNNL_ARG_DST, o_mem}});
+    stream.wait();
+    omp_set_num_threads(caller_threads);
+  };
+  const Blocked blocked = BlockRounds({[&] { op.Run(); }, direct}, 200, 9);
+  double worst = 0;
+  for (int64_t i = 0; i < m * n; ++i) {
+    worst = std::max<double>(
+        worst, std::fabs(out[i] - out_direct[i]) / std::max(1.0f, std::fabs(out_direct[i])));
+  }
+  const double bytes = static_cast<double>(n * k) * 4;
+  const std::vector<double> ratio = RoundRatios(blocked.medians[0], blocked.medians[1]);
+  std::printf(
+      "gemv %lldx%lld by a [%lld, %lld] weight: kernel median %.1f us (%.1f GB/s of weight), "
+      "direct oneDNN %.1f us (%.1f GB/s) on %d thread(s); kernel / direct, median block round "
+      "%.2fx faster [min %.2f, max %.2f] (info); max relative difference %.2g\n",
+      static_cast<long long>(m), static_cast<long long>(k), static_cast<long long>(n),
+      static_cast<long long>(k), Quantile(blocked.all[0], 0.5) * 1e6,
+      bytes / Quantile(blocked.all[0], 0.5) / 1e9, Quantile(blocked.all[1], 0.5) * 1e6,
+      bytes / Quantile(blocked.all[1], 0.5) / 1e9, threads, Quantile(ratio, 0.5),
+      Quantile(ratio, 0), Quantile(ratio, 1), worst);
 }
 
 // An executable of the public API whose one function has f32 inputs and
@@ -921,30 +991,33 @@ void BenchUnary(int64_t n) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false, matmul = true, elementwise = true, unary = false, overlap = true, mlp = true;
+  bool quick = false, matmul = true, elementwise = true, unary = false, overlap = true, mlp = true,
+       gemv = true;
   int64_t only_size = 0;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) {
       quick = true;
     } else if (std::strcmp(argv[i], "--size") == 0 && i + 1 < argc) {
       only_size = std::atoll(argv[++i]);
-      elementwise = overlap = mlp = false;
+      elementwise = overlap = mlp = gemv = false;
     } else if (std::strcmp(argv[i], "--matmul") == 0) {
-      elementwise = overlap = mlp = false;
+      elementwise = overlap = mlp = gemv = false;
     } else if (std::strcmp(argv[i], "--elementwise") == 0) {
-      matmul = overlap = mlp = false;
+      matmul = overlap = mlp = gemv = false;
     } else if (std::strcmp(argv[i], "--unary") == 0) {
-      matmul = elementwise = overlap = mlp = false;
+      matmul = elementwise = overlap = mlp = gemv = false;
       unary = true;
     } else if (std::strcmp(argv[i], "--overlap") == 0) {
-      matmul = elementwise = mlp = false;
+      matmul = elementwise = mlp = gemv = false;
     } else if (std::strcmp(argv[i], "--mlp") == 0) {
-      matmul = elementwise = overlap = false;
+      matmul = elementwise = overlap = gemv = false;
+    } else if (std::strcmp(argv[i], "--gemv") == 0) {
+      matmul = elementwise = overlap = mlp = false;
     } else {
       std::fprintf(
           stderr,
           "usage: %s [--quick] [--matmul | --size N | --elementwise | --unary | --overlap | "
-          "--mlp]\n",
+          "--mlp | --gemv]\n",
           argv[0]);
       return 2;
     }
@@ -963,6 +1036,14 @@ int main(int argc, char** argv) {
   }
   if (overlap) BenchOverlap(quick ? 256 : 1024, quick ? (int64_t{4} << 20) : (int64_t{64} << 20));
   if (mlp) BenchMlp(16, 256, 512, 10);
+  if (gemv) {
+    BenchGemv(1, 512, 1024);
+    BenchGemv(1, 1024, 512);
+    if (!quick) {
+      BenchGemv(1, 768, 3072);
+      BenchGemv(4, 1024, 4096);
+    }
+  }
   if (matmul || overlap || mlp) PublicMatmul::Shutdown();
   if (elementwise) BenchElementwise(quick ? (int64_t{1} << 20) : (int64_t{16} << 20));
   if (unary) BenchUnary(quick ? (int64_t{1} << 20) : (int64_t{4} << 20));

@@ -25,6 +25,29 @@ void SetIdleWork(IdleWorkFn fn);
 // Thread-safety: any thread.
 bool RunIdleWork();
 
+// Threads polling now that run the idle work between their looks: a poller
+// counts from its first call of RunIdleWork until its poll ends
+// (IdlePoller). Work that a poller would take at once need not wake a
+// sleeping thread for it.
+// Thread-safety: any thread (a snapshot).
+int IdlePollers();
+
+// Counts the constructing thread among IdlePollers() from Enter() until
+// destruction.
+// Thread-safety: one object per polling thread.
+class IdlePoller {
+ public:
+  IdlePoller() = default;
+  IdlePoller(const IdlePoller&) = delete;
+  IdlePoller& operator=(const IdlePoller&) = delete;
+  ~IdlePoller();
+  // Idempotent.
+  void Enter();
+
+ private:
+  bool entered_ = false;
+};
+
 }  // namespace tern
 
 #endif  // TERN_COMMON_IDLE_WORK_H_

@@ -83,6 +83,10 @@ bool PollAtLeast(const std::atomic<uint64_t>& value, uint64_t target, uint64_t b
   if (budget_ns == 0) return false;
   budget_ns = std::min(budget_ns, kMaxPollNs);
   const uint64_t start = MonotonicNs();
+  // Counted from now: a kernel that opens before this thread's first look
+  // then leaves its parts to it rather than waking a sleeping thread.
+  IdlePoller poller;
+  poller.Enter();
   for (uint32_t i = 1;; ++i) {
     CpuRelax();
     if (value.load(std::memory_order_acquire) >= target) return true;

@@ -439,5 +439,35 @@ TEST(SmallMatmul, LinearLayerShapesMatchTheReference) {
   }
 }
 
+// The path sums four columns at a time: each output is bit for bit the
+// product of its column alone (N = 1), whatever group it fell in.
+TEST(SmallMatmul, AColumnsResultDoesNotDependOnItsNeighbours) {
+  std::mt19937_64 rng(37);
+  const int64_t m = 2, n = 11, k = 53;
+  Tensor a(TERN_DTYPE_F32, {m, k}), weight(TERN_DTYPE_F32, {n, k});
+  for (Tensor* t : {&a, &weight}) t->Randomize(rng);
+  auto transposed = [&](const Tensor& rows, int64_t count) {
+    Tensor b = rows;
+    b.desc().shape[0] = k;
+    b.desc().shape[1] = count;
+    b.desc().strides[0] = 1;
+    b.desc().strides[1] = k;
+    return b;
+  };
+  Tensor b = transposed(weight, n);
+  Tensor out(TERN_DTYPE_F32, {m, n});
+  ASSERT_TRUE(Exec(TERN_OP_MATMUL, {&out, &a, &b}, {0, 0}, {1.0, 0.0}).ok());
+  for (int64_t j = 0; j < n; ++j) {
+    Tensor column(TERN_DTYPE_F32, {1, k});
+    for (int64_t l = 0; l < k; ++l) column.Set(l, weight.Get(j * k + l));
+    Tensor b1 = transposed(column, 1);
+    Tensor alone(TERN_DTYPE_F32, {m, 1});
+    ASSERT_TRUE(Exec(TERN_OP_MATMUL, {&alone, &a, &b1}, {0, 0}, {1.0, 0.0}).ok());
+    for (int64_t i = 0; i < m; ++i) {
+      EXPECT_EQ(out.Get(i * n + j), alone.Get(i)) << "row " << i << " column " << j;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tern::testing

@@ -107,12 +107,16 @@ void KernelPool::RunParts(int parts, PartFn call, void* context, Wake wake) {
   call_.store(call, std::memory_order_relaxed);
   context_.store(context, std::memory_order_relaxed);
   parts_.store(parts, std::memory_order_relaxed);
-  awake_hands_only_.store(wake == Wake::kAwakeHandsOnly, std::memory_order_relaxed);
+  // Pollers take parts of every job but those that woke the helpers for
+  // their hands (see HelpWithOpenJob).
+  const bool wake_sleepers = wake == Wake::kSleepingHelpers ||
+                             (wake == Wake::kPollersElseSleepingHelpers && IdlePollers() == 0);
+  pollers_take_parts_.store(wake != Wake::kSleepingHelpers, std::memory_order_relaxed);
   next_part_.store(0, std::memory_order_relaxed);
   parts_done_.store(0, std::memory_order_relaxed);
   open_.store(true, std::memory_order_seq_cst);
   generation_.fetch_add(1, std::memory_order_seq_cst);
-  if (wake == Wake::kSleepingHelpers && sleepers_.load(std::memory_order_seq_cst) > 0) {
+  if (wake_sleepers && sleepers_.load(std::memory_order_seq_cst) > 0) {
     FutexWakeAll(&generation_);
   }
 
@@ -146,13 +150,13 @@ int KernelPool::TakeParts(PartFn call, void* context, int parts) {
   return taken;
 }
 
-int KernelPool::TakePartsOfOpenJob(bool only_if_awake_hands_job) {
+int KernelPool::TakePartsOfOpenJob(bool as_poller) {
   // Entered before the job is checked (see RunParts: the caller waits for
   // helpers_inside_ to drop before it reuses the job's fields).
   helpers_inside_.fetch_add(1, std::memory_order_seq_cst);
   int taken = 0;
   if (open_.load(std::memory_order_seq_cst) &&
-      (!only_if_awake_hands_job || awake_hands_only_.load(std::memory_order_relaxed))) {
+      (!as_poller || pollers_take_parts_.load(std::memory_order_relaxed))) {
     taken =
         TakeParts(call_.load(std::memory_order_relaxed), context_.load(std::memory_order_relaxed),
                   parts_.load(std::memory_order_relaxed));
@@ -164,7 +168,7 @@ int KernelPool::TakePartsOfOpenJob(bool only_if_awake_hands_job) {
 bool KernelPool::HelpWithOpenJob() {
   // Cheap when there is nothing: pollers call this between their looks.
   if (!open_.load(std::memory_order_acquire)) return false;
-  return TakePartsOfOpenJob(/*only_if_awake_hands_job=*/true) > 0;
+  return TakePartsOfOpenJob(/*as_poller=*/true) > 0;
 }
 
 uint32_t KernelPool::WaitForJob(uint32_t seen, int64_t* spin_ns) {
@@ -195,7 +199,7 @@ void KernelPool::HelperLoop() {
   int64_t spin_ns = kMaxHelperSpinNs / 4;
   for (;;) {
     seen = WaitForJob(seen, &spin_ns);
-    TakePartsOfOpenJob(/*only_if_awake_hands_job=*/false);
+    TakePartsOfOpenJob(/*as_poller=*/false);
   }
 }
 

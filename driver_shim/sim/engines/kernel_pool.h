@@ -57,8 +57,11 @@ class KernelPool {
   // (a futex wake-up, 5-20 us until a sleeping helper runs on a small
   // virtual machine), or only the hands awake now (helpers still looking
   // for work, threads polling for a completion), for kernels shorter than a
-  // wake-up.
-  enum class Wake { kSleepingHelpers, kAwakeHandsOnly };
+  // wake-up; or the hands awake now when a thread is polling for a
+  // completion (it takes parts at once), else the sleeping helpers: for
+  // kernels a little longer than a wake-up, which a host thread waiting on
+  // each execution helps with sooner than a woken helper could.
+  enum class Wake { kSleepingHelpers, kAwakeHandsOnly, kPollersElseSleepingHelpers };
 
   // Calls fn(part) once for every part in [0, parts) and returns when all
   // have returned. Parts run on the calling thread, the helpers and threads
@@ -76,8 +79,9 @@ class KernelPool {
         const_cast<void*>(static_cast<const void*>(&fn)), wake);
   }
 
-  // Runs parts of the open job, if there is one and it was opened for the
-  // awake hands only, on the calling thread, and returns whether it ran any.
+  // Runs parts of the open job, if there is one and it was not opened for
+  // the helpers alone (Wake::kSleepingHelpers), on the calling thread, and
+  // returns whether it ran any.
   // For a thread that would otherwise poll. A job that woke the helpers has
   // its hands: a poller taking its parts too gained nothing when the host's
   // CPUs were free, and lost half the speed of a large product when a
@@ -94,9 +98,9 @@ class KernelPool {
   void HelperLoop();
   // Runs parts of the current job until none is left; returns how many.
   int TakeParts(PartFn call, void* context, int parts);
-  // As a helper: enters, takes parts of the job if one is open (and, with
-  // `only_if_awake_hands_job`, opened for the awake hands only), leaves.
-  int TakePartsOfOpenJob(bool only_if_awake_hands_job);
+  // Enters, takes parts of the job if one is open (and, `as_poller`, if
+  // pollers may take its parts), leaves.
+  int TakePartsOfOpenJob(bool as_poller);
   uint32_t WaitForJob(uint32_t seen, int64_t* spin_ns);
 
   const int threads_;
@@ -110,7 +114,7 @@ class KernelPool {
   std::atomic<PartFn> call_{nullptr};
   std::atomic<void*> context_{nullptr};
   std::atomic<int> parts_{0};
-  std::atomic<bool> awake_hands_only_{false};  // the job did not wake the helpers
+  std::atomic<bool> pollers_take_parts_{false};  // the job was not opened for the helpers alone
   std::atomic<int> next_part_{0};
   std::atomic<int> parts_done_{0};
   std::atomic<bool> open_{false};

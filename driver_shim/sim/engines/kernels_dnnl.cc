@@ -742,6 +742,45 @@ float DotF32(const float* x, const float* y, int64_t k) {
   return partial[0];
 }
 
+// Four dot products of `x` with y[0..3], each summed exactly as DotF32 sums
+// it (so a result does not depend on which columns were grouped). The four
+// independent sums keep the vector unit busy where one waits on the latency
+// of its own additions: a product reading a weight it cannot keep in cache
+// gets close to the bandwidth of the cache level that holds the weight.
+TERN_VECTOR_CLONES
+void DotF32x4(const float* x, const float* const* y, int64_t k, float* out) {
+  const float *y0 = y[0], *y1 = y[1], *y2 = y[2], *y3 = y[3];
+  float p0[16] = {}, p1[16] = {}, p2[16] = {}, p3[16] = {};
+  int64_t i = 0;
+  for (; i + 16 <= k; i += 16) {
+    for (int l = 0; l < 16; ++l) {
+      const float xl = x[i + l];
+      p0[l] += xl * y0[i + l];
+      p1[l] += xl * y1[i + l];
+      p2[l] += xl * y2[i + l];
+      p3[l] += xl * y3[i + l];
+    }
+  }
+  for (int l = 0; i < k; ++i, ++l) {
+    p0[l] += x[i] * y0[i];
+    p1[l] += x[i] * y1[i];
+    p2[l] += x[i] * y2[i];
+    p3[l] += x[i] * y3[i];
+  }
+  for (int width = 8; width > 0; width /= 2) {
+    for (int l = 0; l < width; ++l) {
+      p0[l] += p0[l + width];
+      p1[l] += p1[l + width];
+      p2[l] += p2[l + width];
+      p3[l] += p3[l + width];
+    }
+  }
+  out[0] = p0[0];
+  out[1] = p1[0];
+  out[2] = p2[0];
+  out[3] = p3[0];
+}
+
 // A matrix-vector product (batch 1, M <= 4, f32, beta 0) with b's columns
 // contiguous along K (a linear layer's [N, K] weight) and a's rows
 // contiguous: out[m, n] = alpha * dot(a[m, :], b[:, n]) + bias[n], one dot
@@ -775,16 +814,29 @@ bool SmallMatmulF32(const MatmulGeometry& g, Operands ops, bool has_bias) {
   const float alpha = g.alpha;
   // ~16K multiply-adds per task: enough to pay for a thread.
   const int64_t grain = std::max<int64_t>(1, 16384 / (g.k * g.m));
-  ParallelFor(g.n, grain, [&](int64_t begin, int64_t end) {
-    for (int64_t n = begin; n < end; ++n) {
-      const float* column = b + n * b_col;
-      for (int64_t m = 0; m < g.m; ++m) {
-        const float product = alpha * DotF32(a + m * a_row, column, g.k);
-        // (No "+ 0" without a bias: it would turn -0 into +0.)
-        o[m * o_row + n * o_col] = bias ? product + bias[n * bias_stride] : product;
-      }
-    }
-  });
+  // (No "+ 0" without a bias: it would turn -0 into +0.)
+  auto store = [&](int64_t m, int64_t n, float dot) {
+    const float product = alpha * dot;
+    o[m * o_row + n * o_col] = bias ? product + bias[n * bias_stride] : product;
+  };
+  ParallelFor(
+      g.n, grain,
+      [&](int64_t begin, int64_t end) {
+        int64_t n = begin;
+        for (; n + 4 <= end; n += 4) {
+          const float* columns[4] = {b + n * b_col, b + (n + 1) * b_col, b + (n + 2) * b_col,
+                                     b + (n + 3) * b_col};
+          for (int64_t m = 0; m < g.m; ++m) {
+            float dots[4];
+            DotF32x4(a + m * a_row, columns, g.k, dots);
+            for (int j = 0; j < 4; ++j) store(m, n + j, dots[j]);
+          }
+        }
+        for (; n < end; ++n) {
+          for (int64_t m = 0; m < g.m; ++m) store(m, n, DotF32(a + m * a_row, b + n * b_col, g.k));
+        }
+      },
+      KernelPool::Wake::kPollersElseSleepingHelpers);
   return true;
 }
 

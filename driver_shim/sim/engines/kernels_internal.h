@@ -75,7 +75,8 @@ inline int KernelThreads() {
 // running at once) delays the others little. Callers never let results
 // depend on the split.
 template <typename Fn>
-void ParallelFor(int64_t n, int64_t grain, Fn&& fn) {
+void ParallelFor(int64_t n, int64_t grain, Fn&& fn,
+                 KernelPool::Wake wake = KernelPool::Wake::kSleepingHelpers) {
   if (n <= 0) return;
   grain = std::max<int64_t>(grain, 1);
   int threads = 1;
@@ -85,8 +86,9 @@ void ParallelFor(int64_t n, int64_t grain, Fn&& fn) {
     return;
   }
   const int64_t chunks = std::min<int64_t>(n / grain, int64_t{threads} * 4);
-  KernelPool::Instance().Run(static_cast<int>(chunks),
-                             [&](int chunk) { fn(n * chunk / chunks, n * (chunk + 1) / chunks); });
+  KernelPool::Instance().Run(
+      static_cast<int>(chunks),
+      [&](int chunk) { fn(n * chunk / chunks, n * (chunk + 1) / chunks); }, wake);
 }
 
 // --- strided layouts ----------------------------------------------------------
