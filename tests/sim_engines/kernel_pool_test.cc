@@ -156,32 +156,35 @@ TEST(KernelPool, AJobForAwakeHandsRunsWithoutThem) {
 
 // A job for "pollers, else the sleeping helpers" goes to a thread polling
 // for a completion when there is one, without waking the helpers (they
-// sleep here: the other part is the poller's every round), and wakes the
-// helpers when nobody polls (the caller's part waits for another thread, so
-// this fails if they are not woken).
+// sleep here: the other parts are the poller's every round), and wakes the
+// helpers when nobody polls. The caller decides after its first part, so
+// that part returns at once; any later part of the caller's waits until
+// another thread ran one (so this fails if nobody comes).
 TEST(KernelPool, AJobForPollersElseHelpersWakesTheHelpersOnlyWithoutAPoller) {
   KernelPool& pool = KernelPool::Instance();
   ASSERT_GT(pool.threads(), 1) << "this host gives the pool one thread (TERN_SIM_KERNEL_THREADS?)";
   pool.Run(2, [](int) {});  // starts the helpers
   const std::thread::id caller = std::this_thread::get_id();
-  // Runs a job of two parts; returns the thread that ran the part the
-  // caller did not.
+  // Runs a job of three parts; returns the thread that ran a part the
+  // caller did not (the caller's id if none did).
   auto other_thread = [&] {
     std::atomic<bool> other_ran{false};
-    std::thread::id other;
+    std::atomic<std::thread::id> other{caller};
+    int callers_parts = 0;  // the caller's own
     pool.Run(
-        2,
+        3,
         [&](int) {
           if (std::this_thread::get_id() != caller) {
             other = std::this_thread::get_id();
             other_ran = true;
             return;
           }
+          if (callers_parts++ == 0) return;
           const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
           while (!other_ran && std::chrono::steady_clock::now() < until) std::this_thread::yield();
         },
         KernelPool::Wake::kPollersElseSleepingHelpers);
-    return other_ran ? other : caller;
+    return other.load();
   };
   std::atomic<uint64_t> never{0};
   std::atomic<bool> stop{false};
@@ -193,17 +196,21 @@ TEST(KernelPool, AJobForPollersElseHelpersWakesTheHelpersOnlyWithoutAPoller) {
   for (int round = 0; round < 10; ++round) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));  // the helpers sleep
     while (IdlePollers() == 0) std::this_thread::yield();
+    const uint64_t wake_ups = pool.helper_wake_ups();
     const std::thread::id other = other_thread();
     ASSERT_NE(other, caller) << "round " << round << ": no other thread took a part in 10 s";
-    EXPECT_EQ(other, poller_id.load()) << "round " << round << ": a helper was woken";
+    EXPECT_EQ(pool.helper_wake_ups(), wake_ups) << "round " << round << ": a helper was woken";
+    EXPECT_EQ(other, poller_id.load()) << "round " << round << ": a helper took a part";
   }
   stop = true;
   poller.join();
   for (int round = 0; round < 3; ++round) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
     ASSERT_EQ(IdlePollers(), 0);
+    const uint64_t wake_ups = pool.helper_wake_ups();
     EXPECT_NE(other_thread(), caller)
         << "round " << round << ": the sleeping helpers were not woken";
+    EXPECT_GT(pool.helper_wake_ups(), wake_ups) << "round " << round;
   }
 }
 

@@ -28,6 +28,7 @@
 #define TERN_DRIVER_SHIM_SIM_ENGINES_KERNEL_POOL_H_
 
 #include <atomic>
+#include <climits>
 #include <cstdint>
 #include <type_traits>
 
@@ -90,14 +91,21 @@ class KernelPool {
   // Thread-safety: any thread.
   bool HelpWithOpenJob();
 
+  // How many times a job has woken sleeping helpers (for tests and
+  // diagnostics). Thread-safety: any thread.
+  uint64_t helper_wake_ups() const { return wake_ups_.load(std::memory_order_relaxed); }
+
  private:
   using PartFn = void (*)(void* context, int part);
 
   void RunParts(int parts, PartFn call, void* context, Wake wake);
   void ResetInForkedChild();
   void HelperLoop();
-  // Runs parts of the current job until none is left; returns how many.
-  int TakeParts(PartFn call, void* context, int parts);
+  // Runs parts of the current job until none is left (or `at_most` ran);
+  // returns how many.
+  int TakeParts(PartFn call, void* context, int parts, int at_most = INT_MAX);
+  // Wakes the helpers that sleep, if any.
+  void WakeSleepers();
   // Enters, takes parts of the job if one is open (and, `as_poller`, if
   // pollers may take its parts), leaves.
   int TakePartsOfOpenJob(bool as_poller);
@@ -122,6 +130,7 @@ class KernelPool {
 
   std::atomic<uint32_t> generation_{0};  // bumped per job; the helpers' futex word
   std::atomic<int> sleepers_{0};         // helpers asleep (or about to be) on generation_
+  std::atomic<uint64_t> wake_ups_{0};    // futex wake-ups of sleeping helpers
 };
 
 }  // namespace tern::sim::kernels
