@@ -58,8 +58,8 @@ class KernelPool {
   // (a futex wake-up, 5-20 us until a sleeping helper runs on a small
   // virtual machine), or only the hands awake now (helpers still looking
   // for work, threads polling for a completion), for kernels shorter than a
-  // wake-up; or the hands awake now when a thread is polling for a
-  // completion (it takes parts at once), else the sleeping helpers: for
+  // wake-up; or every hand awake, the helpers woken only if no thread is
+  // polling for a completion once the caller has run its first part: for
   // kernels a little longer than a wake-up, which a host thread waiting on
   // each execution helps with sooner than a woken helper could.
   enum class Wake { kSleepingHelpers, kAwakeHandsOnly, kPollersElseSleepingHelpers };
