@@ -26,8 +26,8 @@ void SetIdleWork(IdleWorkFn fn);
 bool RunIdleWork();
 
 // Threads polling now that run the idle work between their looks: a poller
-// counts from its first call of RunIdleWork until its poll ends
-// (IdlePoller). Work that a poller would take at once need not wake a
+// counts from the start of its poll until the poll ends (IdlePoller in
+// PollAtLeast). Work that a poller would take at once need not wake a
 // sleeping thread for it.
 // Thread-safety: any thread (a snapshot).
 int IdlePollers();
