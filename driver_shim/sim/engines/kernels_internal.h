@@ -73,7 +73,8 @@ inline int KernelThreads() {
 // when the work is small). Ranges are handed out dynamically, a few per
 // thread, so a thread that the OS preempts (a busy machine, several engines
 // running at once) delays the others little. Callers never let results
-// depend on the split.
+// depend on the split. `wake`: whom the ranges go to besides the caller
+// (KernelPool::Wake).
 template <typename Fn>
 void ParallelFor(int64_t n, int64_t grain, Fn&& fn,
                  KernelPool::Wake wake = KernelPool::Wake::kSleepingHelpers) {
