@@ -23,7 +23,8 @@
 // the process's idle work, common/idle_work.h): it is the hand already awake.
 // A kernel too short to be worth a helper's wake-up opens its job for the
 // hands that are awake only (Wake::kAwakeHandsOnly); whatever they do not
-// take, the caller runs.
+// take, the caller runs. One a little longer wakes the helpers only when no
+// thread polls (Wake::kPollersElseSleepingHelpers).
 #ifndef TERN_DRIVER_SHIM_SIM_ENGINES_KERNEL_POOL_H_
 #define TERN_DRIVER_SHIM_SIM_ENGINES_KERNEL_POOL_H_
 
