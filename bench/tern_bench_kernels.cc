@@ -260,6 +260,24 @@ void Report(const char* what, double work, const char* unit, const std::vector<d
       target > 0 ? "" : "  (info)");
 }
 
+// `count` floats drawn uniformly from [-scale, scale].
+std::vector<float> UniformFloats(std::mt19937& rng, int64_t count, float scale) {
+  std::vector<float> v(static_cast<size_t>(count));
+  for (float& f : v) f = std::uniform_real_distribution<float>(-scale, scale)(rng);
+  return v;
+}
+
+// One linear layer through a oneDNN matmul with a bias (dst = src @ weights +
+// bias), waited for.
+void ExecuteLinear(dnnl::matmul& prim, dnnl::stream& stream, dnnl::memory& src,
+                   dnnl::memory& weights, dnnl::memory& bias, dnnl::memory& dst) {
+  prim.execute(stream, {{DNNL_ARG_SRC, src},
+                        {DNNL_ARG_WEIGHTS, weights},
+                        {DNNL_ARG_BIAS, bias},
+                        {DNNL_ARG_DST, dst}});
+  stream.wait();
+}
+
 void Check(tern_status_t status, const char* what) {
   if (status == TERN_OK) return;
   std::fprintf(stderr, "%s failed: %s\n", what, tern_last_error_message());
@@ -434,14 +452,10 @@ void BenchMatmul(tern_dtype_t dtype, int64_t n) {
 // python/benchmarks/compiled_models.py is made of such products).
 void BenchGemv(int64_t m, int64_t k, int64_t n) {
   std::mt19937 rng(5);
-  auto fill = [&](std::vector<float>& v, int64_t count) {
-    v.resize(count);
-    for (float& f : v) f = std::uniform_real_distribution<float>(-1, 1)(rng);
-  };
-  std::vector<float> x, w, bias, out(m * n), out_direct(m * n);
-  fill(x, m * k);
-  fill(w, n * k);
-  fill(bias, n);
+  std::vector<float> x = UniformFloats(rng, m * k, 1.0f);
+  std::vector<float> w = UniformFloats(rng, n * k, 1.0f);
+  std::vector<float> bias = UniformFloats(rng, n, 1.0f);
+  std::vector<float> out(m * n), out_direct(m * n);
   OperandDesc b = Desc(TERN_DTYPE_F32, {k, n});
   b.strides[0] = 1;
   b.strides[1] = k;
@@ -465,11 +479,7 @@ void BenchGemv(int64_t m, int64_t k, int64_t n) {
       o_mem(out_md, eng, out_direct.data());
   auto direct = [&] {
     omp_set_num_threads(threads);
-    prim.execute(stream, {{DNNL_ARG_SRC, x_mem},
-                          {DNNL_ARG_WEIGHTS, w_mem},
-                          {DNNL_ARG_BIAS, b_mem},
-                          {DNNL_ARG_DST, o_mem}});
-    stream.wait();
+    ExecuteLinear(prim, stream, x_mem, w_mem, b_mem, o_mem);
     omp_set_num_threads(caller_threads);
   };
   const Blocked blocked = BlockRounds({[&] { op.Run(); }, direct}, 200, 9);
@@ -644,17 +654,12 @@ void BenchOverlap(int64_t n, int64_t copy_bytes) {
 // loaded executable at most 3x a warm one.
 void BenchMlp(int64_t batch, int64_t in, int64_t hidden, int64_t out) {
   std::mt19937 rng(3);
-  auto fill = [&](std::vector<float>& v, int64_t count, float scale) {
-    v.resize(count);
-    for (float& f : v) f = std::uniform_real_distribution<float>(-scale, scale)(rng);
-  };
-  std::vector<float> x, w1, b1, w2, b2, h(batch * hidden), y_direct(batch * out),
-      y_exec(batch * out);
-  fill(x, batch * in, 1.0f);
-  fill(w1, in * hidden, 0.1f);
-  fill(b1, hidden, 0.1f);
-  fill(w2, hidden * out, 0.1f);
-  fill(b2, out, 0.1f);
+  std::vector<float> x = UniformFloats(rng, batch * in, 1.0f);
+  std::vector<float> w1 = UniformFloats(rng, in * hidden, 0.1f);
+  std::vector<float> b1 = UniformFloats(rng, hidden, 0.1f);
+  std::vector<float> w2 = UniformFloats(rng, hidden * out, 0.1f);
+  std::vector<float> b2 = UniformFloats(rng, out, 0.1f);
+  std::vector<float> h(batch * hidden), y_direct(batch * out), y_exec(batch * out);
 
   // The executable, built as mlp_gen builds it.
   const int64_t x_shape[2] = {batch, in}, h_shape[2] = {batch, hidden}, y_shape[2] = {batch, out};
@@ -779,17 +784,9 @@ void BenchMlp(int64_t batch, int64_t in, int64_t hidden, int64_t out) {
       y_mem(md(batch, out), eng, y_direct.data());
   auto direct = [&] {
     omp_set_num_threads(threads);
-    fc1.execute(stream, {{DNNL_ARG_SRC, x_mem},
-                         {DNNL_ARG_WEIGHTS, w1_mem},
-                         {DNNL_ARG_BIAS, b1_mem},
-                         {DNNL_ARG_DST, h_mem}});
-    stream.wait();
+    ExecuteLinear(fc1, stream, x_mem, w1_mem, b1_mem, h_mem);
     for (float& v : h) v = v < 0.0f ? 0.0f : v;
-    fc2.execute(stream, {{DNNL_ARG_SRC, h_mem},
-                         {DNNL_ARG_WEIGHTS, w2_mem},
-                         {DNNL_ARG_BIAS, b2_mem},
-                         {DNNL_ARG_DST, y_mem}});
-    stream.wait();
+    ExecuteLinear(fc2, stream, h_mem, w2_mem, b2_mem, y_mem);
     omp_set_num_threads(caller_threads);
   };
   // The three instructions' kernels called directly on this thread
