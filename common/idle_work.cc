@@ -19,14 +19,8 @@ bool RunIdleWork() {
 
 int IdlePollers() { return g_idle_pollers.load(std::memory_order_seq_cst); }
 
-void IdlePoller::Enter() {
-  if (entered_) return;
-  entered_ = true;
-  g_idle_pollers.fetch_add(1, std::memory_order_seq_cst);
-}
+IdlePoller::IdlePoller() { g_idle_pollers.fetch_add(1, std::memory_order_seq_cst); }
 
-IdlePoller::~IdlePoller() {
-  if (entered_) g_idle_pollers.fetch_sub(1, std::memory_order_seq_cst);
-}
+IdlePoller::~IdlePoller() { g_idle_pollers.fetch_sub(1, std::memory_order_seq_cst); }
 
 }  // namespace tern

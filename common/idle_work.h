@@ -32,20 +32,14 @@ bool RunIdleWork();
 // Thread-safety: any thread (a snapshot).
 int IdlePollers();
 
-// Counts the constructing thread among IdlePollers() from Enter() until
-// destruction.
+// Counts the constructing thread among IdlePollers() until destruction.
 // Thread-safety: one object per polling thread.
 class IdlePoller {
  public:
-  IdlePoller() = default;
+  IdlePoller();
   IdlePoller(const IdlePoller&) = delete;
   IdlePoller& operator=(const IdlePoller&) = delete;
   ~IdlePoller();
-  // Idempotent.
-  void Enter();
-
- private:
-  bool entered_ = false;
 };
 
 }  // namespace tern

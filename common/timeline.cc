@@ -92,8 +92,7 @@ bool PollAtLeast(const std::atomic<uint64_t>& value, uint64_t target, uint64_t b
   const uint64_t start = MonotonicNs();
   // Counted from now: a kernel that opens before this thread's first look
   // then leaves its parts to it rather than waking a sleeping thread.
-  IdlePoller poller;
-  poller.Enter();
+  const IdlePoller poller;
   for (uint32_t i = 1;; ++i) {
     CpuRelax();
     if (value.load(std::memory_order_acquire) >= target) return true;
