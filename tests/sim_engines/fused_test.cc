@@ -439,6 +439,58 @@ TEST(SmallMatmul, LinearLayerShapesMatchTheReference) {
   }
 }
 
+// The same product computed transposed, out^T = W @ a^T with the bias
+// along the rows (as the PyTorch plugin computes a one-row linear layer):
+// few columns, many rows. Each output is bit for bit the one of the
+// linear-layer form, and both match the reference.
+TEST(SmallMatmul, TransposedFormGivesTheSameBits) {
+  std::mt19937_64 rng(41);
+  for (int64_t m : {1, 3}) {
+    const int64_t n = 3000, k = 45;
+    SCOPED_TRACE(::testing::Message() << "m " << m);
+    Tensor a(TERN_DTYPE_F32, {m, k}), weight(TERN_DTYPE_F32, {n, k}), bias(TERN_DTYPE_F32, {n});
+    for (Tensor* t : {&a, &weight, &bias}) t->Randomize(rng);
+    // The linear-layer form: out [m, n] = a @ weight^T + bias.
+    Tensor b = weight;
+    b.desc().shape[0] = k;
+    b.desc().shape[1] = n;
+    b.desc().strides[0] = 1;
+    b.desc().strides[1] = k;
+    Tensor out(TERN_DTYPE_F32, {m, n});
+    ASSERT_TRUE(Exec(TERN_OP_MATMUL, {&out, &a, &b, &bias}, {0, 0}, {0.5, 0.0}).ok());
+    // The transposed form: out_t [n, m] = weight @ a^T + bias (along n).
+    Tensor a_t = a;
+    a_t.desc().shape[0] = k;
+    a_t.desc().shape[1] = m;
+    a_t.desc().strides[0] = 1;
+    a_t.desc().strides[1] = k;
+    Tensor column_bias = bias;
+    column_bias.desc().rank = 2;
+    column_bias.desc().shape[0] = n;
+    column_bias.desc().shape[1] = m;
+    column_bias.desc().strides[0] = 1;
+    column_bias.desc().strides[1] = 0;
+    Tensor out_t = Tensor::Spaced(TERN_DTYPE_F32, {n, m});
+    out_t.Poison();
+    ASSERT_TRUE(
+        Exec(TERN_OP_MATMUL, {&out_t, &weight, &a_t, &column_bias}, {0, 0}, {0.5, 0.0}).ok());
+    std::vector<double> want(static_cast<size_t>(n * m));
+    for (int64_t j = 0; j < n; ++j) {
+      for (int64_t i = 0; i < m; ++i) {
+        double sum = 0;
+        for (int64_t l = 0; l < k; ++l) sum += a.Get(i * k + l) * weight.Get(j * k + l);
+        want[j * m + i] = 0.5 * sum + bias.Get(j);
+      }
+    }
+    EXPECT_TRUE(Near(out_t, want, TolFor(TERN_DTYPE_F32, 4)));
+    int64_t differ = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      for (int64_t i = 0; i < m; ++i) differ += out.Get(i * n + j) != out_t.Get(j * m + i);
+    }
+    EXPECT_EQ(differ, 0) << "outputs differ between the two forms";
+  }
+}
+
 // The path sums four columns at a time: each output is bit for bit the
 // product of its column alone (N = 1), whatever group it fell in.
 TEST(SmallMatmul, AColumnsResultDoesNotDependOnItsNeighbours) {

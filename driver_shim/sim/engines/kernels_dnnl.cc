@@ -781,30 +781,58 @@ void DotF32x4(const float* x, const float* const* y, int64_t k, float* out) {
   out[3] = p3[0];
 }
 
-// A matrix-vector product (batch 1, M <= 4, f32, beta 0) with b's columns
-// contiguous along K (a linear layer's [N, K] weight) and a's rows
-// contiguous: out[m, n] = alpha * dot(a[m, :], b[:, n]) + bias[n], one dot
-// product per output, split over N. oneDNN's kernels for such shapes
-// (brgemm with N = 1 after transposing) move the whole weight through a
-// blocked kernel at a fraction of the bandwidth a plain dot product gets.
-// Returns false when the shape is not one.
-// Whether SmallMatmulF32 takes this product (and the bias's stride if so).
-bool IsSmallMatmulF32(const MatmulGeometry& g, Operands ops, bool has_bias, int64_t* bias_stride) {
+// Where a matmul's bias element for output (m, n) lies: bias[m * *m_stride
+// + n * *n_stride]. False when the bias varies along an outer (batch)
+// dimension.
+bool BiasGrid(const isa::OperandDesc& bias, int64_t* m_stride, int64_t* n_stride) {
+  if (bias.rank == 0) return false;
+  const uint32_t last = bias.rank - 1;
+  for (uint32_t d = 0; d + 2 <= last; ++d) {
+    if (bias.strides[d] != 0 && bias.shape[d] != 1) return false;
+  }
+  *n_stride = bias.shape[last] == 1 ? 0 : bias.strides[last];
+  *m_stride = last == 0 || bias.shape[last - 1] == 1 ? 0 : bias.strides[last - 1];
+  return true;
+}
+
+// A matrix-vector product (batch 1, f32, beta 0) with a's rows and b's
+// columns contiguous along K: out[m, n] = alpha * dot(a[m, :], b[:, n]) +
+// bias[m, n], one dot product per output. Two shapes are one: few rows
+// (M <= 4: a linear layer's [N, K] weight seen transposed, at batch 1-4) and
+// few columns (N <= 4: the same product computed transposed, out^T = W x^T,
+// as the PyTorch plugin computes a one-row product). The many side is split
+// across threads, four of its vectors per pass. oneDNN's kernels for such
+// shapes (brgemm with N = 1 after transposing) move the whole weight through
+// a blocked kernel at a fraction of the bandwidth a plain dot product gets:
+// 235 us against ~20 for a 1x512 by 512x1024 product computed transposed.
+struct SmallMatmulShape {
+  bool few_rows = false;  // else few columns
+  int64_t bias_m = 0, bias_n = 0;
+};
+
+// Whether SmallMatmulF32 takes this product, and how.
+bool IsSmallMatmulF32(const MatmulGeometry& g, Operands ops, bool has_bias,
+                      SmallMatmulShape* shape) {
   const isa::OperandDesc& out = *ops[0].desc;
   const uint32_t r = g.rank;
-  if (g.batch != 1 || g.m > 4 || g.m < 1 || g.n < 1 || g.k < 16 || g.beta != 0.0f) return false;
-  if (out.dtype != TERN_DTYPE_F32 || ops[1].desc->dtype != TERN_DTYPE_F32) return false;
+  if (g.batch != 1 || g.m < 1 || g.n < 1 || g.k < 16 || g.beta != 0.0f) return false;
+  if (g.m > 4 && g.n > 4) return false;
+  if (out.dtype != TERN_DTYPE_F32 || ops[1].desc->dtype != TERN_DTYPE_F32 ||
+      ops[2].desc->dtype != TERN_DTYPE_F32) {
+    return false;
+  }
   if (g.a_strides[r - 1] != 1 || g.b_strides[r - 2] != 1) return false;
-  const bool row_bias =
-      has_bias && ops[3].desc->dtype == TERN_DTYPE_F32 && RowBias(*ops[3].desc, g.n, bias_stride);
-  return !has_bias || row_bias;
+  shape->few_rows = g.m <= 4;
+  if (!has_bias) return true;
+  return ops[3].desc->dtype == TERN_DTYPE_F32 &&
+         BiasGrid(*ops[3].desc, &shape->bias_m, &shape->bias_n);
 }
 
 bool SmallMatmulF32(const MatmulGeometry& g, Operands ops, bool has_bias) {
   const isa::OperandDesc& out = *ops[0].desc;
   const uint32_t r = g.rank;
-  int64_t bias_stride = 0;
-  if (!IsSmallMatmulF32(g, ops, has_bias, &bias_stride)) return false;
+  SmallMatmulShape shape;
+  if (!IsSmallMatmulF32(g, ops, has_bias, &shape)) return false;
   const float* a = reinterpret_cast<const float*>(ops[1].data);
   const float* b = reinterpret_cast<const float*>(ops[2].data);
   const float* bias = has_bias ? reinterpret_cast<const float*>(ops[3].data) : nullptr;
@@ -812,28 +840,40 @@ bool SmallMatmulF32(const MatmulGeometry& g, Operands ops, bool has_bias) {
   const int64_t a_row = g.a_strides[r - 2], b_col = g.b_strides[r - 1];
   const int64_t o_row = out.strides[r - 2], o_col = out.strides[r - 1];
   const float alpha = g.alpha;
+  // The side with few vectors, and the side split across threads.
+  const bool few_rows = shape.few_rows;
+  const int64_t vectors = few_rows ? g.m : g.n;
+  const int64_t many = few_rows ? g.n : g.m;
+  const float* vector_base = few_rows ? a : b;
+  const int64_t vector_step = few_rows ? a_row : b_col;
+  const float* many_base = few_rows ? b : a;
+  const int64_t many_step = few_rows ? b_col : a_row;
   // ~16K multiply-adds per task: enough to pay for a thread.
-  const int64_t grain = std::max<int64_t>(1, 16384 / (g.k * g.m));
+  const int64_t grain = std::max<int64_t>(1, 16384 / (g.k * vectors));
   // (No "+ 0" without a bias: it would turn -0 into +0.)
-  auto store = [&](int64_t m, int64_t n, float dot) {
+  auto store = [&](int64_t v, int64_t i, float dot) {
+    const int64_t m = few_rows ? v : i, n = few_rows ? i : v;
     const float product = alpha * dot;
-    o[m * o_row + n * o_col] = bias ? product + bias[n * bias_stride] : product;
+    o[m * o_row + n * o_col] = bias ? product + bias[m * shape.bias_m + n * shape.bias_n] : product;
   };
   ParallelFor(
-      g.n, grain,
+      many, grain,
       [&](int64_t begin, int64_t end) {
-        int64_t n = begin;
-        for (; n + 4 <= end; n += 4) {
-          const float* columns[4] = {b + n * b_col, b + (n + 1) * b_col, b + (n + 2) * b_col,
-                                     b + (n + 3) * b_col};
-          for (int64_t m = 0; m < g.m; ++m) {
+        int64_t i = begin;
+        for (; i + 4 <= end; i += 4) {
+          const float* group[4] = {many_base + i * many_step, many_base + (i + 1) * many_step,
+                                   many_base + (i + 2) * many_step,
+                                   many_base + (i + 3) * many_step};
+          for (int64_t v = 0; v < vectors; ++v) {
             float dots[4];
-            DotF32x4(a + m * a_row, columns, g.k, dots);
-            for (int j = 0; j < 4; ++j) store(m, n + j, dots[j]);
+            DotF32x4(vector_base + v * vector_step, group, g.k, dots);
+            for (int j = 0; j < 4; ++j) store(v, i + j, dots[j]);
           }
         }
-        for (; n < end; ++n) {
-          for (int64_t m = 0; m < g.m; ++m) store(m, n, DotF32(a + m * a_row, b + n * b_col, g.k));
+        for (; i < end; ++i) {
+          for (int64_t v = 0; v < vectors; ++v) {
+            store(v, i, DotF32(vector_base + v * vector_step, many_base + i * many_step, g.k));
+          }
         }
       },
       KernelPool::Wake::kPollersElseSleepingHelpers);
@@ -1154,8 +1194,8 @@ Status MatmulProduct(const driver::Instruction& ins, Operands ops,
                             NoBroadcast(g.b_shape, g.b_strides, 0, r) &&
                             NoBroadcast(out.shape.data(), out.strides.data(), 0, r);
     if (t_prepare_only) {
-      int64_t small_bias_stride = 0;
-      if (IsSmallMatmulF32(g, ops, has_bias, &small_bias_stride)) return OkStatus();
+      SmallMatmulShape small;
+      if (IsSmallMatmulF32(g, ops, has_bias, &small)) return OkStatus();
     } else if (SmallMatmulF32(g, ops, has_bias)) {
       return OkStatus();
     }
