@@ -137,6 +137,10 @@ bool Timeline::Wait(uint64_t target, uint64_t timeout_ns) const {
   return reached;
 }
 
+bool Timeline::Poll(uint64_t target, uint64_t budget_ns) const {
+  return PollAtLeast(value_, target, budget_ns);
+}
+
 void Timeline::NoteWait(uint64_t typical, uint64_t took) const {
   typical_wait_ns_.store((3 * typical + std::min(took, 4 * kMaxPollNs)) / 4,
                          std::memory_order_relaxed);

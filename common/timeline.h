@@ -41,6 +41,9 @@ class Timeline {
   // Like Wait(), without the polling phase: for a waiter that has polled
   // something else already.
   bool Sleep(uint64_t target, uint64_t timeout_ns) const;
+  // Only the polling phase, for `budget_ns` (see PollAtLeast): for a waiter
+  // that chooses its own polling. Thread-safety: any thread.
+  bool Poll(uint64_t target, uint64_t budget_ns) const;
 
   // Marks points from `sequence` on as failed with `status` (only the first
   // failure of an error epoch is kept). Thread-safety: any thread.

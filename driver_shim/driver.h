@@ -184,6 +184,13 @@ class HwQueue {
   virtual std::shared_ptr<const Timeline> completion() const = 0;
   // Ends the current error epoch: commands submitted from now on run.
   virtual void ClearError() = 0;
+  // Called by a host thread about to wait for command `target`: runs the
+  // queue's pending commands up to `target` on the calling thread, if the
+  // queue's own engine is not running commands and for as long as they are
+  // ones a host thread may run; returns when it cannot go on (the wait then
+  // waits as always). Queues whose engine is hardware do nothing.
+  // Thread-safety: any thread; not from a host function of this queue.
+  virtual void RunUntil(uint64_t target) { (void)target; }
 };
 
 // An open device. Thread-safety: every method may be called concurrently.

@@ -70,9 +70,9 @@ Status SimQueue::Submit(Command command, uint64_t* out_sequence) {
     tail_ = next;
   }
   slot.published.store(sequence, std::memory_order_release);
-  // Signalled under the lock so the doorbell never goes backwards; costs a
-  // futex wake only when the engine sleeps.
-  doorbell_.Signal(sequence);
+  // Rung under the lock so the doorbell never goes backwards; costs a futex
+  // wake only when the engine sleeps.
+  doorbell_.Signal(++doorbell_rings_);
   *out_sequence = sequence;
   return OkStatus();
 }
@@ -291,43 +291,88 @@ void SimQueue::TraceCommand(uint64_t sequence, const Command& command, uint64_t 
   trace::Span(trace_track_, name, "queue", start, end, std::move(args));
 }
 
-bool SimQueue::AwaitSlot(const Slot& slot, uint64_t sequence) {
-  if (PollAtLeast(slot.published, sequence, kEnginePollNs)) return true;
-  while (true) {
-    // The doorbell reaches `sequence` after the slot is published, or
-    // UINT64_MAX when the queue stops.
-    doorbell_.Sleep(sequence, UINT64_MAX);
-    if (slot.published.load(std::memory_order_acquire) >= sequence) return true;
-    if (stopping_.load(std::memory_order_acquire)) {
-      // Everything submitted was published before stopping_ was set.
-      return slot.published.load(std::memory_order_acquire) >= sequence;
-    }
+namespace {
+
+// The commands a host thread may run for the queue (see sim_queue.h): those
+// that touch only device state and host buffers handed to the copy.
+bool HostMayRun(const Command& command) {
+  switch (command.kind) {
+    case CommandKind::kNop:
+    case CommandKind::kCopy:
+    case CommandKind::kFill:
+    case CommandKind::kTimestamp:
+    case CommandKind::kExecute:
+      return true;
+    default:
+      return false;
   }
 }
 
-void SimQueue::Loop() {
-  WarmUpThisThread();
-  uint64_t next = 1;
-  uint32_t index = 0;
-  while (true) {
-    Slot& slot = head_->slots[index];
-    if (!AwaitSlot(slot, next)) return;
-    (void)Execute(next, slot.command);
+}  // namespace
+
+bool SimQueue::TryTakeRunnerRole() {
+  // A look first: a waiter that finds the engine busy must not write the
+  // line the engine reads.
+  if (runner_taken_.load(std::memory_order_relaxed)) return false;
+  bool expected = false;
+  return runner_taken_.compare_exchange_strong(expected, true, std::memory_order_acquire,
+                                               std::memory_order_relaxed);
+}
+
+void SimQueue::GiveBackRunnerRole() { runner_taken_.store(false, std::memory_order_release); }
+
+void SimQueue::RunPublished(uint64_t last, bool on_host) {
+  while (next_ <= last) {
+    Slot& slot = head_->slots[index_];
+    if (slot.published.load(std::memory_order_acquire) < next_) return;
+    if (on_host && !HostMayRun(slot.command)) return;
+    (void)Execute(next_, slot.command);
     // Release what the command kept alive before the waiter wakes up. The
     // other fields stay: the next submitter to use the slot overwrites them,
     // and reuses the details object (driver::RecycleCommandDetails).
     if (slot.command.keep_alive) slot.command.keep_alive.reset();
     if (slot.command.details) slot.command.details->Clear();
-    completion_->Signal(next);
-    ++next;
-    if (++index == kSlotsPerSegment) {
+    completion_->Signal(next_);
+    ++next_;
+    if (++index_ == kSlotsPerSegment) {
       Segment* drained = head_;
       head_ = drained->next.load(std::memory_order_acquire);
-      index = 0;
+      index_ = 0;
       for (Slot& used : drained->slots) used.published.store(0, std::memory_order_relaxed);
       drained->next.store(nullptr, std::memory_order_relaxed);
       delete spare_.exchange(drained, std::memory_order_acq_rel);
     }
+  }
+}
+
+void SimQueue::RunUntil(uint64_t target) {
+  if (completion_->value() >= target || !TryTakeRunnerRole()) return;
+  RunPublished(target, /*on_host=*/true);
+  GiveBackRunnerRole();
+  // The engine may have found the role taken and gone to sleep: ring for it
+  // if commands are left.
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (completion_->value() < submitted_.load(std::memory_order_relaxed) &&
+      !stopping_.load(std::memory_order_relaxed)) {
+    doorbell_.Signal(++doorbell_rings_);
+  }
+}
+
+void SimQueue::Loop() {
+  WarmUpThisThread();
+  while (true) {
+    // Read before looking for commands: a submission or hand back after
+    // this point rings past it, so the wait below cannot miss it.
+    const uint64_t rings = doorbell_.value();
+    if (TryTakeRunnerRole()) {
+      RunPublished(UINT64_MAX, /*on_host=*/false);
+      const bool done = stopping_.load(std::memory_order_acquire) &&
+                        next_ > submitted_.load(std::memory_order_acquire);
+      GiveBackRunnerRole();
+      if (done) return;
+    }
+    // UINT64_MAX (stopping) wraps to 0: no waiting, the loop drains and ends.
+    if (!doorbell_.Poll(rings + 1, kEnginePollNs)) doorbell_.Sleep(rings + 1, UINT64_MAX);
   }
 }
 

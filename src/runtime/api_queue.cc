@@ -111,6 +111,10 @@ Status RecordEvent(Runtime* rt, QueueObject& queue, tern_event_t event, uint64_t
 
 Status WaitFor(const QueueObject& queue, uint64_t target, uint64_t timeout_ns) {
   const Timeline* completion = queue.completion;
+  // A waiter without a deadline may run the commands it waits for itself
+  // when the queue's engine is not at them (driver::HwQueue::RunUntil); one
+  // with a deadline is not kept past it by a long command.
+  if (timeout_ns == TERN_TIMEOUT_INFINITE) queue.hw->RunUntil(target);
   if (!completion->Wait(target, timeout_ns)) {
     return MakeStatus(TERN_ERROR_TIMEOUT,
                       "queue '{}' did not reach command {} within {} ns ({} of {} commands done); "

@@ -1,5 +1,9 @@
 // CTS: queues (copies, fills, ordering, host callbacks, timelines,
 // synchronization) and their sticky errors.
+#include <pthread.h>
+#include <time.h>
+
+#include <cstring>
 #include <thread>
 
 #include "cts_fixture.h"
@@ -445,6 +449,116 @@ TEST_P(QueueTest, ConcurrentSubmittersAreOrderedByCall) {
   uint64_t completed = 0;
   CTS_EXPECT_OK(tern_queue_query(queue_, &completed));
   EXPECT_EQ(static_cast<uint64_t>(kThreads * kPerThread + kThreads * kPerThread / 10), completed);
+}
+
+double ThreadCpuSeconds() {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+double WallSeconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+TEST_P(QueueTest, AWaiterWithoutDeadlineRunsWhatAnIdleEngineHasNotStarted) {
+  // After a pause the queue's engine sleeps; a waiter without a deadline
+  // that finds it not yet at the fill runs the fill itself, so its own CPU
+  // time grows by about the fill's length. Waiting instead, it would poll
+  // for at most 0.5 ms and sleep. The engine may wake and take the fill
+  // first, so it is tried several times and must happen at least once.
+  constexpr uint64_t kBytes = 64 << 20;
+  tern_buffer_t buffer = Alloc(0, kBytes);
+  ASSERT_NE(nullptr, buffer);
+  int ran_here = 0;
+  uint32_t pattern = 0;
+  for (int trial = 0; trial < 20 && ran_here == 0; ++trial) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(3));
+    pattern = 0x01020304u + static_cast<uint32_t>(trial);
+    const double cpu_start = ThreadCpuSeconds();
+    const double wall_start = WallSeconds();
+    CTS_ASSERT_OK(tern_queue_fill(queue_, buffer, 0, kBytes, pattern, nullptr));
+    CTS_ASSERT_OK(tern_queue_synchronize(queue_, TERN_TIMEOUT_INFINITE));
+    const double cpu = ThreadCpuSeconds() - cpu_start;
+    const double wall = WallSeconds() - wall_start;
+    if (wall > 2e-3 && cpu > 0.3 * wall) ++ran_here;
+  }
+  EXPECT_GT(ran_here, 0) << "the waiting thread never ran the fill itself";
+  uint32_t first = 0, last = 0;
+  CTS_EXPECT_OK(tern_buffer_read(buffer, 0, &first, sizeof(first)));
+  CTS_EXPECT_OK(tern_buffer_read(buffer, kBytes - 4, &last, sizeof(last)));
+  EXPECT_EQ(pattern, first);
+  EXPECT_EQ(pattern, last);
+}
+
+struct ThreadNameAndWord {
+  char thread_name[16] = {};
+  uint32_t copied = 0;  // a copy of the buffer's first word made before the callback
+  uint32_t word = 0;    // `copied` as the callback saw it
+};
+
+void NoteThreadAndWord(void* user_data, tern_status_t) {
+  auto* seen = static_cast<ThreadNameAndWord*>(user_data);
+  pthread_getname_np(pthread_self(), seen->thread_name, sizeof(seen->thread_name));
+  seen->word = seen->copied;
+}
+
+TEST_P(QueueTest, CallbacksStayOnTheQueuesThreadWhenAWaiterRunsTheRest) {
+  // A waiter may run copies and fills itself, but never a callback: the
+  // callback runs on the queue's own thread, after the commands before it
+  // and before the fill after it, and the wait returns when all are done.
+  constexpr uint64_t kBytes = 1 << 20;
+  tern_buffer_t buffer = Alloc(0, kBytes);
+  ASSERT_NE(nullptr, buffer);
+  for (int trial = 0; trial < 10; ++trial) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    auto* seen = Make<ThreadNameAndWord>();
+    const uint32_t before = 0x11110000u + static_cast<uint32_t>(trial);
+    const uint32_t after = 0x22220000u + static_cast<uint32_t>(trial);
+    CTS_ASSERT_OK(tern_queue_fill(queue_, buffer, 0, kBytes, before, nullptr));
+    CTS_ASSERT_OK(tern_queue_copy_d2h(queue_, &seen->copied, buffer, 0, 4, nullptr));
+    CTS_ASSERT_OK(tern_queue_host_callback(queue_, NoteThreadAndWord, seen, nullptr));
+    CTS_ASSERT_OK(tern_queue_fill(queue_, buffer, 0, kBytes, after, nullptr));
+    CTS_ASSERT_OK(tern_queue_synchronize(queue_, TERN_TIMEOUT_INFINITE));
+    EXPECT_EQ(0, std::strncmp(seen->thread_name, "tern-queue", 10))
+        << "trial " << trial << ": the callback ran on '" << seen->thread_name << "'";
+    EXPECT_EQ(before, seen->word) << "trial " << trial;
+    uint32_t word = 0;
+    CTS_EXPECT_OK(tern_buffer_read(buffer, kBytes - 4, &word, sizeof(word)));
+    EXPECT_EQ(after, word) << "trial " << trial;
+  }
+}
+
+TEST_P(QueueTest, WaitersWithoutDeadlineOnOneQueueFromSeveralThreads) {
+  // Threads that each copy their own pattern through the device and wait
+  // without a deadline take turns running the queue's commands with its
+  // engine and with each other; every round trip comes back whole.
+  constexpr int kThreads = 3;
+  constexpr int kRounds = 60;
+  constexpr size_t kBytes = 8192;
+  std::vector<tern_buffer_t> buffers;
+  for (int t = 0; t < kThreads; ++t) {
+    buffers.push_back(Alloc(0, kBytes));
+    ASSERT_NE(nullptr, buffers.back());
+  }
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<uint8_t> back(kBytes);
+      for (int round = 0; round < kRounds; ++round) {
+        const std::vector<uint8_t> sent = Pattern(kBytes, static_cast<uint32_t>(t * 1000 + round));
+        if (tern_queue_copy_h2d(queue_, buffers[t], 0, sent.data(), kBytes, nullptr) != TERN_OK ||
+            tern_queue_copy_d2h(queue_, back.data(), buffers[t], 0, kBytes, nullptr) != TERN_OK ||
+            tern_queue_synchronize(queue_, TERN_TIMEOUT_INFINITE) != TERN_OK || back != sent) {
+          ++failures;
+        }
+        if (round % 7 == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(0, failures.load());
 }
 
 CTS_INSTANTIATE(QueueTest);
