@@ -31,6 +31,42 @@ TEST(RandomTest, StreamLayoutIsTheDocumentedOne) {
   }
 }
 
+TEST(RandomTest, EveryFunctionMatchesTheElementByElementDefinition) {
+  // Several chunks and threads' worth of elements, from an offset that is
+  // not a block boundary of the output: each element as the ISA defines it,
+  // from its own Philox block (the kernel computes blocks in batches).
+  const int64_t rows = 3, cols = 1701, offset = 13;
+  auto word = [&](int64_t i) {
+    const sim::num::Philox4 r = sim::num::RandomBlock(static_cast<uint64_t>(kSeed), offset, i / 4);
+    return r.v[i % 4];
+  };
+  Tensor uniform(TERN_DTYPE_F32, {rows, cols}), unit(TERN_DTYPE_F32, {rows, cols}),
+      normal(TERN_DTYPE_F32, {rows, cols}), bernoulli(TERN_DTYPE_F32, {rows, cols}),
+      integers(TERN_DTYPE_I32, {rows, cols});
+  ASSERT_TRUE(Random(uniform, TERN_RANDOM_UNIFORM, kSeed, offset, {-1.0, 3.0}).ok());
+  ASSERT_TRUE(Random(unit, TERN_RANDOM_UNIFORM, kSeed, offset, {0.0, 1.0}).ok());
+  ASSERT_TRUE(Random(normal, TERN_RANDOM_NORMAL, kSeed, offset, {0.5, 2.0}).ok());
+  ASSERT_TRUE(Random(bernoulli, TERN_RANDOM_BERNOULLI, kSeed, offset, {0.7}).ok());
+  ASSERT_TRUE(Random(integers, TERN_RANDOM_UNIFORM, kSeed, offset, {-5, 100}).ok());
+  int64_t wrong = 0;
+  for (int64_t i = 0; i < rows * cols; ++i) {
+    const uint32_t w = word(i);
+    const float u = static_cast<float>(-1.0 + 4.0 * static_cast<double>((w >> 8) * 0x1.0p-24f));
+    wrong += uniform.Get(i) != (u >= 3.0 ? std::nextafter(3.0f, 0.0f) : u);
+    wrong += unit.Get(i) != (w >> 8) * 0x1.0p-24;
+    const int64_t pair = i & ~int64_t{1};
+    const uint32_t w1 = word(pair), w2 = word(pair + 1);
+    const double u1 = (static_cast<double>(w1 >> 8) + 1.0) * 0x1.0p-24;
+    const double u2 = static_cast<double>(w2 >> 8) * 0x1.0p-24;
+    const double r = std::sqrt(-2.0 * std::log(u1)), angle = 6.283185307179586477 * u2;
+    const double z = (i & 1) ? r * std::sin(angle) : r * std::cos(angle);
+    wrong += normal.Get(i) != static_cast<float>(0.5 + 2.0 * z);
+    wrong += bernoulli.Get(i) != (static_cast<double>((w >> 8) * 0x1.0p-24f) < 0.7 ? 1.0 : 0.0);
+    wrong += integers.Get(i) != -5 + static_cast<int64_t>((static_cast<uint64_t>(w) * 105) >> 32);
+  }
+  EXPECT_EQ(wrong, 0);
+}
+
 TEST(RandomTest, SameSeedAndOffsetGiveTheSameBits) {
   for (tern_dtype_t dt : kAllDtypes) {
     for (int fn = 0; fn < TERN_RANDOM_COUNT; ++fn) {

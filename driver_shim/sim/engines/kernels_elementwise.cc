@@ -1433,6 +1433,62 @@ float NextDown(tern_dtype_t dtype, float v) {
   return dtype == TERN_DTYPE_BF16 ? num::Bf16ToF32(bits) : num::F16ToF32(bits);
 }
 
+// The words of `count` consecutive blocks of the stream of `seed` from
+// block `first` (offset included), interleaved: words[4 * j + lane], each
+// block exactly num::RandomBlock's. The blocks are independent, so the
+// loop runs across them in vector lanes (num::Philox4x32_10 per element
+// was a chain of dependent multiplies and a branch for every word).
+TERN_VECTOR_CLONES
+void PhiloxWords(uint64_t seed, uint64_t first, int64_t count, uint32_t* words) {
+  constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;
+  constexpr uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
+  const uint32_t seed_lo = static_cast<uint32_t>(seed), seed_hi = static_cast<uint32_t>(seed >> 32);
+  for (int64_t j = 0; j < count; ++j) {
+    const uint64_t c = first + static_cast<uint64_t>(j);
+    uint32_t x0 = static_cast<uint32_t>(c), x1 = static_cast<uint32_t>(c >> 32), x2 = 0, x3 = 0;
+    uint32_t k0 = seed_lo, k1 = seed_hi;
+    for (int round = 0; round < 10; ++round) {
+      const uint64_t p0 = static_cast<uint64_t>(kM0) * x0;
+      const uint64_t p1 = static_cast<uint64_t>(kM1) * x2;
+      const uint32_t n0 = static_cast<uint32_t>(p1 >> 32) ^ x1 ^ k0;
+      const uint32_t n2 = static_cast<uint32_t>(p0 >> 32) ^ x3 ^ k1;
+      x1 = static_cast<uint32_t>(p1);
+      x3 = static_cast<uint32_t>(p0);
+      x0 = n0;
+      x2 = n2;
+      k0 += kW0;
+      k1 += kW1;
+    }
+    words[4 * j] = x0;
+    words[4 * j + 1] = x1;
+    words[4 * j + 2] = x2;
+    words[4 * j + 3] = x3;
+  }
+}
+
+// Uniform f32 values in [a, b) from words: a + (b - a) * u in double,
+// rounded to f32, and below_high where that rounds up to b. [0, 1) is u
+// itself (exact either way), the pools' and torch.rand's case.
+TERN_VECTOR_CLONES
+void UniformWordsToF32(const uint32_t* w, int64_t m, double a, double b, float below_high,
+                       float* out) {
+  if (a == 0.0 && b == 1.0) {
+    for (int64_t i = 0; i < m; ++i) out[i] = num::Uniform01(w[i]);
+    return;
+  }
+  for (int64_t i = 0; i < m; ++i) {
+    const float v = static_cast<float>(a + (b - a) * static_cast<double>(num::Uniform01(w[i])));
+    out[i] = static_cast<double>(v) >= b ? below_high : v;
+  }
+}
+
+// 1 where the word's uniform value is below p, else 0.
+TERN_VECTOR_CLONES
+void BernoulliWords(const uint32_t* w, int64_t m, double p, float* out) {
+  for (int64_t i = 0; i < m; ++i)
+    out[i] = static_cast<double>(num::Uniform01(w[i])) < p ? 1.0f : 0.0f;
+}
+
 }  // namespace
 
 Status RunRandom(const driver::Instruction& ins, Operands ops) {
@@ -1459,44 +1515,51 @@ Status RunRandom(const driver::Instruction& ins, Operands ops) {
     while (h >= b) h = NextDown(out.dtype, h);
     below_high = std::max(h, RoundTo(out.dtype, static_cast<float>(a)));
   }
+  const bool f32 = out.dtype == TERN_DTYPE_F32;
   GenerateInto(ops[0], l, integer, [&] {
-    return [&, cached = ~uint64_t{0}, block = num::Philox4{}](int64_t pos, int64_t m, float* fbuf,
-                                                              int64_t* ibuf) mutable {
-      for (int64_t i = 0; i < m; ++i) {
-        const uint64_t e = static_cast<uint64_t>(pos + i);
-        if (e / 4 != cached) {
-          cached = e / 4;
-          block = num::RandomBlock(seed, offset, cached);
-        }
-        const int lane = static_cast<int>(e % 4);
-        const uint32_t w = block.v[lane];
-        switch (fn) {
-          case TERN_RANDOM_UNIFORM:
-            if (integer) {
-              const uint64_t range = static_cast<uint64_t>(b - a);
-              ibuf[i] = static_cast<int64_t>(a) +
-                        static_cast<int64_t>((static_cast<uint64_t>(w) * range) >> 32);
-            } else {
-              float v = static_cast<float>(a + (b - a) * static_cast<double>(num::Uniform01(w)));
+    return [&](int64_t pos, int64_t m, float* fbuf, int64_t* ibuf) {
+      // The words of every block the elements [pos, pos + m) fall in;
+      // element e is word e % 4 of block e / 4.
+      const uint64_t first = static_cast<uint64_t>(pos) / 4;
+      const int64_t blocks =
+          static_cast<int64_t>((static_cast<uint64_t>(pos + m - 1)) / 4 - first) + 1;
+      alignas(64) uint32_t words[kChunk + 8];
+      PhiloxWords(seed, offset + first, blocks, words);
+      const uint32_t* w = words + (static_cast<uint64_t>(pos) - 4 * first);
+      switch (fn) {
+        case TERN_RANDOM_UNIFORM:
+          if (integer) {
+            const uint64_t range = static_cast<uint64_t>(b - a);
+            const int64_t base = static_cast<int64_t>(a);
+            for (int64_t i = 0; i < m; ++i) {
+              ibuf[i] = base + static_cast<int64_t>((static_cast<uint64_t>(w[i]) * range) >> 32);
+            }
+          } else if (f32) {
+            UniformWordsToF32(w, m, a, b, below_high, fbuf);
+          } else {
+            for (int64_t i = 0; i < m; ++i) {
+              float v = static_cast<float>(a + (b - a) * static_cast<double>(num::Uniform01(w[i])));
               v = RoundTo(out.dtype, v);
               fbuf[i] = v >= b ? below_high : v;
             }
-            break;
-          case TERN_RANDOM_NORMAL: {
-            // Box-Muller on the lane pair (0,1) or (2,3) of the block.
-            const int pair = lane & ~1;
-            const double u1 = (static_cast<double>(block.v[pair] >> 8) + 1.0) * 0x1.0p-24;
-            const double u2 = static_cast<double>(block.v[pair + 1] >> 8) * 0x1.0p-24;
+          }
+          break;
+        case TERN_RANDOM_NORMAL:
+          for (int64_t i = 0; i < m; ++i) {
+            // Box-Muller on the word pair (0,1) or (2,3) of the element's block.
+            const int64_t k = (pos + i) - static_cast<int64_t>(4 * first);
+            const uint32_t* pair = words + (k & ~int64_t{1});
+            const double u1 = (static_cast<double>(pair[0] >> 8) + 1.0) * 0x1.0p-24;
+            const double u2 = static_cast<double>(pair[1] >> 8) * 0x1.0p-24;
             const double r = std::sqrt(-2.0 * std::log(u1));
             const double angle = 6.283185307179586477 * u2;
-            const double z = (lane & 1) ? r * std::sin(angle) : r * std::cos(angle);
+            const double z = (k & 1) ? r * std::sin(angle) : r * std::cos(angle);
             fbuf[i] = static_cast<float>(a + b * z);
-            break;
           }
-          default:
-            fbuf[i] = num::Uniform01(w) < a ? 1.0f : 0.0f;
-            break;
-        }
+          break;
+        default:
+          BernoulliWords(w, m, a, fbuf);
+          break;
       }
     };
   });
