@@ -108,8 +108,10 @@ class SimQueue final : public driver::HwQueue {
 
   // Set while a thread holds the runner role (an atomic rather than a mutex:
   // a host function of this queue that waits on it must find it taken, not
-  // lock a mutex its own thread holds).
-  std::atomic<bool> runner_taken_{false};
+  // lock a mutex its own thread holds). It and the runner state start a
+  // cache line of their own: the runner writes them for every command, the
+  // submitters the fields above for every submission.
+  alignas(64) std::atomic<bool> runner_taken_{false};
   // Runner state: read and written only by the holder of the runner role.
   Segment* head_;       // the segment being drained
   uint32_t index_ = 0;  // the next command's slot in head_
