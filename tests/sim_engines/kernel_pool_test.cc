@@ -9,12 +9,16 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
+#include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "common/idle_work.h"
 #include "common/sanitizers.h"
 #include "common/timeline.h"
+#include "driver_shim/sim/engines/run_instruction.h"
 
 namespace tern::sim::kernels {
 namespace {
@@ -235,6 +239,40 @@ TEST(IdleWork, PollAtLeastRunsTheRegisteredWork) {
 
 // A forked child has none of the parent's helpers; its pool starts afresh
 // and every part still runs.
+// The pool's size: TERN_SIM_KERNEL_THREADS when it holds a count, else the
+// host's CPUs shared among the ranks a launcher started on the host.
+TEST(KernelThreads, RanksALauncherStartedShareTheHost) {
+  EXPECT_EQ(ChooseKernelThreads(2, nullptr, 1), 2);
+  EXPECT_EQ(ChooseKernelThreads(2, nullptr, 2), 1);
+  EXPECT_EQ(ChooseKernelThreads(16, nullptr, 4), 4);
+  EXPECT_EQ(ChooseKernelThreads(16, nullptr, 3), 5);
+  EXPECT_EQ(ChooseKernelThreads(2, nullptr, 8), 1) << "never fewer than one";
+  EXPECT_EQ(ChooseKernelThreads(2, "3", 2), 3) << "an explicit count wins";
+  EXPECT_EQ(ChooseKernelThreads(2, "three", 2), 1) << "not a count: the default";
+  EXPECT_EQ(ChooseKernelThreads(2, "", 1), 2);
+  EXPECT_EQ(ChooseKernelThreads(2, "0", 1), 2);
+}
+
+TEST(KernelThreads, LocalRanksComeFromTheLaunchersEnvironment) {
+  const char* names[] = {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"};
+  std::vector<std::pair<std::string, std::string>> saved;
+  for (const char* name : names) {
+    if (const char* value = std::getenv(name)) saved.emplace_back(name, value);
+    unsetenv(name);
+  }
+  EXPECT_EQ(LocalRanksFromEnvironment(), 1);
+  setenv("MPI_LOCALNRANKS", "3", 1);
+  EXPECT_EQ(LocalRanksFromEnvironment(), 3);
+  setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "4", 1);
+  EXPECT_EQ(LocalRanksFromEnvironment(), 4);
+  setenv("LOCAL_WORLD_SIZE", "2", 1);
+  EXPECT_EQ(LocalRanksFromEnvironment(), 2) << "torchrun's first";
+  setenv("LOCAL_WORLD_SIZE", "two", 1);
+  EXPECT_EQ(LocalRanksFromEnvironment(), 4) << "not a count: the next launcher's";
+  for (const char* name : names) unsetenv(name);
+  for (const auto& [name, value] : saved) setenv(name.c_str(), value.c_str(), 1);
+}
+
 TEST(KernelPool, WorksInAForkedChild) {
 #if TERN_UNDER_TSAN
   GTEST_SKIP() << "ThreadSanitizer cannot start threads after a multi-threaded fork";

@@ -504,18 +504,33 @@ int HostCpus() {
 
 }  // namespace
 
-int KernelThreadsForHost() {
-  static const int threads = [] {
-    int chosen = HostCpus();
-    if (const char* value = std::getenv("TERN_SIM_KERNEL_THREADS"); value != nullptr && *value) {
-      char* end = nullptr;
-      const long requested = std::strtol(value, &end, 10);
-      if (end != value && *end == '\0' && requested >= 1 && requested <= 4096) {
-        chosen = static_cast<int>(requested);
-      }
+int LocalRanksFromEnvironment() {
+  // torchrun (and torch.distributed.elastic), Open MPI, MPICH's Hydra.
+  for (const char* name : {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}) {
+    const char* value = std::getenv(name);
+    if (value == nullptr || *value == '\0') continue;
+    char* end = nullptr;
+    const long ranks = std::strtol(value, &end, 10);
+    if (end != value && *end == '\0' && ranks >= 1 && ranks <= 65536)
+      return static_cast<int>(ranks);
+  }
+  return 1;
+}
+
+int ChooseKernelThreads(int host_cpus, const char* requested, int local_ranks) {
+  if (requested != nullptr && *requested) {
+    char* end = nullptr;
+    const long threads = std::strtol(requested, &end, 10);
+    if (end != requested && *end == '\0' && threads >= 1 && threads <= 4096) {
+      return static_cast<int>(threads);
     }
-    return chosen;
-  }();
+  }
+  return std::max(1, host_cpus / std::max(1, local_ranks));
+}
+
+int KernelThreadsForHost() {
+  static const int threads = ChooseKernelThreads(HostCpus(), std::getenv("TERN_SIM_KERNEL_THREADS"),
+                                                 LocalRanksFromEnvironment());
   return threads;
 }
 

@@ -52,10 +52,26 @@ std::shared_ptr<const void> PrepareInstruction(const driver::Instruction& instru
 void KeepKernelsOnThisThread();
 
 // How many CPU threads the kernels split their work across (the kernel pool,
-// engines/kernel_pool.h, counting the thread that runs the kernel): every CPU
-// the process may use, or TERN_SIM_KERNEL_THREADS. Decided once per process.
+// engines/kernel_pool.h, counting the thread that runs the kernel):
+// ChooseKernelThreads for this process. Decided once per process.
 // Thread-safety: any thread.
 int KernelThreadsForHost();
+
+// TERN_SIM_KERNEL_THREADS when it holds a count (`requested`), else the CPUs
+// the process may use divided among the ranks a launcher started on this
+// host (`local_ranks`, at least one thread). A launcher that starts N ranks
+// on one host means each to have 1/N of it: torchrun also sets each rank's
+// OMP_NUM_THREADS to 1 for PyTorch's own CPU kernels. Without it, two ranks
+// on a 2-CPU host each ran a pool of two, and their helpers took turns with
+// the other rank's host and engine threads.
+// Thread-safety: any thread (a pure function).
+int ChooseKernelThreads(int host_cpus, const char* requested, int local_ranks);
+
+// The ranks a launcher started on this host, from its environment
+// (LOCAL_WORLD_SIZE: torchrun; OMPI_COMM_WORLD_LOCAL_SIZE: Open MPI;
+// MPI_LOCALNRANKS: MPICH), or 1.
+// Thread-safety: any thread.
+int LocalRanksFromEnvironment();
 
 // Starts the kernel pool's helper threads (at tern_init, so that no
 // execution pays for creating them).
