@@ -504,27 +504,28 @@ int HostCpus() {
 
 }  // namespace
 
+namespace {
+
+// `text` as a whole decimal count in [1, max], else 0.
+long ParseCount(const char* text, long max) {
+  if (text == nullptr || *text == '\0') return 0;
+  char* end = nullptr;
+  const long count = std::strtol(text, &end, 10);
+  return end != text && *end == '\0' && count >= 1 && count <= max ? count : 0;
+}
+
+}  // namespace
+
 int LocalRanksFromEnvironment() {
   // torchrun (and torch.distributed.elastic), Open MPI, MPICH's Hydra.
   for (const char* name : {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}) {
-    const char* value = std::getenv(name);
-    if (value == nullptr || *value == '\0') continue;
-    char* end = nullptr;
-    const long ranks = std::strtol(value, &end, 10);
-    if (end != value && *end == '\0' && ranks >= 1 && ranks <= 65536)
-      return static_cast<int>(ranks);
+    if (const long ranks = ParseCount(std::getenv(name), 65536)) return static_cast<int>(ranks);
   }
   return 1;
 }
 
 int ChooseKernelThreads(int host_cpus, const char* requested, int local_ranks) {
-  if (requested != nullptr && *requested) {
-    char* end = nullptr;
-    const long threads = std::strtol(requested, &end, 10);
-    if (end != requested && *end == '\0' && threads >= 1 && threads <= 4096) {
-      return static_cast<int>(threads);
-    }
-  }
+  if (const long threads = ParseCount(requested, 4096)) return static_cast<int>(threads);
   return std::max(1, host_cpus / std::max(1, local_ranks));
 }
 
