@@ -406,6 +406,31 @@ TEST(TensorEpilogue, Rules) {
 namespace tern::testing {
 namespace {
 
+// `rows` ([count, k], row-major) seen as its transpose: [k, count] with
+// strides [1, k], as a linear layer's weight reaches the matmul.
+Tensor Transposed(const Tensor& rows, int64_t k, int64_t count) {
+  Tensor t = rows;
+  t.desc().shape[0] = k;
+  t.desc().shape[1] = count;
+  t.desc().strides[0] = 1;
+  t.desc().strides[1] = k;
+  return t;
+}
+
+// alpha * a @ weight^T + bias in double: element (i, j) of [m, n] at i * n + j.
+std::vector<double> LinearReference(const Tensor& a, const Tensor& weight, const Tensor& bias,
+                                    int64_t m, int64_t n, int64_t k, double alpha) {
+  std::vector<double> want(static_cast<size_t>(m * n));
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double sum = 0;
+      for (int64_t l = 0; l < k; ++l) sum += a.Get(i * k + l) * weight.Get(j * k + l);
+      want[i * n + j] = alpha * sum + bias.Get(j);
+    }
+  }
+  return want;
+}
+
 // The matrix-vector path (M <= 4, f32, a linear layer's [N, K] weight seen
 // transposed): against a double reference, with alpha, a row bias and a
 // strided output, and split over several threads for N = 3000.
@@ -417,24 +442,12 @@ TEST(SmallMatmul, LinearLayerShapesMatchTheReference) {
       SCOPED_TRACE(::testing::Message() << "m " << m << " n " << n);
       Tensor a(TERN_DTYPE_F32, {m, k}), weight(TERN_DTYPE_F32, {n, k}), bias(TERN_DTYPE_F32, {n});
       for (Tensor* t : {&a, &weight, &bias}) t->Randomize(rng);
-      // b = weight^T: [k, n] with strides [1, k].
-      Tensor b = weight;
-      b.desc().shape[0] = k;
-      b.desc().shape[1] = n;
-      b.desc().strides[0] = 1;
-      b.desc().strides[1] = k;
+      Tensor b = Transposed(weight, k, n);
       Tensor out = Tensor::Spaced(TERN_DTYPE_F32, {m, n});
       out.Poison();
       ASSERT_TRUE(Exec(TERN_OP_MATMUL, {&out, &a, &b, &bias}, {0, 0}, {0.5, 0.0}).ok());
-      std::vector<double> want(static_cast<size_t>(m * n));
-      for (int64_t i = 0; i < m; ++i) {
-        for (int64_t j = 0; j < n; ++j) {
-          double sum = 0;
-          for (int64_t l = 0; l < k; ++l) sum += a.Get(i * k + l) * weight.Get(j * k + l);
-          want[i * n + j] = 0.5 * sum + bias.Get(j);
-        }
-      }
-      EXPECT_TRUE(Near(out, want, TolFor(TERN_DTYPE_F32, 4)));
+      EXPECT_TRUE(
+          Near(out, LinearReference(a, weight, bias, m, n, k, 0.5), TolFor(TERN_DTYPE_F32, 4)));
     }
   }
 }
@@ -451,19 +464,11 @@ TEST(SmallMatmul, TransposedFormGivesTheSameBits) {
     Tensor a(TERN_DTYPE_F32, {m, k}), weight(TERN_DTYPE_F32, {n, k}), bias(TERN_DTYPE_F32, {n});
     for (Tensor* t : {&a, &weight, &bias}) t->Randomize(rng);
     // The linear-layer form: out [m, n] = a @ weight^T + bias.
-    Tensor b = weight;
-    b.desc().shape[0] = k;
-    b.desc().shape[1] = n;
-    b.desc().strides[0] = 1;
-    b.desc().strides[1] = k;
+    Tensor b = Transposed(weight, k, n);
     Tensor out(TERN_DTYPE_F32, {m, n});
     ASSERT_TRUE(Exec(TERN_OP_MATMUL, {&out, &a, &b, &bias}, {0, 0}, {0.5, 0.0}).ok());
     // The transposed form: out_t [n, m] = weight @ a^T + bias (along n).
-    Tensor a_t = a;
-    a_t.desc().shape[0] = k;
-    a_t.desc().shape[1] = m;
-    a_t.desc().strides[0] = 1;
-    a_t.desc().strides[1] = k;
+    Tensor a_t = Transposed(a, k, m);
     Tensor column_bias = bias;
     column_bias.desc().rank = 2;
     column_bias.desc().shape[0] = n;
@@ -474,13 +479,10 @@ TEST(SmallMatmul, TransposedFormGivesTheSameBits) {
     out_t.Poison();
     ASSERT_TRUE(
         Exec(TERN_OP_MATMUL, {&out_t, &weight, &a_t, &column_bias}, {0, 0}, {0.5, 0.0}).ok());
-    std::vector<double> want(static_cast<size_t>(n * m));
+    const std::vector<double> reference = LinearReference(a, weight, bias, m, n, k, 0.5);
+    std::vector<double> want(reference.size());
     for (int64_t j = 0; j < n; ++j) {
-      for (int64_t i = 0; i < m; ++i) {
-        double sum = 0;
-        for (int64_t l = 0; l < k; ++l) sum += a.Get(i * k + l) * weight.Get(j * k + l);
-        want[j * m + i] = 0.5 * sum + bias.Get(j);
-      }
+      for (int64_t i = 0; i < m; ++i) want[j * m + i] = reference[i * n + j];
     }
     EXPECT_TRUE(Near(out_t, want, TolFor(TERN_DTYPE_F32, 4)));
     int64_t differ = 0;
@@ -498,21 +500,13 @@ TEST(SmallMatmul, AColumnsResultDoesNotDependOnItsNeighbours) {
   const int64_t m = 2, n = 11, k = 53;
   Tensor a(TERN_DTYPE_F32, {m, k}), weight(TERN_DTYPE_F32, {n, k});
   for (Tensor* t : {&a, &weight}) t->Randomize(rng);
-  auto transposed = [&](const Tensor& rows, int64_t count) {
-    Tensor b = rows;
-    b.desc().shape[0] = k;
-    b.desc().shape[1] = count;
-    b.desc().strides[0] = 1;
-    b.desc().strides[1] = k;
-    return b;
-  };
-  Tensor b = transposed(weight, n);
+  Tensor b = Transposed(weight, k, n);
   Tensor out(TERN_DTYPE_F32, {m, n});
   ASSERT_TRUE(Exec(TERN_OP_MATMUL, {&out, &a, &b}, {0, 0}, {1.0, 0.0}).ok());
   for (int64_t j = 0; j < n; ++j) {
     Tensor column(TERN_DTYPE_F32, {1, k});
     for (int64_t l = 0; l < k; ++l) column.Set(l, weight.Get(j * k + l));
-    Tensor b1 = transposed(column, 1);
+    Tensor b1 = Transposed(column, k, 1);
     Tensor alone(TERN_DTYPE_F32, {m, 1});
     ASSERT_TRUE(Exec(TERN_OP_MATMUL, {&alone, &a, &b1}, {0, 0}, {1.0, 0.0}).ok());
     for (int64_t i = 0; i < m; ++i) {
