@@ -1433,36 +1433,16 @@ float NextDown(tern_dtype_t dtype, float v) {
   return dtype == TERN_DTYPE_BF16 ? num::Bf16ToF32(bits) : num::F16ToF32(bits);
 }
 
-// The words of `count` consecutive blocks of the stream of `seed` from
-// block `first` (offset included), interleaved: words[4 * j + lane], each
-// block exactly num::RandomBlock's. The blocks are independent, so the
-// loop runs across them in vector lanes (num::Philox4x32_10 per element
-// was a chain of dependent multiplies and a branch for every word).
+// The words of `count` consecutive blocks of the stream of (`seed`,
+// `offset`) from block `first`, interleaved: words[4 * j + lane]. The blocks
+// are independent, so the loop runs across them in vector lanes (computed
+// per element, each block was a chain of dependent multiplies and a branch
+// for every word).
 TERN_VECTOR_CLONES
-void PhiloxWords(uint64_t seed, uint64_t first, int64_t count, uint32_t* words) {
-  constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;
-  constexpr uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
-  const uint32_t seed_lo = static_cast<uint32_t>(seed), seed_hi = static_cast<uint32_t>(seed >> 32);
+void PhiloxWords(uint64_t seed, uint64_t offset, uint64_t first, int64_t count, uint32_t* words) {
   for (int64_t j = 0; j < count; ++j) {
-    const uint64_t c = first + static_cast<uint64_t>(j);
-    uint32_t x0 = static_cast<uint32_t>(c), x1 = static_cast<uint32_t>(c >> 32), x2 = 0, x3 = 0;
-    uint32_t k0 = seed_lo, k1 = seed_hi;
-    for (int round = 0; round < 10; ++round) {
-      const uint64_t p0 = static_cast<uint64_t>(kM0) * x0;
-      const uint64_t p1 = static_cast<uint64_t>(kM1) * x2;
-      const uint32_t n0 = static_cast<uint32_t>(p1 >> 32) ^ x1 ^ k0;
-      const uint32_t n2 = static_cast<uint32_t>(p0 >> 32) ^ x3 ^ k1;
-      x1 = static_cast<uint32_t>(p1);
-      x3 = static_cast<uint32_t>(p0);
-      x0 = n0;
-      x2 = n2;
-      k0 += kW0;
-      k1 += kW1;
-    }
-    words[4 * j] = x0;
-    words[4 * j + 1] = x1;
-    words[4 * j + 2] = x2;
-    words[4 * j + 3] = x3;
+    const num::Philox4 block = num::RandomBlock(seed, offset, first + static_cast<uint64_t>(j));
+    for (int lane = 0; lane < 4; ++lane) words[4 * j + lane] = block.v[lane];
   }
 }
 
@@ -1524,7 +1504,7 @@ Status RunRandom(const driver::Instruction& ins, Operands ops) {
       const int64_t blocks =
           static_cast<int64_t>((static_cast<uint64_t>(pos + m - 1)) / 4 - first) + 1;
       alignas(64) uint32_t words[kChunk + 8];
-      PhiloxWords(seed, offset + first, blocks, words);
+      PhiloxWords(seed, offset, first, blocks, words);
       const uint32_t* w = words + (static_cast<uint64_t>(pos) - 4 * first);
       switch (fn) {
         case TERN_RANDOM_UNIFORM:
@@ -1534,13 +1514,14 @@ Status RunRandom(const driver::Instruction& ins, Operands ops) {
             for (int64_t i = 0; i < m; ++i) {
               ibuf[i] = base + static_cast<int64_t>((static_cast<uint64_t>(w[i]) * range) >> 32);
             }
-          } else if (f32) {
-            UniformWordsToF32(w, m, a, b, below_high, fbuf);
           } else {
-            for (int64_t i = 0; i < m; ++i) {
-              float v = static_cast<float>(a + (b - a) * static_cast<double>(num::Uniform01(w[i])));
-              v = RoundTo(out.dtype, v);
-              fbuf[i] = v >= b ? below_high : v;
+            UniformWordsToF32(w, m, a, b, below_high, fbuf);
+            // In a narrower dtype a value below b may round up to it.
+            if (!f32) {
+              for (int64_t i = 0; i < m; ++i) {
+                const float v = RoundTo(out.dtype, fbuf[i]);
+                fbuf[i] = v >= b ? below_high : v;
+              }
             }
           }
           break;

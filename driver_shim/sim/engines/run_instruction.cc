@@ -502,10 +502,6 @@ int HostCpus() {
   return host_cpus;
 }
 
-}  // namespace
-
-namespace {
-
 // `text` as a whole decimal count in [1, max], else 0.
 long ParseCount(const char* text, long max) {
   if (text == nullptr || *text == '\0') return 0;
