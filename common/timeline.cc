@@ -107,6 +107,7 @@ bool PollAtLeast(const std::atomic<uint64_t>& value, uint64_t target, uint64_t b
 
 bool Timeline::Wait(uint64_t target, uint64_t timeout_ns) const {
   if (value_.load(std::memory_order_acquire) >= target) return true;
+  WakeProducer();
   // Poll for as long as recent waits took, twice over (at least kYieldNs):
   // an execution of 45-60 us outlasted a fixed 50 us about half the time,
   // and each of those waits then paid a vCPU wake-up too.
@@ -149,6 +150,7 @@ void Timeline::NoteWait(uint64_t typical, uint64_t took) const {
 bool Timeline::Sleep(uint64_t target, uint64_t timeout_ns) const {
   if (value_.load(std::memory_order_acquire) >= target) return true;
   if (timeout_ns == 0) return false;
+  WakeProducer();
   const uint64_t now = MonotonicNs();
   // Timeouts too long to represent as a deadline (UINT64_MAX included) wait forever.
   const bool infinite = timeout_ns >= UINT64_MAX - now;
@@ -171,6 +173,29 @@ bool Timeline::Sleep(uint64_t target, uint64_t timeout_ns) const {
     FutexWait(const_cast<std::atomic<uint32_t>*>(&wake_word_), word, tsp);
     if (value_.load(std::memory_order_acquire) >= target) return true;
   }
+}
+
+bool Timeline::Nap(uint64_t target, uint64_t timeout_ns) const {
+  // Dekker pairing with WakeNappers(): either its caller sees this thread
+  // counted, or this thread sees the value it stored before calling.
+  nappers_.fetch_add(1, std::memory_order_seq_cst);
+  const uint32_t word = wake_word_.load(std::memory_order_seq_cst);
+  bool reached = value_.load(std::memory_order_seq_cst) >= target;
+  if (!reached && timeout_ns > 0) {
+    struct timespec ts;
+    ts.tv_sec = static_cast<time_t>(timeout_ns / 1000000000ull);
+    ts.tv_nsec = static_cast<long>(timeout_ns % 1000000000ull);
+    FutexWait(&wake_word_, word, &ts);
+    reached = value_.load(std::memory_order_acquire) >= target;
+  }
+  nappers_.fetch_sub(1, std::memory_order_seq_cst);
+  return reached;
+}
+
+void Timeline::WakeNappers() const {
+  if (nappers_.load(std::memory_order_seq_cst) == 0) return;
+  wake_word_.fetch_add(1, std::memory_order_seq_cst);
+  FutexWakeAll(&wake_word_);
 }
 
 void Timeline::Fail(uint64_t sequence, const Status& status) {

@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 
 #include "common/status_with_message.h"
@@ -45,6 +46,33 @@ class Timeline {
   // that chooses its own polling. Thread-safety: any thread.
   bool Poll(uint64_t target, uint64_t budget_ns) const;
 
+  // Sleeps until value() >= target or `timeout_ns` passes, like Sleep(),
+  // except that Signal() does not end it: only its timeout, or
+  // WakeNappers(). For an idle engine between polling its doorbell and
+  // sleeping on it: a submitter then rings without a futex wake (5-20 us of
+  // its own time on a small VM), and the engine finds the command when its
+  // nap ends, or sooner if someone waits for the work (set_producer_doorbell).
+  // Returns true when reached. Thread-safety: any thread.
+  bool Nap(uint64_t target, uint64_t timeout_ns) const;
+  // Ends every Nap() in progress. Call after the value it should find.
+  // Costs one atomic load when nobody naps. Thread-safety: any thread.
+  void WakeNappers() const;
+  // Threads inside Nap() now (for tests and diagnostics).
+  uint32_t nappers() const { return nappers_.load(std::memory_order_acquire); }
+  // `doorbell` is the doorbell of the engine that advances this timeline: a
+  // waiter that finds this timeline short of its target wakes that engine
+  // from a nap, since the submission it waits for did not. Set before the
+  // timeline is shared. Thread-safety: not with concurrent waiters.
+  void set_producer_doorbell(std::shared_ptr<const Timeline> doorbell) {
+    producer_doorbell_ = std::move(doorbell);
+  }
+  // Wakes the producer's engine from a nap: what Wait() and Sleep() do for a
+  // target not reached yet, for a caller that only looks (a query).
+  // Thread-safety: any thread.
+  void WakeProducer() const {
+    if (producer_doorbell_) producer_doorbell_->WakeNappers();
+  }
+
   // Marks points from `sequence` on as failed with `status` (only the first
   // failure of an error epoch is kept). Thread-safety: any thread.
   void Fail(uint64_t sequence, const Status& status);
@@ -66,6 +94,9 @@ class Timeline {
   // The lowest target of a sleeping waiter, UINT64_MAX when none: Signal()
   // wakes sleepers only once it reaches it.
   mutable std::atomic<uint64_t> sleeper_target_{UINT64_MAX};
+  // Threads inside Nap().
+  mutable std::atomic<uint32_t> nappers_{0};
+  std::shared_ptr<const Timeline> producer_doorbell_;
   // How long waits on this timeline have recently taken (a moving average,
   // updated without ordering: a rough figure is all Wait needs).
   mutable std::atomic<uint64_t> typical_wait_ns_{0};

@@ -1,5 +1,7 @@
 #include "driver_shim/sim/sim_queue.h"
 
+#include <sys/prctl.h>
+
 #include "common/cycle_clock.h"
 #include "common/logging.h"
 #include "common/thread_name.h"
@@ -13,8 +15,15 @@ using driver::Command;
 using driver::CommandKind;
 
 namespace {
-// How long an idle engine polls its ring before it sleeps on the doorbell.
+// How long an idle engine polls its ring before it naps, how long each nap
+// lasts, and how long it naps in all before it sleeps on the doorbell (see
+// Loop).
 constexpr uint64_t kEnginePollNs = 50'000;
+constexpr uint64_t kEngineNapNs = 50'000;
+constexpr uint64_t kEngineNapsForNs = 1'000'000;
+// The engine thread's timer slack (Linux's default for a thread is 50 us,
+// which would double each nap).
+constexpr unsigned long kEngineTimerSlackNs = 5'000;
 }  // namespace
 
 SimQueue::SimQueue(SimDevice* device, uint32_t core, std::string name)
@@ -23,10 +32,12 @@ SimQueue::SimQueue(SimDevice* device, uint32_t core, std::string name)
   counters_ = &device_->registry().core_counters(device_->index(), core_);
   trace_track_ = trace::RegisterTrack(device_->index(), core_, name_);
   CycleClock::Init();
+  completion_->set_producer_doorbell(doorbell_);
   thread_ = std::thread([this] {
     const std::string name =
         "tern-queue" + std::to_string(device_->index()) + "." + std::to_string(core_);
     NameThisThread(name.c_str());
+    prctl(PR_SET_TIMERSLACK, kEngineTimerSlackNs, 0, 0, 0);
     Loop();
   });
 }
@@ -37,7 +48,8 @@ SimQueue::~SimQueue() {
     stopping_.store(true, std::memory_order_release);
     // Wake the engine even if nothing is pending: UINT64_MAX means "stop
     // when drained".
-    doorbell_.Signal(UINT64_MAX);
+    doorbell_->Signal(UINT64_MAX);
+    doorbell_->WakeNappers();
   }
   thread_.join();
   for (Segment* segment = head_; segment != nullptr;) {
@@ -48,7 +60,45 @@ SimQueue::~SimQueue() {
   delete spare_.load(std::memory_order_relaxed);
 }
 
+namespace {
+
+// The commands a host thread may run for the queue (see sim_queue.h): those
+// that touch only device state and host buffers handed to the copy.
+bool HostMayRun(const Command& command) {
+  switch (command.kind) {
+    case CommandKind::kNop:
+    case CommandKind::kCopy:
+    case CommandKind::kFill:
+    case CommandKind::kTimestamp:
+    case CommandKind::kExecute:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Whether a napping engine must start `command` at once (see Loop): a
+// command no waiting host thread could run, or an execution whose program
+// exchanges data with other ranks, which may be waiting for it already.
+bool WakesNappingEngine(const Command& command) {
+  if (!HostMayRun(command)) return true;
+  if (command.kind != CommandKind::kExecute || !command.details || !command.details->program) {
+    return false;
+  }
+  const auto& functions = command.details->program->functions;
+  if (command.details->function >= functions.size()) return false;
+  for (const driver::Stream& stream : functions[command.details->function].streams) {
+    if (stream.engine == TERN_ENGINE_COLLECTIVE) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 Status SimQueue::Submit(Command command, uint64_t* out_sequence) {
+  // Decided before the command is published: from then on the engine may
+  // run it and clear its details.
+  const bool wakes_napping_engine = WakesNappingEngine(command);
   std::lock_guard<std::mutex> lock(mutex_);
   if (stopping_.load(std::memory_order_relaxed)) {
     return MakeStatus(TERN_ERROR_FAILED_PRECONDITION, "queue '{}' is being destroyed", name_);
@@ -71,8 +121,11 @@ Status SimQueue::Submit(Command command, uint64_t* out_sequence) {
   }
   slot.published.store(sequence, std::memory_order_release);
   // Rung under the lock so the doorbell never goes backwards; costs a futex
-  // wake only when the engine sleeps.
-  doorbell_.Signal(++doorbell_rings_);
+  // wake only when the engine sleeps. A napping engine is woken at once only
+  // for a command no waiting host thread could run for it (a callback, a
+  // collective whose peers wait, an event wait): see Loop.
+  doorbell_->Signal(++doorbell_rings_);
+  if (wakes_napping_engine) doorbell_->WakeNappers();
   *out_sequence = sequence;
   return OkStatus();
 }
@@ -291,25 +344,6 @@ void SimQueue::TraceCommand(uint64_t sequence, const Command& command, uint64_t 
   trace::Span(trace_track_, name, "queue", start, end, std::move(args));
 }
 
-namespace {
-
-// The commands a host thread may run for the queue (see sim_queue.h): those
-// that touch only device state and host buffers handed to the copy.
-bool HostMayRun(const Command& command) {
-  switch (command.kind) {
-    case CommandKind::kNop:
-    case CommandKind::kCopy:
-    case CommandKind::kFill:
-    case CommandKind::kTimestamp:
-    case CommandKind::kExecute:
-      return true;
-    default:
-      return false;
-  }
-}
-
-}  // namespace
-
 bool SimQueue::TryTakeRunnerRole() {
   // A look first: a waiter that finds the engine busy must not write the
   // line the engine reads.
@@ -354,7 +388,7 @@ void SimQueue::RunUntil(uint64_t target) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (completion_->value() < submitted_.load(std::memory_order_relaxed) &&
       !stopping_.load(std::memory_order_relaxed)) {
-    doorbell_.Signal(++doorbell_rings_);
+    doorbell_->Signal(++doorbell_rings_);
   }
 }
 
@@ -363,7 +397,7 @@ void SimQueue::Loop() {
   while (true) {
     // Read before looking for commands: a submission or hand back after
     // this point rings past it, so the wait below cannot miss it.
-    const uint64_t rings = doorbell_.value();
+    const uint64_t rings = doorbell_->value();
     if (TryTakeRunnerRole()) {
       RunPublished(UINT64_MAX, /*on_host=*/false);
       const bool done = stopping_.load(std::memory_order_acquire) &&
@@ -371,8 +405,20 @@ void SimQueue::Loop() {
       GiveBackRunnerRole();
       if (done) return;
     }
+    if (doorbell_->Poll(rings + 1, kEnginePollNs)) continue;
+    // Then it naps for a while before it sleeps: a submitter rings a
+    // napping engine without a futex wake (5-20 us of the submitter's time
+    // on a small VM, for a wake-up that lands 15-25 us later), which is what
+    // a host thread that submits and then waits would pay before running the
+    // command itself (RunUntil). A command nobody waits for starts when the
+    // nap ends; a waiter on the queue ends the nap at once
+    // (Timeline::set_producer_doorbell).
+    bool rung = false;
+    for (uint64_t napped = 0; !rung && napped < kEngineNapsForNs; napped += kEngineNapNs) {
+      rung = doorbell_->Nap(rings + 1, kEngineNapNs);
+    }
     // UINT64_MAX (stopping) wraps to 0: no waiting, the loop drains and ends.
-    if (!doorbell_.Poll(rings + 1, kEnginePollNs)) doorbell_.Sleep(rings + 1, UINT64_MAX);
+    if (!rung) doorbell_->Sleep(rings + 1, UINT64_MAX);
   }
 }
 

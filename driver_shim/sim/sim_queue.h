@@ -9,7 +9,8 @@
 // cache lines it occupies and the doorbell's. The ring grows by whole
 // segments instead of blocking a submitter, so a queue that waits on an event
 // never deadlocks a thread that would record it. When idle, the engine polls
-// for a bounded time and then sleeps on the doorbell (see Timeline::Wait).
+// for a bounded time, then naps (a submission does not wake it; a waiter on
+// the queue does), then sleeps on the doorbell (see Loop).
 //
 // Whoever holds the runner role runs commands: the engine thread, or a host
 // thread that is about to wait for them (RunUntil) and finds the engine not
@@ -99,10 +100,11 @@ class SimQueue final : public driver::HwQueue {
   // A drained segment kept for reuse (engine puts, submitters take).
   std::atomic<Segment*> spare_{nullptr};
 
-  // The engine sleeps on it; its value counts the submissions and the hand
-  // backs of the runner role with commands left (guarded by mutex_; UINT64_MAX
-  // once the queue stops).
-  Timeline doorbell_;
+  // The engine naps and sleeps on it; its value counts the submissions and
+  // the hand backs of the runner role with commands left (guarded by mutex_;
+  // UINT64_MAX once the queue stops). Shared with completion_, whose waiters
+  // wake the engine from a nap (Timeline::set_producer_doorbell).
+  std::shared_ptr<Timeline> doorbell_ = std::make_shared<Timeline>();
   uint64_t doorbell_rings_ = 0;  // guarded by mutex_
   std::shared_ptr<Timeline> completion_ = std::make_shared<Timeline>();
 

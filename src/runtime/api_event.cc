@@ -18,6 +18,9 @@ Status GetPoint(tern_event_t event, std::shared_ptr<EventPoint>* out) {
 // OK when complete, NOT_READY when pending, the queue's failure otherwise.
 Status PointState(const EventPoint& point) {
   if (point.timeline->value() < point.sequence) {
+    // A caller that polls for the event wants the work started (its queue's
+    // engine may nap).
+    point.timeline->WakeProducer();
     return Status(TERN_ERROR_NOT_READY, "the event has not completed yet");
   }
   Status failure = point.timeline->FailureAt(point.sequence);

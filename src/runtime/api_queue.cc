@@ -295,8 +295,11 @@ TERN_API tern_status_t tern_queue_query(tern_queue_t queue, uint64_t* out_comple
   const uint64_t completed = q->completion->value();
   if (out_completed) *out_completed = completed;
   TERN_API_TRY(q->completion->CurrentFailure(nullptr));
+  if (completed >= submitted) return TERN_OK;
+  // A caller that polls for the work wants it started (the engine may nap).
+  q->completion->WakeProducer();
   // NOT_READY is an answer, not a failure: it leaves the last error alone.
-  return completed >= submitted ? TERN_OK : TERN_ERROR_NOT_READY;
+  return TERN_ERROR_NOT_READY;
 }
 
 TERN_API tern_status_t tern_queue_clear_error(tern_queue_t queue) {

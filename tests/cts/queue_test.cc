@@ -491,6 +491,34 @@ TEST_P(QueueTest, AWaiterWithoutDeadlineRunsWhatAnIdleEngineHasNotStarted) {
   EXPECT_EQ(pattern, last);
 }
 
+TEST_P(QueueTest, ACommandNobodyWaitsForStartsOnItsOwn) {
+  // After a pause the queue's engine naps (a submission does not wake it:
+  // the submitter may be about to run the command itself) or, after a longer
+  // one, sleeps. Either way a fill that no thread waits for, queries or
+  // synchronizes on runs by itself: nothing here touches the queue until it
+  // must be done.
+  constexpr uint64_t kBytes = 4096;
+  tern_buffer_t buffer = Alloc(0, kBytes);
+  ASSERT_NE(nullptr, buffer);
+  const std::chrono::microseconds pauses[] = {std::chrono::microseconds(200),
+                                              std::chrono::microseconds(5000)};
+  uint32_t pattern = 0x5a5a0000u;
+  for (const auto pause : pauses) {
+    std::this_thread::sleep_for(pause);
+    ++pattern;
+    CTS_ASSERT_OK(tern_queue_fill(queue_, buffer, 0, kBytes, pattern, nullptr));
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    uint64_t completed = 0;
+    EXPECT_EQ(TERN_OK, tern_queue_query(queue_, &completed))
+        << "the fill submitted after a pause of " << pause.count()
+        << " us had not run 200 ms later";
+    CTS_ASSERT_OK(tern_queue_synchronize(queue_, TERN_TIMEOUT_INFINITE));
+    uint32_t word = 0;
+    CTS_EXPECT_OK(tern_buffer_read(buffer, kBytes - 4, &word, sizeof(word)));
+    EXPECT_EQ(pattern, word);
+  }
+}
+
 struct ThreadNameAndWord {
   char thread_name[16] = {};
   uint32_t copied = 0;  // a copy of the buffer's first word made before the callback

@@ -1,7 +1,9 @@
 // Timeline::Wait (common/timeline.h): reaches what is signalled, times out
 // on what is not, and once its waits have been long it sleeps through most
 // of the next one instead of polling all along (the waiting thread's CPU
-// time stays well under the wait's length). Runs under ThreadSanitizer.
+// time stays well under the wait's length). Timeline::Nap: a signal does not
+// end a nap, WakeNappers() does, and so does a waiter on the timeline whose
+// producer naps. Runs under ThreadSanitizer.
 #include "common/timeline.h"
 
 #include <gtest/gtest.h>
@@ -9,6 +11,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <thread>
 
 namespace tern {
@@ -66,6 +69,69 @@ TEST(Timeline, LongWaitsSleepInsteadOfPolling) {
   signaler.join();
   EXPECT_LT(cpu_late, wall_late / 3)
       << "CPU " << cpu_late / 1000 << " us over " << wall_late / 1000 << " us of waiting";
+}
+
+// Returns once a thread naps on `timeline`.
+void AwaitNapper(const Timeline& timeline) {
+  while (timeline.nappers() == 0) std::this_thread::sleep_for(std::chrono::microseconds(50));
+}
+
+TEST(Timeline, ANapEndsAtItsTimeoutNotAtASignal) {
+  Timeline doorbell;
+  constexpr uint64_t kNapNs = 300'000'000;  // 0.3 s
+  bool reached = false;
+  uint64_t took = 0;
+  std::thread napper([&] {
+    const uint64_t start = WallNs();
+    reached = doorbell.Nap(1, kNapNs);
+    took = WallNs() - start;
+  });
+  AwaitNapper(doorbell);
+  doorbell.Signal(1);  // a submission: the napping engine is not woken
+  napper.join();
+  EXPECT_TRUE(reached);
+  EXPECT_GE(took, kNapNs * 9 / 10) << "the nap ended after " << took / 1000 << " us";
+  // A nap for a value already reached returns at once; one for a value
+  // never reached returns false at its timeout.
+  EXPECT_TRUE(doorbell.Nap(1, kNapNs));
+  EXPECT_FALSE(doorbell.Nap(2, 1'000'000));
+}
+
+TEST(Timeline, WakeNappersEndsANapAtOnce) {
+  Timeline doorbell;
+  bool reached = false;
+  uint64_t took = 0;
+  std::thread napper([&] {
+    const uint64_t start = WallNs();
+    reached = doorbell.Nap(1, 20'000'000'000ull);  // 20 s
+    took = WallNs() - start;
+  });
+  AwaitNapper(doorbell);
+  doorbell.Signal(1);
+  doorbell.WakeNappers();
+  napper.join();
+  EXPECT_TRUE(reached);
+  EXPECT_LT(took, 10'000'000'000ull) << "the nap ran to its timeout";
+}
+
+// The queue's arrangement: an engine naps on its doorbell and advances the
+// completion timeline; a submission rings the doorbell without waking it,
+// and a thread that waits for the completion ends the nap.
+TEST(Timeline, AWaiterEndsTheNapOfTheEngineItWaitsFor) {
+  auto doorbell = std::make_shared<Timeline>();
+  Timeline completion;
+  completion.set_producer_doorbell(doorbell);
+  uint64_t napped = 0;
+  std::thread engine([&] {
+    const uint64_t start = WallNs();
+    if (doorbell->Nap(1, 20'000'000'000ull)) completion.Signal(1);
+    napped = WallNs() - start;
+  });
+  AwaitNapper(*doorbell);
+  doorbell->Signal(1);
+  EXPECT_TRUE(completion.Wait(1, 10'000'000'000ull)) << "the waiter did not end the nap";
+  engine.join();
+  EXPECT_LT(napped, 10'000'000'000ull);
 }
 
 }  // namespace
