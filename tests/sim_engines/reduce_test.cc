@@ -218,6 +218,49 @@ TEST(ReduceTest, EmptyScalarAndMixedOutputs) {
   EXPECT_EQ(i8out.GetInt(0), static_cast<int8_t>(300));
 }
 
+// ANY / ALL of bool and i8 rows whose reduced dimensions are innermost and
+// contiguous take a byte scan (kernels_reduce.cc, AnyAllOfBytes): rows that
+// are all true, all false, or true but for one element at either end; kept
+// dimensions contiguous, permuted and broadcast; enough rows that the pool
+// splits them (each part starts its row walk mid-tensor).
+TEST(ReduceTest, AnyAndAllOfByteRowsMatchTheReference) {
+  std::mt19937_64 rng(14);
+  struct Case {
+    Shape shape;
+    std::vector<int> order;  // storage order (empty: row-major)
+    std::vector<int64_t> axes;
+  };
+  const Case cases[] = {
+      {{8, 4, 32, 32}, {}, {-1}},   // the attention softmax's rows
+      {{64, 64, 40}, {}, {2}},      // split across the pool
+      {{6, 5, 7}, {}, {1, 2}},      // two reduced dimensions, one run
+      {{6, 5, 7}, {1, 0, 2}, {2}},  // kept dimensions permuted
+      {{6, 5, 7}, {2, 0, 1}, {0}},  // reduced dimension strided: general path
+      {{9, 1, 33}, {}, {-1}},       // a size-1 kept dimension
+  };
+  for (tern_dtype_t dt : {TERN_DTYPE_BOOL, TERN_DTYPE_I8}) {
+    for (const Case& c : cases) {
+      Tensor in = c.order.empty() ? Tensor(dt, c.shape) : Tensor::Permuted(dt, c.shape, c.order);
+      // Per element: mostly true, with whole false rows and lone zeros.
+      std::uniform_int_distribution<int> pick(0, 9);
+      for (int64_t i = 0; i < in.count(); ++i) {
+        const int r = pick(rng);
+        in.SetInt(i, r == 0 ? 0 : (dt == TERN_DTYPE_I8 && r == 1 ? -3 : 1));
+      }
+      for (int fn : {TERN_REDUCE_ANY, TERN_REDUCE_ALL}) {
+        CheckReduce(fn, in, c.axes, TERN_DTYPE_BOOL);
+      }
+      // All ones, then all zeros: ALL true and ANY false everywhere.
+      for (int64_t i = 0; i < in.count(); ++i) in.SetInt(i, 1);
+      for (int fn : {TERN_REDUCE_ANY, TERN_REDUCE_ALL})
+        CheckReduce(fn, in, c.axes, TERN_DTYPE_BOOL);
+      for (int64_t i = 0; i < in.count(); ++i) in.SetInt(i, 0);
+      for (int fn : {TERN_REDUCE_ANY, TERN_REDUCE_ALL})
+        CheckReduce(fn, in, c.axes, TERN_DTYPE_BOOL);
+    }
+  }
+}
+
 TEST(ReduceTest, LargeColumnRowAndBlockedPathsAreThreadCountIndependent) {
   std::mt19937_64 rng(13);
   struct Case {
