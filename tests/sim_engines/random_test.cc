@@ -6,6 +6,7 @@
 #include <set>
 
 #include "driver_shim/sim/engines/numerics.h"
+#include "driver_shim/sim/engines/philox_blocks.h"
 #include "kernel_test_util.h"
 
 namespace tern::testing {
@@ -29,6 +30,43 @@ TEST(RandomTest, StreamLayoutIsTheDocumentedOne) {
                                 static_cast<uint32_t>(kSeed), static_cast<uint32_t>(kSeed >> 32));
     EXPECT_EQ(out.Get(i), (r.v[i % 4] >> 8) * 0x1.0p-24) << i;
   }
+}
+
+// Every code the CPU runs (AVX-512, AVX2, portable) computes each block as
+// the per-block definition does: counts that leave tails after the vector
+// passes, counters whose low word wraps inside a pass, a 64-bit offset, and
+// a key with both halves set.
+TEST(RandomTest, EveryPhiloxCodeMatchesTheBlockDefinition) {
+  using sim::kernels::PhiloxCode;
+  struct Case {
+    uint64_t seed, offset, first;
+    int64_t count;
+  };
+  const Case cases[] = {{0, 0, 0, 1},
+                        {static_cast<uint64_t>(kSeed), 13, 0, 16},
+                        {static_cast<uint64_t>(kSeed), 13, 5, 37},
+                        {~0ull, 0xfffffff0ull, 3, 40},  // low word wraps mid-pass
+                        {0x0123456789abcdefull, 0x7fffffffffffff00ull, 1000, 257}};
+  int codes_run = 0;
+  for (PhiloxCode code :
+       {PhiloxCode::kBest, PhiloxCode::kPortable, PhiloxCode::kAvx2, PhiloxCode::kAvx512}) {
+    if (!sim::kernels::PhiloxCodeRuns(code)) continue;
+    ++codes_run;
+    for (const Case& c : cases) {
+      std::vector<uint32_t> words(static_cast<size_t>(4 * c.count) + 4, 0xdeadbeefu);
+      sim::kernels::PhiloxBlocks(c.seed, c.offset, c.first, c.count, words.data(), code);
+      for (int64_t j = 0; j < c.count; ++j) {
+        const sim::num::Philox4 block =
+            sim::num::RandomBlock(c.seed, c.offset, c.first + static_cast<uint64_t>(j));
+        for (int w = 0; w < 4; ++w) {
+          ASSERT_EQ(block.v[w], words[4 * j + w]) << "code " << static_cast<int>(code) << ", first "
+                                                  << c.first << ", block " << j << ", word " << w;
+        }
+      }
+      EXPECT_EQ(0xdeadbeefu, words[4 * c.count]) << "wrote past the last block";
+    }
+  }
+  EXPECT_GE(codes_run, 2);
 }
 
 TEST(RandomTest, EveryFunctionMatchesTheElementByElementDefinition) {

@@ -15,6 +15,7 @@
 
 #include "driver_shim/sim/engines/kernels_internal.h"
 #include "driver_shim/sim/engines/numerics.h"
+#include "driver_shim/sim/engines/philox_blocks.h"
 
 namespace tern::sim::kernels {
 namespace {
@@ -1433,19 +1434,6 @@ float NextDown(tern_dtype_t dtype, float v) {
   return dtype == TERN_DTYPE_BF16 ? num::Bf16ToF32(bits) : num::F16ToF32(bits);
 }
 
-// The words of `count` consecutive blocks of the stream of (`seed`,
-// `offset`) from block `first`, interleaved: words[4 * j + lane]. The blocks
-// are independent, so the loop runs across them in vector lanes (computed
-// per element, each block was a chain of dependent multiplies and a branch
-// for every word).
-TERN_VECTOR_CLONES
-void PhiloxWords(uint64_t seed, uint64_t offset, uint64_t first, int64_t count, uint32_t* words) {
-  for (int64_t j = 0; j < count; ++j) {
-    const num::Philox4 block = num::RandomBlock(seed, offset, first + static_cast<uint64_t>(j));
-    for (int lane = 0; lane < 4; ++lane) words[4 * j + lane] = block.v[lane];
-  }
-}
-
 // Uniform f32 values in [a, b) from words: a + (b - a) * u in double,
 // rounded to f32, and below_high where that rounds up to b. [0, 1) is u
 // itself (exact either way), the pools' and torch.rand's case.
@@ -1504,7 +1492,7 @@ Status RunRandom(const driver::Instruction& ins, Operands ops) {
       const int64_t blocks =
           static_cast<int64_t>((static_cast<uint64_t>(pos + m - 1)) / 4 - first) + 1;
       alignas(64) uint32_t words[kChunk + 8];
-      PhiloxWords(seed, offset, first, blocks, words);
+      PhiloxBlocks(seed, offset, first, blocks, words);
       const uint32_t* w = words + (static_cast<uint64_t>(pos) - 4 * first);
       switch (fn) {
         case TERN_RANDOM_UNIFORM:
