@@ -53,6 +53,13 @@ void FutexWakeAll(std::atomic<uint32_t>* word) {
           nullptr, 0);
 }
 
+struct timespec Timespec(uint64_t ns) {
+  struct timespec ts;
+  ts.tv_sec = static_cast<time_t>(ns / 1000000000ull);
+  ts.tv_nsec = static_cast<long>(ns % 1000000000ull);
+  return ts;
+}
+
 }  // namespace
 
 uint64_t MonotonicNs() {
@@ -123,7 +130,7 @@ bool Timeline::Wait(uint64_t target, uint64_t timeout_ns) const {
   uint64_t slept = 0;
   if (typical >= kLongWaitNs) {
     slept = std::min(timeout_ns, typical - kWakeAheadNs);
-    if (Sleep(target, slept)) {
+    if (SleepOnFutex(target, slept)) {
       NoteWait(typical, MonotonicNs() - start);
       return true;
     }
@@ -133,7 +140,7 @@ bool Timeline::Wait(uint64_t target, uint64_t timeout_ns) const {
       slept > 0 ? std::min(left, 2 * kWakeAheadNs)
                 : std::min(left, std::clamp<uint64_t>(2 * typical, kYieldNs, kMaxPollNs));
   bool reached = PollAtLeast(value_, target, polling);
-  if (!reached && left > polling) reached = Sleep(target, left - polling);
+  if (!reached && left > polling) reached = SleepOnFutex(target, left - polling);
   if (reached) NoteWait(typical, MonotonicNs() - start);
   return reached;
 }
@@ -151,6 +158,12 @@ bool Timeline::Sleep(uint64_t target, uint64_t timeout_ns) const {
   if (value_.load(std::memory_order_acquire) >= target) return true;
   if (timeout_ns == 0) return false;
   WakeProducer();
+  return SleepOnFutex(target, timeout_ns);
+}
+
+bool Timeline::SleepOnFutex(uint64_t target, uint64_t timeout_ns) const {
+  if (value_.load(std::memory_order_acquire) >= target) return true;
+  if (timeout_ns == 0) return false;
   const uint64_t now = MonotonicNs();
   // Timeouts too long to represent as a deadline (UINT64_MAX included) wait forever.
   const bool infinite = timeout_ns >= UINT64_MAX - now;
@@ -165,9 +178,7 @@ bool Timeline::Sleep(uint64_t target, uint64_t timeout_ns) const {
       uint64_t now = MonotonicNs();
       // A registration left behind costs one needless wake at most.
       if (now >= deadline) return false;
-      uint64_t left = deadline - now;
-      ts.tv_sec = static_cast<time_t>(left / 1000000000ull);
-      ts.tv_nsec = static_cast<long>(left % 1000000000ull);
+      ts = Timespec(deadline - now);
       tsp = &ts;
     }
     FutexWait(const_cast<std::atomic<uint32_t>*>(&wake_word_), word, tsp);
@@ -182,9 +193,7 @@ bool Timeline::Nap(uint64_t target, uint64_t timeout_ns) const {
   const uint32_t word = wake_word_.load(std::memory_order_seq_cst);
   bool reached = value_.load(std::memory_order_seq_cst) >= target;
   if (!reached && timeout_ns > 0) {
-    struct timespec ts;
-    ts.tv_sec = static_cast<time_t>(timeout_ns / 1000000000ull);
-    ts.tv_nsec = static_cast<long>(timeout_ns % 1000000000ull);
+    const struct timespec ts = Timespec(timeout_ns);
     FutexWait(&wake_word_, word, &ts);
     reached = value_.load(std::memory_order_acquire) >= target;
   }

@@ -86,6 +86,8 @@ class Timeline {
  private:
   // Lowers sleeper_target_ to `target` if it is higher.
   void RegisterSleeper(uint64_t target) const;
+  // Sleep() without waking the producer: for Wait(), which has.
+  bool SleepOnFutex(uint64_t target, uint64_t timeout_ns) const;
   // Folds a wait that took `took` into typical_wait_ns_ (read as `typical`).
   void NoteWait(uint64_t typical, uint64_t took) const;
 
