@@ -450,36 +450,29 @@ void ReduceDispatch(int64_t fn, const ReduceGeometry& g, const TensorView& in,
 }
 
 // ANY / ALL of one-byte values (bool, i8) over innermost dimensions that are
-// contiguous, into a bool output: a byte scan per output, its offsets
-// stepped like an odometer. The general path loads every run through
-// int64 and locates every output by division, ~50 ns an output: PyTorch's
-// attention softmax (the math path of scaled_dot_product_attention) asks
-// all(isneginf(scores), -1) of every row, 59 us a call for 1024 rows of 32
-// in a small transformer's training step. Returns false for other cases.
+// contiguous, into a bool output: a byte scan per output. The general path
+// loads every run through int64 and locates every output by division, ~50 ns
+// an output: PyTorch's attention softmax (the math path of
+// scaled_dot_product_attention) asks all(isneginf(scores), -1) of every row,
+// 59 us a call for 1024 rows of 32 in a small transformer's training step.
+// Returns false for other cases.
 bool AnyAllOfBytes(int64_t fn, const ReduceGeometry& g, const TensorView& in,
                    const TensorView& out) {
   if (fn != TERN_REDUCE_ANY && fn != TERN_REDUCE_ALL) return false;
   if (in.desc->dtype != TERN_DTYPE_BOOL && in.desc->dtype != TERN_DTYPE_I8) return false;
   if (out.desc->dtype != TERN_DTYPE_BOOL || g.red_rank == 0) return false;
-  // The reduced dimensions: one contiguous run, after every kept one.
-  int64_t pitch = 1;
-  for (int d = static_cast<int>(g.red_rank) - 1; d >= 0; --d) {
-    if (g.red_shape[d] != 1 && g.red_in[d] != pitch) return false;
-    pitch *= g.red_shape[d];
-  }
+  // The reduced dimensions: one contiguous run.
+  const Layout red = MakeLayout(g.red_rank, g.red_shape, {g.red_in});
+  if (red.rank != 1 || (red.shape[0] > 1 && red.strides[0][0] != 1)) return false;
+  // One line per output: its row's offset in `in` (operand 0) and its
+  // element in `out` (operand 1).
+  const Layout rows = MakeLayout(g.kept_rank, g.kept_shape, {g.kept_in, g.kept_out});
   const int64_t n = g.reduced;
   const bool any = fn == TERN_REDUCE_ANY;
   const int64_t grain = std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, n));
   ParallelFor(g.outputs, grain, [&](int64_t begin, int64_t end) {
-    int64_t index[TERN_MAX_RANK] = {};
-    for (int64_t d = static_cast<int64_t>(g.kept_rank) - 1, rest = begin; d >= 0; --d) {
-      index[d] = rest % g.kept_shape[d];
-      rest /= g.kept_shape[d];
-    }
-    int64_t in_off = 0, out_off = 0;
-    KeptOffsets(g, begin, g.kept_rank, &in_off, &out_off);
-    for (int64_t o = begin; o < end; ++o) {
-      const uint8_t* p = in.data + in_off;
+    ForEachLine(rows, begin, end, [&](const int64_t* offsets) {
+      const uint8_t* p = in.data + offsets[0];
       bool result = !any;
       for (int64_t i = 0; i < n; ++i) {
         if ((p[i] != 0) == any) {
@@ -487,17 +480,8 @@ bool AnyAllOfBytes(int64_t fn, const ReduceGeometry& g, const TensorView& in,
           break;
         }
       }
-      out.data[out_off] = result ? 1 : 0;
-      // The next output: the innermost kept index that does not wrap.
-      for (int d = static_cast<int>(g.kept_rank) - 1; d >= 0; --d) {
-        in_off += g.kept_in[d];
-        out_off += g.kept_out[d];
-        if (++index[d] < g.kept_shape[d]) break;
-        in_off -= g.kept_in[d] * g.kept_shape[d];
-        out_off -= g.kept_out[d] * g.kept_shape[d];
-        index[d] = 0;
-      }
-    }
+      out.data[offsets[1]] = result ? 1 : 0;
+    });
   });
   return true;
 }
