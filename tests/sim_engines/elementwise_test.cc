@@ -9,6 +9,7 @@
 #include <cmath>
 #include <limits>
 
+#include "driver_shim/sim/engines/kernels_internal.h"
 #include "kernel_test_util.h"
 
 namespace tern::testing {
@@ -529,6 +530,74 @@ TEST(BinaryTest, LargeTensorsTakeTheThreadedPath) {
   for (int64_t i = 0; i < a.count(); ++i) ref[i] = static_cast<float>(a.Get(i) + b.Get(i));
   ASSERT_TRUE(Exec(TERN_OP_BINARY, {&a, &a, &b}, {TERN_BINARY_ADD}).ok());
   EXPECT_TRUE(Equal(a, ref));
+}
+
+// A like-permuted output and input (`q.transpose(1, 2) * s` in attention)
+// are walked in memory order: one contiguous run. Walked in logical order
+// every element was a new cache line (57 us against PyTorch's 6 for a
+// [8, 4, 16, 32] tensor).
+TEST(LayoutTest, LikePermutedOperandsAreWalkedInMemoryOrder) {
+  using sim::kernels::Layout;
+  const int64_t shape[] = {8, 4, 16, 32};
+  const int64_t permuted[] = {64, 16, 1, 512};
+  const Layout logical = sim::kernels::MakeLayout(4, shape, {permuted, permuted});
+  EXPECT_EQ(logical.strides[0][logical.rank - 1], 512);
+  const Layout l = sim::kernels::MakeLayoutInMemoryOrder(
+      4, shape, std::span<const int64_t* const>(std::array{permuted, permuted}));
+  EXPECT_EQ(l.rank, 1);
+  EXPECT_EQ(l.count, 8 * 4 * 16 * 32);
+  EXPECT_EQ(l.strides[0][0], 1);
+  EXPECT_EQ(l.strides[1][0], 1);
+  // The output's order decides; an input broadcast along a dimension does
+  // not, and another input's strides only break ties.
+  const int64_t out_shape[] = {3, 5};
+  const int64_t column_major[] = {1, 3};
+  const int64_t broadcast[] = {0, 1};
+  const Layout o = sim::kernels::MakeLayoutInMemoryOrder(
+      2, out_shape, std::span<const int64_t* const>(std::array{column_major, broadcast}));
+  ASSERT_EQ(o.rank, 2);
+  EXPECT_EQ(o.shape[1], 3);  // logical dim 0 is innermost
+  EXPECT_EQ(o.strides[0][1], 1);
+  EXPECT_EQ(o.strides[1][1], 0);
+  // Nothing decides (a stride 0 beside the other): the logical order stays.
+  const int64_t repeated_rows[] = {5, 0};
+  const Layout z = sim::kernels::MakeLayoutInMemoryOrder(
+      2, out_shape, std::span<const int64_t* const>(std::array{repeated_rows}));
+  ASSERT_EQ(z.rank, 2);
+  EXPECT_EQ(z.shape[1], 5);
+  EXPECT_EQ(z.strides[0][1], 0);
+}
+
+TEST(LayoutTest, OperationsOnPermutedOperandsGiveLogicalResults) {
+  std::mt19937_64 rng(9);
+  const Shape shape = {3, 4, 5, 6};
+  const std::vector<int> order = {0, 2, 3, 1};  // dim 1 innermost in memory
+  Tensor a = Tensor::Permuted(TERN_DTYPE_F32, shape, order);
+  Tensor b(TERN_DTYPE_F32, shape);  // contiguous: a different order
+  Tensor out = Tensor::Permuted(TERN_DTYPE_F32, shape, order);
+  a.Randomize(rng);
+  b.Randomize(rng);
+  out.Poison();
+  ASSERT_TRUE(Exec(TERN_OP_BINARY, {&out, &a, &b}, {TERN_BINARY_SUB}).ok());
+  std::vector<double> ref(out.count());
+  for (int64_t i = 0; i < out.count(); ++i) ref[i] = static_cast<float>(a.Get(i) - b.Get(i));
+  EXPECT_TRUE(Equal(out, ref));
+  // A broadcast input beside them, and an output in the other order.
+  Tensor row = Tensor::Broadcast(TERN_DTYPE_F32, shape, {true, false, true, false});
+  row.Randomize(rng);
+  Tensor out2(TERN_DTYPE_F32, shape);
+  out2.Poison();
+  ASSERT_TRUE(Exec(TERN_OP_BINARY, {&out2, &a, &row}, {TERN_BINARY_MUL}).ok());
+  for (int64_t i = 0; i < out2.count(); ++i) ref[i] = static_cast<float>(a.Get(i) * row.Get(i));
+  EXPECT_TRUE(Equal(out2, ref));
+  // A unary function and a fill through the same walk.
+  out.Poison();
+  ASSERT_TRUE(Exec(TERN_OP_UNARY, {&out, &a}, {TERN_UNARY_NEG}).ok());
+  for (int64_t i = 0; i < out.count(); ++i) ref[i] = -a.Get(i);
+  EXPECT_TRUE(Equal(out, ref));
+  out.Poison();
+  ASSERT_TRUE(Exec(TERN_OP_FILL, {&out}, {}, {1.5}).ok());
+  EXPECT_TRUE(Equal(out, std::vector<double>(out.count(), 1.5)));
 }
 
 // ----------------------------------------------------------------------------

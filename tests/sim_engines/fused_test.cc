@@ -110,6 +110,28 @@ TEST(ElementwiseProgram, SameBitsAsTheStepsOneByOne) {
   }
 }
 
+// Outputs laid out transposed, like the permuted input c: the program walks
+// the elements in the first output's memory order and gives the same bits.
+TEST(ElementwiseProgram, TransposedOutputsSameBits) {
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{7, 300}, {300, 700}}) {
+    SCOPED_TRACE(ShapeStr({rows, cols}));
+    Inputs in = MakeInputs(TERN_DTYPE_F32, rows, cols, 12);
+    Tensor out0 = Tensor::Permuted(TERN_DTYPE_F32, {rows, cols}, {1, 0}),
+           out1 = Tensor::Permuted(TERN_DTYPE_F32, {rows, cols}, {1, 0}),
+           out2(TERN_DTYPE_BOOL, {rows, cols});
+    for (Tensor* t : {&out0, &out1, &out2}) t->Poison();
+    ASSERT_TRUE(Exec(TERN_OP_ELEMENTWISE, Operands({&out0, &out1, &out2}, {&in.a, &in.b, &in.c}),
+                     Program(kSteps, {15, 10, 12, kNone}), kFloats)
+                    .ok());
+    Tensor want0(TERN_DTYPE_F32, {rows, cols}), want1(TERN_DTYPE_F32, {rows, cols}),
+        want2(TERN_DTYPE_BOOL, {rows, cols});
+    RunUnfused(in, &want0, &want1, &want2);
+    EXPECT_TRUE(SameBits(out0, want0));
+    EXPECT_TRUE(SameBits(out1, want1));
+    EXPECT_TRUE(SameBits(out2, want2));
+  }
+}
+
 TEST(ElementwiseProgram, HalfPrecisionRoundsOnceAtTheEnd) {
   for (tern_dtype_t dtype : {TERN_DTYPE_BF16, TERN_DTYPE_F16}) {
     Inputs in = MakeInputs(dtype, 5, 40, 3);

@@ -48,8 +48,8 @@ void Elementwise(const isa::OperandDesc& shape, Arg out, std::initializer_list<A
   int k = 1;
   for (const Arg& a : inputs) args[k++] = a;
   for (int i = 0; i <= nin; ++i) strides[i] = args[i].strides;
-  const Layout l =
-      MakeLayout(shape.rank, shape.shape.data(), std::span<const int64_t* const>(strides, nin + 1));
+  const Layout l = MakeLayoutInMemoryOrder(shape.rank, shape.shape.data(),
+                                           std::span<const int64_t* const>(strides, nin + 1));
   if (l.count == 0) return;
   const int last = l.rank - 1;
   int64_t esize[kMaxArgs];
@@ -306,7 +306,9 @@ Status RunFill(const driver::Instruction& ins, Operands ops) {
         break;
     }
   }
-  const Layout l = MakeLayout(dst.rank, dst.shape.data(), {dst.strides.data()});
+  const int64_t* dst_strides = dst.strides.data();
+  const Layout l = MakeLayoutInMemoryOrder(dst.rank, dst.shape.data(),
+                                           std::span<const int64_t* const>(&dst_strides, 1));
   if (l.count == 0) return OkStatus();
   const int last = l.rank - 1;
   ParallelFor(l.count, kParallelGrain, [&](int64_t begin, int64_t end) {
@@ -1170,8 +1172,8 @@ Status RunElementwiseProgram(const driver::Instruction& ins, Operands ops) {
     ++count;
   }
   for (int s = static_cast<int>(ops.size()); s < kMaxLayoutOperands; ++s) operand_of_slot[s] = -1;
-  const Layout l =
-      MakeLayout(shape.rank, shape.shape.data(), std::span<const int64_t* const>(strides, count));
+  const Layout l = MakeLayoutInMemoryOrder(shape.rank, shape.shape.data(),
+                                           std::span<const int64_t* const>(strides, count));
   if (l.count == 0) return OkStatus();
   const int last = l.rank - 1;
   int64_t output_register[TERN_PROGRAM_OUTPUTS];

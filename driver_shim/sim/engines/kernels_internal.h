@@ -114,6 +114,16 @@ inline Layout MakeLayout(uint32_t rank, const int64_t* shape,
   return MakeLayout(rank, shape, std::span<const int64_t* const>(strides.begin(), strides.size()));
 }
 
+// The same layout with its dimensions first put in memory order, for walks
+// that may visit the elements in any order (an elementwise operation, a
+// fill): the dimension with the smallest stride becomes the innermost, as
+// PyTorch's TensorIterator orders them. The first operand's strides decide,
+// the later ones break its ties; a broadcast (stride 0) decides nothing. A
+// permuted view and its like-permuted result (`q.transpose(1, 2) * s`) are
+// then one contiguous run instead of one element per cache line.
+Layout MakeLayoutInMemoryOrder(uint32_t rank, const int64_t* shape,
+                               std::span<const int64_t* const> strides);
+
 // Calls fn(offsets, n) for each run of the innermost dimension within the
 // logical elements [begin, end) (row-major order): offsets[i] is operand i's
 // element offset at the run start; the run's elements follow at

@@ -60,6 +60,45 @@ Layout MakeLayout(uint32_t rank, const int64_t* shape, std::span<const int64_t* 
   return layout;
 }
 
+Layout MakeLayoutInMemoryOrder(uint32_t rank, const int64_t* shape,
+                               std::span<const int64_t* const> strides) {
+  const int operands = static_cast<int>(strides.size());
+  // <0 when dimension a lies inside b in memory, >0 when outside, 0 when no
+  // operand tells.
+  auto compare = [&](int a, int b) {
+    for (int o = 0; o < operands; ++o) {
+      const int64_t sa = strides[o][a] < 0 ? -strides[o][a] : strides[o][a];
+      const int64_t sb = strides[o][b] < 0 ? -strides[o][b] : strides[o][b];
+      if (sa == 0 || sb == 0 || sa == sb) continue;
+      return sa < sb ? -1 : 1;
+    }
+    return 0;
+  };
+  // order[0] outermost; a stable insertion sort keeps the logical order
+  // wherever the strides do not decide.
+  int order[TERN_MAX_RANK];
+  const int r = static_cast<int>(std::min<uint32_t>(rank, TERN_MAX_RANK));
+  bool permuted = false;
+  for (int d = 0; d < r; ++d) {
+    order[d] = d;
+    for (int j = d; j > 0 && compare(order[j - 1], order[j]) < 0; --j) {
+      std::swap(order[j - 1], order[j]);
+      permuted = true;
+    }
+  }
+  if (!permuted) return MakeLayout(rank, shape, strides);
+  int64_t sorted_shape[TERN_MAX_RANK];
+  int64_t sorted_strides[kMaxLayoutOperands][TERN_MAX_RANK];
+  const int64_t* sorted[kMaxLayoutOperands];
+  for (int d = 0; d < r; ++d) {
+    sorted_shape[d] = shape[order[d]];
+    for (int o = 0; o < operands; ++o) sorted_strides[o][d] = strides[o][order[d]];
+  }
+  for (int o = 0; o < operands; ++o) sorted[o] = sorted_strides[o];
+  return MakeLayout(static_cast<uint32_t>(r), sorted_shape,
+                    std::span<const int64_t* const>(sorted, static_cast<size_t>(operands)));
+}
+
 namespace {
 
 template <typename I>
