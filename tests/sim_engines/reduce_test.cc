@@ -294,6 +294,26 @@ TEST(ReduceTest, LargeColumnRowAndBlockedPathsAreThreadCountIndependent) {
   }
 }
 
+// A column sum of f32 (a bias gradient: [tokens, features] summed over the
+// tokens, here also over a second, strided reduced dimension) adds each
+// output's rows in order in double: exactly the sequential sum, rounded once.
+TEST(ReduceTest, ColumnSumsAddTheRowsInOrderInDouble) {
+  std::mt19937_64 rng(17);
+  Tensor in(TERN_DTYPE_F32, {37, 3, 300});
+  in.Randomize(rng, -1, 1);
+  for (int fn : {TERN_REDUCE_SUM, TERN_REDUCE_MEAN}) {
+    Tensor out(TERN_DTYPE_F32, {1, 1, 300});
+    out.Poison();
+    ASSERT_TRUE(Exec(TERN_OP_REDUCE, {&out, &in}, {fn, 0, 1}).ok());
+    for (int64_t j = 0; j < 300; ++j) {
+      double sum = 0;
+      for (int64_t r = 0; r < 37 * 3; ++r) sum += in.Get(r * 300 + j);
+      if (fn == TERN_REDUCE_MEAN) sum /= 37 * 3;
+      ASSERT_EQ(out.Get(j), static_cast<double>(static_cast<float>(sum))) << j;
+    }
+  }
+}
+
 // ----------------------------------------------------------------------------
 // softmax
 
