@@ -689,6 +689,53 @@ TEST(NormTest, LayerNormRowsInPlaceMatchRowsThroughABuffer) {
   }
 }
 
+// The backward reads and writes contiguous f32 rows where they lie and other
+// layouts through row buffers: the same bits either way, for layer norm and
+// RMS norm, and with grad_in written over grad_out's memory.
+TEST(NormTest, BackwardRowsInPlaceMatchRowsThroughABuffer) {
+  std::mt19937_64 rng(23);
+  const Shape shape = {8, 32, 64};
+  Tensor x(TERN_DTYPE_F32, shape), x_spaced = Tensor::Spaced(TERN_DTYPE_F32, shape);
+  x.Randomize(rng, -3, 3);
+  x_spaced.SetAll(x.Values());
+  Tensor w(TERN_DTYPE_F32, {64}), b(TERN_DTYPE_F32, {64});
+  w.Randomize(rng, 0.5, 1.5);
+  b.Randomize(rng, -1, 1);
+  Tensor out(TERN_DTYPE_F32, shape), mean(TERN_DTYPE_F32, {8, 32}), rstd(TERN_DTYPE_F32, {8, 32});
+  ASSERT_TRUE(Exec(TERN_OP_LAYER_NORM, {&out, &mean, &rstd, &x, &w, &b}, {1}, {1e-5}).ok());
+  Tensor g(TERN_DTYPE_F32, shape), g_spaced = Tensor::Spaced(TERN_DTYPE_F32, shape);
+  g.Randomize(rng, -1, 1);
+  g_spaced.SetAll(g.Values());
+  auto same = [](const Tensor& a, const Tensor& b) {
+    for (int64_t i = 0; i < a.count(); ++i) {
+      if (a.Bits(i) != b.Bits(i)) return ::testing::AssertionFailure() << "element " << i;
+    }
+    return ::testing::AssertionSuccess();
+  };
+  for (bool rms : {false, true}) {
+    SCOPED_TRACE(rms ? "rms norm" : "layer norm");
+    auto run = [&](Tensor* gi, Tensor* gw, Tensor* gb, Tensor* grad, Tensor* in) {
+      return rms ? Exec(TERN_OP_RMS_NORM_BACKWARD, {gi, gw, grad, in, &rstd, &w}, {1})
+                 : Exec(TERN_OP_LAYER_NORM_BACKWARD, {gi, gw, gb, grad, in, &mean, &rstd, &w}, {1});
+    };
+    Tensor gi(TERN_DTYPE_F32, shape), gw(TERN_DTYPE_F32, {64}), gb(TERN_DTYPE_F32, {64});
+    ASSERT_TRUE(run(&gi, &gw, &gb, &g, &x).ok());
+    Tensor gi2 = Tensor::Spaced(TERN_DTYPE_F32, shape), gw2(TERN_DTYPE_F32, {64}),
+           gb2(TERN_DTYPE_F32, {64});
+    ASSERT_TRUE(run(&gi2, &gw2, &gb2, &g_spaced, &x_spaced).ok());
+    EXPECT_TRUE(same(gi, gi2));
+    EXPECT_TRUE(same(gw, gw2));
+    if (!rms) {
+      EXPECT_TRUE(same(gb, gb2));
+    }
+    Tensor in_place(TERN_DTYPE_F32, shape);
+    in_place.SetAll(g.Values());
+    ASSERT_TRUE(run(&in_place, &gw2, &gb2, &in_place, &x).ok());
+    EXPECT_TRUE(same(in_place, gi));
+    EXPECT_TRUE(same(gw, gw2));
+  }
+}
+
 TEST(NormTest, RmsNormForwardAndBackward) {
   std::mt19937_64 rng(19);
   for (tern_dtype_t dt : kFloatDtypes) {

@@ -88,6 +88,10 @@ float MaxOrNan(const float* x, int64_t n) {
   return nan ? std::numeric_limits<float>::quiet_NaN() : m;
 }
 
+// Eight floats, and eight doubles (the partial sums below, one vector).
+using F32x8 = float __attribute__((vector_size(32)));
+using F64x8 = double __attribute__((vector_size(64)));
+
 // Sum of (x[i] - mean)^2 in double, in SumF32's order of eight partial sums.
 TERN_VECTOR_CLONES
 double SumSquaredDeviations(const float* x, double mean, int64_t n) {
@@ -106,29 +110,37 @@ double SumSquaredDeviations(const float* x, double mean, int64_t n) {
   return SumOfEight(acc);
 }
 
-// One row of a norm's backward (RMS norm: mean 0, no bias): x becomes
-// xhat = (x - mean) * rstd and gw the weighted gradient g * w (g without a
-// weight); returns sum(gw * xhat) and sum(gw) in double (eight partial sums)
-// and adds g * xhat and g to the partial rows of the weight's and the bias's
-// gradients where given.
+// One row of a norm's backward (RMS norm: mean 0, no bias): x_hat gets
+// (x - mean) * rstd (it may be x itself) and gw the weighted gradient g * w
+// (g without a weight); returns sum(gw * x_hat) and sum(gw) in double (eight
+// partial sums) and adds g * x_hat and g to the partial rows of the weight's
+// and the bias's gradients where given.
 TERN_VECTOR_CLONES
 void NormBackwardRow(const float* g, const float* weight, float mean, float rstd, int64_t n,
-                     float* x, float* gw, double* weight_grad, double* bias_grad,
+                     const float* x_in, float* x, float* gw, double* weight_grad, double* bias_grad,
                      double* sum_gw_xhat, double* sum_gw) {
-  for (int64_t i = 0; i < n; ++i) x[i] = (x[i] - mean) * rstd;
+  for (int64_t i = 0; i < n; ++i) x[i] = (x_in[i] - mean) * rstd;
   if (weight != nullptr) {
     for (int64_t i = 0; i < n; ++i) gw[i] = g[i] * weight[i];
   } else {
     for (int64_t i = 0; i < n; ++i) gw[i] = g[i];
   }
-  double a1[8] = {}, a2[8] = {};
+  // The eight partial sums in one vector of doubles: written as eight
+  // scalars, GCC kept them in eight registers and converted and added one
+  // element at a time (half of a layer-norm backward's time).
+  F64x8 v1 = {}, v2 = {};
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    for (int j = 0; j < 8; ++j) {
-      a1[j] += static_cast<double>(gw[i + j]) * x[i + j];
-      a2[j] += gw[i + j];
-    }
+    F32x8 g8, x8;
+    std::memcpy(&g8, gw + i, sizeof g8);
+    std::memcpy(&x8, x + i, sizeof x8);
+    const F64x8 gd = __builtin_convertvector(g8, F64x8), xd = __builtin_convertvector(x8, F64x8);
+    v1 += gd * xd;
+    v2 += gd;
   }
+  double a1[8], a2[8];
+  std::memcpy(a1, &v1, sizeof a1);
+  std::memcpy(a2, &v2, sizeof a2);
   for (int j = 0; i < n; ++i, ++j) {
     a1[j] += static_cast<double>(gw[i]) * x[i];
     a2[j] += gw[i];
@@ -143,11 +155,11 @@ void NormBackwardRow(const float* g, const float* weight, float mean, float rstd
   }
 }
 
-// The input's gradient from NormBackwardRow's results, in place of gw.
+// The input's gradient from NormBackwardRow's results, into out (may be gw).
 TERN_VECTOR_CLONES
-void NormGradInput(float* gw, const float* xhat, float rstd, float mean_gw_xhat, float mean_gw,
-                   int64_t n) {
-  for (int64_t i = 0; i < n; ++i) gw[i] = rstd * (gw[i] - mean_gw - xhat[i] * mean_gw_xhat);
+void NormGradInput(float* out, const float* gw, const float* xhat, float rstd, float mean_gw_xhat,
+                   float mean_gw, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = rstd * (gw[i] - mean_gw - xhat[i] * mean_gw_xhat);
 }
 
 // x = (x - mean) * rstd, then * weight and + bias where given (may be null).
@@ -573,8 +585,14 @@ struct Rows {
   }
 };
 
-// Loads / stores a row of n elements (a strided layout) as floats.
+// Loads / stores a row of n elements (a strided layout) as floats. A
+// contiguous f32 row is one memcpy (a layer norm's rows are).
 void LoadRow(const TensorView& v, int64_t base, const Layout& l, float* buf) {
+  if (v.desc->dtype == TERN_DTYPE_F32 && l.rank == 1 && l.strides[0][0] == 1) {
+    std::memcpy(buf, reinterpret_cast<const float*>(v.data) + base,
+                static_cast<size_t>(l.count) * sizeof(float));
+    return;
+  }
   const int64_t esize = static_cast<int64_t>(isa::DTypeSize(v.desc->dtype));
   ForEachRun(l, 0, l.count, [&](const int64_t* off, int64_t n) {
     LoadF32(v.desc->dtype, v.data + (base + off[0]) * esize, l.strides[0][l.rank - 1], n, buf);
@@ -583,11 +601,30 @@ void LoadRow(const TensorView& v, int64_t base, const Layout& l, float* buf) {
 }
 
 void StoreRow(const TensorView& v, int64_t base, const Layout& l, const float* buf) {
+  if (v.desc->dtype == TERN_DTYPE_F32 && l.rank == 1 && l.strides[0][0] == 1) {
+    std::memcpy(reinterpret_cast<float*>(v.data) + base, buf,
+                static_cast<size_t>(l.count) * sizeof(float));
+    return;
+  }
   const int64_t esize = static_cast<int64_t>(isa::DTypeSize(v.desc->dtype));
   ForEachRun(l, 0, l.count, [&](const int64_t* off, int64_t n) {
     StoreF32(v.desc->dtype, v.data + (base + off[0]) * esize, l.strides[0][l.rank - 1], n, buf);
     buf += n;
   });
+}
+
+// The row at `base` itself when it is contiguous f32 (read or written in
+// place, no copy through a buffer), else null.
+float* ContiguousF32Row(const TensorView& v, int64_t base, const Layout& l) {
+  if (v.desc->dtype != TERN_DTYPE_F32 || l.rank != 1 || l.strides[0][0] != 1) return nullptr;
+  return reinterpret_cast<float*>(v.data) + base;
+}
+
+// The row at `base`: in place when contiguous f32, else loaded into buf.
+const float* RowOf(const TensorView& v, int64_t base, const Layout& l, float* buf) {
+  if (const float* row = ContiguousF32Row(v, base, l)) return row;
+  LoadRow(v, base, l, buf);
+  return buf;
 }
 
 void StoreOne(const TensorView& v, int64_t offset, float value) {
@@ -936,15 +973,19 @@ Status RunLayerNormBackward(const driver::Instruction& ins, Operands ops) {
         for (int64_t r = blk * block_rows; r < std::min(rows, (blk + 1) * block_rows); ++r) {
           int64_t off[5];
           n.rows.Offsets(r, 5, off);
-          LoadRow(ops[3], off[1], lgo, g.data());
-          LoadRow(ops[4], off[2], lin, x.data());
+          // Rows are read and written in place where they are contiguous
+          // f32 (a row's reads all come before its write, so grad_in may be
+          // grad_out's memory).
+          const float* grad_out = RowOf(ops[3], off[1], lgo, g.data());
+          const float* input = RowOf(ops[4], off[2], lin, x.data());
           const float mean = LoadOne(ops[5], off[3]), rstd = LoadOne(ops[6], off[4]);
           double c1 = 0, c2 = 0;
-          NormBackwardRow(g.data(), w.empty() ? nullptr : w.data(), mean, rstd, len, x.data(),
-                          gw.data(), pwb, pbb, &c1, &c2);
+          NormBackwardRow(grad_out, w.empty() ? nullptr : w.data(), mean, rstd, len, input,
+                          x.data(), gw.data(), pwb, pbb, &c1, &c2);
           const float m1 = static_cast<float>(c1 / len), m2 = static_cast<float>(c2 / len);
-          NormGradInput(gw.data(), x.data(), rstd, m1, m2, len);
-          StoreRow(ops[0], off[0], lgi, gw.data());
+          float* grad_in = ContiguousF32Row(ops[0], off[0], lgi);
+          NormGradInput(grad_in ? grad_in : gw.data(), gw.data(), x.data(), rstd, m1, m2, len);
+          if (!grad_in) StoreRow(ops[0], off[0], lgi, gw.data());
         }
       }
     });
@@ -1003,15 +1044,16 @@ Status RunRmsNormBackward(const driver::Instruction& ins, Operands ops) {
         for (int64_t r = blk * block_rows; r < std::min(rows, (blk + 1) * block_rows); ++r) {
           int64_t off[4];
           n.rows.Offsets(r, 4, off);
-          LoadRow(ops[2], off[1], lgo, g.data());
-          LoadRow(ops[3], off[2], lin, x.data());
+          const float* grad_out = RowOf(ops[2], off[1], lgo, g.data());
+          const float* input = RowOf(ops[3], off[2], lin, x.data());
           const float rstd = LoadOne(ops[4], off[3]);
           double c = 0, unused = 0;
-          NormBackwardRow(g.data(), w.empty() ? nullptr : w.data(), 0.0f, rstd, len, x.data(),
-                          gw.data(), pwb, nullptr, &c, &unused);
+          NormBackwardRow(grad_out, w.empty() ? nullptr : w.data(), 0.0f, rstd, len, input,
+                          x.data(), gw.data(), pwb, nullptr, &c, &unused);
           const float m = static_cast<float>(c / len);
-          NormGradInput(gw.data(), x.data(), rstd, m, 0.0f, len);
-          StoreRow(ops[0], off[0], lgi, gw.data());
+          float* grad_in = ContiguousF32Row(ops[0], off[0], lgi);
+          NormGradInput(grad_in ? grad_in : gw.data(), gw.data(), x.data(), rstd, m, 0.0f, len);
+          if (!grad_in) StoreRow(ops[0], off[0], lgi, gw.data());
         }
       }
     });
