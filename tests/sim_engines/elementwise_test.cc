@@ -600,6 +600,29 @@ TEST(LayoutTest, OperationsOnPermutedOperandsGiveLogicalResults) {
   EXPECT_TRUE(Equal(out, std::vector<double>(out.count(), 1.5)));
 }
 
+// An input broadcast along the innermost dimension (a per-row value, stride
+// 0 along runs longer than a chunk) is loaded once per value: every row must
+// still see its own value, in every domain and on the threaded path.
+TEST(BinaryTest, ValuesBroadcastAlongTheRunChangeWithTheRow) {
+  std::mt19937_64 rng(21);
+  for (tern_dtype_t dt : {TERN_DTYPE_F32, TERN_DTYPE_BF16, TERN_DTYPE_F64, TERN_DTYPE_I32}) {
+    for (const Shape& shape : {Shape{5, 3000}, Shape{40, 1500}}) {
+      Tensor a(dt, shape), out(dt, shape);
+      Tensor row = Tensor::Broadcast(dt, shape, {false, true});
+      a.Randomize(rng, -100, 100);
+      row.Randomize(rng, -100, 100);
+      out.Poison();
+      ASSERT_TRUE(Exec(TERN_OP_BINARY, {&out, &a, &row}, {TERN_BINARY_SUB}).ok());
+      std::vector<double> ref(out.count());
+      for (int64_t i = 0; i < out.count(); ++i) {
+        ref[i] = isa::IsFloat(dt) ? RoundToDtype(dt, a.Get(i) - row.Get(i))
+                                  : static_cast<double>(Wrap(dt, a.GetInt(i) - row.GetInt(i)));
+      }
+      ASSERT_TRUE(Near(out, ref, TolFor(dt))) << isa::DTypeName(dt) << " " << ShapeStr(shape);
+    }
+  }
+}
+
 // ----------------------------------------------------------------------------
 // where
 

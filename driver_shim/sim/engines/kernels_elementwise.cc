@@ -56,6 +56,10 @@ void Elementwise(const isa::OperandDesc& shape, Arg out, std::initializer_list<A
   for (int i = 0; i <= nin; ++i) esize[i] = static_cast<int64_t>(isa::DTypeSize(args[i].dtype));
   ParallelFor(l.count, kParallelGrain, [&](int64_t begin, int64_t end) {
     alignas(64) T buffers[kMaxArgs][kChunk];
+    // A broadcast input (stride 0 along the run: a scalar operand, a bias)
+    // fills its buffer once for as long as the value stays the same, not
+    // once per chunk (a refill was a third of `x * 2.0`'s stores).
+    const uint8_t* repeated[kMaxArgs] = {};
     ForEachRun(l, begin, end, [&](const int64_t* offsets, int64_t n) {
       for (int64_t done = 0; done < n; done += kChunk) {
         const int64_t m = std::min(kChunk, n - done);
@@ -63,6 +67,20 @@ void Elementwise(const isa::OperandDesc& shape, Arg out, std::initializer_list<A
         for (int i = 1; i <= nin; ++i) {
           const int64_t stride = l.strides[i][last];
           const uint8_t* p = args[i].data + (offsets[i] + done * stride) * esize[i];
+          if (stride == 0) {
+            if (repeated[i] != p) {
+              if constexpr (std::is_same_v<T, float>) {
+                LoadF32(args[i].dtype, p, 0, kChunk, buffers[i]);
+              } else if constexpr (std::is_same_v<T, double>) {
+                LoadF64(args[i].dtype, p, 0, kChunk, buffers[i]);
+              } else {
+                LoadI64(args[i].dtype, p, 0, kChunk, buffers[i]);
+              }
+              repeated[i] = p;
+            }
+            in[i - 1] = buffers[i];
+            continue;
+          }
           if constexpr (std::is_same_v<T, float>) {
             if (args[i].dtype == TERN_DTYPE_F32 && stride == 1) {
               in[i - 1] = reinterpret_cast<const float*>(p);
@@ -664,8 +682,29 @@ Status RunBinary(const driver::Instruction& ins, Operands ops) {
   return OkStatus();
 }
 
+namespace {
+
+// o = c != 0 ? a : b over f32 chunks, in the vector clones (the generic
+// lambda below is compiled for the baseline ISA only: relu's backward spent
+// a quarter of its time in it).
+TERN_VECTOR_CLONES
+void SelectF32(float* o, const float* c, const float* a, const float* b, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = a[i], y = b[i];
+    o[i] = c[i] != 0.0f ? x : y;
+  }
+}
+
+}  // namespace
+
 Status RunWhere(const driver::Instruction&, Operands ops) {
   const isa::OperandDesc& out = *ops[0].desc;
+  if (out.dtype != TERN_DTYPE_F64 && isa::IsFloat(out.dtype)) {
+    Elementwise<float>(
+        out, ArgOf(ops[0]), {ArgOf(ops[1]), ArgOf(ops[2]), ArgOf(ops[3])},
+        [](float* o, const float* const* in, int64_t n) { SelectF32(o, in[0], in[1], in[2], n); });
+    return OkStatus();
+  }
   auto select = [](auto* o, const auto* const* in, int64_t n) {
     const auto* c = in[0];
     const auto* a = in[1];
@@ -680,8 +719,6 @@ Status RunWhere(const driver::Instruction&, Operands ops) {
   };
   if (out.dtype == TERN_DTYPE_F64) {
     Elementwise<double>(out, ArgOf(ops[0]), {ArgOf(ops[1]), ArgOf(ops[2]), ArgOf(ops[3])}, select);
-  } else if (isa::IsFloat(out.dtype)) {
-    Elementwise<float>(out, ArgOf(ops[0]), {ArgOf(ops[1]), ArgOf(ops[2]), ArgOf(ops[3])}, select);
   } else {
     Elementwise<int64_t>(out, ArgOf(ops[0]), {ArgOf(ops[1]), ArgOf(ops[2]), ArgOf(ops[3])}, select);
   }
