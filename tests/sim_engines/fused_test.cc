@@ -132,6 +132,28 @@ TEST(ElementwiseProgram, TransposedOutputsSameBits) {
   }
 }
 
+// An input broadcast along the rows' runs (a value per row, runs longer
+// than a chunk, so the value is loaded once and kept while it repeats).
+TEST(ElementwiseProgram, PerRowValuesSameBits) {
+  const int64_t rows = 9, cols = 2500;
+  Inputs in = MakeInputs(TERN_DTYPE_F32, rows, cols, 13);
+  std::mt19937_64 rng(14);
+  in.b = Tensor::Broadcast(TERN_DTYPE_F32, {rows, cols}, {false, true});
+  in.b.Randomize(rng, -2, 2);
+  Tensor out0(TERN_DTYPE_F32, {rows, cols}), out1(TERN_DTYPE_F32, {rows, cols}),
+      out2(TERN_DTYPE_BOOL, {rows, cols});
+  for (Tensor* t : {&out0, &out1, &out2}) t->Poison();
+  ASSERT_TRUE(Exec(TERN_OP_ELEMENTWISE, Operands({&out0, &out1, &out2}, {&in.a, &in.b, &in.c}),
+                   Program(kSteps, {15, 10, 12, kNone}), kFloats)
+                  .ok());
+  Tensor want0(TERN_DTYPE_F32, {rows, cols}), want1(TERN_DTYPE_F32, {rows, cols}),
+      want2(TERN_DTYPE_BOOL, {rows, cols});
+  RunUnfused(in, &want0, &want1, &want2);
+  EXPECT_TRUE(SameBits(out0, want0));
+  EXPECT_TRUE(SameBits(out1, want1));
+  EXPECT_TRUE(SameBits(out2, want2));
+}
+
 TEST(ElementwiseProgram, HalfPrecisionRoundsOnceAtTheEnd) {
   for (tern_dtype_t dtype : {TERN_DTYPE_BF16, TERN_DTYPE_F16}) {
     Inputs in = MakeInputs(dtype, 5, 40, 3);

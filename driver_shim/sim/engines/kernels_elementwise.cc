@@ -1284,6 +1284,7 @@ Status RunElementwiseProgram(const driver::Instruction& ins, Operands ops) {
       float* o = &storage[(TERN_PROGRAM_INPUTS + buffer_of_step[i]) * kChunk];
       std::fill(o, o + kChunk, steps[i].constant);
     }
+    const uint8_t* repeated[TERN_PROGRAM_INPUTS] = {};  // see the inputs below
     ForEachRun(l, begin, end, [&](const int64_t* offsets, int64_t n) {
       for (int64_t done = 0; done < n; done += kChunk) {
         const int64_t m = std::min(kChunk, n - done);
@@ -1299,7 +1300,16 @@ Status RunElementwiseProgram(const driver::Instruction& ins, Operands ops) {
             continue;
           }
           float* buffer = &storage[static_cast<size_t>(i) * kChunk];
-          LoadF32(view.desc->dtype, p, stride, m, buffer);
+          // A broadcast input (stride 0 along the run) is filled once per
+          // value, as in Elementwise.
+          if (stride == 0) {
+            if (repeated[i] != p) {
+              LoadF32(view.desc->dtype, p, 0, kChunk, buffer);
+              repeated[i] = p;
+            }
+          } else {
+            LoadF32(view.desc->dtype, p, stride, m, buffer);
+          }
           reg[i] = buffer;
         }
         for (size_t i = 0; i < steps.size(); ++i) {
@@ -1324,10 +1334,7 @@ Status RunElementwiseProgram(const driver::Instruction& ins, Operands ops) {
               break;
             }
             default: {  // TERN_STEP_WHERE
-              const float* cond = reg[step.a];
-              const float* x = reg[step.b];
-              const float* y = reg[step.c];
-              for (int64_t e = 0; e < m; ++e) o[e] = cond[e] != 0 ? x[e] : y[e];
+              SelectF32(o, reg[step.a], reg[step.b], reg[step.c], m);
               break;
             }
           }
