@@ -93,6 +93,26 @@ TEST(CopyTest, PermuteRank4AndParallelSize) {
   EXPECT_TRUE(Equal(out, big.Values()));
 }
 
+// Gathers of short contiguous runs (an attention head's 16 or 64 elements
+// from a permuted tensor) are copied row by row inline: every element size,
+// runs of 16 and 64, and a size that takes the threaded path.
+TEST(CopyTest, ShortContiguousRunsEveryElementSize) {
+  std::mt19937_64 rng(3);
+  for (tern_dtype_t dt : {TERN_DTYPE_BOOL, TERN_DTYPE_BF16, TERN_DTYPE_F32, TERN_DTYPE_I64}) {
+    for (const Shape& shape : {Shape{8, 4, 32, 16}, Shape{3, 32, 8, 64}, Shape{64, 8, 16, 16}}) {
+      Tensor src = Tensor::Permuted(dt, shape, {2, 0, 1, 3});
+      src.Randomize(rng, -100, 100);
+      Tensor dst(dt, shape);
+      dst.Poison();
+      ASSERT_TRUE(Exec(TERN_OP_COPY, {&dst, &src}).ok());
+      for (int64_t i = 0; i < dst.count(); ++i) {
+        ASSERT_EQ(dst.Bits(i), src.Bits(i))
+            << isa::DTypeName(dt) << " " << ShapeStr(shape) << " " << i;
+      }
+    }
+  }
+}
+
 // Transposing copies run in tiles through a buffer (RunCopy): every element
 // size, both directions (reading across the source's rows into a contiguous
 // destination, and writing across the destination's), sizes that are not a

@@ -258,6 +258,35 @@ Status RunCopy(const driver::Instruction&, Operands ops) {
   const int64_t esize = static_cast<int64_t>(isa::DTypeSize(dst.dtype));
   if (CopyTransposing(l, esize, ops[0].data, ops[1].data)) return OkStatus();
   const int last = l.rank - 1;
+  // Short contiguous runs (an attention head's 16 or 64 floats, gathered
+  // from a permuted tensor): a memmove call per run cost more than the
+  // bytes; copied element by element inline where the operands cannot meet.
+  constexpr int64_t kShortRunBytes = 256;
+  if (l.rank >= 2 && l.strides[0][last] == 1 && l.strides[1][last] == 1 &&
+      l.shape[last] * esize <= kShortRunBytes && !Overlap(l, ops[0].data, ops[1].data, esize)) {
+    // The runs are walked as the rows of a layout without the innermost
+    // dimension, so the walk's own bookkeeping is paid per row of runs.
+    Layout rows = l;
+    rows.rank = l.rank - 1;
+    const int64_t run = l.shape[last];
+    rows.count = l.count / run;
+    const int row_dim = rows.rank - 1;
+    WithElementBits(static_cast<size_t>(esize), [&](auto e) {
+      using E = decltype(e);
+      const int64_t grain = std::max<int64_t>(1, kParallelGrain / run);
+      ParallelFor(rows.count, grain, [&](int64_t begin, int64_t end) {
+        ForEachRun(rows, begin, end, [&](const int64_t* off, int64_t n) {
+          E* d = reinterpret_cast<E*>(ops[0].data) + off[0];
+          const E* s = reinterpret_cast<const E*>(ops[1].data) + off[1];
+          const int64_t ds = rows.strides[0][row_dim], ss = rows.strides[1][row_dim];
+          for (int64_t r = 0; r < n; ++r, d += ds, s += ss) {
+            for (int64_t i = 0; i < run; ++i) d[i] = s[i];
+          }
+        });
+      });
+    });
+    return OkStatus();
+  }
   ParallelFor(l.count, kParallelGrain, [&](int64_t begin, int64_t end) {
     ForEachRun(l, begin, end, [&](const int64_t* off, int64_t n) {
       uint8_t* d = ops[0].data + off[0] * esize;
