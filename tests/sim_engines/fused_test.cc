@@ -90,23 +90,30 @@ void RunUnfused(Inputs& in, Tensor* out0, Tensor* out1, Tensor* out2) {
   ASSERT_TRUE(Exec(TERN_OP_UNARY, {out0, &picked}, {TERN_UNARY_CLAMP}, {-0.75, 0.6}).ok());
 }
 
+// Runs kSteps as one program into out0 and out1 (any layouts; out2 is a
+// bool [rows, cols]) and checks every output's bits against the steps run
+// one instruction at a time.
+void ExpectProgramMatchesTheSteps(Inputs& in, Tensor& out0, Tensor& out1) {
+  const Shape shape = in.a.shape();
+  Tensor out2(TERN_DTYPE_BOOL, shape);
+  for (Tensor* t : {&out0, &out1, &out2}) t->Poison();
+  ASSERT_TRUE(Exec(TERN_OP_ELEMENTWISE, Operands({&out0, &out1, &out2}, {&in.a, &in.b, &in.c}),
+                   Program(kSteps, {15, 10, 12, kNone}), kFloats)
+                  .ok());
+  Tensor want0(TERN_DTYPE_F32, shape), want1(TERN_DTYPE_F32, shape), want2(TERN_DTYPE_BOOL, shape);
+  RunUnfused(in, &want0, &want1, &want2);
+  EXPECT_TRUE(SameBits(out0, want0));
+  EXPECT_TRUE(SameBits(out1, want1));
+  EXPECT_TRUE(SameBits(out2, want2));
+}
+
 TEST(ElementwiseProgram, SameBitsAsTheStepsOneByOne) {
   // 7 x 300 walks a few chunks per row; 300 x 700 takes the threaded path.
   for (auto [rows, cols] : {std::pair<int64_t, int64_t>{7, 300}, {300, 700}, {1, 1}}) {
     SCOPED_TRACE(ShapeStr({rows, cols}));
     Inputs in = MakeInputs(TERN_DTYPE_F32, rows, cols, 11);
-    Tensor out0 = Tensor::Spaced(TERN_DTYPE_F32, {rows, cols}), out1(TERN_DTYPE_F32, {rows, cols}),
-           out2(TERN_DTYPE_BOOL, {rows, cols});
-    for (Tensor* t : {&out0, &out1, &out2}) t->Poison();
-    ASSERT_TRUE(Exec(TERN_OP_ELEMENTWISE, Operands({&out0, &out1, &out2}, {&in.a, &in.b, &in.c}),
-                     Program(kSteps, {15, 10, 12, kNone}), kFloats)
-                    .ok());
-    Tensor want0(TERN_DTYPE_F32, {rows, cols}), want1(TERN_DTYPE_F32, {rows, cols}),
-        want2(TERN_DTYPE_BOOL, {rows, cols});
-    RunUnfused(in, &want0, &want1, &want2);
-    EXPECT_TRUE(SameBits(out0, want0));
-    EXPECT_TRUE(SameBits(out1, want1));
-    EXPECT_TRUE(SameBits(out2, want2));
+    Tensor out0 = Tensor::Spaced(TERN_DTYPE_F32, {rows, cols}), out1(TERN_DTYPE_F32, {rows, cols});
+    ExpectProgramMatchesTheSteps(in, out0, out1);
   }
 }
 
@@ -117,18 +124,8 @@ TEST(ElementwiseProgram, TransposedOutputsSameBits) {
     SCOPED_TRACE(ShapeStr({rows, cols}));
     Inputs in = MakeInputs(TERN_DTYPE_F32, rows, cols, 12);
     Tensor out0 = Tensor::Permuted(TERN_DTYPE_F32, {rows, cols}, {1, 0}),
-           out1 = Tensor::Permuted(TERN_DTYPE_F32, {rows, cols}, {1, 0}),
-           out2(TERN_DTYPE_BOOL, {rows, cols});
-    for (Tensor* t : {&out0, &out1, &out2}) t->Poison();
-    ASSERT_TRUE(Exec(TERN_OP_ELEMENTWISE, Operands({&out0, &out1, &out2}, {&in.a, &in.b, &in.c}),
-                     Program(kSteps, {15, 10, 12, kNone}), kFloats)
-                    .ok());
-    Tensor want0(TERN_DTYPE_F32, {rows, cols}), want1(TERN_DTYPE_F32, {rows, cols}),
-        want2(TERN_DTYPE_BOOL, {rows, cols});
-    RunUnfused(in, &want0, &want1, &want2);
-    EXPECT_TRUE(SameBits(out0, want0));
-    EXPECT_TRUE(SameBits(out1, want1));
-    EXPECT_TRUE(SameBits(out2, want2));
+           out1 = Tensor::Permuted(TERN_DTYPE_F32, {rows, cols}, {1, 0});
+    ExpectProgramMatchesTheSteps(in, out0, out1);
   }
 }
 
@@ -140,18 +137,8 @@ TEST(ElementwiseProgram, PerRowValuesSameBits) {
   std::mt19937_64 rng(14);
   in.b = Tensor::Broadcast(TERN_DTYPE_F32, {rows, cols}, {false, true});
   in.b.Randomize(rng, -2, 2);
-  Tensor out0(TERN_DTYPE_F32, {rows, cols}), out1(TERN_DTYPE_F32, {rows, cols}),
-      out2(TERN_DTYPE_BOOL, {rows, cols});
-  for (Tensor* t : {&out0, &out1, &out2}) t->Poison();
-  ASSERT_TRUE(Exec(TERN_OP_ELEMENTWISE, Operands({&out0, &out1, &out2}, {&in.a, &in.b, &in.c}),
-                   Program(kSteps, {15, 10, 12, kNone}), kFloats)
-                  .ok());
-  Tensor want0(TERN_DTYPE_F32, {rows, cols}), want1(TERN_DTYPE_F32, {rows, cols}),
-      want2(TERN_DTYPE_BOOL, {rows, cols});
-  RunUnfused(in, &want0, &want1, &want2);
-  EXPECT_TRUE(SameBits(out0, want0));
-  EXPECT_TRUE(SameBits(out1, want1));
-  EXPECT_TRUE(SameBits(out2, want2));
+  Tensor out0(TERN_DTYPE_F32, {rows, cols}), out1(TERN_DTYPE_F32, {rows, cols});
+  ExpectProgramMatchesTheSteps(in, out0, out1);
 }
 
 TEST(ElementwiseProgram, HalfPrecisionRoundsOnceAtTheEnd) {
