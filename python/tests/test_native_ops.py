@@ -5,6 +5,8 @@ the results (and gradients, for the `grad` cases) and checks that no
 operator took the CPU fallback on tern.
 """
 
+import json
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -481,6 +483,59 @@ def test_optimizer_float_ops_fast_path_matches_the_general_path(fallback_log):
     sc.addcdiv_(b, c, value=-0.01)
     torch.testing.assert_close(s.cpu(), sc, **close)
     assert torch_tern.kernel_cache_info()["misses"] <= before + 12
+
+
+def test_foreach_optimizer_ops_fuse_each_tensor_into_one_instruction(fallback_log, tmp_path):
+    # _foreach_lerp_, _foreach_addcmul_, _foreach_addcdiv_ and _foreach_add_
+    # with alpha (what torch.optim's AdamW and SGD call) run each tensor's
+    # steps as one ELEMENTWISE instruction: the bits of the single-tensor ops,
+    # close to the CPU's.
+    g = torch.Generator().manual_seed(5)
+    shapes = [(50,), (7, 9), (3, 4, 5)]
+    xs = [torch.randn(s, generator=g) for s in shapes]
+    ys = [torch.randn(s, generator=g) for s in shapes]
+    zs = [torch.randn(s, generator=g).abs() + 0.5 for s in shapes]
+    close = dict(rtol=1e-6, atol=1e-6)
+
+    def tern(tensors):
+        return [t.to("tern") for t in tensors]
+
+    def check(fused, one_by_one, cpu):
+        for got, want, expected in zip(fused, one_by_one, cpu):
+            assert torch.equal(got.cpu(), want.cpu())
+            torch.testing.assert_close(got.cpu(), expected, **close)
+
+    for w in (0.1, 0.9):
+        a, r, c = tern(xs), tern(xs), [x.clone() for x in xs]
+        torch._foreach_lerp_(a, tern(ys), w)
+        for p, q, y in zip(r, c, ys):
+            p.lerp_(y.to("tern"), w)
+            q.lerp_(y, w)
+        check(a, r, c)
+    for v in (0.1, -2.0):
+        for name in ("addcmul_", "addcdiv_"):
+            a, r, c = tern(xs), tern(xs), [x.clone() for x in xs]
+            getattr(torch, "_foreach_" + name)(a, tern(ys), tern(zs), value=v)
+            for p, q, y, z in zip(r, c, ys, zs):
+                getattr(p, name)(y.to("tern"), z.to("tern"), value=v)
+                getattr(q, name)(y, z, value=v)
+            check(a, r, c)
+        a, r, c = tern(xs), tern(xs), [x.clone() for x in xs]
+        torch._foreach_add_(a, tern(ys), alpha=v)
+        for p, q, y in zip(r, c, ys):
+            p.add_(y.to("tern"), alpha=v)
+            q.add_(y, alpha=v)
+        check(a, r, c)
+    # One instruction per tensor, of the fused kind.
+    a, b = tern(xs), tern(ys)
+    torch.tern.synchronize()
+    path = tmp_path / "trace.json"
+    with torch.tern.profiler.profile(path):
+        torch._foreach_lerp_(a, b, 0.3)
+        torch.tern.synchronize()
+    events = json.loads(path.read_text())["traceEvents"]
+    kinds = [e["args"]["opcode"] for e in events if e.get("ph") == "X" and e.get("cat") != "queue"]
+    assert kinds == ["elementwise"] * len(shapes), kinds
 
 
 def test_one_element_tensor_broadcast_matches_the_cpu(fallback_log):
