@@ -98,29 +98,13 @@ Operand ScalarF(Program& p, double v, const std::vector<int64_t>& shape) {
   return p.Arg(v, kF32).Expand(shape);
 }
 
-// A step of an ELEMENTWISE program: registers 0.. are the inputs, step k's
-// result is register TERN_PROGRAM_INPUTS + k.
-std::array<int64_t, 5> Step(tern_binary_fn_t fn, int64_t a, int64_t b) {
-  return {TERN_STEP_BINARY, fn, a, b, 0};
-}
-constexpr int64_t kStep0 = TERN_PROGRAM_INPUTS;  // the first step's register
-
-// out = the last of `steps` over `inputs`, as one ELEMENTWISE instruction:
-// the binary steps the single-tensor ops would run as instructions of their
-// own, in the same order and each rounded to f32 as they are, so the same
-// bits; one pass over the tensor instead of one per step, and no scratch
-// (an AdamW step's lerp, addcmul and addcdiv were three passes each).
-void Fused(Program& p, Operand out, std::vector<Operand> inputs,
-           const std::vector<std::array<int64_t, 5>>& steps) {
-  std::vector<Operand> operands(TERN_PROGRAM_OUTPUTS, program::None());
-  operands[0] = out;
-  operands.insert(operands.end(), inputs.begin(), inputs.end());
-  std::vector<int64_t> ints = {static_cast<int64_t>(steps.size())};
-  for (const auto& step : steps) ints.insert(ints.end(), step.begin(), step.end());
-  ints.push_back(kStep0 + static_cast<int64_t>(steps.size()) - 1);
-  for (int j = 1; j < TERN_PROGRAM_OUTPUTS; ++j) ints.push_back(-1);
-  p.Emit(TERN_OP_ELEMENTWISE, std::move(operands), std::move(ints));
-}
+// The foreach ops below that are several steps per tensor (lerp, addcmul,
+// addcdiv, add with alpha) run them as one ELEMENTWISE instruction
+// (Program::EmitFused): one pass over the tensor instead of one per step, no
+// scratch, the same bits (an AdamW step's lerp, addcmul and addcdiv were
+// three passes each).
+using program::BinaryStep;
+constexpr int64_t kStep0 = program::kFirstStep;
 
 bool IsOne(const at::Scalar& s) {
   return (s.isIntegral(false) && s.toLong() == 1) || (s.isFloatingPoint() && s.toDouble() == 1.0);
@@ -140,8 +124,9 @@ bool AddList(at::TensorList self, at::TensorList other, const at::Scalar& alpha,
                      return;
                    }
                    // self + other * alpha
-                   Fused(p, it.out, {it.in[0], it.in[1], ScalarF(p, a, it.shape)},
-                         {Step(TERN_BINARY_MUL, 1, 2), Step(TERN_BINARY_ADD, 0, kStep0)});
+                   p.EmitFused(
+                       it.out, {it.in[0], it.in[1], ScalarF(p, a, it.shape)},
+                       {BinaryStep(TERN_BINARY_MUL, 1, 2), BinaryStep(TERN_BINARY_ADD, 0, kStep0)});
                  });
 }
 
@@ -236,10 +221,11 @@ void ForeachLerpScalar_(at::TensorList self, at::TensorList end, const at::Scala
                [&](Program& p, size_t, Item& it) {
                  // d = end - self; self + d * w, or end - d * (1 - w)
                  const bool low = std::abs(w) < 0.5;
-                 Fused(p, it.out, {it.in[0], it.in[1], ScalarF(p, low ? w : 1.0 - w, it.shape)},
-                       {Step(TERN_BINARY_SUB, 1, 0), Step(TERN_BINARY_MUL, kStep0, 2),
-                        low ? Step(TERN_BINARY_ADD, 0, kStep0 + 1)
-                            : Step(TERN_BINARY_SUB, 1, kStep0 + 1)});
+                 p.EmitFused(
+                     it.out, {it.in[0], it.in[1], ScalarF(p, low ? w : 1.0 - w, it.shape)},
+                     {BinaryStep(TERN_BINARY_SUB, 1, 0), BinaryStep(TERN_BINARY_MUL, kStep0, 2),
+                      low ? BinaryStep(TERN_BINARY_ADD, 0, kStep0 + 1)
+                          : BinaryStep(TERN_BINARY_SUB, 1, kStep0 + 1)});
                })) {
     at::native::foreach_tensor_lerp_list_kernel_slow_(self, end, weight);
   }
@@ -251,9 +237,11 @@ bool Addc(const char* name, tern_binary_fn_t op, at::TensorList self, at::Tensor
           at::TensorList t2, const std::vector<double>& values) {
   return Foreach(name, {self, t1, t2}, true, 0, nullptr, [&](Program& p, size_t i, Item& it) {
     // self + (t1 * value) op t2
-    Fused(p, it.out,
-          {it.in[0], it.in[1], it.in[2], ScalarF(p, values[values.size() == 1 ? 0 : i], it.shape)},
-          {Step(TERN_BINARY_MUL, 1, 3), Step(op, kStep0, 2), Step(TERN_BINARY_ADD, 0, kStep0 + 1)});
+    p.EmitFused(
+        it.out,
+        {it.in[0], it.in[1], it.in[2], ScalarF(p, values[values.size() == 1 ? 0 : i], it.shape)},
+        {BinaryStep(TERN_BINARY_MUL, 1, 3), BinaryStep(op, kStep0, 2),
+         BinaryStep(TERN_BINARY_ADD, 0, kStep0 + 1)});
   });
 }
 

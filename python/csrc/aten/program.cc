@@ -614,6 +614,18 @@ void Program::Emit(tern_opcode_t opcode, std::vector<Operand> operands, std::vec
   instructions_.push_back({opcode, std::move(operands), std::move(ints), std::move(floats)});
 }
 
+void Program::EmitFused(Operand out, std::vector<Operand> inputs,
+                        const std::vector<std::array<int64_t, 5>>& steps) {
+  std::vector<Operand> operands(TERN_PROGRAM_OUTPUTS, None());
+  operands[0] = out;
+  operands.insert(operands.end(), inputs.begin(), inputs.end());
+  std::vector<int64_t> ints = {static_cast<int64_t>(steps.size())};
+  for (const auto& step : steps) ints.insert(ints.end(), step.begin(), step.end());
+  ints.push_back(TERN_PROGRAM_INPUTS + static_cast<int64_t>(steps.size()) - 1);
+  for (int j = 1; j < TERN_PROGRAM_OUTPUTS; ++j) ints.push_back(-1);
+  Emit(TERN_OP_ELEMENTWISE, std::move(operands), std::move(ints));
+}
+
 namespace {
 
 struct Built {
