@@ -592,6 +592,7 @@ struct Rows {
 // Loads / stores a row of n elements (a strided layout) as floats. A
 // contiguous f32 row is one memcpy (a layer norm's rows are).
 void LoadRow(const TensorView& v, int64_t base, const Layout& l, float* buf) {
+  if (l.count == 0) return;  // (buf may be null then)
   if (v.desc->dtype == TERN_DTYPE_F32 && l.rank == 1 && l.strides[0][0] == 1) {
     std::memcpy(buf, reinterpret_cast<const float*>(v.data) + base,
                 static_cast<size_t>(l.count) * sizeof(float));
@@ -605,6 +606,7 @@ void LoadRow(const TensorView& v, int64_t base, const Layout& l, float* buf) {
 }
 
 void StoreRow(const TensorView& v, int64_t base, const Layout& l, const float* buf) {
+  if (l.count == 0) return;
   if (v.desc->dtype == TERN_DTYPE_F32 && l.rank == 1 && l.strides[0][0] == 1) {
     std::memcpy(reinterpret_cast<float*>(v.data) + base, buf,
                 static_cast<size_t>(l.count) * sizeof(float));
