@@ -589,13 +589,19 @@ struct Rows {
   }
 };
 
+// The row at `base` itself when it is contiguous f32 (read or written in
+// place, no copy through a buffer), else null.
+float* ContiguousF32Row(const TensorView& v, int64_t base, const Layout& l) {
+  if (v.desc->dtype != TERN_DTYPE_F32 || l.rank != 1 || l.strides[0][0] != 1) return nullptr;
+  return reinterpret_cast<float*>(v.data) + base;
+}
+
 // Loads / stores a row of n elements (a strided layout) as floats. A
 // contiguous f32 row is one memcpy (a layer norm's rows are).
 void LoadRow(const TensorView& v, int64_t base, const Layout& l, float* buf) {
   if (l.count == 0) return;  // (buf may be null then)
-  if (v.desc->dtype == TERN_DTYPE_F32 && l.rank == 1 && l.strides[0][0] == 1) {
-    std::memcpy(buf, reinterpret_cast<const float*>(v.data) + base,
-                static_cast<size_t>(l.count) * sizeof(float));
+  if (const float* row = ContiguousF32Row(v, base, l)) {
+    std::memcpy(buf, row, static_cast<size_t>(l.count) * sizeof(float));
     return;
   }
   const int64_t esize = static_cast<int64_t>(isa::DTypeSize(v.desc->dtype));
@@ -607,9 +613,8 @@ void LoadRow(const TensorView& v, int64_t base, const Layout& l, float* buf) {
 
 void StoreRow(const TensorView& v, int64_t base, const Layout& l, const float* buf) {
   if (l.count == 0) return;
-  if (v.desc->dtype == TERN_DTYPE_F32 && l.rank == 1 && l.strides[0][0] == 1) {
-    std::memcpy(reinterpret_cast<float*>(v.data) + base, buf,
-                static_cast<size_t>(l.count) * sizeof(float));
+  if (float* row = ContiguousF32Row(v, base, l)) {
+    std::memcpy(row, buf, static_cast<size_t>(l.count) * sizeof(float));
     return;
   }
   const int64_t esize = static_cast<int64_t>(isa::DTypeSize(v.desc->dtype));
@@ -617,13 +622,6 @@ void StoreRow(const TensorView& v, int64_t base, const Layout& l, const float* b
     StoreF32(v.desc->dtype, v.data + (base + off[0]) * esize, l.strides[0][l.rank - 1], n, buf);
     buf += n;
   });
-}
-
-// The row at `base` itself when it is contiguous f32 (read or written in
-// place, no copy through a buffer), else null.
-float* ContiguousF32Row(const TensorView& v, int64_t base, const Layout& l) {
-  if (v.desc->dtype != TERN_DTYPE_F32 || l.rank != 1 || l.strides[0][0] != 1) return nullptr;
-  return reinterpret_cast<float*>(v.data) + base;
 }
 
 // The row at `base`: in place when contiguous f32, else loaded into buf.
