@@ -621,7 +621,7 @@ void Program::EmitFused(Operand out, std::vector<Operand> inputs,
   operands.insert(operands.end(), inputs.begin(), inputs.end());
   std::vector<int64_t> ints = {static_cast<int64_t>(steps.size())};
   for (const auto& step : steps) ints.insert(ints.end(), step.begin(), step.end());
-  ints.push_back(TERN_PROGRAM_INPUTS + static_cast<int64_t>(steps.size()) - 1);
+  ints.push_back(kFirstStep + static_cast<int64_t>(steps.size()) - 1);
   for (int j = 1; j < TERN_PROGRAM_OUTPUTS; ++j) ints.push_back(-1);
   Emit(TERN_OP_ELEMENTWISE, std::move(operands), std::move(ints));
 }

@@ -91,9 +91,6 @@ inline constexpr int64_t kFirstStep = TERN_PROGRAM_INPUTS;
 inline std::array<int64_t, 5> BinaryStep(tern_binary_fn_t fn, int64_t a, int64_t b) {
   return {TERN_STEP_BINARY, fn, a, b, 0};
 }
-inline std::array<int64_t, 5> WhereStep(int64_t cond, int64_t a, int64_t b) {
-  return {TERN_STEP_WHERE, 0, cond, a, b};
-}
 
 // The key under which RunElementwise finds its programs (program.cc).
 struct ElementwiseKey;
@@ -131,7 +128,7 @@ class Program {
   void Emit(tern_opcode_t opcode, std::vector<Operand> operands, std::vector<int64_t> ints = {},
             std::vector<double> floats = {});
   // out = the last of `steps` over `inputs` (registers 0..; step k's result
-  // is register TERN_PROGRAM_INPUTS + k), as one ELEMENTWISE instruction.
+  // is register kFirstStep + k), as one ELEMENTWISE instruction.
   // Each step rounds to f32 as an instruction of its own would, so an f32
   // chain of BINARY / WHERE instructions through scratch gives the same bits
   // in one pass and without the scratch. Steps are {kind, fn, a, b, c}.
