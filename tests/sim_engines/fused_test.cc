@@ -32,17 +32,6 @@ std::vector<Tensor*> Operands(std::vector<Tensor*> outputs, std::vector<Tensor*>
   return operands;
 }
 
-::testing::AssertionResult SameBits(const Tensor& got, const Tensor& want) {
-  if (got.count() != want.count()) return ::testing::AssertionFailure() << "counts differ";
-  for (int64_t i = 0; i < got.count(); ++i) {
-    if (got.Bits(i) != want.Bits(i)) {
-      return ::testing::AssertionFailure()
-             << "element " << i << ": got " << got.Get(i) << ", want " << want.Get(i);
-    }
-  }
-  return ::testing::AssertionSuccess();
-}
-
 // The program of the tests below, over a [rows, cols] a, a row-broadcast b and
 // a transposed c:
 //   r8 = a * b; r9 = 0.5; r10 = r8 + r9; r11 = gelu(r10); r12 = a > r9;

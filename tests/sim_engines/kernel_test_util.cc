@@ -376,4 +376,15 @@ namespace {
   return Compare(got, ref, {0, 0}, true);
 }
 
+::testing::AssertionResult SameBits(const Tensor& got, const Tensor& want) {
+  if (got.count() != want.count()) return ::testing::AssertionFailure() << "counts differ";
+  for (int64_t i = 0; i < got.count(); ++i) {
+    if (got.Bits(i) != want.Bits(i)) {
+      return ::testing::AssertionFailure()
+             << "element " << i << ": got " << got.Get(i) << ", want " << want.Get(i);
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
 }  // namespace tern::testing

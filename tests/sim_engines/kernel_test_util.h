@@ -109,6 +109,8 @@ Tolerance TolFor(tern_dtype_t dtype, double scale = 1.0);
 ::testing::AssertionResult Near(const Tensor& got, const std::vector<double>& ref, Tolerance tol);
 // Exact equality (integers, bool, copies).
 ::testing::AssertionResult Equal(const Tensor& got, const std::vector<double>& ref);
+// The same bits in every element (and the same count) as `want`.
+::testing::AssertionResult SameBits(const Tensor& got, const Tensor& want);
 
 // The value of double v after rounding to a float dtype (identity for
 // integers).

@@ -706,12 +706,6 @@ TEST(NormTest, BackwardRowsInPlaceMatchRowsThroughABuffer) {
   Tensor g(TERN_DTYPE_F32, shape), g_spaced = Tensor::Spaced(TERN_DTYPE_F32, shape);
   g.Randomize(rng, -1, 1);
   g_spaced.SetAll(g.Values());
-  auto same = [](const Tensor& a, const Tensor& b) {
-    for (int64_t i = 0; i < a.count(); ++i) {
-      if (a.Bits(i) != b.Bits(i)) return ::testing::AssertionFailure() << "element " << i;
-    }
-    return ::testing::AssertionSuccess();
-  };
   for (bool rms : {false, true}) {
     SCOPED_TRACE(rms ? "rms norm" : "layer norm");
     auto run = [&](Tensor* gi, Tensor* gw, Tensor* gb, Tensor* grad, Tensor* in) {
@@ -723,16 +717,16 @@ TEST(NormTest, BackwardRowsInPlaceMatchRowsThroughABuffer) {
     Tensor gi2 = Tensor::Spaced(TERN_DTYPE_F32, shape), gw2(TERN_DTYPE_F32, {64}),
            gb2(TERN_DTYPE_F32, {64});
     ASSERT_TRUE(run(&gi2, &gw2, &gb2, &g_spaced, &x_spaced).ok());
-    EXPECT_TRUE(same(gi, gi2));
-    EXPECT_TRUE(same(gw, gw2));
+    EXPECT_TRUE(SameBits(gi, gi2));
+    EXPECT_TRUE(SameBits(gw, gw2));
     if (!rms) {
-      EXPECT_TRUE(same(gb, gb2));
+      EXPECT_TRUE(SameBits(gb, gb2));
     }
     Tensor in_place(TERN_DTYPE_F32, shape);
     in_place.SetAll(g.Values());
     ASSERT_TRUE(run(&in_place, &gw2, &gb2, &in_place, &x).ok());
-    EXPECT_TRUE(same(in_place, gi));
-    EXPECT_TRUE(same(gw, gw2));
+    EXPECT_TRUE(SameBits(in_place, gi));
+    EXPECT_TRUE(SameBits(gw, gw2));
   }
 }
 
