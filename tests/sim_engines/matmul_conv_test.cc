@@ -224,13 +224,47 @@ TEST_P(OneDnnParam, MatmulWithAConstantWeight) {
         EXPECT_TRUE(sim::OneDnnHasFastMatmulForTesting(in_dt, out_dt));
       }
       for (const MatmulCase& c : kept) {
+        // f32 products with few rows keep their weight in panels, oneDNN or not.
+        const bool panels = in_dt == TERN_DTYPE_F32 && out_dt == TERN_DTYPE_F32 && c.m <= 4;
         CheckMatmul(c, in_dt, out_dt, rng,
-                    kept_here ? Weight::kConstantKept : Weight::kConstantNotKept);
+                    kept_here || panels ? Weight::kConstantKept : Weight::kConstantNotKept);
       }
       for (const MatmulCase& c : not_kept) {
         CheckMatmul(c, in_dt, out_dt, rng, Weight::kConstantNotKept);
       }
     }
+    SetKernelThreadsForTesting(previous);
+  }
+}
+
+// An f32 product with at most four rows (a linear layer at batch 1-4) keeps
+// its constant weight in column panels (panel_weight.h), with oneDNN or
+// without: every row count, widths that are not a multiple of the panel's
+// 64 columns, one or many panels per thread, the weight as [K, N] or as an
+// [N, K] weight seen transposed, a bias by column or out-shaped, alpha, and
+// an output with spaced rows.
+TEST_P(OneDnnParam, MatmulWithFewRowsKeepsItsConstantWeightInPanels) {
+  std::mt19937_64 rng(37);
+  const MatmulCase panels[] = {
+      {{}, 1, 1, 1},
+      {{}, 1, 64, 16},
+      {{}, 1, 100, 7, false, true, 1},
+      {{}, 2, 1024, 512, false, true, 1},
+      {{}, 3, 130, 513, false, false, 2},
+      {{}, 4, 65, 33, false, true, 1, 0.5},
+      {{}, 4, 300, 40, false, false, 0, 2.0},
+      {{}, 2, 70, 20, false, true, 1, 1.0, 0.0, false, false, true},
+  };
+  for (int threads : {1, 2}) {
+    const int previous = SetKernelThreadsForTesting(threads);
+    for (const MatmulCase& c : panels) {
+      CheckMatmul(c, TERN_DTYPE_F32, TERN_DTYPE_F32, rng, Weight::kConstantKept);
+    }
+    // Five rows, or beta, take the other paths.
+    CheckMatmul({{}, 5, 64, 16}, TERN_DTYPE_F32, TERN_DTYPE_F32, rng,
+                GetParam() ? Weight::kConstantKept : Weight::kConstantNotKept);
+    CheckMatmul({{}, 2, 64, 16, false, false, 0, 1.0, 1.0}, TERN_DTYPE_F32, TERN_DTYPE_F32, rng,
+                Weight::kConstantNotKept);
     SetKernelThreadsForTesting(previous);
   }
 }

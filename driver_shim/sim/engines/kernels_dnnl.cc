@@ -24,6 +24,7 @@
 #include "driver_shim/sim/engines/kernels_internal.h"
 #include "driver_shim/sim/engines/kernels_testing.h"
 #include "driver_shim/sim/engines/openmp_runtime.h"
+#include "driver_shim/sim/engines/panel_weight.h"
 
 namespace tern::sim {
 
@@ -1067,6 +1068,8 @@ struct ConstantWeightMatmul {
   const void* source = nullptr;  // the weight where the constants hold it
   MatmulSplit split;
   std::vector<Part> parts;
+  // Or, for a product with few rows, the weight in panels (no parts).
+  std::unique_ptr<const PanelWeight> panels;
   int64_t packed_bytes = 0;
   // Set if oneDNN refused a part at execution: run as the weight lies from then on.
   mutable std::atomic<bool> refused{false};
@@ -1141,11 +1144,75 @@ std::shared_ptr<const ConstantWeightMatmul> PackConstantWeight(const DnnlOperand
   return packed;
 }
 
+// Whether a product runs from panels when its weight is a constant
+// (panel_weight.h): one matrix of at most PanelWeight::kMaxRows rows, f32,
+// beta 0, a's rows contiguous, a bias (if any) on a grid; *bias_m and *bias_n
+// get the bias's strides.
+bool PanelsTake(const MatmulGeometry& g, Operands ops, bool has_bias, int64_t* bias_m,
+                int64_t* bias_n) {
+  const uint32_t r = g.rank;
+  if (g.batch != 1 || g.m < 1 || g.m > PanelWeight::kMaxRows || g.n < 1 || g.k < 1 ||
+      g.beta != 0.0f) {
+    return false;
+  }
+  if (ops[0].desc->dtype != TERN_DTYPE_F32 || ops[1].desc->dtype != TERN_DTYPE_F32 ||
+      ops[2].desc->dtype != TERN_DTYPE_F32 || g.a_strides[r - 1] != 1) {
+    return false;
+  }
+  *bias_m = *bias_n = 0;
+  if (!has_bias) return true;
+  return ops[3].desc->dtype == TERN_DTYPE_F32 && BiasGrid(*ops[3].desc, bias_m, bias_n);
+}
+
+// The panels of a product's constant weight (made when the program is
+// loaded), or null where panels do not take the product or past the budget.
+std::shared_ptr<const ConstantWeightMatmul> PackPanels(const MatmulGeometry& g, Operands ops,
+                                                       bool has_bias) {
+  int64_t bias_m = 0, bias_n = 0;
+  if (!PanelsTake(g, ops, has_bias, &bias_m, &bias_n)) return nullptr;
+  const uint32_t r = g.rank;
+  auto panels = PanelWeight::Pack(reinterpret_cast<const float*>(ops[2].data), g.k, g.n,
+                                  g.b_strides[r - 2], g.b_strides[r - 1]);
+  if (!panels) return nullptr;
+  const int64_t bytes = panels->bytes();
+  if (g_packed_weight_bytes.fetch_add(bytes, std::memory_order_relaxed) + bytes >
+      PackedWeightBudget()) {
+    g_packed_weight_bytes.fetch_sub(bytes, std::memory_order_relaxed);
+    return nullptr;
+  }
+  auto packed = std::make_shared<ConstantWeightMatmul>();
+  packed->source = ops[2].data;
+  packed->packed_bytes = bytes;
+  packed->panels = std::move(panels);
+  return packed;
+}
+
+// Runs the product from its weight's panels; false (nothing written) when
+// `packed` has none or they are not this product's.
+bool RunPanels(const ConstantWeightMatmul& packed, const MatmulGeometry& g, Operands ops,
+               bool has_bias) {
+  int64_t bias_m = 0, bias_n = 0;
+  if (!packed.panels || ops[2].data != packed.source || packed.panels->k() != g.k ||
+      packed.panels->n() != g.n || !PanelsTake(g, ops, has_bias, &bias_m, &bias_n)) {
+    return false;
+  }
+  const uint32_t r = g.rank;
+  const isa::OperandDesc& out = *ops[0].desc;
+  packed.panels->Multiply(reinterpret_cast<const float*>(ops[1].data), g.m, g.a_strides[r - 2],
+                          g.alpha, has_bias ? reinterpret_cast<const float*>(ops[3].data) : nullptr,
+                          bias_m, bias_n, reinterpret_cast<float*>(ops[0].data), out.strides[r - 2],
+                          out.strides[r - 1]);
+  return true;
+}
+
 // Runs `p` with its packed weight. False (nothing written that a later run
 // does not overwrite) when p's weight is not the one packed or oneDNN
 // refused a part.
 bool RunConstantWeightMatmul(const ConstantWeightMatmul& packed, const DnnlOperands& p) {
-  if (p.b != packed.source || packed.refused.load(std::memory_order_relaxed)) return false;
+  if (p.b != packed.source || packed.parts.empty() ||
+      packed.refused.load(std::memory_order_relaxed)) {
+    return false;
+  }
   auto run_part = [&](int part) {
     const OneDnnSingleThreaded single_threaded;
     Dims bias_dims;
@@ -1194,9 +1261,16 @@ Status MatmulProduct(const driver::Instruction& ins, Operands ops,
                             NoBroadcast(g.b_shape, g.b_strides, 0, r) &&
                             NoBroadcast(out.shape.data(), out.strides.data(), 0, r);
     if (t_prepare_only) {
+      if (prepare_into != nullptr && ops[2].desc->segment == TERN_SEGMENT_CONSTANT) {
+        if (auto made = PackPanels(g, ops, has_bias)) {
+          *prepare_into = std::move(made);
+          return OkStatus();
+        }
+      }
       SmallMatmulShape small;
       if (IsSmallMatmulF32(g, ops, has_bias, &small)) return OkStatus();
-    } else if (SmallMatmulF32(g, ops, has_bias)) {
+    } else if ((packed != nullptr && RunPanels(*packed, g, ops, has_bias)) ||
+               SmallMatmulF32(g, ops, has_bias)) {
       return OkStatus();
     }
     if (OneDnnEnabled() && native_types && bias_ok && strides_ok && g.k > 0) {
