@@ -191,6 +191,12 @@ class HwQueue {
   // waits as always). Queues whose engine is hardware do nothing.
   // Thread-safety: any thread; not from a host function of this queue.
   virtual void RunUntil(uint64_t target) { (void)target; }
+  // A hint that commands are likely to come soon (an executable was just
+  // loaded for this queue's device): a queue whose engine sleeps when idle
+  // may get it ready, so that the next submission does not pay to wake it.
+  // Queues with nothing to prepare do nothing.
+  // Thread-safety: any thread.
+  virtual void ExpectWork() {}
 };
 
 // An open device. Thread-safety: every method may be called concurrently.

@@ -392,8 +392,22 @@ void SimQueue::RunUntil(uint64_t target) {
   }
 }
 
+void SimQueue::ExpectWork() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (stopping_.load(std::memory_order_relaxed) || !sleeping_.load(std::memory_order_acquire)) {
+    return;
+  }
+  roused_.store(true, std::memory_order_release);
+  doorbell_->Signal(++doorbell_rings_);
+}
+
 void SimQueue::Loop() {
   WarmUpThisThread();
+  // After ExpectWork() woke the engine: straight to the naps. Polling, it
+  // took the first execution after a load and ran it on its own thread,
+  // whose caches the load (done by the host thread that then waits and
+  // would run it) had not warmed.
+  bool nap_at_once = false;
   while (true) {
     // Read before looking for commands: a submission or hand back after
     // this point rings past it, so the wait below cannot miss it.
@@ -405,7 +419,8 @@ void SimQueue::Loop() {
       GiveBackRunnerRole();
       if (done) return;
     }
-    if (doorbell_->Poll(rings + 1, kEnginePollNs)) continue;
+    if (!nap_at_once && doorbell_->Poll(rings + 1, kEnginePollNs)) continue;
+    nap_at_once = false;
     // Then it naps for a while before it sleeps: a submitter rings a
     // napping engine without a futex wake (5-20 us of the submitter's time
     // on a small VM, for a wake-up that lands 15-25 us later), which is what
@@ -418,7 +433,12 @@ void SimQueue::Loop() {
       rung = doorbell_->Nap(rings + 1, kEngineNapNs);
     }
     // UINT64_MAX (stopping) wraps to 0: no waiting, the loop drains and ends.
-    if (!rung) doorbell_->Sleep(rings + 1, UINT64_MAX);
+    if (!rung) {
+      sleeping_.store(true, std::memory_order_release);
+      doorbell_->Sleep(rings + 1, UINT64_MAX);
+      sleeping_.store(false, std::memory_order_relaxed);
+      nap_at_once = roused_.exchange(false, std::memory_order_acq_rel);
+    }
   }
 }
 

@@ -48,6 +48,10 @@ class SimQueue final : public driver::HwQueue {
   std::shared_ptr<const Timeline> completion() const override { return completion_; }
   void ClearError() override;
   void RunUntil(uint64_t target) override;
+  // Brings an engine that sleeps to its napping phase (see Loop), so that
+  // the next submission rings it without a futex wake. The wake-up is paid
+  // here, by the caller (a loader), instead.
+  void ExpectWork() override;
 
  private:
   // One slot of the ring: the command and the sequence number that
@@ -106,6 +110,11 @@ class SimQueue final : public driver::HwQueue {
   // wake the engine from a nap (Timeline::set_producer_doorbell).
   std::shared_ptr<Timeline> doorbell_ = std::make_shared<Timeline>();
   uint64_t doorbell_rings_ = 0;  // guarded by mutex_
+  // Set by the engine while it sleeps on the doorbell (not while it polls
+  // or naps); ExpectWork() rouses it only then.
+  std::atomic<bool> sleeping_{false};
+  // Set by ExpectWork(): the engine, woken, naps at once instead of polling.
+  std::atomic<bool> roused_{false};
   std::shared_ptr<Timeline> completion_ = std::make_shared<Timeline>();
 
   // Set while a thread holds the runner role (an atomic rather than a mutex:

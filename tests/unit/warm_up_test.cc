@@ -1,7 +1,8 @@
 // The one-time costs the simulated device pays early so that an executable's
-// first execution does not (driver_shim/sim/engines/warm_up.h and
-// Device::PrefaultMemory): checked through /proc/self/pagemap, whose bit 63
-// says whether a virtual page is mapped.
+// first execution does not (driver_shim/sim/engines/warm_up.h,
+// Device::PrefaultMemory and HwQueue::ExpectWork): checked through
+// /proc/self/pagemap, whose bit 63 says whether a virtual page is mapped, and
+// through the context switches of the queue's thread in /proc/self/task.
 #include "driver_shim/sim/engines/warm_up.h"
 
 #include <fcntl.h>
@@ -9,8 +10,12 @@
 #include <link.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -120,6 +125,55 @@ TEST(WarmUp, PrefaultMemoryMapsTheEnginesView) {
   // Out of range: ignored.
   device->PrefaultMemory(device->info().memory_bytes, 4096);
   device->PrefaultMemory(offset, 2 * bytes);
+}
+
+// The voluntary context switches of this process's thread named `name`, or
+// -1 when it has none of that name.
+long VoluntarySwitches(const std::string& name) {
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(task.path() / "comm");
+    std::string thread_name;
+    if (!std::getline(comm, thread_name) || thread_name != name) continue;
+    std::ifstream status(task.path() / "status");
+    for (std::string line; std::getline(status, line);) {
+      if (line.rfind("voluntary_ctxt_switches:", 0) == 0) return std::stol(line.substr(24));
+    }
+  }
+  return -1;
+}
+
+// A sleeping engine, told that work is coming, wakes into its naps (each
+// nap a futex wait with a timeout: a context switch), so that the next
+// submission rings it without a futex wake-up; left alone it stays asleep.
+TEST(WarmUp, ExpectWorkBringsASleepingEngineToItsNaps) {
+  std::unique_ptr<driver::Driver> sim;
+  ASSERT_TRUE(driver::CreateDriver("sim", driver::DriverOptions{}, &sim).ok());
+  std::unique_ptr<driver::Device> device;
+  ASSERT_TRUE(sim->OpenDevice(0, &device).ok());
+  std::unique_ptr<driver::HwQueue> queue;
+  ASSERT_TRUE(device->CreateQueue(0, "expect-work", &queue).ok());
+  const std::string thread = "tern-queue" + std::to_string(device->info().physical_index) + ".0";
+  // Asleep once two looks 5 ms apart see no switch (it polls for 50 us and
+  // naps for 1 ms after starting).
+  // The engine's thread names itself once it runs.
+  long before = -1, now = VoluntarySwitches(thread);
+  for (int tries = 0; tries < 2000 && now < 0; ++tries) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    now = VoluntarySwitches(thread);
+  }
+  ASSERT_GE(now, 0) << "no thread named " << thread;
+  for (int tries = 0; tries < 400 && now != before; ++tries) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    before = now;
+    now = VoluntarySwitches(thread);
+  }
+  ASSERT_EQ(now, before) << "the engine never went to sleep";
+  queue->ExpectWork();
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  const long roused = VoluntarySwitches(thread);
+  // About 20 naps of 50 us; asleep, it would not have switched at all.
+  EXPECT_GE(roused - now, 5) << "the engine did not nap after ExpectWork()";
+  queue.reset();
 }
 
 }  // namespace
