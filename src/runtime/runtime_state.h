@@ -45,6 +45,9 @@ struct DeviceObject {
   // is destroyed.
   std::mutex queues_mutex;
   std::vector<std::weak_ptr<QueueObject>> queues;  // guarded by queues_mutex
+  // The queue that last took an execution of an executable (compared with
+  // the live queues above, never dereferenced): a load readies that one.
+  std::atomic<const QueueObject*> last_executing_queue{nullptr};
 
   // The pool tern_queue_alloc uses when given none; set by tern_init.
   std::shared_ptr<MemoryPoolObject> default_pool;

@@ -6,15 +6,21 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
+#include <map>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "exe_test_util.h"
+#include "tests/common/thread_switches.h"
 
 namespace {
 
 using exetest::Bytes;
 using exetest::LastError;
+using tern::testing::SwitchesOfThreadsNamed;
 
 #define EXPECT_CONTAINS(text, part) \
   EXPECT_NE(std::string(text).find(part), std::string::npos) << (text)
@@ -116,6 +122,74 @@ TEST_F(ExecuteTest, AddsTwoInputs) {
   const std::vector<float> result = Read(z, 32);
   for (int i = 0; i < 32; ++i) EXPECT_EQ(result[i], 100.0f + 2.0f * i) << i;
   EXPECT_EQ(tern_executable_unload(executable), TERN_OK);
+}
+
+// The counts once `count` such threads exist (each names itself once it
+// runs), or the last look after 2 s.
+std::map<int, long> WhenRunning(const std::string& name, size_t count) {
+  std::map<int, long> now = SwitchesOfThreadsNamed(name);
+  for (int tries = 0; tries < 2000 && now.size() < count; ++tries) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    now = SwitchesOfThreadsNamed(name);
+  }
+  return now;
+}
+
+// The counts once two looks 5 ms apart agree (every engine asleep), or
+// the last look after 2 s.
+std::map<int, long> WhenAsleep(const std::string& name) {
+  std::map<int, long> before, now = SwitchesOfThreadsNamed(name);
+  for (int tries = 0; tries < 400 && now != before; ++tries) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    before = now;
+    now = SwitchesOfThreadsNamed(name);
+  }
+  return now;
+}
+
+// A load readies the queue that ran the device's last execution, and only
+// that one (each sleeping engine woken costs the loader a futex wake-up): its
+// engine naps after the load (a context switch per nap), the other queue's
+// stays asleep. Seen from the engines' threads in /proc, both named
+// tern-queue0.0 (device 0, core 0), told apart by thread id.
+TEST_F(ExecuteTest, ALoadReadiesTheQueueThatRanTheLastExecution) {
+  const std::string name = "tern-queue0.0";
+  const std::map<int, long> first_only = WhenRunning(name, 1);
+  ASSERT_EQ(first_only.size(), 1u);
+  tern_queue_t second = nullptr;
+  ASSERT_EQ(tern_queue_create(core_, nullptr, &second), TERN_OK) << LastError();
+  const std::map<int, long> both = WhenRunning(name, 2);
+  ASSERT_EQ(both.size(), 2u);
+  const int first_thread = first_only.begin()->first;
+  int second_thread = 0;
+  for (const auto& [thread, count] : both) {
+    if (thread != first_thread) second_thread = thread;
+  }
+  const Bytes add = exetest::BuildAdd();
+  tern_executable_t executable = Load(add);
+  tern_buffer_t x = Floats(Iota(32, 0.0f));
+  tern_buffer_t z = Buffer(128);
+  const tern_binding_t inputs[2] = {{x, 0}, {x, 0}};
+  const tern_binding_t outputs[1] = {{z, 0}};
+  for (tern_queue_t ran : {second, queue_}) {
+    ASSERT_EQ(tern_queue_execute(ran, executable, 0, inputs, 2, outputs, 1, nullptr), TERN_OK)
+        << LastError();
+    ASSERT_EQ(tern_queue_synchronize(ran, kTimeout), TERN_OK) << LastError();
+    const int readied = ran == second ? second_thread : first_thread;
+    const int left = ran == second ? first_thread : second_thread;
+    const std::map<int, long> asleep = WhenAsleep(name);
+    ASSERT_EQ(asleep, WhenAsleep(name)) << "the engines did not go to sleep";
+    tern_executable_t loaded = Load(add);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    const std::map<int, long> after = SwitchesOfThreadsNamed(name);
+    // About 20 naps of 50 us for the readied engine; none for the other.
+    EXPECT_GE(after.at(readied) - asleep.at(readied), 5)
+        << "the queue that ran the last execution was not readied";
+    EXPECT_EQ(after.at(left), asleep.at(left)) << "another queue was woken too";
+    EXPECT_EQ(tern_executable_unload(loaded), TERN_OK);
+  }
+  EXPECT_EQ(tern_executable_unload(executable), TERN_OK);
+  EXPECT_EQ(tern_queue_destroy(second), TERN_OK) << LastError();
 }
 
 // Named I/O sets (tern/io_set.h): bound once by name, executed many times

@@ -12,14 +12,14 @@
 
 #include <chrono>
 #include <cstdint>
-#include <filesystem>
-#include <fstream>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "driver_shim/driver.h"
+#include "tests/common/thread_switches.h"
 
 namespace tern {
 namespace {
@@ -130,16 +130,8 @@ TEST(WarmUp, PrefaultMemoryMapsTheEnginesView) {
 // The voluntary context switches of this process's thread named `name`, or
 // -1 when it has none of that name.
 long VoluntarySwitches(const std::string& name) {
-  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
-    std::ifstream comm(task.path() / "comm");
-    std::string thread_name;
-    if (!std::getline(comm, thread_name) || thread_name != name) continue;
-    std::ifstream status(task.path() / "status");
-    for (std::string line; std::getline(status, line);) {
-      if (line.rfind("voluntary_ctxt_switches:", 0) == 0) return std::stol(line.substr(24));
-    }
-  }
-  return -1;
+  const std::map<int, long> threads = testing::SwitchesOfThreadsNamed(name);
+  return threads.empty() ? -1 : threads.begin()->second;
 }
 
 // A sleeping engine, told that work is coming, wakes into its naps (each
