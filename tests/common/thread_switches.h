@@ -5,10 +5,12 @@
 #ifndef TERN_TESTS_COMMON_THREAD_SWITCHES_H_
 #define TERN_TESTS_COMMON_THREAD_SWITCHES_H_
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <string>
+#include <thread>
 
 namespace tern::testing {
 
@@ -29,6 +31,31 @@ inline std::map<int, long> SwitchesOfThreadsNamed(const std::string& name) {
     }
   }
   return switches;
+}
+
+// SwitchesOfThreadsNamed(name) once `count` such threads exist (a thread
+// names itself once it runs), or the last look after 2 s.
+// Thread-safety: any thread.
+inline std::map<int, long> WhenRunning(const std::string& name, size_t count) {
+  std::map<int, long> now = SwitchesOfThreadsNamed(name);
+  for (int tries = 0; tries < 2000 && now.size() < count; ++tries) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    now = SwitchesOfThreadsNamed(name);
+  }
+  return now;
+}
+
+// SwitchesOfThreadsNamed(name) once two looks 5 ms apart agree (every such
+// thread asleep), or the last look after 2 s.
+// Thread-safety: any thread.
+inline std::map<int, long> WhenAsleep(const std::string& name) {
+  std::map<int, long> before, now = SwitchesOfThreadsNamed(name);
+  for (int tries = 0; tries < 400 && now != before; ++tries) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    before = now;
+    now = SwitchesOfThreadsNamed(name);
+  }
+  return now;
 }
 
 }  // namespace tern::testing

@@ -21,6 +21,8 @@ namespace {
 using exetest::Bytes;
 using exetest::LastError;
 using tern::testing::SwitchesOfThreadsNamed;
+using tern::testing::WhenAsleep;
+using tern::testing::WhenRunning;
 
 #define EXPECT_CONTAINS(text, part) \
   EXPECT_NE(std::string(text).find(part), std::string::npos) << (text)
@@ -122,29 +124,6 @@ TEST_F(ExecuteTest, AddsTwoInputs) {
   const std::vector<float> result = Read(z, 32);
   for (int i = 0; i < 32; ++i) EXPECT_EQ(result[i], 100.0f + 2.0f * i) << i;
   EXPECT_EQ(tern_executable_unload(executable), TERN_OK);
-}
-
-// The counts once `count` such threads exist (each names itself once it
-// runs), or the last look after 2 s.
-std::map<int, long> WhenRunning(const std::string& name, size_t count) {
-  std::map<int, long> now = SwitchesOfThreadsNamed(name);
-  for (int tries = 0; tries < 2000 && now.size() < count; ++tries) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    now = SwitchesOfThreadsNamed(name);
-  }
-  return now;
-}
-
-// The counts once two looks 5 ms apart agree (every engine asleep), or
-// the last look after 2 s.
-std::map<int, long> WhenAsleep(const std::string& name) {
-  std::map<int, long> before, now = SwitchesOfThreadsNamed(name);
-  for (int tries = 0; tries < 400 && now != before; ++tries) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    before = now;
-    now = SwitchesOfThreadsNamed(name);
-  }
-  return now;
 }
 
 // A load readies the queue that ran the device's last execution, and only

@@ -127,13 +127,6 @@ TEST(WarmUp, PrefaultMemoryMapsTheEnginesView) {
   device->PrefaultMemory(offset, 2 * bytes);
 }
 
-// The voluntary context switches of this process's thread named `name`, or
-// -1 when it has none of that name.
-long VoluntarySwitches(const std::string& name) {
-  const std::map<int, long> threads = testing::SwitchesOfThreadsNamed(name);
-  return threads.empty() ? -1 : threads.begin()->second;
-}
-
 // A sleeping engine, told that work is coming, wakes into its naps (each
 // nap a futex wait with a timeout: a context switch), so that the next
 // submission rings it without a futex wake-up; left alone it stays asleep.
@@ -145,26 +138,18 @@ TEST(WarmUp, ExpectWorkBringsASleepingEngineToItsNaps) {
   std::unique_ptr<driver::HwQueue> queue;
   ASSERT_TRUE(device->CreateQueue(0, "expect-work", &queue).ok());
   const std::string thread = "tern-queue" + std::to_string(device->info().physical_index) + ".0";
-  // Asleep once two looks 5 ms apart see no switch (it polls for 50 us and
-  // naps for 1 ms after starting).
-  // The engine's thread names itself once it runs.
-  long before = -1, now = VoluntarySwitches(thread);
-  for (int tries = 0; tries < 2000 && now < 0; ++tries) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    now = VoluntarySwitches(thread);
-  }
-  ASSERT_GE(now, 0) << "no thread named " << thread;
-  for (int tries = 0; tries < 400 && now != before; ++tries) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    before = now;
-    now = VoluntarySwitches(thread);
-  }
-  ASSERT_EQ(now, before) << "the engine never went to sleep";
+  // The engine's thread names itself once it runs; then it polls for 50 us
+  // and naps for 1 ms before it sleeps.
+  ASSERT_EQ(testing::WhenRunning(thread, 1).size(), 1u) << "no thread named " << thread;
+  const std::map<int, long> asleep = testing::WhenAsleep(thread);
+  ASSERT_EQ(asleep, testing::WhenAsleep(thread)) << "the engine never went to sleep";
   queue->ExpectWork();
   std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  const long roused = VoluntarySwitches(thread);
+  const std::map<int, long> roused = testing::SwitchesOfThreadsNamed(thread);
   // About 20 naps of 50 us; asleep, it would not have switched at all.
-  EXPECT_GE(roused - now, 5) << "the engine did not nap after ExpectWork()";
+  ASSERT_EQ(roused.size(), 1u);
+  EXPECT_GE(roused.begin()->second - asleep.begin()->second, 5)
+      << "the engine did not nap after ExpectWork()";
   queue.reset();
 }
 
