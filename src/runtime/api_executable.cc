@@ -409,7 +409,11 @@ Status Execute(Runtime* rt, tern_queue_t queue_handle, tern_executable_t executa
   }
   uint64_t sequence = 0;
   TERN_RETURN_IF_ERROR(queue->hw->Submit(std::move(command), &sequence));
-  dev->last_executing_queue.store(queue.get(), std::memory_order_relaxed);
+  // Written only when it changes: executions on several queues from
+  // several threads would otherwise pass the line between their CPUs.
+  if (dev->last_executing_queue.load(std::memory_order_relaxed) != queue.get()) {
+    dev->last_executing_queue.store(queue.get(), std::memory_order_relaxed);
+  }
   if (out_sequence != nullptr) *out_sequence = sequence;
   return OkStatus();
 }
