@@ -433,6 +433,15 @@ uint64_t Exec::YieldAfterNs() const {
   return comm_->yield_after_ns();
 }
 
+Channel* Exec::SleepChannel() const {
+  if (comm_->sleep_channel_ == nullptr) return nullptr;
+  // Ranks of this process complete requests without ringing anything.
+  for (const Request* r : requests_) {
+    if (!r->done() && comm_->channel_of_[r->peer] == comm_->local_channel_) return nullptr;
+  }
+  return comm_->sleep_channel_;
+}
+
 std::string Exec::WaitingFor() const {
   std::set<uint32_t> peers;
   for (const Request* r : requests_) {
@@ -449,6 +458,17 @@ std::string Exec::WaitingFor() const {
   }
   return text;
 }
+
+// How long a waiter polls before it sleeps on a channel that can ring it
+// (Spin): longer than a peer takes to answer a small message, so that a
+// pipelined transfer never sleeps; far shorter than a rank that arrives
+// first waits for the last one, which it used to spend on a CPU the late
+// rank needed (ranks and their engine threads outnumber the CPUs of a
+// small host). And the longest such sleep: it is ended by the peer's
+// write, a failure or a control-plane answer, so this only bounds the
+// cost of a lost ring (a peer that writes nothing valid).
+constexpr uint64_t kSleepAfterNs = 50000;
+constexpr uint64_t kLongestDoorbellSleepNs = 100000000;
 
 template <typename Done>
 Status Exec::Spin(Done done) {
@@ -491,10 +511,26 @@ Status Exec::Spin(Done done) {
     // Back off when nothing moves: yield the CPU to the ranks we wait for
     // (soon when this host has more ranks than CPUs, so a rank sharing our
     // CPU can run; late otherwise, since yielding to an unrelated thread
-    // costs a whole time slice), then sleep briefly.
+    // costs a whole time slice), then sleep: until a peer writes where the
+    // channel can ring us, else briefly.
     if (idle_since == 0) idle_since = now;
     const uint64_t idle = now - idle_since;
-    if (idle > 2000000) {
+    Channel* sleep_channel = idle > kSleepAfterNs ? SleepChannel() : nullptr;
+    if (sleep_channel != nullptr) {
+      const uint32_t ticket = sleep_channel->ArmDoorbell();
+      // The last look, after the ticket: a write before it is seen here, a
+      // write after it ends the sleep.
+      Status error;
+      const bool moved = sleep_channel->Progress(&error);
+      if (moved || !error.ok() || done() || comm_->failed() ||
+          comm_->answers_version_.load(std::memory_order_acquire) != answers_seen_) {
+        sleep_channel->DisarmDoorbell();
+        continue;  // the loop's next round handles it
+      }
+      const uint64_t until =
+          std::min({deadline_ns_, next_stall_check_ns_, now + kLongestDoorbellSleepNs});
+      sleep_channel->SleepOnDoorbell(ticket, until > now ? until - now : 1);
+    } else if (idle > 2000000) {
       const timespec pause{0, 50000};
       nanosleep(&pause, nullptr);
     } else if (idle > YieldAfterNs()) {
@@ -1121,6 +1157,8 @@ void Communicator::SettleTransport(bool direct) {
     names += fmt::format("{}{}", names.empty() ? "" : "+", channel->name());
     if (channel.get() != local_channel_) progress_.push_back(channel.get());
   }
+  sleep_channel_ =
+      progress_.size() == 1 && progress_.front()->CanSleep() ? progress_.front() : nullptr;
   transport_ = names.empty() ? "none" : names;
 }
 
@@ -1229,6 +1267,8 @@ void Communicator::OnAnswer(uint32_t from, uint64_t sequence, const std::string&
     answers_[from] = Answer{sequence, answer};
   }
   answers_version_.fetch_add(1, std::memory_order_release);
+  // A waiter asleep in Exec::Spin reads the answers (CheckStall).
+  if (sleep_channel_ != nullptr) sleep_channel_->WakeSleepers();
 }
 
 Status Communicator::Run(const OpDesc& op, uint64_t record) {

@@ -180,6 +180,9 @@ class Exec {
   Status TimeoutStatus();
   std::string WaitingFor() const;
   uint64_t YieldAfterNs() const;
+  // The channel to sleep on until a peer writes (Spin), or null: only when
+  // every pending request can be woken that way.
+  Channel* SleepChannel() const;
   void ReleaseStaging(Request* req);
 
   Communicator* comm_;
@@ -318,6 +321,9 @@ class Communicator {
   std::vector<Channel*> channel_of_;  // by rank
   std::vector<Channel*> progress_;    // channels that need polling
   Channel* local_channel_ = nullptr;
+  // progress_'s only channel when its peers can wake a sleeping rank
+  // (tern-shm); null otherwise (libfabric needs polling).
+  Channel* sleep_channel_ = nullptr;
   bool direct_ = false;
   std::vector<uint8_t*> peer_base_;                  // by rank; null when not reachable
   std::vector<uint64_t> peer_bytes_;                 // by rank: what peer_base_ reaches

@@ -1,15 +1,19 @@
 #include "shm_channel.h"
 
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 
 #include "comm_kernels.h"
 #include "common/logging.h"
@@ -35,10 +39,25 @@ struct ShmChannel::Ring {
 };
 static_assert(sizeof(ShmChannel::Ring) == 64);
 
+// A rank's doorbell (see shm_channel.h). `word` is a futex shared between
+// the processes that map the segment: the peers bump it to wake the owner,
+// whose threads count themselves in `sleepers` while they sleep. A peer can
+// write either field, so neither is trusted: a wrong value costs the owner a
+// wake-up, or a sleep until its timeout, nothing else.
+struct ShmChannel::Doorbell {
+  alignas(64) std::atomic<uint32_t> word;
+  std::atomic<uint32_t> sleepers;
+  char pad[56];
+};
+static_assert(sizeof(ShmChannel::Doorbell) == 64);
+static_assert(std::atomic<uint32_t>::is_always_lock_free);
+
 namespace {
 
-constexpr uint64_t kMagic = 0x5445524e53484d31ull;  // "TERNSHM1"
+constexpr uint64_t kMagic = 0x5445524e53484d32ull;  // "TERNSHM2"
 constexpr size_t kHeaderBytes = 4096;
+// The doorbell takes the header's last cache line.
+constexpr size_t kDoorbellOffset = kHeaderBytes - sizeof(ShmChannel::Doorbell);
 constexpr size_t kSlotHeader = sizeof(ShmChannel::Slot);
 
 struct SegmentHeader {
@@ -55,7 +74,25 @@ struct RingEntry {
   uint32_t reserved;
   uint64_t offset;
 };
-constexpr size_t kMaxRingsInHeader = (kHeaderBytes - sizeof(SegmentHeader)) / sizeof(RingEntry);
+constexpr size_t kMaxRingsInHeader = (kDoorbellOffset - sizeof(SegmentHeader)) / sizeof(RingEntry);
+
+ShmChannel::Doorbell* DoorbellOf(void* segment_base) {
+  return reinterpret_cast<ShmChannel::Doorbell*>(static_cast<uint8_t*>(segment_base) +
+                                                 kDoorbellOffset);
+}
+
+// Called after publishing a fragment (release) or freeing room: the fence
+// pairs with the one in ArmDoorbell, so either the sleeper's last look sees
+// what was published, or this load sees the sleeper and wakes it.
+void RingDoorbell(ShmChannel::Doorbell* doorbell) {
+  if (doorbell == nullptr) return;
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (doorbell->sleepers.load(std::memory_order_relaxed) == 0) return;
+  doorbell->word.fetch_add(1, std::memory_order_seq_cst);
+  // Not FUTEX_PRIVATE: the word is shared between processes.
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&doorbell->word), FUTEX_WAKE, INT_MAX, nullptr,
+          nullptr, 0);
+}
 
 uint64_t EnvBytes(const char* name, uint64_t fallback, uint64_t minimum, uint64_t maximum) {
   const char* text = std::getenv(name);
@@ -127,6 +164,7 @@ Status ShmChannel::Create(uint64_t nonce, uint32_t rank, uint32_t size,
     return ErrnoStatus(TERN_ERROR_HOST_OUT_OF_MEMORY, errno, "mapping the shared-memory channel");
   }
   channel->own_ = Mapping{base, total};
+  channel->own_doorbell_ = new (DoorbellOf(base)) Doorbell();
   auto* header = static_cast<SegmentHeader*>(base);
   header->nonce = nonce;
   header->owner = rank;
@@ -242,6 +280,8 @@ Status ShmChannel::Attach(const std::vector<PeerSegment>& peers) {
                         "rank {}'s shared-memory channel has no ring for rank {}", peer, rank_);
     }
     out_[peer].ring = ring;
+    out_[peer].receiver = DoorbellOf(base);
+    in_[peer].sender = DoorbellOf(base);
   }
   return OkStatus();
 }
@@ -291,6 +331,7 @@ bool ShmChannel::PushOutgoing(Outgoing& out) {
       req->Complete();
     }
   }
+  if (progressed) RingDoorbell(out.receiver);
   return progressed;
 }
 
@@ -365,6 +406,7 @@ bool ShmChannel::PollIncoming(Incoming& in, uint32_t peer, Status* error) {
     in.ring->tail.store(in.position, std::memory_order_release);
     progressed = true;
   }
+  if (progressed) RingDoorbell(in.sender);  // it may wait for room
   return progressed;
 }
 
@@ -420,6 +462,7 @@ bool ShmChannel::SendNow(uint32_t peer, uint64_t tag, const void* data, size_t b
     if (out.position - out.tail >= slots_) return false;
   }
   WriteSlot(out, tag, bytes, 0, static_cast<const uint8_t*>(data), bytes);
+  RingDoorbell(out.receiver);
   return true;
 }
 
@@ -447,6 +490,7 @@ Channel::Now ShmChannel::RecvNow(uint32_t peer, uint64_t tag, void* dst, const v
   }
   ++in.position;
   in.ring->tail.store(in.position, std::memory_order_release);
+  RingDoorbell(in.sender);
   return Now::kDone;
 }
 
@@ -481,10 +525,39 @@ void ShmChannel::Cancel(Request* req) {
 }
 
 void ShmChannel::Shutdown() {
-  std::lock_guard<SpinLock> lock(mutex_);
-  shut_ = true;
-  for (Outgoing& out : out_) out.queue.clear();
-  for (Incoming& in : in_) in.posted.clear();
+  {
+    std::lock_guard<SpinLock> lock(mutex_);
+    shut_ = true;
+    for (Outgoing& out : out_) out.queue.clear();
+    for (Incoming& in : in_) in.posted.clear();
+  }
+  WakeSleepers();
+}
+
+uint32_t ShmChannel::ArmDoorbell() {
+  own_doorbell_->sleepers.fetch_add(1, std::memory_order_seq_cst);
+  std::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with RingDoorbell
+  return own_doorbell_->word.load(std::memory_order_seq_cst);
+}
+
+void ShmChannel::SleepOnDoorbell(uint32_t ticket, uint64_t timeout_ns) {
+  // Returns at once if the word moved since the ticket: a ring in between.
+  const timespec timeout{static_cast<time_t>(timeout_ns / 1000000000ull),
+                         static_cast<long>(timeout_ns % 1000000000ull)};
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&own_doorbell_->word), FUTEX_WAIT, ticket,
+          &timeout, nullptr, 0);
+  DisarmDoorbell();
+}
+
+void ShmChannel::DisarmDoorbell() {
+  own_doorbell_->sleepers.fetch_sub(1, std::memory_order_seq_cst);
+}
+
+void ShmChannel::WakeSleepers() {
+  if (own_doorbell_ == nullptr) return;
+  own_doorbell_->word.fetch_add(1, std::memory_order_seq_cst);
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&own_doorbell_->word), FUTEX_WAKE, INT_MAX,
+          nullptr, nullptr, 0);
 }
 
 }  // namespace tern::comm

@@ -15,6 +15,13 @@
 // not posted stays in the ring until the ring fills up; then it is moved
 // aside so that later messages can pass. Sends complete as soon as their
 // last fragment is in the ring.
+//
+// A rank that has waited a while sleeps instead of polling: the last cache
+// line of its segment's header is its doorbell, a futex word shared with
+// the peers and a count of its sleeping threads. A peer that publishes a
+// fragment into one of the rank's rings, or frees room in a ring the rank
+// fills, rings the doorbell when the count is not zero (a load and a fence
+// otherwise).
 #ifndef TERN_COLLECTIVES_SHM_CHANNEL_H_
 #define TERN_COLLECTIVES_SHM_CHANNEL_H_
 
@@ -64,9 +71,15 @@ class ShmChannel final : public Channel {
   bool Progress(Status* error) override;
   void Cancel(Request* req) override;
   void Shutdown() override;
+  bool CanSleep() const override { return true; }
+  uint32_t ArmDoorbell() override;
+  void SleepOnDoorbell(uint32_t ticket, uint64_t timeout_ns) override;
+  void DisarmDoorbell() override;
+  void WakeSleepers() override;
 
   struct Slot;
   struct Ring;
+  struct Doorbell;
 
  private:
   struct Mapping {
@@ -79,12 +92,14 @@ class ShmChannel final : public Channel {
   };
   struct Incoming {
     Ring* ring = nullptr;
+    Doorbell* sender = nullptr;  // rung when this side frees room in `ring`
     uint64_t position = 0;
     std::vector<Request*> posted;
     std::map<uint64_t, Unexpected> unexpected;
   };
   struct Outgoing {
     Ring* ring = nullptr;
+    Doorbell* receiver = nullptr;  // rung when a fragment is published in `ring`
     uint64_t position = 0;
     uint64_t tail = 0;  // the consumer's position when last read
     std::deque<Request*> queue;
@@ -109,6 +124,7 @@ class ShmChannel final : public Channel {
   uint32_t slots_ = 0;
   uint32_t slot_bytes_ = 0;
   Mapping own_;
+  Doorbell* own_doorbell_ = nullptr;  // in own_
   std::vector<Mapping> mapped_;
   std::vector<Incoming> in_;   // by rank (empty for ranks not on this channel)
   std::vector<Outgoing> out_;  // by rank

@@ -104,6 +104,24 @@ class Channel {
     (void)peer, (void)tag, (void)dst, (void)a, (void)spec, (void)bytes;
     return Now::kPost;
   }
+  // Sleeping until a peer writes, for channels whose peers can wake this
+  // rank (tern-shm: a futex in the rank's own segment; see Exec::Spin).
+  // ArmDoorbell() counts the caller as a sleeper and returns a ticket; the
+  // caller then looks at the channel once more (Progress) and either calls
+  // SleepOnDoorbell(ticket, ...), which returns when a peer writes to this
+  // rank or frees room in a ring it fills after the ticket was taken, when
+  // WakeSleepers() is called, or after `timeout_ns`; or DisarmDoorbell() if
+  // that look found work. Peers ring only while someone is counted, so a
+  // channel nobody sleeps on costs its writers one load.
+  virtual bool CanSleep() const { return false; }
+  virtual uint32_t ArmDoorbell() { return 0; }
+  virtual void SleepOnDoorbell(uint32_t ticket, uint64_t timeout_ns) {
+    (void)ticket, (void)timeout_ns;
+  }
+  virtual void DisarmDoorbell() {}
+  // Ends this rank's sleeps now (a failure, an answer from the control
+  // plane). Thread-safety: any thread.
+  virtual void WakeSleepers() {}
   // Withdraws a pending request (its operation failed); afterwards the
   // channel never touches it or its buffers.
   virtual void Cancel(Request* req) = 0;

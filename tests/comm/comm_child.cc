@@ -18,6 +18,13 @@
 //       WHAT=root); the other ranks change WHAT (kind, count, dtype, redop,
 //       root). Prints "result <STATUS> <message>", then runs a barrier and
 //       prints "then <STATUS> <message>"; exits 0.
+//   tern_comm_child late MS
+//       Three all-reduces (1, 262144 and 1 fp32 values), each after a
+//       barrier, in which every rank but 0 sleeps MS milliseconds before it
+//       enqueues: it prints "sent <k> <ns>" (CLOCK_MONOTONIC) just before;
+//       rank 0 enqueues at once and, once its queue is done, prints
+//       "done <k> <ns> switches <n>" with the voluntary context switches of
+//       its process during the wait. Exits 1 if a result is wrong.
 //   tern_comm_child idle
 //       Joins, prints "ready", then enqueues nothing and waits for stdin to
 //       close (a rank that never calls the collective).
@@ -35,6 +42,7 @@
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <tern/tern.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -145,6 +153,61 @@ int RunMismatch(Rank& r, const std::string& what) {
   return 0;
 }
 
+uint64_t MonotonicNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+long VoluntarySwitches() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_nvcsw;
+}
+
+// See "late" above.
+int RunLate(Rank& r, int delay_ms) {
+  tern_comm_info_t info = {};
+  info.struct_size = sizeof(info);
+  Check("tern_comm_get_info", tern_comm_get_info(r.comm, &info));
+  const uint64_t counts[] = {1, 262144, 1};
+  tern_buffer_params_t params = {sizeof(tern_buffer_params_t), 0, 262144 * 4, 0,
+                                 TERN_MEMORY_TENSORS};
+  tern_buffer_t buffer = nullptr;
+  Check("tern_buffer_alloc", tern_buffer_alloc(r.device, &params, &buffer));
+  for (int k = 0; k < 3; ++k) {
+    const uint64_t count = counts[k];
+    std::vector<float> values(count, static_cast<float>(r.rank + 1));
+    Check("tern_buffer_write", tern_buffer_write(buffer, 0, values.data(), count * 4));
+    Check("tern_comm_barrier", tern_comm_barrier(r.comm, r.queue));
+    Check("tern_queue_synchronize", tern_queue_synchronize(r.queue, TERN_TIMEOUT_INFINITE));
+    const long switches = VoluntarySwitches();
+    if (r.rank != 0) {
+      usleep(static_cast<useconds_t>(delay_ms) * 1000);
+      Say("sent " + std::to_string(k) + " " + std::to_string(MonotonicNs()));
+    }
+    Check("tern_comm_all_reduce", tern_comm_all_reduce(r.comm, buffer, 0, buffer, 0, count,
+                                                       TERN_DTYPE_F32, TERN_COMM_SUM, r.queue));
+    Check("tern_queue_synchronize", tern_queue_synchronize(r.queue, TERN_TIMEOUT_INFINITE));
+    if (r.rank == 0) {
+      const uint64_t done = MonotonicNs();
+      Say("done " + std::to_string(k) + " " + std::to_string(done) + " switches " +
+          std::to_string(VoluntarySwitches() - switches));
+    }
+    Check("tern_buffer_read", tern_buffer_read(buffer, 0, values.data(), count * 4));
+    const float expected = static_cast<float>(info.size * (info.size + 1) / 2);
+    for (uint64_t i = 0; i < count; ++i) {
+      if (values[i] != expected) {
+        Say("wrong value " + std::to_string(values[i]) + " at " + std::to_string(i) + " of round " +
+            std::to_string(k));
+        return 1;
+      }
+    }
+  }
+  Say("ok late");
+  return 0;
+}
+
 int RunScenario(Rank& r, const std::vector<std::string>& args) {
   const std::string& scenario = args[0];
   if (scenario == "matrix") {
@@ -172,6 +235,7 @@ int RunScenario(Rank& r, const std::vector<std::string>& args) {
   }
   if (scenario == "loop" && args.size() > 1) return RunLoop(r, std::stoull(args[1]));
   if (scenario == "mismatch" && args.size() > 1) return RunMismatch(r, args[1]);
+  if (scenario == "late" && args.size() > 1) return RunLate(r, std::stoi(args[1]));
   if (scenario == "idle") {
     Say("ready");
     WaitStdinClosed();

@@ -8,7 +8,9 @@
 #include <tern/tern.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 
 #include "comm_test_util.h"
 
@@ -99,6 +101,51 @@ void RunTwoByTwo(const Env& env, const char* expect) {
 
 TEST(CommMultiprocessTest, TwoProcessesTwoRanksEachShm) { RunTwoByTwo({}, "tern-shm"); }
 TEST(CommMultiprocessTest, TwoProcessesTwoRanksEachTcp) { RunTwoByTwo(kTcp, "tcp;ofi_rxm"); }
+
+// A rank that reaches an all-reduce first sleeps until its late peer
+// writes, rather than polling for it: over the 250 ms that the peer is late
+// its process switches context a few times (a sleep of the queue thread,
+// which the peer's write ends), where one that naps wakes every 50 us (some
+// 5,000 switches). And the peer's write wakes it: it finishes within
+// milliseconds of the peer's enqueue, where an unrung sleep would end only at
+// its 100 ms bound (about 50 ms late at this delay).
+TEST(CommMultiprocessTest, ARankWaitingForALatePeerSleepsUntilItWrites) {
+  std::vector<std::unique_ptr<ChildProcess>> children;
+  const std::string address = "127.0.0.1:" + std::to_string(FreePort());
+  for (uint32_t r = 0; r < 2; ++r) {
+    children.push_back(ChildProcess::Spawn({"late", "250"}, {{"TERN_COMM_ID", address},
+                                                             {"TERN_COMM_RANK", std::to_string(r)},
+                                                             {"TERN_COMM_WORLD_SIZE", "2"}}));
+    ASSERT_NE(nullptr, children.back());
+  }
+  for (uint32_t r = 0; r < 2; ++r) {
+    ASSERT_EQ(0, children[r]->Wait(kTimeoutMs)) << "rank " << r << ":\n" << children[r]->output();
+    ASSERT_NE(std::string::npos, children[r]->output().find("ok late")) << children[r]->output();
+  }
+  std::vector<double> late_ms;
+  for (int k = 0; k < 3; ++k) {
+    const std::string round = std::to_string(k) + " ";
+    std::string sent, done;
+    const std::string& out1 = children[1]->output();
+    const std::string& out0 = children[0]->output();
+    const size_t s = out1.find("sent " + round);
+    const size_t d = out0.find("done " + round);
+    ASSERT_NE(std::string::npos, s) << out1;
+    ASSERT_NE(std::string::npos, d) << out0;
+    unsigned long long sent_ns = 0, done_ns = 0;
+    long switches = -1;
+    ASSERT_EQ(1, std::sscanf(out1.c_str() + s, "sent %*d %llu", &sent_ns));
+    ASSERT_EQ(2, std::sscanf(out0.c_str() + d, "done %*d %llu switches %ld", &done_ns, &switches));
+    EXPECT_LT(switches, 500) << "round " << k << ": rank 0 did not sleep through its wait\n"
+                             << out0;
+    ASSERT_GT(done_ns, sent_ns);
+    late_ms.push_back(static_cast<double>(done_ns - sent_ns) / 1e6);
+  }
+  std::sort(late_ms.begin(), late_ms.end());
+  EXPECT_LT(late_ms[1], 25.0) << "rank 0 finished " << late_ms[0] << ", " << late_ms[1] << " and "
+                              << late_ms[2]
+                              << " ms after its peer enqueued: the peer's write did not wake it";
+}
 
 // Rank 0 finds its bootstrap port taken (here by a socket bound to it and
 // not listening; in the field by a closed connection's TIME_WAIT, which a

@@ -507,6 +507,9 @@ TEST(CommSecurityTest, PeerSegmentOfAnotherProcessIsNotOpened) {
   rank0->Wait(kTimeoutMs);
 }
 
+// The first word of a tern-shm segment (shm_channel.cc: "TERNSHM2").
+constexpr uint64_t kShmSegmentMagic = 0x5445524e53484d32ull;
+
 // Rank 1's own segment places rank 0's ring far outside the segment: rank 0
 // refuses to use it.
 TEST(CommSecurityTest, PeerRingOutsideItsSegmentIsRejected) {
@@ -522,8 +525,8 @@ TEST(CommSecurityTest, PeerRingOutsideItsSegmentIsRejected) {
   for (char c : address) nonce = (nonce ^ static_cast<uint8_t>(c)) * 1099511628211ull;
   // magic, nonce, owner, ring count, slots, slot bytes (the defaults), then
   // the ring entry for rank 0: sender, reserved, offset.
-  const std::string header = U64(0x5445524e53484d31ull) + U64(nonce | 1) + U32(1) + U32(1) +
-                             U32(16) + U32(65536) + U32(0) + U32(0) + U64(1ull << 30);
+  const std::string header = U64(kShmSegmentMagic) + U64(nonce | 1) + U32(1) + U32(1) + U32(16) +
+                             U32(65536) + U32(0) + U32(0) + U64(1ull << 30);
   ASSERT_EQ(static_cast<ssize_t>(header.size()), pwrite(segment, header.data(), header.size(), 0));
   JoinLieAndWait(port, address, {name, -1, 0}, rank0.get());
   close(segment);
@@ -552,8 +555,8 @@ TEST(CommSecurityTest, RingFragmentLargerThanItsSlotIsRejected) {
   ASSERT_EQ(0, ftruncate(segment, static_cast<off_t>(4096 + kRingBytes)));
   uint64_t nonce = 1469598103934665603ull;
   for (char c : address) nonce = (nonce ^ static_cast<uint8_t>(c)) * 1099511628211ull;
-  const std::string header = U64(0x5445524e53484d31ull) + U64(nonce | 1) + U32(1) + U32(1) +
-                             U32(16) + U32(65536) + U32(0) + U32(0) + U64(4096);
+  const std::string header = U64(kShmSegmentMagic) + U64(nonce | 1) + U32(1) + U32(1) + U32(16) +
+                             U32(65536) + U32(0) + U32(0) + U64(4096);
   ASSERT_EQ(static_cast<ssize_t>(header.size()), pwrite(segment, header.data(), header.size(), 0));
   int control = -1;
   JoinAndLie(port, address, {name, -1, 0}, &control);
