@@ -459,21 +459,32 @@ std::string Exec::WaitingFor() const {
   return text;
 }
 
-// How long a waiter polls before it sleeps on a channel that can ring it
-// (Spin): longer than a peer takes to answer a small message, so that a
-// pipelined transfer never sleeps; far shorter than a rank that arrives
-// first waits for the last one, which it used to spend on a CPU the late
-// rank needed (ranks and their engine threads outnumber the CPUs of a
-// small host). And the longest such sleep: it is ended by the peer's
-// write, a failure or a control-plane answer, so this only bounds the
-// cost of a lost ring (a peer that writes nothing valid).
+// When a waiter sleeps on a channel that can ring it (Spin). A
+// communicator's waits are short (a peer answering a small message, the
+// chunks of a pipelined transfer: microseconds) or long (a rank that
+// reached the operation first waiting for the last one: a good part of a
+// millisecond in a training step, where it used to poll on a CPU that the
+// late rank's host and engine threads needed). Where its recent waits were
+// long, a waiter sleeps after kSleepAfterNs; otherwise it polls for
+// kPollForNs first, as it did before it could sleep: sleeping early in a
+// loop of 8-byte all-reduces (two ranks on two shared CPUs) took each one
+// from 17 to 200 us, every sleep making the other rank late and every
+// wake-up of a sleeping virtual CPU costing as much. The longest sleep is
+// bounded too, though a peer's write, a failure or a control-plane answer
+// ends it: the bound is what a peer that never rings can cost.
 constexpr uint64_t kSleepAfterNs = 50000;
+constexpr uint64_t kLongWaitNs = 400000;
+constexpr uint64_t kPollForNs = 2000000;
 constexpr uint64_t kLongestDoorbellSleepNs = 100000000;
 
 template <typename Done>
 Status Exec::Spin(Done done) {
   uint32_t spins = 0;
   uint64_t idle_since = 0;
+  uint64_t first_look = 0;  // the clock's first reading in this wait
+  const uint64_t sleep_after =
+      comm_->typical_wait_ns_.load(std::memory_order_relaxed) >= kLongWaitNs ? kSleepAfterNs
+                                                                             : kPollForNs;
   while (!done()) {
     bool progressed = false;
     for (Channel* channel : comm_->progress_) {
@@ -502,6 +513,7 @@ Status Exec::Spin(Done done) {
     }
     const uint64_t now = MonotonicNs();
     if (start_ns_ == 0) StartClock(now);
+    if (first_look == 0) first_look = now;
     if (now >= deadline_ns_) return TimeoutStatus();
     if (now >= next_stall_check_ns_ ||
         comm_->answers_version_.load(std::memory_order_acquire) != answers_seen_) {
@@ -515,7 +527,7 @@ Status Exec::Spin(Done done) {
     // channel can ring us, else briefly.
     if (idle_since == 0) idle_since = now;
     const uint64_t idle = now - idle_since;
-    Channel* sleep_channel = idle > kSleepAfterNs ? SleepChannel() : nullptr;
+    Channel* sleep_channel = idle > sleep_after ? SleepChannel() : nullptr;
     if (sleep_channel != nullptr) {
       const uint32_t ticket = sleep_channel->ArmDoorbell();
       // The last look, after the ticket: a write before it is seen here, a
@@ -530,13 +542,20 @@ Status Exec::Spin(Done done) {
       const uint64_t until =
           std::min({deadline_ns_, next_stall_check_ns_, now + kLongestDoorbellSleepNs});
       sleep_channel->SleepOnDoorbell(ticket, until > now ? until - now : 1);
-    } else if (idle > 2000000) {
+    } else if (idle > kPollForNs) {
       const timespec pause{0, 50000};
       nanosleep(&pause, nullptr);
     } else if (idle > YieldAfterNs()) {
       sched_yield();
     }
   }
+  // A moving average, updated without ordering (the communicator's
+  // operations run one at a time; a rough figure is all Spin needs). A wait
+  // that ended before the clock was read counts as none.
+  const uint64_t took = first_look == 0 ? 0 : MonotonicNs() - first_look;
+  const uint64_t typical = comm_->typical_wait_ns_.load(std::memory_order_relaxed);
+  comm_->typical_wait_ns_.store((3 * typical + std::min(took, 2 * kPollForNs)) / 4,
+                                std::memory_order_relaxed);
   return OkStatus();
 }
 

@@ -324,6 +324,9 @@ class Communicator {
   // progress_'s only channel when its peers can wake a sleeping rank
   // (tern-shm); null otherwise (libfabric needs polling).
   Channel* sleep_channel_ = nullptr;
+  // How long Exec::Spin's recent waits took (a moving average): where they
+  // were long, a waiter sleeps early.
+  std::atomic<uint64_t> typical_wait_ns_{0};
   bool direct_ = false;
   std::vector<uint8_t*> peer_base_;                  // by rank; null when not reachable
   std::vector<uint64_t> peer_bytes_;                 // by rank: what peer_base_ reaches

@@ -23,8 +23,9 @@
 //       barrier, in which every rank but 0 sleeps MS milliseconds before it
 //       enqueues: it prints "sent <k> <ns>" (CLOCK_MONOTONIC) just before;
 //       rank 0 enqueues at once and, once its queue is done, prints
-//       "done <k> <ns> switches <n>" with the voluntary context switches of
-//       its process during the wait. Exits 1 if a result is wrong.
+//       "done <k> <ns> switches <n> cpu_us <t>" with the voluntary context
+//       switches and the CPU time of its process during the wait. Exits 1
+//       if a result is wrong.
 //   tern_comm_child idle
 //       Joins, prints "ready", then enqueues nothing and waits for stdin to
 //       close (a rank that never calls the collective).
@@ -159,10 +160,18 @@ uint64_t MonotonicNs() {
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
 
-long VoluntarySwitches() {
+struct Usage {
+  long voluntary_switches = 0;
+  uint64_t cpu_us = 0;  // user and system, all threads
+};
+
+Usage ProcessUsage() {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
-  return usage.ru_nvcsw;
+  auto us = [](const timeval& t) {
+    return static_cast<uint64_t>(t.tv_sec) * 1000000ull + static_cast<uint64_t>(t.tv_usec);
+  };
+  return {usage.ru_nvcsw, us(usage.ru_utime) + us(usage.ru_stime)};
 }
 
 // See "late" above.
@@ -181,7 +190,7 @@ int RunLate(Rank& r, int delay_ms) {
     Check("tern_buffer_write", tern_buffer_write(buffer, 0, values.data(), count * 4));
     Check("tern_comm_barrier", tern_comm_barrier(r.comm, r.queue));
     Check("tern_queue_synchronize", tern_queue_synchronize(r.queue, TERN_TIMEOUT_INFINITE));
-    const long switches = VoluntarySwitches();
+    const Usage before = ProcessUsage();
     if (r.rank != 0) {
       usleep(static_cast<useconds_t>(delay_ms) * 1000);
       Say("sent " + std::to_string(k) + " " + std::to_string(MonotonicNs()));
@@ -191,8 +200,10 @@ int RunLate(Rank& r, int delay_ms) {
     Check("tern_queue_synchronize", tern_queue_synchronize(r.queue, TERN_TIMEOUT_INFINITE));
     if (r.rank == 0) {
       const uint64_t done = MonotonicNs();
+      const Usage after = ProcessUsage();
       Say("done " + std::to_string(k) + " " + std::to_string(done) + " switches " +
-          std::to_string(VoluntarySwitches() - switches));
+          std::to_string(after.voluntary_switches - before.voluntary_switches) + " cpu_us " +
+          std::to_string(after.cpu_us - before.cpu_us));
     }
     Check("tern_buffer_read", tern_buffer_read(buffer, 0, values.data(), count * 4));
     const float expected = static_cast<float>(info.size * (info.size + 1) / 2);
