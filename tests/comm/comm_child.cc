@@ -23,9 +23,10 @@
 //       barrier, in which every rank but 0 sleeps MS milliseconds before it
 //       enqueues: it prints "sent <k> <ns>" (CLOCK_MONOTONIC) just before;
 //       rank 0 enqueues at once and, once its queue is done, prints
-//       "done <k> <ns> switches <n> cpu_us <t>" with the voluntary context
-//       switches and the CPU time of its process during the wait. Exits 1
-//       if a result is wrong.
+//       "done <k> <ns> switches <n> queue_cpu_us <t>" with the voluntary
+//       context switches of its process and the CPU time of its queues'
+//       threads (which run the collectives) during the wait. Exits 1 if a
+//       result is wrong.
 //   tern_comm_child idle
 //       Joins, prints "ready", then enqueues nothing and waits for stdin to
 //       close (a rank that never calls the collective).
@@ -160,18 +161,35 @@ uint64_t MonotonicNs() {
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
 
+// The first line of a small file (under /proc), or "".
+std::string FirstLine(const std::string& path) {
+  char line[512] = {};
+  if (FILE* f = std::fopen(path.c_str(), "r")) {
+    if (std::fgets(line, sizeof(line), f) == nullptr) line[0] = '\0';
+    std::fclose(f);
+  }
+  return line;
+}
+
 struct Usage {
-  long voluntary_switches = 0;
-  uint64_t cpu_us = 0;  // user and system, all threads
+  long voluntary_switches = 0;  // all threads
+  uint64_t queue_cpu_us = 0;    // the threads of tern's queues (schedstat)
 };
 
 Usage ProcessUsage() {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
-  auto us = [](const timeval& t) {
-    return static_cast<uint64_t>(t.tv_sec) * 1000000ull + static_cast<uint64_t>(t.tv_usec);
-  };
-  return {usage.ru_nvcsw, us(usage.ru_utime) + us(usage.ru_stime)};
+  Usage out{usage.ru_nvcsw, 0};
+  if (DIR* dir = opendir("/proc/self/task")) {
+    while (dirent* entry = readdir(dir)) {
+      if (entry->d_name[0] == '.') continue;
+      const std::string task = std::string("/proc/self/task/") + entry->d_name;
+      if (FirstLine(task + "/comm").rfind("tern-queue", 0) != 0) continue;
+      out.queue_cpu_us += std::strtoull(FirstLine(task + "/schedstat").c_str(), nullptr, 10) / 1000;
+    }
+    closedir(dir);
+  }
+  return out;
 }
 
 // See "late" above.
@@ -202,8 +220,8 @@ int RunLate(Rank& r, int delay_ms) {
       const uint64_t done = MonotonicNs();
       const Usage after = ProcessUsage();
       Say("done " + std::to_string(k) + " " + std::to_string(done) + " switches " +
-          std::to_string(after.voluntary_switches - before.voluntary_switches) + " cpu_us " +
-          std::to_string(after.cpu_us - before.cpu_us));
+          std::to_string(after.voluntary_switches - before.voluntary_switches) + " queue_cpu_us " +
+          std::to_string(after.queue_cpu_us - before.queue_cpu_us));
     }
     Check("tern_buffer_read", tern_buffer_read(buffer, 0, values.data(), count * 4));
     const float expected = static_cast<float>(info.size * (info.size + 1) / 2);
@@ -261,23 +279,15 @@ int RunScenario(Rank& r, const std::vector<std::string>& args) {
 // Whether a thread of this process named `name` is asleep (in a system
 // call), within 10 s.
 bool WaitForSleepingThread(const std::string& name) {
-  auto first_line = [](const std::string& path) {
-    char line[512] = {};
-    if (FILE* f = std::fopen(path.c_str(), "r")) {
-      if (std::fgets(line, sizeof(line), f) == nullptr) line[0] = '\0';
-      std::fclose(f);
-    }
-    return std::string(line);
-  };
   for (int attempt = 0; attempt < 1000; ++attempt) {
     if (DIR* dir = opendir("/proc/self/task")) {
       bool asleep = false;
       while (dirent* entry = readdir(dir)) {
         if (entry->d_name[0] == '.') continue;
         const std::string task = std::string("/proc/self/task/") + entry->d_name;
-        if (first_line(task + "/comm") != name + "\n") continue;
+        if (FirstLine(task + "/comm") != name + "\n") continue;
         // The state follows the ")" that ends the name: "pid (name) S ...".
-        const std::string stat = first_line(task + "/stat");
+        const std::string stat = FirstLine(task + "/stat");
         const size_t close_paren = stat.rfind(')');
         asleep = asleep || (close_paren != std::string::npos && stat.size() > close_paren + 2 &&
                             stat[close_paren + 1] == ' ' && stat[close_paren + 2] == 'S');
