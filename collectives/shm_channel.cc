@@ -81,12 +81,26 @@ ShmChannel::Doorbell* DoorbellOf(void* segment_base) {
                                                  kDoorbellOffset);
 }
 
-// Called after publishing a fragment (release) or freeing room: the fence
+// A full barrier between the caller's earlier stores and its later loads,
+// for the doorbell's pairing (RingDoorbell against ArmDoorbell). GCC's
+// ThreadSanitizer does not model fences (-Wtsan refuses them); under it, a
+// sequentially consistent read-modify-write of the doorbell's count, which
+// both sides then perform on the same word, gives the same order.
+inline void FullBarrier(std::atomic<uint32_t>& sleepers) {
+#if defined(__SANITIZE_THREAD__)
+  sleepers.fetch_add(0, std::memory_order_seq_cst);
+#else
+  (void)sleepers;
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+#endif
+}
+
+// Called after publishing a fragment (release) or freeing room: the barrier
 // pairs with the one in ArmDoorbell, so either the sleeper's last look sees
 // what was published, or this load sees the sleeper and wakes it.
 void RingDoorbell(ShmChannel::Doorbell* doorbell) {
   if (doorbell == nullptr) return;
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  FullBarrier(doorbell->sleepers);
   if (doorbell->sleepers.load(std::memory_order_relaxed) == 0) return;
   doorbell->word.fetch_add(1, std::memory_order_seq_cst);
   // Not FUTEX_PRIVATE: the word is shared between processes.
@@ -536,7 +550,7 @@ void ShmChannel::Shutdown() {
 
 uint32_t ShmChannel::ArmDoorbell() {
   own_doorbell_->sleepers.fetch_add(1, std::memory_order_seq_cst);
-  std::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with RingDoorbell
+  FullBarrier(own_doorbell_->sleepers);  // pairs with RingDoorbell's
   return own_doorbell_->word.load(std::memory_order_seq_cst);
 }
 
