@@ -95,6 +95,15 @@ inline void FullBarrier(std::atomic<uint32_t>& sleepers) {
 #endif
 }
 
+// Ends every sleep on `doorbell` now, and any that starts with an older
+// ticket.
+void WakeDoorbell(ShmChannel::Doorbell* doorbell) {
+  doorbell->word.fetch_add(1, std::memory_order_seq_cst);
+  // Not FUTEX_PRIVATE: the word is shared between processes.
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&doorbell->word), FUTEX_WAKE, INT_MAX, nullptr,
+          nullptr, 0);
+}
+
 // Called after publishing a fragment (release) or freeing room: the barrier
 // pairs with the one in ArmDoorbell, so either the sleeper's last look sees
 // what was published, or this load sees the sleeper and wakes it.
@@ -102,10 +111,7 @@ void RingDoorbell(ShmChannel::Doorbell* doorbell) {
   if (doorbell == nullptr) return;
   FullBarrier(doorbell->sleepers);
   if (doorbell->sleepers.load(std::memory_order_relaxed) == 0) return;
-  doorbell->word.fetch_add(1, std::memory_order_seq_cst);
-  // Not FUTEX_PRIVATE: the word is shared between processes.
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&doorbell->word), FUTEX_WAKE, INT_MAX, nullptr,
-          nullptr, 0);
+  WakeDoorbell(doorbell);
 }
 
 uint64_t EnvBytes(const char* name, uint64_t fallback, uint64_t minimum, uint64_t maximum) {
@@ -568,10 +574,7 @@ void ShmChannel::DisarmDoorbell() {
 }
 
 void ShmChannel::WakeSleepers() {
-  if (own_doorbell_ == nullptr) return;
-  own_doorbell_->word.fetch_add(1, std::memory_order_seq_cst);
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&own_doorbell_->word), FUTEX_WAKE, INT_MAX,
-          nullptr, nullptr, 0);
+  if (own_doorbell_ != nullptr) WakeDoorbell(own_doorbell_);
 }
 
 }  // namespace tern::comm
