@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "common/idle_work.h"
+#include "common/steerable_thread.h"
 #include "common/thread_name.h"
 #include "driver_shim/sim/engines/run_instruction.h"
 #include "driver_shim/sim/engines/warm_up.h"
@@ -37,6 +38,11 @@ constexpr int64_t kMaxHelperSpinNs = 64'000;
 // How long the calling thread spins for parts held by helpers before it
 // yields its CPU to them (a helper the OS preempted needs that CPU back).
 constexpr auto kCallerSpin = std::chrono::microseconds(50);
+// Sleeping helpers a wake-up steers off the caller's CPU (SteerableThread):
+// each costs the caller two system calls, and the placement that steering
+// undoes puts the woken helpers on the caller's CPU, of which a few moved
+// elsewhere suffice.
+constexpr int kMaxSteeredHelpers = 3;
 
 inline void CpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -78,9 +84,14 @@ void KernelPool::ResetInForkedChild() {
   open_.store(false, std::memory_order_relaxed);
   helpers_inside_.store(0, std::memory_order_relaxed);
   sleepers_.store(0, std::memory_order_relaxed);
+  for (int helper = 0; helper < threads_ - 1; ++helper) helper_threads_[helper].Unbind();
 }
 
-KernelPool::KernelPool(int threads) : threads_(threads < 1 ? 1 : threads) {}
+KernelPool::KernelPool(int threads)
+    : threads_(threads < 1 ? 1 : threads),
+      helper_threads_(std::make_unique<SteerableThread[]>(threads_ - 1 > 0 ? threads_ - 1 : 1)) {}
+
+KernelPool::~KernelPool() = default;
 
 void KernelPool::Start() {
   if (started_.load(std::memory_order_acquire) || threads_ == 1) return;
@@ -92,7 +103,7 @@ void KernelPool::Start() {
     std::thread([this, helper] {
       const std::string name = "tern-kernel-" + std::to_string(helper);
       NameThisThread(name.c_str());
-      HelperLoop();
+      HelperLoop(&helper_threads_[helper - 1]);
     }).detach();
   }
   started_.store(true, std::memory_order_release);
@@ -149,6 +160,11 @@ void KernelPool::RunParts(int parts, PartFn call, void* context, Wake wake) {
 void KernelPool::WakeSleepers() {
   if (sleepers_.load(std::memory_order_seq_cst) > 0) {
     wake_ups_.fetch_add(1, std::memory_order_relaxed);
+    // The caller goes on taking parts: a helper woken onto its CPU would
+    // take turns with it there.
+    for (int helper = 0; helper < std::min(threads_ - 1, kMaxSteeredHelpers); ++helper) {
+      helper_threads_[helper].SteerOffCallingCpu();
+    }
     FutexWakeAll(&generation_);
   }
 }
@@ -186,7 +202,7 @@ bool KernelPool::HelpWithOpenJob() {
   return TakePartsOfOpenJob(/*as_poller=*/true) > 0;
 }
 
-uint32_t KernelPool::WaitForJob(uint32_t seen, int64_t* spin_ns) {
+uint32_t KernelPool::WaitForJob(uint32_t seen, int64_t* spin_ns, SteerableThread* self) {
   const auto spin_until = std::chrono::steady_clock::now() + std::chrono::nanoseconds(*spin_ns);
   for (int i = 0;; ++i) {
     const uint32_t now = generation_.load(std::memory_order_acquire);
@@ -198,6 +214,7 @@ uint32_t KernelPool::WaitForJob(uint32_t seen, int64_t* spin_ns) {
     CpuRelax();
   }
   *spin_ns = std::max(*spin_ns / 2, kMinHelperSpinNs);
+  self->BeforeSleep();
   sleepers_.fetch_add(1, std::memory_order_seq_cst);
   uint32_t now = generation_.load(std::memory_order_seq_cst);
   while (now == seen) {
@@ -205,15 +222,17 @@ uint32_t KernelPool::WaitForJob(uint32_t seen, int64_t* spin_ns) {
     now = generation_.load(std::memory_order_seq_cst);
   }
   sleepers_.fetch_sub(1, std::memory_order_relaxed);
+  self->AfterWake();
   return now;
 }
 
-void KernelPool::HelperLoop() {
+void KernelPool::HelperLoop(SteerableThread* self) {
+  self->BindToCallingThread();
   WarmUpThisThread();
   uint32_t seen = 0;
   int64_t spin_ns = kMaxHelperSpinNs / 4;
   for (;;) {
-    seen = WaitForJob(seen, &spin_ns);
+    seen = WaitForJob(seen, &spin_ns, self);
     TakePartsOfOpenJob(/*as_poller=*/false);
   }
 }

@@ -31,7 +31,12 @@
 #include <atomic>
 #include <climits>
 #include <cstdint>
+#include <memory>
 #include <type_traits>
+
+namespace tern {
+class SteerableThread;
+}
 
 namespace tern::sim::kernels {
 
@@ -43,6 +48,7 @@ class KernelPool {
   static KernelPool& Instance();
 
   explicit KernelPool(int threads);
+  ~KernelPool();
   KernelPool(const KernelPool&) = delete;
   KernelPool& operator=(const KernelPool&) = delete;
 
@@ -101,7 +107,7 @@ class KernelPool {
 
   void RunParts(int parts, PartFn call, void* context, Wake wake);
   void ResetInForkedChild();
-  void HelperLoop();
+  void HelperLoop(SteerableThread* self);
   // Runs parts of the current job until none is left (or `at_most` ran);
   // returns how many.
   int TakeParts(PartFn call, void* context, int parts, int at_most = INT_MAX);
@@ -110,9 +116,13 @@ class KernelPool {
   // Enters, takes parts of the job if one is open (and, `as_poller`, if
   // pollers may take its parts), leaves.
   int TakePartsOfOpenJob(bool as_poller);
-  uint32_t WaitForJob(uint32_t seen, int64_t* spin_ns);
+  // Waits for the next job (looking for it for *spin_ns, then asleep).
+  uint32_t WaitForJob(uint32_t seen, int64_t* spin_ns, SteerableThread* self);
 
   const int threads_;
+  // The helpers, in order (threads_ - 1 of them), as threads that a caller
+  // steers off its CPU when it wakes them.
+  std::unique_ptr<SteerableThread[]> helper_threads_;
   std::atomic<bool> started_{false};
   std::atomic<bool> starting_{false};  // one caller of Start() creates the threads
   std::atomic<bool> held_{false};      // a call owns the job fields below

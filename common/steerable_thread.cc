@@ -1,0 +1,103 @@
+#include "common/steerable_thread.h"
+
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "common/logging.h"
+
+namespace tern {
+namespace {
+
+using Mode = WakeSteering;
+
+Mode ModeFromEnvironment() {
+  const char* value = std::getenv("TERN_WAKE_STEERING");
+  if (value == nullptr || *value == '\0' || std::strcmp(value, "auto") == 0) return Mode::kAuto;
+  if (std::strcmp(value, "on") == 0 || std::strcmp(value, "1") == 0) return Mode::kOn;
+  if (std::strcmp(value, "off") == 0 || std::strcmp(value, "0") == 0) return Mode::kOff;
+  TERN_LOG_WARN(
+      "TERN_WAKE_STEERING='{}' is not one of auto, on, off: using auto (wake-ups are steered "
+      "off their waker's CPU once one is seen landing there)",
+      value);
+  return Mode::kAuto;
+}
+
+std::atomic<Mode> g_mode{ModeFromEnvironment()};
+// In `auto`: set once a wake-up is seen landing on its waker's CPU.
+std::atomic<bool> g_landing_seen{false};
+
+}  // namespace
+
+bool WakeSteeringOn() {
+  const Mode mode = g_mode.load(std::memory_order_relaxed);
+  return mode == Mode::kOn ||
+         (mode == Mode::kAuto && g_landing_seen.load(std::memory_order_relaxed));
+}
+
+void SetWakeSteering(WakeSteering mode) {
+  g_landing_seen.store(false, std::memory_order_relaxed);
+  g_mode.store(mode, std::memory_order_relaxed);
+}
+
+void SteerableThread::BindToCallingThread() {
+  tid_.store(static_cast<int>(syscall(SYS_gettid)), std::memory_order_relaxed);
+  state_.store(kAwake, std::memory_order_relaxed);
+}
+
+void SteerableThread::Unbind() {
+  tid_.store(0, std::memory_order_relaxed);
+  state_.store(kAwake, std::memory_order_relaxed);
+}
+
+void SteerableThread::BeforeSleep() {
+  int state = state_.load(std::memory_order_acquire);
+  // A waker in the middle of steering finishes within two system calls.
+  while (state == kSteering) state = state_.load(std::memory_order_acquire);
+  if (state == kSteered) sched_setaffinity(0, sizeof(home_), &home_);
+  state_.store(kAsleep, std::memory_order_release);
+}
+
+void SteerableThread::AfterWake() {
+  int state = kAsleep;
+  if (!state_.compare_exchange_strong(state, kAwake, std::memory_order_acq_rel)) {
+    return;  // steered (or being steered): BeforeSleep gives the CPUs back
+  }
+  if (g_mode.load(std::memory_order_relaxed) != Mode::kAuto ||
+      g_landing_seen.load(std::memory_order_relaxed))
+    return;
+  const int waker_cpu = waker_cpu_.exchange(-1, std::memory_order_relaxed);
+  if (waker_cpu < 0 || sched_getcpu() != waker_cpu) return;
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0 || CPU_COUNT(&allowed) < 2) return;
+  if (!g_landing_seen.exchange(true, std::memory_order_relaxed)) {
+    TERN_LOG_DEBUG(
+        "a woken thread ran on its waker's CPU while others were allowed: wake-ups of threads "
+        "that work beside their waker are steered off its CPU from now on "
+        "(TERN_WAKE_STEERING=off to keep the scheduler's placement)");
+  }
+}
+
+void SteerableThread::SteerOffCallingCpu() {
+  if (g_mode.load(std::memory_order_relaxed) == Mode::kOff) return;
+  const int cpu = sched_getcpu();
+  waker_cpu_.store(cpu, std::memory_order_relaxed);
+  if (cpu < 0 || !WakeSteeringOn()) return;
+  int state = kAsleep;
+  if (!state_.compare_exchange_strong(state, kSteering, std::memory_order_acq_rel)) return;
+  const pid_t tid = tid_.load(std::memory_order_relaxed);
+  bool steered = false;
+  if (tid != 0 && sched_getaffinity(tid, sizeof(home_), &home_) == 0 && CPU_ISSET(cpu, &home_) &&
+      CPU_COUNT(&home_) >= 2) {
+    cpu_set_t elsewhere = home_;
+    CPU_CLR(cpu, &elsewhere);
+    steered = sched_setaffinity(tid, sizeof(elsewhere), &elsewhere) == 0;
+  }
+  if (steered) steered_.fetch_add(1, std::memory_order_relaxed);
+  state_.store(steered ? kSteered : kAsleep, std::memory_order_release);
+}
+
+}  // namespace tern
