@@ -82,7 +82,10 @@ void SteerableThread::AfterWake() {
 }
 
 void SteerableThread::SteerOffCallingCpu() {
-  if (g_mode.load(std::memory_order_relaxed) == Mode::kOff) return;
+  if (g_mode.load(std::memory_order_relaxed) == Mode::kOff ||
+      state_.load(std::memory_order_relaxed) != kAsleep) {
+    return;  // awake already: no wake-up to place, nor to learn from
+  }
   const int cpu = sched_getcpu();
   waker_cpu_.store(cpu, std::memory_order_relaxed);
   if (cpu < 0 || !WakeSteeringOn()) return;

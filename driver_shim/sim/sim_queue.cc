@@ -99,6 +99,11 @@ Status SimQueue::Submit(Command command, uint64_t* out_sequence) {
   // Decided before the command is published: from then on the engine may
   // run it and clear its details.
   const bool wakes_napping_engine = WakesNappingEngine(command);
+  // The submitter goes on running (a waiter runs the command itself): an
+  // engine woken onto its CPU would take turns with it there.
+  if (wakes_napping_engine || sleeping_.load(std::memory_order_acquire)) {
+    engine_thread_.SteerOffCallingCpu();
+  }
   std::lock_guard<std::mutex> lock(mutex_);
   if (stopping_.load(std::memory_order_relaxed)) {
     return MakeStatus(TERN_ERROR_FAILED_PRECONDITION, "queue '{}' is being destroyed", name_);
@@ -393,6 +398,7 @@ void SimQueue::RunUntil(uint64_t target) {
 }
 
 void SimQueue::ExpectWork() {
+  if (sleeping_.load(std::memory_order_acquire)) engine_thread_.SteerOffCallingCpu();
   std::lock_guard<std::mutex> lock(mutex_);
   if (stopping_.load(std::memory_order_relaxed) || !sleeping_.load(std::memory_order_acquire)) {
     return;
@@ -402,6 +408,7 @@ void SimQueue::ExpectWork() {
 }
 
 void SimQueue::Loop() {
+  engine_thread_.BindToCallingThread();
   WarmUpThisThread();
   // After ExpectWork() woke the engine: straight to the naps. Polling, it
   // took the first execution after a load and ran it on its own thread,
@@ -429,6 +436,7 @@ void SimQueue::Loop() {
     // nap ends; a waiter on the queue ends the nap at once
     // (Timeline::set_producer_doorbell).
     bool rung = false;
+    engine_thread_.BeforeSleep();
     for (uint64_t napped = 0; !rung && napped < kEngineNapsForNs; napped += kEngineNapNs) {
       rung = doorbell_->Nap(rings + 1, kEngineNapNs);
     }
@@ -439,6 +447,7 @@ void SimQueue::Loop() {
       sleeping_.store(false, std::memory_order_relaxed);
       nap_at_once = roused_.exchange(false, std::memory_order_acq_rel);
     }
+    engine_thread_.AfterWake();
   }
 }
 

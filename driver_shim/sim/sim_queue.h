@@ -30,6 +30,7 @@
 #include <string>
 #include <thread>
 
+#include "common/steerable_thread.h"
 #include "driver_shim/driver.h"
 
 namespace tern::sim {
@@ -115,6 +116,9 @@ class SimQueue final : public driver::HwQueue {
   std::atomic<bool> sleeping_{false};
   // Set by ExpectWork(): the engine, woken, naps at once instead of polling.
   std::atomic<bool> roused_{false};
+  // The engine thread, as a thread that a submitter which goes on running
+  // wakes off its own CPU (common/steerable_thread.h).
+  SteerableThread engine_thread_;
   std::shared_ptr<Timeline> completion_ = std::make_shared<Timeline>();
 
   // Set while a thread holds the runner role (an atomic rather than a mutex:
