@@ -68,6 +68,9 @@ class SimDevice final : public driver::Device {
              uint32_t trace_track = 0);
   // Runs a kExecute command's function (sim_execute.cc) on the calling queue
   // thread; its kernels use the kernel pool (engines/kernel_pool.h).
+  // Runs `function` once on zeroed host memory of its own, for what a first
+  // execution would pay (see PrepareProgram). Errors are dropped.
+  void Rehearse(const driver::Function& function, const uint8_t* constants);
   Status ExecuteProgram(uint32_t core, const driver::Command& command,
                         tern_error_class_t* out_class, uint32_t trace_track);
   // Wakes commands that hang on an injected fault (queue shutdown).
@@ -109,6 +112,10 @@ class SimDevice final : public driver::Device {
   std::mutex fault_mutex_;
   std::vector<Fault> armed_faults_;
   std::condition_variable hang_wakeup_;
+  // The trace track of the loader's rehearsals (see Rehearse), made at the
+  // first one a capture records.
+  std::once_flag loader_track_once_;
+  uint32_t loader_track_ = 0;
   uint64_t hang_interrupts_ = 0;
 };
 

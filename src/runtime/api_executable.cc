@@ -125,44 +125,58 @@ Status CheckLoadParams(const tern_executable_load_params_t* params, exe::LoadOpt
   return OkStatus();
 }
 
-// Executions take their scratch from the device's allocator, which hands
-// out the range it just freed: taking the largest function's scratch once now
-// and having the device map its pages makes the first execution's scratch
-// as cheap to touch as a later one's. Best effort: without memory now, the
-// execution allocates (and reports) as it would have.
-void PrefaultScratch(DeviceObject* dev, const driver::Program& program) {
-  uint64_t bytes = 0;
-  for (const driver::Function& function : program.functions) {
-    bytes = std::max(bytes, function.scratch_bytes);
-  }
-  if (bytes == 0) return;
-  BufferObject scratch;
-  if (!AllocateDeviceMemory(dev, bytes, 0, TERN_MEMORY_SCRATCH, &scratch).ok()) return;
-  dev->hw->PrefaultMemory(scratch.offset, bytes);
-  ReleaseBuffer(scratch);
-}
+// A load is most often followed by an execution, on the queue that ran the
+// device's last execution, else on the device's first queue: that queue gets
+// ready for it, the loader paying what the first execution would have paid.
+//  - Its engine is roused (driver::HwQueue::ExpectWork). On the simulator
+//    that is the futex wake-up of an engine asleep since its last command:
+//    25-50 us of the submitter's time on a 2-CPU virtual machine, and the
+//    process's first execution of an MLP 104-110 us instead of 133-138
+//    (medians of 20 processes each, alternated).
+//  - It takes the program's scratch (TakeQueueScratch) and the device maps
+//    the scratch's pages: the first execution on a queue allocated it, 11-13
+//    us of a first tern_queue_execute that later took 1-2.6 (AMD Zen 5). Up
+//    to kScratchTakenAtLoad only: a queue keeps its scratch, and a guess
+//    that is wrong should not hold much device memory. Larger scratch is
+//    taken and given back at once, its pages mapped: the allocator hands out
+//    the range it just freed, so the first execution's scratch is as cheap
+//    to touch as a later one's.
+// One queue, not all: each sleeping queue woken costs the loader that much.
+// Best effort: without memory now, the execution allocates (and reports) as
+// it would have.
+constexpr uint64_t kScratchTakenAtLoad = uint64_t{16} << 20;
 
-// A load is most often followed by an execution: the queue likely to run
-// it gets ready (driver::HwQueue::ExpectWork), the loader paying what the
-// first submission would have paid. On the simulator that is the futex
-// wake-up of an engine asleep since its last command: 25-50 us of the
-// submitter's time on a 2-CPU virtual machine, and the process's first
-// execution of an MLP 104-110 us instead of 133-138 (medians of 20
-// processes each, alternated). One queue, not all: each sleeping queue
-// woken costs the loader that much. The likely one is the queue that ran
-// the device's last execution, else the device's first queue.
-void ExpectWorkOnQueues(DeviceObject* dev) {
+void ReadyTheLikelyQueue(DeviceObject* dev, const driver::Program& program) {
+  uint64_t scratch_bytes = 0;
+  for (const driver::Function& function : program.functions) {
+    scratch_bytes = std::max(scratch_bytes, function.scratch_bytes);
+  }
   const QueueObject* last = dev->last_executing_queue.load(std::memory_order_relaxed);
   std::shared_ptr<QueueObject> chosen;
-  std::lock_guard<std::mutex> lock(dev->queues_mutex);
-  for (const std::weak_ptr<QueueObject>& weak : dev->queues) {
-    std::shared_ptr<QueueObject> queue = weak.lock();
-    if (!queue || !queue->hw) continue;
-    if (!chosen || queue.get() == last) chosen = std::move(queue);
-    if (chosen.get() == last) break;
+  {
+    std::lock_guard<std::mutex> lock(dev->queues_mutex);
+    for (const std::weak_ptr<QueueObject>& weak : dev->queues) {
+      std::shared_ptr<QueueObject> queue = weak.lock();
+      if (!queue || !queue->hw) continue;
+      if (!chosen || queue.get() == last) chosen = std::move(queue);
+      if (chosen.get() == last) break;
+    }
+    // Under the lock: a queue leaves the list before its hardware queue goes.
+    if (chosen) chosen->hw->ExpectWork();
   }
-  // Under the lock: a queue leaves the list before its hardware queue goes.
-  if (chosen) chosen->hw->ExpectWork();
+  if (scratch_bytes == 0) return;
+  if (chosen && scratch_bytes <= kScratchTakenAtLoad) {
+    std::shared_ptr<QueueScratch> scratch;
+    if (TakeQueueScratch(chosen.get(), scratch_bytes, program.functions.front().name, &scratch)
+            .ok()) {
+      dev->hw->PrefaultMemory(scratch->buffer.offset, scratch->buffer.size);
+    }
+    return;
+  }
+  BufferObject scratch;
+  if (!AllocateDeviceMemory(dev, scratch_bytes, 0, TERN_MEMORY_SCRATCH, &scratch).ok()) return;
+  dev->hw->PrefaultMemory(scratch.offset, scratch_bytes);
+  ReleaseBuffer(scratch);
 }
 
 Status Insert(Runtime* rt, DeviceObject* dev, exe::ValidatedExecutable validated,
@@ -173,8 +187,7 @@ Status Insert(Runtime* rt, DeviceObject* dev, exe::ValidatedExecutable validated
   // validates its own), with the constants this executable's executions read.
   dev->hw->PrepareProgram(*validated.program, constants->Ref());
   object->program = std::move(validated.program);
-  PrefaultScratch(dev, *object->program);
-  ExpectWorkOnQueues(dev);
+  ReadyTheLikelyQueue(dev, *object->program);
   object->constants = std::move(constants);
   const uint64_t handle = rt->executable_table.Insert(std::move(object));
   if (handle == 0) return HandleTableFull("executables");

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <string>
@@ -14,6 +15,8 @@
 #include <vector>
 
 #include "exe_test_util.h"
+#include "tern/debug.h"
+#include "tern/profile.h"
 #include "tests/common/thread_switches.h"
 
 namespace {
@@ -171,6 +174,94 @@ TEST_F(ExecuteTest, ALoadReadiesTheQueueThatRanTheLastExecution) {
   EXPECT_EQ(tern_queue_destroy(second), TERN_OK) << LastError();
 }
 
+// The product of [rows, k] by [k, cols] as a function "matmul", both
+// operands inputs.
+Bytes BuildMatmul(int64_t rows, int64_t k, int64_t cols) {
+  const int64_t a_shape[2] = {rows, k}, b_shape[2] = {k, cols}, out_shape[2] = {rows, cols};
+  tern_builder_t builder = nullptr;
+  EXPECT_EQ(tern_builder_create(nullptr, &builder), TERN_OK);
+  EXPECT_EQ(tern_builder_begin_function(builder, "matmul", nullptr), TERN_OK);
+  EXPECT_EQ(tern_builder_add_input(builder, "a", TERN_DTYPE_F32, 2, a_shape, nullptr), TERN_OK);
+  EXPECT_EQ(tern_builder_add_input(builder, "b", TERN_DTYPE_F32, 2, b_shape, nullptr), TERN_OK);
+  EXPECT_EQ(tern_builder_add_output(builder, "out", TERN_DTYPE_F32, 2, out_shape, nullptr),
+            TERN_OK);
+  tern_operand_t operands[3] = {
+      exetest::Tensor(TERN_SEGMENT_OUTPUT, 0, TERN_DTYPE_F32, 2, out_shape),
+      exetest::Tensor(TERN_SEGMENT_INPUT, 0, TERN_DTYPE_F32, 2, a_shape),
+      exetest::Tensor(TERN_SEGMENT_INPUT, 1, TERN_DTYPE_F32, 2, b_shape)};
+  tern_instruction_t instruction{};
+  instruction.struct_size = sizeof(instruction);
+  instruction.opcode = TERN_OP_MATMUL;
+  instruction.operand_count = 3;
+  instruction.operands = operands;
+  EXPECT_EQ(tern_builder_add_instruction(builder, &instruction), TERN_OK) << LastError();
+  EXPECT_EQ(tern_builder_end_function(builder), TERN_OK);
+  void* data = nullptr;
+  uint64_t size = 0;
+  EXPECT_EQ(tern_builder_finish(builder, &data, &size), TERN_OK) << LastError();
+  Bytes bytes(static_cast<uint8_t*>(data), static_cast<uint8_t*>(data) + size);
+  tern_builder_free_data(data);
+  EXPECT_EQ(tern_builder_destroy(builder), TERN_OK);
+  return bytes;
+}
+
+std::string ReadWholeFile(const std::string& path) {
+  std::string text;
+  if (FILE* file = std::fopen(path.c_str(), "rb")) {
+    char chunk[4096];
+    for (size_t n; (n = std::fread(chunk, 1, sizeof(chunk), file)) > 0;) text.append(chunk, n);
+    std::fclose(file);
+  }
+  return text;
+}
+
+// A small function is run once when it is loaded (driver_shim/sim/
+// sim_execute.cc, PrepareProgram), so that its first execution finds its
+// kernels warm: on memory of its own, not the user's, and not as a command
+// of any queue (the queue's numbering and an armed fault are untouched). A
+// capture shows it on the device's "loader" track; a function whose
+// products exceed the rehearsal's bound is not rehearsed.
+TEST_F(ExecuteTest, ASmallFunctionIsRehearsedAtLoadOnMemoryOfItsOwn) {
+  tern_buffer_t x = Floats(Iota(32, 0.0f));
+  tern_buffer_t z = Floats(std::vector<float>(32, 7.0f));
+  tern_fault_params_t fault{};
+  fault.struct_size = sizeof(fault);
+  fault.kind = TERN_FAULT_HBM_UNCORRECTABLE;
+  fault.core = core_;
+  fault.after_commands = 0;  // the core's next command
+  ASSERT_EQ(tern_debug_inject_fault(&fault), TERN_OK) << LastError();
+
+  const std::string trace = exetest::WriteTemp("rehearsal.json", {});
+  temp_files_.push_back(trace);
+  ASSERT_EQ(tern_profile_start(trace.c_str()), TERN_OK) << LastError();
+  tern_executable_t add = Load(exetest::BuildAdd());
+  tern_executable_t big = Load(BuildMatmul(64, 512, 256));  // 8M multiply-adds
+  ASSERT_EQ(tern_profile_stop(), TERN_OK) << LastError();
+  const std::string captured = ReadWholeFile(trace);
+  EXPECT_CONTAINS(captured, "\"rehearse add\"");
+  EXPECT_CONTAINS(captured, "loader");
+  EXPECT_EQ(captured.find("rehearse matmul"), std::string::npos) << "too large to rehearse";
+  for (float v : Read(z, 32)) EXPECT_EQ(v, 7.0f) << "the rehearsal wrote the user's memory";
+
+  // The fault armed for the core's next command meets the first execution.
+  const tern_binding_t inputs[2] = {{x, 0}, {x, 0}};
+  const tern_binding_t outputs[1] = {{z, 0}};
+  uint64_t sequence = 0;
+  ASSERT_EQ(tern_queue_execute(queue_, add, 0, inputs, 2, outputs, 1, &sequence), TERN_OK)
+      << LastError();
+  EXPECT_EQ(sequence, 1u) << "the rehearsal took a place in the queue";
+  EXPECT_EQ(tern_queue_synchronize(queue_, kTimeout), TERN_ERROR_HBM_UNCORRECTABLE);
+  // Returns the error it cleared.
+  ASSERT_EQ(tern_queue_clear_error(queue_), TERN_ERROR_HBM_UNCORRECTABLE);
+  ASSERT_EQ(tern_queue_execute(queue_, add, 0, inputs, 2, outputs, 1, nullptr), TERN_OK)
+      << LastError();
+  ASSERT_EQ(tern_queue_synchronize(queue_, kTimeout), TERN_OK) << LastError();
+  const std::vector<float> result = Read(z, 32);
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(result[i], 2.0f * i) << i;
+  EXPECT_EQ(tern_executable_unload(big), TERN_OK);
+  EXPECT_EQ(tern_executable_unload(add), TERN_OK);
+}
+
 // Named I/O sets (tern/io_set.h): bound once by name, executed many times
 // with the results of tern_queue_execute; every bind is checked when made.
 TEST_F(ExecuteTest, IoSetBindsByNameOnceAndRunsManyTimes) {
@@ -302,12 +393,14 @@ TEST_F(ExecuteTest, QueuedExecutionsShareTheQueuesScratchBlock) {
 }
 
 TEST_F(ExecuteTest, AFullDeviceTakesTheIdleScratchBack) {
+  const uint64_t before = ScratchUsed();
   tern_executable_t executable = Load(exetest::BuildPipeline());
+  // The load gave its scratch to the queue likely to run it, this one.
+  ASSERT_EQ(ScratchUsed(), before + 64);
   tern_buffer_t x = Floats(Iota(16, -4.0f));
   tern_buffer_t y = Buffer(64);
   const tern_binding_t inputs[1] = {{x, 0}};
   const tern_binding_t outputs[1] = {{y, 0}};
-  const uint64_t before = ScratchUsed();
   ASSERT_EQ(tern_queue_execute(queue_, executable, 0, inputs, 1, outputs, 1, nullptr), TERN_OK)
       << LastError();
   ASSERT_EQ(tern_queue_synchronize(queue_, kTimeout), TERN_OK) << LastError();

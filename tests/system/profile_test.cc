@@ -152,6 +152,9 @@ TEST_F(ProfileTest, CaptureHoldsWhatRanBetweenStartAndStop) {
   EXPECT_EQ(Count(names, "copy D2H"), 1u) << all;
   EXPECT_EQ(Count(names, "execute add"), 1u) << all;
   EXPECT_EQ(Count(names, "profiled.add"), 1u) << "the instruction's span, by its graph op: " << all;
+  // The load ran the small function once (a span of its own, no instruction
+  // spans: see ExecuteTest.ASmallFunctionIsRehearsedAtLoadOnMemoryOfItsOwn).
+  EXPECT_EQ(Count(names, "rehearse add"), 1u) << all;
   std::remove(path.c_str());
 }
 
