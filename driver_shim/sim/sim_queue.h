@@ -117,8 +117,10 @@ class SimQueue final : public driver::HwQueue {
   // Set by ExpectWork(): the engine, woken, naps at once instead of polling.
   std::atomic<bool> roused_{false};
   // The engine thread, as a thread that a submitter which goes on running
-  // wakes off its own CPU (common/steerable_thread.h).
+  // wakes off its own CPU (common/steerable_thread.h), where this rank has
+  // CPUs to spare (HostCpusPerRank() >= 2).
   SteerableThread engine_thread_;
+  const bool steer_engine_;
   std::shared_ptr<Timeline> completion_ = std::make_shared<Timeline>();
 
   // Set while a thread holds the runner role (an atomic rather than a mutex:

@@ -4,6 +4,7 @@
 #include "driver_shim/sim/engines/kernel_pool.h"
 
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -269,6 +270,20 @@ TEST(KernelThreads, LocalRanksComeFromTheLaunchersEnvironment) {
   EXPECT_EQ(LocalRanksFromEnvironment(), 2) << "torchrun's first";
   setenv("LOCAL_WORLD_SIZE", "two", 1);
   EXPECT_EQ(LocalRanksFromEnvironment(), 4) << "not a count: the next launcher's";
+  // The CPUs each rank may call its own (a queue steers the engine it wakes
+  // only where they are two or more: sim_queue.cc).
+  unsetenv("LOCAL_WORLD_SIZE");
+  unsetenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  unsetenv("MPI_LOCALNRANKS");
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  ASSERT_EQ(sched_getaffinity(0, sizeof(allowed), &allowed), 0);
+  const int cpus = CPU_COUNT(&allowed);
+  EXPECT_EQ(HostCpusPerRank(), cpus);
+  setenv("LOCAL_WORLD_SIZE", std::to_string(cpus).c_str(), 1);
+  EXPECT_EQ(HostCpusPerRank(), 1);
+  setenv("LOCAL_WORLD_SIZE", std::to_string(2 * cpus).c_str(), 1);
+  EXPECT_EQ(HostCpusPerRank(), 1) << "at least one";
   for (const char* name : names) unsetenv(name);
   for (const auto& [name, value] : saved) setenv(name.c_str(), value.c_str(), 1);
 }

@@ -570,6 +570,8 @@ int KernelThreadsForHost() {
   return threads;
 }
 
+int HostCpusPerRank() { return std::max(1, HostCpus() / std::max(1, LocalRanksFromEnvironment())); }
+
 void StartKernelPool() {
   if (kernels::kUseThreads) kernels::KernelPool::Instance().Start();
 }

@@ -73,6 +73,11 @@ int ChooseKernelThreads(int host_cpus, const char* requested, int local_ranks);
 // Thread-safety: any thread.
 int LocalRanksFromEnvironment();
 
+// The CPUs the process may use, shared among the ranks a launcher started
+// on this host (LocalRanksFromEnvironment), at least 1.
+// Thread-safety: any thread.
+int HostCpusPerRank();
+
 // Starts the kernel pool's helper threads (at tern_init, so that no
 // execution pays for creating them).
 // Thread-safety: any thread.
