@@ -38,6 +38,13 @@ typedef struct tern_executable_load_params_t {
 /* Validates the executable in `data` (`size` bytes) and loads it on
  * `device`: its constants are copied to device memory (category constants).
  * `data` may be freed when the call returns. `params` may be NULL.
+ * So that the first execution costs about what a later one does, the load
+ * also readies the queue likely to run it (the device's last executing
+ * queue, else its first): that queue's engine is roused and it takes the
+ * program's scratch (up to 16 MiB, category scratch, kept by the queue as
+ * its executions' scratch is); and the simulated device runs each small
+ * function once on memory of its own (no command of any queue; see
+ * docs/sim.md).
  * Thread-safety: safe from any thread. */
 TERN_API tern_status_t tern_executable_load(tern_device_t device, const void* data, uint64_t size,
                                             const tern_executable_load_params_t* params,
