@@ -54,8 +54,12 @@ void SteerableThread::Unbind() {
 
 void SteerableThread::BeforeSleep() {
   int state = state_.load(std::memory_order_acquire);
-  // A waker in the middle of steering finishes within two system calls.
-  while (state == kSteering) state = state_.load(std::memory_order_acquire);
+  // A waker in the middle of steering finishes within two system calls; it
+  // may have been preempted on this very CPU, so the wait yields.
+  while (state == kSteering) {
+    sched_yield();
+    state = state_.load(std::memory_order_acquire);
+  }
   if (state == kSteered) sched_setaffinity(0, sizeof(home_), &home_);
   state_.store(kAsleep, std::memory_order_release);
 }
