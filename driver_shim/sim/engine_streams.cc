@@ -77,7 +77,7 @@ class StreamRunner {
         for (bool dma : {true, false}) {
           for (Engine& engine : engines_) {
             if ((engine.stream->engine == TERN_ENGINE_DMA) != dma || !CanGo(engine)) continue;
-            failure = Step(engine, /*may_hand_off=*/true);
+            failure = Step(engine, /*may_hand_off=*/mode_.kind != ScheduleMode::kOneThread);
             progressed = true;
             if (!failure.ok()) break;
           }

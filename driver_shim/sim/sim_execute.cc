@@ -188,10 +188,12 @@ void SimDevice::Rehearse(const driver::Function& function, const uint8_t* consta
   const RunOneInstruction run_one = [&](const driver::Instruction& instruction) {
     return RunResolved(instruction, bases, /*trace_track=*/0);
   };
-  // The concurrent schedule whatever the device's: a random one numbers its
-  // executions, and a rehearsal is not one.
+  // Every engine on this thread, in the concurrent schedule's order,
+  // whatever the device's schedule: a random one numbers its executions (a
+  // rehearsal is not one), and the DMA thread beside this one would race on
+  // the rehearsal's memory in a racy program loaded anyway.
   tern_error_class_t ignored;
-  const Status status = RunEngineStreams(function, ScheduleMode{},
+  const Status status = RunEngineStreams(function, ScheduleMode{ScheduleMode::kOneThread, 0},
                                          MonotonicNs() + exec_timeout_ns(), run_one, &ignored);
   if (track != 0) {
     trace::Span(track, "rehearse " + function.name, "load", started, MonotonicNs(),

@@ -22,7 +22,11 @@ inline constexpr uint32_t kMaxCoresPerDevice = 16;
 // generator seeded with `seed` among those that can go on, to expose
 // programs that depend on an order nothing in them guarantees.
 struct ScheduleMode {
-  enum Kind : uint8_t { kConcurrent = 0, kRandom = 1 };
+  // kOneThread is not a TERN_SIM_SCHEDULE value: the order of kConcurrent
+  // with every instruction on the calling thread, DMA included (the
+  // loader's rehearsal of a function, which may be a racy one loaded with
+  // TERN_EXECUTABLE_LOAD_ALLOW_RACES, on memory of its own).
+  enum Kind : uint8_t { kConcurrent = 0, kRandom = 1, kOneThread = 2 };
   Kind kind = kConcurrent;
   uint64_t seed = 0;
 };

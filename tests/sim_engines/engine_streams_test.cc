@@ -214,6 +214,45 @@ TEST(EngineStreams, DmaEngineRunsBesideTheComputeEnginesWhenACpuIsFree) {
   SetKernelThreadsForTesting(0);
 }
 
+// The loader's rehearsal schedule (ScheduleMode::kOneThread): where the
+// concurrent schedule hands the copy to the DMA thread (a CPU left free), it
+// runs on the calling thread, and the streams' semaphores still order it.
+TEST(EngineStreams, OneThreadScheduleRunsEveryEngineOnTheCallingThread) {
+  if (std::thread::hardware_concurrency() < 2) GTEST_SKIP() << "one CPU: no DMA thread anyway";
+  driver::Function function;
+  function.name = "one_thread";
+  AddStream(&function, TERN_ENGINE_DMA, {Work(TERN_ENGINE_DMA, "copy")});
+  AddStream(&function, TERN_ENGINE_TENSOR, {Work(TERN_ENGINE_TENSOR, "matmul")});
+  SetKernelThreadsForTesting(1);  // a CPU left free: the concurrent schedule hands off
+  ASSERT_TRUE(KernelsLeaveACpuFree());
+  const std::thread::id caller = std::this_thread::get_id();
+  for (const ScheduleMode::Kind kind : {ScheduleMode::kConcurrent, ScheduleMode::kOneThread}) {
+    std::atomic<bool> copy_on_other_thread{false};
+    const RunOneInstruction run = [&](const driver::Instruction& instruction) {
+      if (instruction.engine == TERN_ENGINE_DMA) {
+        copy_on_other_thread = std::this_thread::get_id() != caller;
+      }
+      return OkStatus();
+    };
+    tern_error_class_t error_class;
+    ASSERT_TRUE(RunEngineStreams(function, ScheduleMode{kind, 0}, MonotonicNs() + kMinute, run,
+                                 &error_class)
+                    .ok());
+    EXPECT_EQ(copy_on_other_thread.load(), kind == ScheduleMode::kConcurrent)
+        << "schedule kind " << static_cast<int>(kind);
+  }
+  Recorder recorder;
+  tern_error_class_t error_class;
+  ASSERT_TRUE(RunEngineStreams(Pipeline(), ScheduleMode{ScheduleMode::kOneThread, 0},
+                               MonotonicNs() + kMinute, recorder.Runner(), &error_class)
+                  .ok());
+  EXPECT_EQ(recorder.threads_of_dma, std::set<std::thread::id>{caller});
+  EXPECT_LT(recorder.At("load0"), recorder.At("mm0"));
+  EXPECT_LT(recorder.At("mm1"), recorder.At("act1"));
+  EXPECT_LT(recorder.At("act1"), recorder.At("store"));
+  SetKernelThreadsForTesting(0);
+}
+
 // A forked child of a process whose DMA thread has started has no such
 // thread: its copies run on the executing thread instead of waiting for one
 // that never comes.
