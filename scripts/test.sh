@@ -86,7 +86,7 @@ if [ "$fast" -eq 0 ]; then
     'concurrency|stress|unit|cts|negative' gcc tern_stress_test tern_cts node_registry_test \
     tern_comm_inprocess_test tern_comm_kernels_test tern_engine_streams_test \
     tern_executable_schedule_test tern_executable_execute_test byte_mover_test \
-    tern_kernel_pool_test timeline_test
+    tern_kernel_pool_test timeline_test steerable_thread_test
   echo "=== fuzz $(date -u +%H:%M:%S) ==="
   scripts/fuzz.sh 60
   # The export test runs the compiled model with build/examples/run_model,
