@@ -66,11 +66,11 @@ class SimDevice final : public driver::Device {
   // `trace_track` (0: none) receives a span per instruction of an execution.
   Status Run(uint32_t core, const driver::Command& command, tern_error_class_t* out_class,
              uint32_t trace_track = 0);
-  // Runs a kExecute command's function (sim_execute.cc) on the calling queue
-  // thread; its kernels use the kernel pool (engines/kernel_pool.h).
   // Runs `function` once on zeroed host memory of its own, for what a first
   // execution would pay (see PrepareProgram). Errors are dropped.
   void Rehearse(const driver::Function& function, const uint8_t* constants);
+  // Runs a kExecute command's function (sim_execute.cc) on the calling queue
+  // thread; its kernels use the kernel pool (engines/kernel_pool.h).
   Status ExecuteProgram(uint32_t core, const driver::Command& command,
                         tern_error_class_t* out_class, uint32_t trace_track);
   // Wakes commands that hang on an injected fault (queue shutdown).

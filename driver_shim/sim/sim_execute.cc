@@ -91,12 +91,6 @@ Status RunResolved(const driver::Instruction& instruction, const SegmentBases& b
 constexpr uint64_t kRehearsalMaxMacs = uint64_t{4} << 20;
 constexpr uint64_t kRehearsalMaxBytes = uint64_t{1} << 20;
 
-uint64_t OperandBytes(const isa::OperandDesc& desc) {
-  uint64_t elements = 1;
-  for (uint32_t d = 0; d < desc.rank; ++d) elements *= static_cast<uint64_t>(desc.shape[d]);
-  return elements * isa::DTypeSize(desc.dtype);
-}
-
 bool WorthRehearsing(const driver::Function& function) {
   uint64_t macs = 0, bytes = function.scratch_bytes;
   for (const driver::TensorSignature& t : function.inputs) bytes += t.size_bytes;
@@ -107,7 +101,7 @@ bool WorthRehearsing(const driver::Function& function) {
     for (const driver::Instruction& instruction : stream.instructions) {
       if (instruction.operands.empty() || !instruction.operands[0].present()) continue;
       const isa::OperandDesc& out = instruction.operands[0];
-      uint64_t out_elements = OperandBytes(out) / isa::DTypeSize(out.dtype);
+      const uint64_t out_elements = static_cast<uint64_t>(out.element_count());
       if (instruction.opcode == TERN_OP_MATMUL && instruction.operands.size() > 1 &&
           instruction.operands[1].rank > 0) {
         const isa::OperandDesc& a = instruction.operands[1];
@@ -117,7 +111,7 @@ bool WorthRehearsing(const driver::Function& function) {
                  instruction.opcode == TERN_OP_CONV2D_BACKWARD_WEIGHT) {
         return false;  // rarely small; not estimated
       }
-      bytes += OperandBytes(out);
+      bytes += out_elements * isa::DTypeSize(out.dtype);
       if (macs > kRehearsalMaxMacs || bytes > kRehearsalMaxBytes) return false;
     }
   }

@@ -97,8 +97,8 @@ bool HasCollectives(const Command& command) {
 // Whether a napping engine must start `command` at once (see Loop): a
 // command no waiting host thread could run, or an execution whose program
 // exchanges data with other ranks, which may be waiting for it already.
-bool WakesNappingEngine(const Command& command) {
-  return !HostMayRun(command) || HasCollectives(command);
+bool WakesNappingEngine(const Command& command, bool has_collectives) {
+  return !HostMayRun(command) || has_collectives;
 }
 
 }  // namespace
@@ -106,15 +106,16 @@ bool WakesNappingEngine(const Command& command) {
 Status SimQueue::Submit(Command command, uint64_t* out_sequence) {
   // Decided before the command is published: from then on the engine may
   // run it and clear its details.
-  const bool wakes_napping_engine = WakesNappingEngine(command);
+  const bool has_collectives = HasCollectives(command);
+  const bool wakes_napping_engine = WakesNappingEngine(command, has_collectives);
   // The submitter goes on running (a waiter runs the command itself): an
   // engine woken onto its CPU would take turns with it there. Not where this
   // rank has no CPU to spare, nor for a command with collectives: the other
   // CPUs are the other ranks', and an engine pushed beside another rank's
   // polling thread made an 8 B all_reduce of two ranks on two CPUs take
   // 628 us instead of 18.
-  if (steer_engine_ && (sleeping_.load(std::memory_order_acquire) ||
-                        (wakes_napping_engine && !HasCollectives(command)))) {
+  if (steer_engine_ &&
+      (sleeping_.load(std::memory_order_acquire) || (wakes_napping_engine && !has_collectives))) {
     engine_thread_.SteerOffCallingCpu();
   }
   std::lock_guard<std::mutex> lock(mutex_);

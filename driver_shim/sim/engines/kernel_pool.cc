@@ -89,7 +89,7 @@ void KernelPool::ResetInForkedChild() {
 
 KernelPool::KernelPool(int threads)
     : threads_(threads < 1 ? 1 : threads),
-      helper_threads_(std::make_unique<SteerableThread[]>(threads_ - 1 > 0 ? threads_ - 1 : 1)) {}
+      helper_threads_(std::make_unique<SteerableThread[]>(threads_ - 1)) {}
 
 KernelPool::~KernelPool() = default;
 
