@@ -385,8 +385,7 @@ Bytes BuildFused() {
 
 namespace {
 
-// A program on 'x' (input, f32 [16]), 'y' (output, f32 [16]) and 64 bytes of
-// scratch, made of the instructions `body` adds.
+// Writes one function's instructions and the executable around them.
 struct ProgramWriter {
   tern_builder_t builder = nullptr;
 
@@ -408,8 +407,21 @@ struct ProgramWriter {
   void Wait(tern_engine_t engine, int64_t semaphore) {
     Add(TERN_OP_SEM_WAIT, {}, {semaphore, 1, engine});
   }
+  // Ends the function and returns the executable's bytes.
+  Bytes Finish() {
+    EXPECT_TERN_OK(tern_builder_end_function(builder));
+    void* data = nullptr;
+    uint64_t size = 0;
+    EXPECT_TERN_OK(tern_builder_finish(builder, &data, &size));
+    Bytes bytes(static_cast<uint8_t*>(data), static_cast<uint8_t*>(data) + size);
+    tern_builder_free_data(data);
+    EXPECT_TERN_OK(tern_builder_destroy(builder));
+    return bytes;
+  }
 };
 
+// A program on 'x' (input, f32 [16]), 'y' (output, f32 [16]) and 64 bytes of
+// scratch, made of the instructions `body` adds.
 template <typename Body>
 Bytes WriteProgram(const char* name, bool allow_races, Body body) {
   static const int64_t shape[1] = {16};
@@ -423,14 +435,7 @@ Bytes WriteProgram(const char* name, bool allow_races, Body body) {
   EXPECT_TERN_OK(tern_builder_add_output(writer.builder, "y", TERN_DTYPE_F32, 1, shape, nullptr));
   EXPECT_TERN_OK(tern_builder_set_scratch(writer.builder, 64));
   body(writer);
-  EXPECT_TERN_OK(tern_builder_end_function(writer.builder));
-  void* data = nullptr;
-  uint64_t size = 0;
-  EXPECT_TERN_OK(tern_builder_finish(writer.builder, &data, &size));
-  Bytes bytes(static_cast<uint8_t*>(data), static_cast<uint8_t*>(data) + size);
-  tern_builder_free_data(data);
-  EXPECT_TERN_OK(tern_builder_destroy(writer.builder));
-  return bytes;
+  return writer.Finish();
 }
 
 // A strided f32 view of `count` elements, `stride` apart, from element
@@ -444,6 +449,23 @@ tern_operand_t View(tern_segment_t segment, const int64_t* count, const int64_t*
 }
 
 }  // namespace
+
+Bytes BuildMatmul(int64_t rows, int64_t k, int64_t cols) {
+  const int64_t a_shape[2] = {rows, k}, b_shape[2] = {k, cols}, out_shape[2] = {rows, cols};
+  ProgramWriter writer;
+  EXPECT_TERN_OK(tern_builder_create(nullptr, &writer.builder));
+  EXPECT_TERN_OK(tern_builder_begin_function(writer.builder, "matmul", nullptr));
+  EXPECT_TERN_OK(tern_builder_add_input(writer.builder, "a", TERN_DTYPE_F32, 2, a_shape, nullptr));
+  EXPECT_TERN_OK(tern_builder_add_input(writer.builder, "b", TERN_DTYPE_F32, 2, b_shape, nullptr));
+  EXPECT_TERN_OK(
+      tern_builder_add_output(writer.builder, "out", TERN_DTYPE_F32, 2, out_shape, nullptr));
+  writer.Add(TERN_OP_MATMUL,
+             {Tensor(TERN_SEGMENT_OUTPUT, 0, TERN_DTYPE_F32, 2, out_shape),
+              Tensor(TERN_SEGMENT_INPUT, 0, TERN_DTYPE_F32, 2, a_shape),
+              Tensor(TERN_SEGMENT_INPUT, 1, TERN_DTYPE_F32, 2, b_shape)},
+             {});
+  return writer.Finish();
+}
 
 Bytes BuildPipeline(bool with_semaphore) {
   static const int64_t n16[1] = {16};

@@ -93,6 +93,10 @@ Bytes BuildScanTopk();
 // along axis 0. Its header has the feature bit scatter.
 Bytes BuildScatter();
 
+// One function "matmul": output 'out' [rows, cols] = input 'a' [rows, k] @
+// input 'b' [k, cols], f32.
+Bytes BuildMatmul(int64_t rows, int64_t k, int64_t cols);
+
 // One function "pipeline" with 2 streams ordered by a semaphore: the DMA
 // engine copies input 'x' to scratch and signals semaphore 0; the vector
 // engine waits for it and writes out 'y' = scratch + scratch (f32 [16]).

@@ -174,37 +174,6 @@ TEST_F(ExecuteTest, ALoadReadiesTheQueueThatRanTheLastExecution) {
   EXPECT_EQ(tern_queue_destroy(second), TERN_OK) << LastError();
 }
 
-// The product of [rows, k] by [k, cols] as a function "matmul", both
-// operands inputs.
-Bytes BuildMatmul(int64_t rows, int64_t k, int64_t cols) {
-  const int64_t a_shape[2] = {rows, k}, b_shape[2] = {k, cols}, out_shape[2] = {rows, cols};
-  tern_builder_t builder = nullptr;
-  EXPECT_EQ(tern_builder_create(nullptr, &builder), TERN_OK);
-  EXPECT_EQ(tern_builder_begin_function(builder, "matmul", nullptr), TERN_OK);
-  EXPECT_EQ(tern_builder_add_input(builder, "a", TERN_DTYPE_F32, 2, a_shape, nullptr), TERN_OK);
-  EXPECT_EQ(tern_builder_add_input(builder, "b", TERN_DTYPE_F32, 2, b_shape, nullptr), TERN_OK);
-  EXPECT_EQ(tern_builder_add_output(builder, "out", TERN_DTYPE_F32, 2, out_shape, nullptr),
-            TERN_OK);
-  tern_operand_t operands[3] = {
-      exetest::Tensor(TERN_SEGMENT_OUTPUT, 0, TERN_DTYPE_F32, 2, out_shape),
-      exetest::Tensor(TERN_SEGMENT_INPUT, 0, TERN_DTYPE_F32, 2, a_shape),
-      exetest::Tensor(TERN_SEGMENT_INPUT, 1, TERN_DTYPE_F32, 2, b_shape)};
-  tern_instruction_t instruction{};
-  instruction.struct_size = sizeof(instruction);
-  instruction.opcode = TERN_OP_MATMUL;
-  instruction.operand_count = 3;
-  instruction.operands = operands;
-  EXPECT_EQ(tern_builder_add_instruction(builder, &instruction), TERN_OK) << LastError();
-  EXPECT_EQ(tern_builder_end_function(builder), TERN_OK);
-  void* data = nullptr;
-  uint64_t size = 0;
-  EXPECT_EQ(tern_builder_finish(builder, &data, &size), TERN_OK) << LastError();
-  Bytes bytes(static_cast<uint8_t*>(data), static_cast<uint8_t*>(data) + size);
-  tern_builder_free_data(data);
-  EXPECT_EQ(tern_builder_destroy(builder), TERN_OK);
-  return bytes;
-}
-
 std::string ReadWholeFile(const std::string& path) {
   std::string text;
   if (FILE* file = std::fopen(path.c_str(), "rb")) {
@@ -235,7 +204,7 @@ TEST_F(ExecuteTest, ASmallFunctionIsRehearsedAtLoadOnMemoryOfItsOwn) {
   temp_files_.push_back(trace);
   ASSERT_EQ(tern_profile_start(trace.c_str()), TERN_OK) << LastError();
   tern_executable_t add = Load(exetest::BuildAdd());
-  tern_executable_t big = Load(BuildMatmul(64, 512, 256));  // 8M multiply-adds
+  tern_executable_t big = Load(exetest::BuildMatmul(64, 512, 256));  // 8M multiply-adds
   ASSERT_EQ(tern_profile_stop(), TERN_OK) << LastError();
   const std::string captured = ReadWholeFile(trace);
   EXPECT_CONTAINS(captured, "\"rehearse add\"");
