@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <utility>
 
 #include "driver_shim/sim/engines/kernels_internal.h"
@@ -1302,21 +1303,26 @@ Status RunElementwiseProgram(const driver::Instruction& ins, Operands ops) {
       if (steps[i].kind == TERN_STEP_CONSTANT) buffer_of_step[i] = step_buffers++;
     }
   }
+  // Chunks as long as the tensor where it is shorter than kChunk (rounded up
+  // to a cache line's floats): a program over a bias of 256 elements fills
+  // and walks 256-element buffers, not 1024-element ones.
+  const int64_t width = std::min(kChunk, (l.count + 15) / 16 * 16);
   ParallelFor(l.count, kParallelGrain, [&](int64_t begin, int64_t end) {
     // A chunk per input that needs converting, per step buffer, and per
     // output that copies an input (so that an output written in place cannot
-    // change it first).
-    std::vector<float> storage((TERN_PROGRAM_INPUTS + step_buffers + TERN_PROGRAM_OUTPUTS) *
-                               kChunk);
+    // change it first). Left uninitialised: every element is written before
+    // it is read, and a small tensor's program zeroed 50-60 KiB a call.
+    const auto storage = std::make_unique_for_overwrite<float[]>(
+        static_cast<size_t>(TERN_PROGRAM_INPUTS + step_buffers + TERN_PROGRAM_OUTPUTS) * width);
     for (size_t i = 0; i < steps.size(); ++i) {
       if (steps[i].kind != TERN_STEP_CONSTANT) continue;
-      float* o = &storage[(TERN_PROGRAM_INPUTS + buffer_of_step[i]) * kChunk];
-      std::fill(o, o + kChunk, steps[i].constant);
+      float* o = &storage[(TERN_PROGRAM_INPUTS + buffer_of_step[i]) * width];
+      std::fill(o, o + width, steps[i].constant);
     }
     const uint8_t* repeated[TERN_PROGRAM_INPUTS] = {};  // see the inputs below
     ForEachRun(l, begin, end, [&](const int64_t* offsets, int64_t n) {
-      for (int64_t done = 0; done < n; done += kChunk) {
-        const int64_t m = std::min(kChunk, n - done);
+      for (int64_t done = 0; done < n; done += width) {
+        const int64_t m = std::min(width, n - done);
         const float* reg[TERN_PROGRAM_INPUTS + TERN_PROGRAM_MAX_STEPS] = {};
         for (int i = 0; i < TERN_PROGRAM_INPUTS; ++i) {
           const int k = operand_of_slot[kFirstInput + i];
@@ -1328,12 +1334,12 @@ Status RunElementwiseProgram(const driver::Instruction& ins, Operands ops) {
             reg[i] = reinterpret_cast<const float*>(p);
             continue;
           }
-          float* buffer = &storage[static_cast<size_t>(i) * kChunk];
+          float* buffer = &storage[static_cast<size_t>(i) * width];
           // A broadcast input (stride 0 along the run) is filled once per
           // value, as in Elementwise.
           if (stride == 0) {
             if (repeated[i] != p) {
-              LoadF32(view.desc->dtype, p, 0, kChunk, buffer);
+              LoadF32(view.desc->dtype, p, 0, width, buffer);
               repeated[i] = p;
             }
           } else {
@@ -1343,7 +1349,7 @@ Status RunElementwiseProgram(const driver::Instruction& ins, Operands ops) {
         }
         for (size_t i = 0; i < steps.size(); ++i) {
           const ProgramStep& step = steps[i];
-          float* o = &storage[(TERN_PROGRAM_INPUTS + buffer_of_step[i]) * kChunk];
+          float* o = &storage[(TERN_PROGRAM_INPUTS + buffer_of_step[i]) * width];
           switch (step.kind) {
             case TERN_STEP_CONSTANT:
               break;  // filled when the part began
@@ -1376,7 +1382,7 @@ Status RunElementwiseProgram(const driver::Instruction& ins, Operands ops) {
           if (operand_of_slot[j] < 0) continue;
           source[j] = reg[output_register[j]];
           if (output_register[j] < TERN_PROGRAM_INPUTS) {
-            float* copy = &storage[(TERN_PROGRAM_INPUTS + step_buffers + j) * kChunk];
+            float* copy = &storage[(TERN_PROGRAM_INPUTS + step_buffers + j) * width];
             std::copy(source[j], source[j] + m, copy);
             source[j] = copy;
           }
