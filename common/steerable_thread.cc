@@ -3,6 +3,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 
@@ -28,6 +29,12 @@ Mode ModeFromEnvironment() {
 std::atomic<Mode> g_mode{ModeFromEnvironment()};
 // In `auto`: set once a wake-up is seen landing on its waker's CPU.
 std::atomic<bool> g_landing_seen{false};
+
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 }  // namespace
 
@@ -61,6 +68,7 @@ void SteerableThread::BeforeSleep() {
     state = state_.load(std::memory_order_acquire);
   }
   if (state == kSteered) sched_setaffinity(0, sizeof(home_), &home_);
+  asleep_since_ns_.store(NowNs(), std::memory_order_relaxed);
   state_.store(kAsleep, std::memory_order_release);
 }
 
@@ -93,6 +101,9 @@ void SteerableThread::SteerOffCallingCpu() {
   const int cpu = sched_getcpu();
   waker_cpu_.store(cpu, std::memory_order_relaxed);
   if (cpu < 0 || !WakeSteeringOn()) return;
+  // A short sleeper is not placed on its waker's CPU (see kMinSleepToSteer).
+  const int64_t asleep_ns = NowNs() - asleep_since_ns_.load(std::memory_order_relaxed);
+  if (asleep_ns < std::chrono::nanoseconds(kMinSleepToSteer).count()) return;
   int state = kAsleep;
   if (!state_.compare_exchange_strong(state, kSteering, std::memory_order_acq_rel)) return;
   const pid_t tid = tid_.load(std::memory_order_relaxed);

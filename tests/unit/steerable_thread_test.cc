@@ -82,6 +82,11 @@ class Sleeper {
   void WaitAsleep() {
     while (!asleep_.load()) std::this_thread::yield();
   }
+  // Waits until the thread has slept long enough to be steered.
+  void WaitAsleepLongEnough() {
+    WaitAsleep();
+    std::this_thread::sleep_for(SteerableThread::kMinSleepToSteer);
+  }
   cpu_set_t awake_cpus() const { return awake_cpus_; }
 
  private:
@@ -115,6 +120,7 @@ TEST_F(SteerableThreadTest, ASteeredSleeperWakesOffTheWakersCpuAndGetsItsCpusBac
   const int waker_cpu = AnotherCpu(home_, -1);
   PinCallingThread(waker_cpu);
 
+  sleeper.WaitAsleepLongEnough();
   steer.SteerOffCallingCpu();
   EXPECT_EQ(steer.steered(), 1u);
   // Asleep, it may not run on the waker's CPU; every other CPU it had, it has.
@@ -131,6 +137,7 @@ TEST_F(SteerableThreadTest, ASteeredSleeperWakesOffTheWakersCpuAndGetsItsCpusBac
   EXPECT_TRUE(CPU_EQUAL(&now, &home_)) << "before its next sleep it takes back every CPU";
 
   // A second steering while it is steered already (not asleep since) is a no-op.
+  sleeper.WaitAsleepLongEnough();
   steer.SteerOffCallingCpu();
   EXPECT_EQ(steer.steered(), 2u);
   steer.SteerOffCallingCpu();
@@ -152,6 +159,7 @@ TEST_F(SteerableThreadTest, ASleeperAllowedOnTheWakersCpuAloneStaysThere) {
   ASSERT_EQ(sched_setaffinity(sleeper.tid(), sizeof(one), &one), 0);  // as `taskset` would
   PinCallingThread(waker_cpu);
 
+  sleeper.WaitAsleepLongEnough();
   steer.SteerOffCallingCpu();
   EXPECT_EQ(steer.steered(), 0u);
   cpu_set_t now = AllowedCpus(sleeper.tid());
@@ -162,11 +170,35 @@ TEST_F(SteerableThreadTest, ASleeperAllowedOnTheWakersCpuAloneStaysThere) {
   EXPECT_TRUE(CPU_EQUAL(&now, &one)) << "the user's placement is kept";
 }
 
+// A wake-up of a thread that went to sleep moments ago is left to the
+// scheduler (it does not land on its waker's CPU); once the thread has slept
+// kMinSleepToSteer, the same wake-up is steered.
+TEST_F(SteerableThreadTest, AShortSleeperIsNotSteered) {
+  SetWakeSteering(WakeSteering::kOn);
+  SteerableThread steer;
+  Sleeper sleeper(&steer);
+  PinCallingThread(AnotherCpu(home_, -1));
+  // Woken and asleep again just now: well under kMinSleepToSteer.
+  sleeper.Wake();
+  const auto asleep_from = std::chrono::steady_clock::now();
+  sleeper.WaitAsleep();
+  steer.SteerOffCallingCpu();
+  if (std::chrono::steady_clock::now() - asleep_from < SteerableThread::kMinSleepToSteer) {
+    EXPECT_EQ(steer.steered(), 0u);
+    cpu_set_t now = AllowedCpus(sleeper.tid());
+    EXPECT_TRUE(CPU_EQUAL(&now, &home_));
+  }
+  std::this_thread::sleep_for(SteerableThread::kMinSleepToSteer);
+  steer.SteerOffCallingCpu();
+  EXPECT_EQ(steer.steered(), 1u);
+}
+
 TEST_F(SteerableThreadTest, OffNeverSteers) {
   SetWakeSteering(WakeSteering::kOff);
   SteerableThread steer;
   Sleeper sleeper(&steer);
   PinCallingThread(AnotherCpu(home_, -1));
+  sleeper.WaitAsleepLongEnough();
   steer.SteerOffCallingCpu();
   EXPECT_EQ(steer.steered(), 0u);
   EXPECT_FALSE(WakeSteeringOn());
