@@ -177,6 +177,23 @@ std::string LastError() { return tern_last_error_message(); }
 
 #define EXPECT_TERN_OK(expr) EXPECT_EQ((expr), TERN_OK) << LastError()
 
+namespace {
+
+// Ends `builder`'s open function, destroys the builder and returns the
+// executable's bytes.
+Bytes EndFunctionAndFinish(tern_builder_t builder) {
+  EXPECT_TERN_OK(tern_builder_end_function(builder));
+  void* data = nullptr;
+  uint64_t size = 0;
+  EXPECT_TERN_OK(tern_builder_finish(builder, &data, &size));
+  Bytes bytes(static_cast<uint8_t*>(data), static_cast<uint8_t*>(data) + size);
+  tern_builder_free_data(data);
+  EXPECT_TERN_OK(tern_builder_destroy(builder));
+  return bytes;
+}
+
+}  // namespace
+
 Bytes BuildAdd(bool y_from_constants) {
   static const int64_t shape[2] = {4, 8};
   tern_builder_t builder = nullptr;
@@ -215,14 +232,7 @@ Bytes BuildAdd(bool y_from_constants) {
   instruction.ints = ints;
   instruction.debug_op = "aten::add";
   EXPECT_TERN_OK(tern_builder_add_instruction(builder, &instruction));
-  EXPECT_TERN_OK(tern_builder_end_function(builder));
-  void* data = nullptr;
-  uint64_t size = 0;
-  EXPECT_TERN_OK(tern_builder_finish(builder, &data, &size));
-  Bytes bytes(static_cast<uint8_t*>(data), static_cast<uint8_t*>(data) + size);
-  tern_builder_free_data(data);
-  EXPECT_TERN_OK(tern_builder_destroy(builder));
-  return bytes;
+  return EndFunctionAndFinish(builder);
 }
 
 Bytes BuildScanTopk() {
@@ -257,14 +267,7 @@ Bytes BuildScanTopk() {
   topk.int_count = 2;
   topk.ints = topk_ints;
   EXPECT_TERN_OK(tern_builder_add_instruction(builder, &topk));
-  EXPECT_TERN_OK(tern_builder_end_function(builder));
-  void* data = nullptr;
-  uint64_t size = 0;
-  EXPECT_TERN_OK(tern_builder_finish(builder, &data, &size));
-  Bytes bytes(static_cast<uint8_t*>(data), static_cast<uint8_t*>(data) + size);
-  tern_builder_free_data(data);
-  EXPECT_TERN_OK(tern_builder_destroy(builder));
-  return bytes;
+  return EndFunctionAndFinish(builder);
 }
 
 Bytes BuildScatter() {
@@ -300,14 +303,7 @@ Bytes BuildScatter() {
   along.opcode = TERN_OP_SCATTER_ALONG_AXIS;
   along.operands = along_operands;
   EXPECT_TERN_OK(tern_builder_add_instruction(builder, &along));
-  EXPECT_TERN_OK(tern_builder_end_function(builder));
-  void* data = nullptr;
-  uint64_t size = 0;
-  EXPECT_TERN_OK(tern_builder_finish(builder, &data, &size));
-  Bytes bytes(static_cast<uint8_t*>(data), static_cast<uint8_t*>(data) + size);
-  tern_builder_free_data(data);
-  EXPECT_TERN_OK(tern_builder_destroy(builder));
-  return bytes;
+  return EndFunctionAndFinish(builder);
 }
 
 Bytes BuildFused() {
@@ -373,14 +369,7 @@ Bytes BuildFused() {
   matmul.ints = transpose_b_relu;
   matmul.debug_op = "linear_relu";
   EXPECT_TERN_OK(tern_builder_add_instruction(builder, &matmul));
-  EXPECT_TERN_OK(tern_builder_end_function(builder));
-  void* data = nullptr;
-  uint64_t size = 0;
-  EXPECT_TERN_OK(tern_builder_finish(builder, &data, &size));
-  Bytes bytes(static_cast<uint8_t*>(data), static_cast<uint8_t*>(data) + size);
-  tern_builder_free_data(data);
-  EXPECT_TERN_OK(tern_builder_destroy(builder));
-  return bytes;
+  return EndFunctionAndFinish(builder);
 }
 
 namespace {
@@ -408,16 +397,7 @@ struct ProgramWriter {
     Add(TERN_OP_SEM_WAIT, {}, {semaphore, 1, engine});
   }
   // Ends the function and returns the executable's bytes.
-  Bytes Finish() {
-    EXPECT_TERN_OK(tern_builder_end_function(builder));
-    void* data = nullptr;
-    uint64_t size = 0;
-    EXPECT_TERN_OK(tern_builder_finish(builder, &data, &size));
-    Bytes bytes(static_cast<uint8_t*>(data), static_cast<uint8_t*>(data) + size);
-    tern_builder_free_data(data);
-    EXPECT_TERN_OK(tern_builder_destroy(builder));
-    return bytes;
-  }
+  Bytes Finish() { return EndFunctionAndFinish(builder); }
 };
 
 // A program on 'x' (input, f32 [16]), 'y' (output, f32 [16]) and 64 bytes of
