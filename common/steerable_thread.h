@@ -72,9 +72,10 @@ class SteerableThread {
 
   // For a thread about to wake this one and go on running: when steering is
   // on and the thread has slept for kMinSleepToSteer or longer, keeps it off
-  // the calling thread's CPU until it next sleeps. Call just before the wake-up. A thread allowed
-  // on the caller's CPU alone, or a failed system call, leaves it where it is. Thread-safety: any
-  // thread.
+  // the calling thread's CPU until it next sleeps. Call just before the
+  // wake-up. A thread allowed on the caller's CPU alone, or a failed system
+  // call, leaves it where it is.
+  // Thread-safety: any thread.
   void SteerOffCallingCpu();
 
   // Steered wake-ups so far (for tests and diagnostics).
