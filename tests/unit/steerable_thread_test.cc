@@ -178,9 +178,12 @@ TEST_F(SteerableThreadTest, AShortSleeperIsNotSteered) {
   SteerableThread steer;
   Sleeper sleeper(&steer);
   PinCallingThread(AnotherCpu(home_, -1));
-  // Woken and asleep again just now: well under kMinSleepToSteer.
-  sleeper.Wake();
+  // Woken and asleep again just now: well under kMinSleepToSteer. The clock
+  // is read before the wake-up: the sleeper's BeforeSleep may run before
+  // Wake() returns (this thread preempted), and its sleep must not start
+  // before the window that this test measures.
   const auto asleep_from = std::chrono::steady_clock::now();
+  sleeper.Wake();
   sleeper.WaitAsleep();
   steer.SteerOffCallingCpu();
   if (std::chrono::steady_clock::now() - asleep_from < SteerableThread::kMinSleepToSteer) {
