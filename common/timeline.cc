@@ -172,6 +172,10 @@ bool Timeline::SleepOnFutex(uint64_t target, uint64_t timeout_ns) const {
     const uint32_t word = wake_word_.load(std::memory_order_seq_cst);
     RegisterSleeper(target);
     if (value_.load(std::memory_order_seq_cst) >= target) return true;
+    // Registered first: an engine sleeping through a run of waits that
+    // looked for sleepers before this registration is roused here (see
+    // set_wake_relay). Two loads when nobody naps and no relay is set.
+    WakeProducer();
     struct timespec ts;
     struct timespec* tsp = nullptr;
     if (!infinite) {
@@ -202,9 +206,36 @@ bool Timeline::Nap(uint64_t target, uint64_t timeout_ns) const {
 }
 
 void Timeline::WakeNappers() const {
+  if (has_wake_relay_.load(std::memory_order_seq_cst)) {
+    std::lock_guard<std::mutex> lock(wake_relay_mutex_);
+    if (wake_relay_) {
+      // Counted before the wake-up: a SleepOnce() that read the relay's word
+      // after this sees the count changed (see SleepOnce).
+      relayed_wakes_.fetch_add(1, std::memory_order_seq_cst);
+      wake_relay_->wake_word_.fetch_add(1, std::memory_order_seq_cst);
+      FutexWakeAll(&wake_relay_->wake_word_);
+    }
+  }
   if (nappers_.load(std::memory_order_seq_cst) == 0) return;
   wake_word_.fetch_add(1, std::memory_order_seq_cst);
   FutexWakeAll(&wake_word_);
+}
+
+void Timeline::set_wake_relay(std::shared_ptr<const Timeline> relay) const {
+  std::lock_guard<std::mutex> lock(wake_relay_mutex_);
+  has_wake_relay_.store(relay != nullptr, std::memory_order_seq_cst);
+  wake_relay_ = std::move(relay);
+}
+
+bool Timeline::SleepOnce(uint64_t target, uint64_t timeout_ns,
+                         const std::atomic<uint64_t>& unless_changed, uint64_t seen) const {
+  const uint32_t word = wake_word_.load(std::memory_order_seq_cst);
+  RegisterSleeper(target);
+  if (value_.load(std::memory_order_seq_cst) >= target) return true;
+  if (timeout_ns == 0 || unless_changed.load(std::memory_order_seq_cst) != seen) return false;
+  const struct timespec ts = Timespec(timeout_ns);
+  FutexWait(const_cast<std::atomic<uint32_t>*>(&wake_word_), word, &ts);
+  return value_.load(std::memory_order_acquire) >= target;
 }
 
 void Timeline::Fail(uint64_t sequence, const Status& status) {

@@ -54,9 +54,30 @@ class Timeline {
   // nap ends, or sooner if someone waits for the work (set_producer_doorbell).
   // Returns true when reached. Thread-safety: any thread.
   bool Nap(uint64_t target, uint64_t timeout_ns) const;
-  // Ends every Nap() in progress. Call after the value it should find.
-  // Costs one atomic load when nobody naps. Thread-safety: any thread.
+  // Ends every Nap() in progress, and the SleepOnce() of the wake relay's
+  // sleepers (below). Call after the value it should find. Costs two atomic
+  // loads when nobody naps and no relay is set. Thread-safety: any thread.
   void WakeNappers() const;
+  // While set, WakeNappers() also ends every SleepOnce() on `relay`: for an
+  // engine that sleeps on another queue's timeline through a run of waits
+  // (SimQueue), where a waiter on the engine's own queue, which wakes this
+  // doorbell, must rouse it. nullptr unsets it. Thread-safety: any thread.
+  void set_wake_relay(std::shared_ptr<const Timeline> relay) const;
+  // Sleeps until value() >= target, `timeout_ns` passes, or any wake-up on
+  // this timeline (a Signal() that wakes its sleepers, a relayed
+  // WakeNappers() of another timeline), whichever comes first: one futex
+  // wait, not a loop. Returns true when the value is reached.
+  // Thread-safety: any thread.
+  // It also returns at once (false) when `unless_changed` no longer holds
+  // `seen` (read after it registered as a sleeper).
+  bool SleepOnce(uint64_t target, uint64_t timeout_ns, const std::atomic<uint64_t>& unless_changed,
+                 uint64_t seen) const;
+  // How many times WakeNappers() has woken the relay's sleepers.
+  // Thread-safety: any thread.
+  const std::atomic<uint64_t>& relayed_wakes() const { return relayed_wakes_; }
+  // The lowest target of a thread asleep on this timeline now, UINT64_MAX
+  // when none (a thread that polls is not counted). Thread-safety: any thread.
+  uint64_t lowest_sleeper_target() const { return sleeper_target_.load(std::memory_order_seq_cst); }
   // Threads inside Nap() now (for tests and diagnostics).
   uint32_t nappers() const { return nappers_.load(std::memory_order_acquire); }
   // `doorbell` is the doorbell of the engine that advances this timeline: a
@@ -99,6 +120,11 @@ class Timeline {
   // Threads inside Nap().
   mutable std::atomic<uint32_t> nappers_{0};
   std::shared_ptr<const Timeline> producer_doorbell_;
+  // See set_wake_relay().
+  mutable std::atomic<bool> has_wake_relay_{false};
+  mutable std::mutex wake_relay_mutex_;
+  mutable std::shared_ptr<const Timeline> wake_relay_;
+  mutable std::atomic<uint64_t> relayed_wakes_{0};
   // How long waits on this timeline have recently taken (a moving average,
   // updated without ordering: a rough figure is all Wait needs).
   mutable std::atomic<uint64_t> typical_wait_ns_{0};

@@ -22,6 +22,12 @@ namespace {
 constexpr uint64_t kEnginePollNs = 50'000;
 constexpr uint64_t kEngineNapNs = 50'000;
 constexpr uint64_t kEngineNapsForNs = 1'000'000;
+// The longest an engine sleeps through a run of waits (SleepThroughWaits)
+// before it looks again for a waiter on one of the run's points that did not
+// rouse it (one that only polled, or went to sleep as the engine did).
+constexpr uint64_t kRunOfWaitsLookAgainNs = 1'000'000;
+// How far ahead an engine looks for the end of a run of waits.
+constexpr uint32_t kRunOfWaitsLookAhead = 256;
 // The engine thread's timer slack (Linux's default for a thread is 50 us,
 // which would double each nap).
 constexpr unsigned long kEngineTimerSlackNs = 5'000;
@@ -379,6 +385,7 @@ void SimQueue::RunPublished(uint64_t last, bool on_host) {
     Slot& slot = head_->slots[index_];
     if (slot.published.load(std::memory_order_acquire) < next_) return;
     if (on_host && !HostMayRun(slot.command)) return;
+    if (slot.command.kind == CommandKind::kWait) SleepThroughWaits(slot.command, last);
     (void)Execute(next_, slot.command);
     // Release what the command kept alive before the waiter wakes up. The
     // other fields stay: the next submitter to use the slot overwrites them,
@@ -396,6 +403,59 @@ void SimQueue::RunPublished(uint64_t last, bool on_host) {
       delete spare_.exchange(drained, std::memory_order_acq_rel);
     }
   }
+}
+
+void SimQueue::SleepThroughWaits(const Command& first, uint64_t last) {
+  if (!first.details || !first.details->wait_timeline || halted_) return;
+  const std::shared_ptr<const Timeline>& timeline = first.details->wait_timeline;
+  if (timeline->value() >= first.details->wait_value) return;
+  const std::atomic<uint64_t>& relayed = doorbell_->relayed_wakes();
+  bool relaying = false;
+  while (true) {
+    // Seen before the sleepers are looked at: a waiter that registers later
+    // and finds the relay set changes it (Timeline::SleepOnFutex).
+    const uint64_t seen = relayed.load(std::memory_order_seq_cst);
+    // The run: waits on the same timeline, with event records and no-ops
+    // between them, published behind this wait and not past the point of
+    // any thread asleep on this queue (that point needs every wait before
+    // it anyway; one past it would be held back).
+    const uint64_t limit =
+        std::min({last, next_ + kRunOfWaitsLookAhead, completion_->lowest_sleeper_target()});
+    uint64_t furthest = first.details->wait_value;
+    uint64_t run_end = next_;
+    const Segment* segment = head_;
+    uint32_t index = index_;
+    for (uint64_t sequence = next_ + 1; sequence <= limit; ++sequence) {
+      if (++index == kSlotsPerSegment) {
+        segment = segment->next.load(std::memory_order_acquire);
+        index = 0;
+        if (segment == nullptr) break;
+      }
+      const Slot& slot = segment->slots[index];
+      if (slot.published.load(std::memory_order_acquire) < sequence) break;
+      const Command& command = slot.command;
+      if (command.kind == CommandKind::kTimestamp || command.kind == CommandKind::kNop) continue;
+      if (command.kind != CommandKind::kWait || !command.details ||
+          command.details->wait_timeline != timeline) {
+        break;
+      }
+      furthest = std::max(furthest, command.details->wait_value);
+      run_end = sequence;
+    }
+    // A lone wait is Wait()'s: it polls, then sleeps.
+    if (run_end == next_ || timeline->value() >= furthest) break;
+    if (!relaying) {
+      // Set, then look again: a waiter that registered before it was set
+      // is in the next look at the sleepers.
+      doorbell_->set_wake_relay(timeline);
+      relaying = true;
+      continue;
+    }
+    // Roused early (a waiter on this queue, a signal for another sleeper,
+    // or the time to look again): look again.
+    if (timeline->SleepOnce(furthest, kRunOfWaitsLookAgainNs, relayed, seen)) break;
+  }
+  if (relaying) doorbell_->set_wake_relay(nullptr);
 }
 
 void SimQueue::RunUntil(uint64_t target) {

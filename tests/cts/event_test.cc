@@ -181,6 +181,61 @@ TEST_P(EventTest, CrossQueueWaitIsDeviceSide) {
   CTS_EXPECT_OK(tern_queue_destroy(queue_b));
 }
 
+// A queue with a run of waits on one event's queue queued (a stream that
+// waits for each collective on the communication stream) sleeps once for
+// the whole run on the simulator; a thread that waits for one of the run's
+// points still gets it when that point's own event comes, not when the last
+// one does.
+TEST_P(EventTest, AWaiterForOneOfARunOfWaitsIsNotHeldForTheLast) {
+  tern_queue_t queue_b = CreateQueue(core_, "cts-b");
+  ASSERT_NE(nullptr, queue_b);
+  Gate* first = NewGate();
+  Gate* second = NewGate();
+  tern_event_t first_done = CreateEvent();
+  tern_event_t second_done = CreateEvent();
+  CTS_ASSERT_OK(tern_queue_host_callback(queue_, Gate::Callback, first, nullptr));
+  CTS_ASSERT_OK(tern_queue_record_event(queue_, first_done, nullptr));
+  CTS_ASSERT_OK(tern_queue_host_callback(queue_, Gate::Callback, second, nullptr));
+  CTS_ASSERT_OK(tern_queue_record_event(queue_, second_done, nullptr));
+  uint64_t first_wait = 0;
+  CTS_ASSERT_OK(tern_queue_wait_event(queue_b, first_done, &first_wait));
+  CTS_ASSERT_OK(tern_queue_wait_event(queue_b, second_done, nullptr));
+  ASSERT_TRUE(first->WaitEntered(kEnterTimeout));
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));  // queue B's engine at its waits
+  first->Open();
+  CTS_EXPECT_OK(tern_queue_wait_sequence(queue_b, first_wait, kLongTimeout));
+  CTS_EXPECT_STATUS(TERN_ERROR_NOT_READY, tern_queue_query(queue_b, nullptr));
+  second->Open();
+  CTS_EXPECT_OK(tern_queue_synchronize(queue_b, kLongTimeout));
+  CTS_EXPECT_OK(tern_queue_destroy(queue_b));
+}
+
+// The same run of waits, where another queue waits for an event recorded
+// between two of them, and the second wait needs that queue's later work:
+// the event must complete when the first wait does, or both queues wait for
+// each other.
+TEST_P(EventTest, AnEventBetweenTwoWaitsCompletesBeforeTheSecondWait) {
+  tern_queue_t queue_b = CreateQueue(core_, "cts-b");
+  ASSERT_NE(nullptr, queue_b);
+  Gate* gate = NewGate();
+  tern_event_t a_first = CreateEvent();
+  tern_event_t a_second = CreateEvent();
+  tern_event_t b_between = CreateEvent();
+  CTS_ASSERT_OK(tern_queue_host_callback(queue_, Gate::Callback, gate, nullptr));
+  CTS_ASSERT_OK(tern_queue_record_event(queue_, a_first, nullptr));
+  CTS_ASSERT_OK(tern_queue_wait_event(queue_b, a_first, nullptr));
+  CTS_ASSERT_OK(tern_queue_record_event(queue_b, b_between, nullptr));
+  CTS_ASSERT_OK(tern_queue_wait_event(queue_, b_between, nullptr));
+  CTS_ASSERT_OK(tern_queue_record_event(queue_, a_second, nullptr));
+  CTS_ASSERT_OK(tern_queue_wait_event(queue_b, a_second, nullptr));
+  ASSERT_TRUE(gate->WaitEntered(kEnterTimeout));
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));  // queue B's engine at its waits
+  gate->Open();
+  CTS_EXPECT_OK(tern_queue_synchronize(queue_b, kLongTimeout));
+  CTS_EXPECT_OK(tern_queue_synchronize(queue_, kLongTimeout));
+  CTS_EXPECT_OK(tern_queue_destroy(queue_b));
+}
+
 TEST_P(EventTest, CrossDeviceWait) {
   CTS_NEED_DEVICES(2);
   tern_core_t core1 = OpenCore(1, 0);
