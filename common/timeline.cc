@@ -130,7 +130,7 @@ bool Timeline::Wait(uint64_t target, uint64_t timeout_ns) const {
   uint64_t slept = 0;
   if (typical >= kLongWaitNs) {
     slept = std::min(timeout_ns, typical - kWakeAheadNs);
-    if (SleepOnFutex(target, slept)) {
+    if (Sleep(target, slept)) {
       NoteWait(typical, MonotonicNs() - start);
       return true;
     }
@@ -140,7 +140,7 @@ bool Timeline::Wait(uint64_t target, uint64_t timeout_ns) const {
       slept > 0 ? std::min(left, 2 * kWakeAheadNs)
                 : std::min(left, std::clamp<uint64_t>(2 * typical, kYieldNs, kMaxPollNs));
   bool reached = PollAtLeast(value_, target, polling);
-  if (!reached && left > polling) reached = SleepOnFutex(target, left - polling);
+  if (!reached && left > polling) reached = Sleep(target, left - polling);
   if (reached) NoteWait(typical, MonotonicNs() - start);
   return reached;
 }
@@ -155,13 +155,6 @@ void Timeline::NoteWait(uint64_t typical, uint64_t took) const {
 }
 
 bool Timeline::Sleep(uint64_t target, uint64_t timeout_ns) const {
-  if (value_.load(std::memory_order_acquire) >= target) return true;
-  if (timeout_ns == 0) return false;
-  WakeProducer();
-  return SleepOnFutex(target, timeout_ns);
-}
-
-bool Timeline::SleepOnFutex(uint64_t target, uint64_t timeout_ns) const {
   if (value_.load(std::memory_order_acquire) >= target) return true;
   if (timeout_ns == 0) return false;
   const uint64_t now = MonotonicNs();

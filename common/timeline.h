@@ -40,7 +40,8 @@ class Timeline {
   // Thread-safety: any number of concurrent waiters.
   bool Wait(uint64_t target, uint64_t timeout_ns) const;
   // Like Wait(), without the polling phase: for a waiter that has polled
-  // something else already.
+  // something else already. It wakes the producer once it is registered as
+  // a sleeper, so that an engine sleeping through a run of waits sees it.
   bool Sleep(uint64_t target, uint64_t timeout_ns) const;
   // Only the polling phase, for `budget_ns` (see PollAtLeast): for a waiter
   // that chooses its own polling. Thread-safety: any thread.
@@ -66,10 +67,9 @@ class Timeline {
   // Sleeps until value() >= target, `timeout_ns` passes, or any wake-up on
   // this timeline (a Signal() that wakes its sleepers, a relayed
   // WakeNappers() of another timeline), whichever comes first: one futex
-  // wait, not a loop. Returns true when the value is reached.
-  // Thread-safety: any thread.
-  // It also returns at once (false) when `unless_changed` no longer holds
-  // `seen` (read after it registered as a sleeper).
+  // wait, not a loop. It also returns at once (false) when `unless_changed`
+  // no longer holds `seen` (read after it registered as a sleeper). Returns
+  // true when the value is reached. Thread-safety: any thread.
   bool SleepOnce(uint64_t target, uint64_t timeout_ns, const std::atomic<uint64_t>& unless_changed,
                  uint64_t seen) const;
   // How many times WakeNappers() has woken the relay's sleepers.
@@ -107,8 +107,6 @@ class Timeline {
  private:
   // Lowers sleeper_target_ to `target` if it is higher.
   void RegisterSleeper(uint64_t target) const;
-  // Sleep() without waking the producer: for Wait(), which has.
-  bool SleepOnFutex(uint64_t target, uint64_t timeout_ns) const;
   // Folds a wait that took `took` into typical_wait_ns_ (read as `typical`).
   void NoteWait(uint64_t typical, uint64_t took) const;
 

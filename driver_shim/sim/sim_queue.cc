@@ -413,7 +413,7 @@ void SimQueue::SleepThroughWaits(const Command& first, uint64_t last) {
   bool relaying = false;
   while (true) {
     // Seen before the sleepers are looked at: a waiter that registers later
-    // and finds the relay set changes it (Timeline::SleepOnFutex).
+    // and finds the relay set changes it (Timeline::Sleep).
     const uint64_t seen = relayed.load(std::memory_order_seq_cst);
     // The run: waits on the same timeline, with event records and no-ops
     // between them, published behind this wait and not past the point of

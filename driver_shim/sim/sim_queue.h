@@ -83,9 +83,9 @@ class SimQueue final : public driver::HwQueue {
   // last of them is met instead of once per wait, each a futex wake-up that
   // the signalling engine pays (a stream that waits for every collective on
   // the communication stream, 1 MiB all-reduces: 43 us each instead of 34).
-  // Their points then complete together; a waiter on one of them rouses the
-  // engine, which goes back to waiting for each in turn. Requires the runner
-  // role.
+  // Their points then complete together, so the run stops at the point of a
+  // thread asleep on this queue, and a waiter that comes later rouses the
+  // engine, which looks again. Requires the runner role.
   void SleepThroughWaits(const driver::Command& first, uint64_t last);
   // Runs one command; returns its status (OK, failure, or ABORTED).
   Status Execute(uint64_t sequence, driver::Command& command);
