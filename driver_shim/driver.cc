@@ -45,7 +45,7 @@ Status CreateDriver(const std::string& name, const DriverOptions& options,
 
 void CommandDetails::Clear() {
   wait_timeline.reset();
-  wait_description.clear();
+  wait_queue_name.reset();
   wait_value = 0;
   program.reset();
   function = 0;

@@ -90,9 +90,10 @@ struct SequenceLaunch;
 // callbacks) fit in two cache lines: a queue's engine reads each command from
 // the submitting thread's cache, one line at a time.
 struct CommandDetails {
-  // kWait: the timeline to wait on, and a name for it in error messages.
+  // kWait: the timeline to wait on and the value to wait for, and the name
+  // of the queue whose timeline it is (error messages).
   std::shared_ptr<const Timeline> wait_timeline;
-  std::string wait_description;
+  std::shared_ptr<const std::string> wait_queue_name;
   uint64_t wait_value = 0;
   // kExecute: the program and where each segment starts. Constants are host
   // memory (a file mapping) or device memory; scratch is device memory.

@@ -26,7 +26,7 @@ Status PointState(const EventPoint& point) {
   Status failure = point.timeline->FailureAt(point.sequence);
   if (!failure.ok()) {
     return Status(failure.code(),
-                  fmt::format("{} did not complete: {}", point.description, failure.message()));
+                  fmt::format("{} did not complete: {}", point.Description(), failure.message()));
   }
   return OkStatus();
 }
@@ -73,7 +73,7 @@ TERN_API tern_status_t tern_event_synchronize(tern_event_t event, uint64_t timeo
   if (!point) return TERN_OK;
   if (!point->timeline->Wait(point->sequence, timeout_ns)) {
     return Report(MakeStatus(TERN_ERROR_TIMEOUT, "{} did not complete within {} ns",
-                             point->description, timeout_ns));
+                             point->Description(), timeout_ns));
   }
   return Report(PointState(*point));
 }

@@ -102,8 +102,7 @@ Status RecordEvent(Runtime* rt, QueueObject& queue, tern_event_t event, uint64_t
   uint64_t sequence = 0;
   TERN_RETURN_IF_ERROR(queue.hw->Submit(std::move(command), &sequence));
   point->sequence = sequence;
-  point->description =
-      fmt::format("the event recorded as command {} of queue '{}'", sequence, queue.name);
+  point->queue_name = queue.shared_name;
   object->point = std::move(point);
   if (out_sequence != nullptr) *out_sequence = sequence;
   return OkStatus();
@@ -162,6 +161,7 @@ TERN_API tern_status_t tern_queue_create(tern_core_t core, const tern_queue_para
   const uint32_t number = object->queue_count.fetch_add(1);
   if (name.empty()) name = fmt::format("d{}c{}q{}", object->device->index, object->index, number);
   queue->name = name;
+  queue->shared_name = std::make_shared<const std::string>(name);
   Status status = object->device->hw->CreateQueue(object->physical, name, &queue->hw);
   if (!status.ok()) {
     object->queue_count.fetch_sub(1);

@@ -258,6 +258,11 @@ void WaitForDeviceQueues(DeviceObject* device) {
   for (const auto& [timeline, target] : points) (void)timeline->Wait(target, UINT64_MAX);
 }
 
+std::string EventPoint::Description() const {
+  return fmt::format("the event recorded as command {} of queue '{}'", sequence,
+                     queue_name ? *queue_name : std::string("?"));
+}
+
 driver::Command MakeEventWaitCommand(EventObject& event) {
   std::shared_ptr<EventPoint> point;
   {
@@ -270,7 +275,7 @@ driver::Command MakeEventWaitCommand(EventObject& event) {
     driver::CommandDetails& wait = command.Details();
     wait.wait_timeline = point->timeline;
     wait.wait_value = point->sequence;
-    wait.wait_description = point->description;
+    wait.wait_queue_name = point->queue_name;
   }
   return command;
 }

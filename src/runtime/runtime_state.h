@@ -91,6 +91,10 @@ struct QueueObject {
   std::unique_ptr<driver::HwQueue> hw;
   const Timeline* completion = nullptr;  // hw->completion(), which hw keeps alive
   std::string name;
+  // The same name, shared with the points recorded here (their error
+  // messages are formatted only when needed: a record is on every
+  // collective's host path).
+  std::shared_ptr<const std::string> shared_name;
   // The scratch memory of this queue's executions. The queue runs one command
   // at a time, so its executions share one block, as large as the largest any
   // of them needed, and each holds it until it completes. Reusing the block
@@ -109,7 +113,10 @@ struct EventPoint {
   std::shared_ptr<const Timeline> timeline;
   uint64_t sequence = 0;
   std::atomic<uint64_t> timestamp_ns{0};
-  std::string description;  // "event recorded as command 7 of queue 'q'"
+  std::shared_ptr<const std::string> queue_name;  // the queue it was recorded on
+
+  // "the event recorded as command 7 of queue 'q'", for error messages.
+  std::string Description() const;
 };
 
 struct EventObject {
