@@ -74,3 +74,36 @@ def test_synchronize_calls():
     torch.accelerator.synchronize("tern:1")
     torch.tern.synchronize()
     assert x.device.index == 1 and x[0].item() == 1.0
+
+
+def test_dropped_events_are_reused_as_new_ones():
+    """Dropped events are kept for the next record (a collective's Work makes
+    one per operation): a reused event shows its new recording only, and two
+    live events never share one."""
+    idle, busy = torch.tern.Stream(), torch.tern.Stream()
+    first = torch.Event(device="tern")
+    with torch.tern.stream(idle):
+        first.record()
+    first.synchronize()
+    assert first.query()
+    first_id = first.event_id
+    del first
+
+    x = torch.randn(1536, 1536, device="tern") / 40.0
+    busy.wait_stream(torch.tern.current_stream())
+    with torch.tern.stream(busy):
+        for _ in range(6):
+            x = x @ x  # tens of milliseconds of device work
+        second = torch.Event(device="tern")
+        second.record()
+    assert second.event_id == first_id, "the dropped event was not reused"
+    assert not second.query(), "a reused event reported its previous, completed recording"
+
+    live = [torch.Event(device="tern") for _ in range(8)]
+    for e in live:
+        e.record(idle)
+    assert len({e.event_id for e in live} | {second.event_id}) == 9
+    second.synchronize()
+    assert second.query()
+    torch.tern.current_stream().wait_stream(busy)
+    assert torch.isfinite(x).all()

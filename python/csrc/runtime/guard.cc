@@ -5,6 +5,9 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
 
+#include <mutex>
+#include <vector>
+
 #include "runtime/allocator.h"
 #include "runtime/capture.h"
 #include "runtime/runtime.h"
@@ -15,6 +18,49 @@ namespace {
 constexpr auto kType = c10::DeviceType::PrivateUse1;
 
 tern_event_t AsEvent(void* event) { return static_cast<tern_event_t>(event); }
+
+// Events given back by torch.Event / c10::Event, kept for the next record: a
+// collective's Work makes and drops one per operation, and creating and
+// destroying a tern event takes the runtime's handle table lock twice.
+// A pooled event is handed out only to record() with a null event, which
+// records it at once, so its previous recording is never seen again.
+// Thread-safety: any thread.
+class EventPool {
+ public:
+  static EventPool& Get() {
+    static auto* pool = new EventPool();  // never destroyed: events may die at exit
+    return *pool;
+  }
+  tern_event_t Take() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!free_.empty()) {
+        tern_event_t event = free_.back();
+        free_.pop_back();
+        return event;
+      }
+    }
+    tern_event_t created = nullptr;
+    TERN_CHECK(tern_event_create(&created));
+    return created;
+  }
+  void Give(tern_event_t event) noexcept {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (free_.size() < kMaxPooled) {
+        free_.push_back(event);
+        return;
+      }
+    }
+    tern_event_destroy(event);
+  }
+
+ private:
+  // Enough for the Works a DDP step or an FSDP prefetch keeps in flight.
+  static constexpr size_t kMaxPooled = 256;
+  std::mutex mutex_;
+  std::vector<tern_event_t> free_;
+};
 
 struct TernGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   TernGuardImpl() = default;
@@ -69,7 +115,7 @@ struct TernGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
 
   void destroyEvent(void* event, const c10::DeviceIndex) const noexcept override {
-    if (event != nullptr) tern_event_destroy(AsEvent(event));
+    if (event != nullptr) EventPool::Get().Give(AsEvent(event));
   }
 
   void record(void** event, const c10::Stream& stream, const c10::DeviceIndex device_index,
@@ -79,11 +125,7 @@ struct TernGuardImpl final : public c10::impl::DeviceGuardImplInterface {
                 static_cast<int>(stream.device_index()));
     tern_queue_t queue = GetQueue(stream);
     RefuseIfCapturing(queue, "recording an event on the capturing stream (events across streams)");
-    if (*event == nullptr) {
-      tern_event_t created = nullptr;
-      TERN_CHECK(tern_event_create(&created));
-      *event = created;
-    }
+    if (*event == nullptr) *event = EventPool::Get().Take();
     // tern events always carry a device timestamp, so timing is always on.
     TERN_CHECK(tern_queue_record_event(queue, AsEvent(*event), nullptr));
   }
