@@ -37,6 +37,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <mutex>
 
 namespace tern {
 
@@ -78,6 +79,14 @@ class SteerableThread {
   // Thread-safety: any thread.
   void SteerOffCallingCpu();
 
+  // Keeps the bound thread on `cpu` alone until kept elsewhere, if `cpu` is
+  // one of the CPUs it was allowed when first kept. Returns whether it is
+  // now kept there (false: no bound thread, another CPU, or a failed system
+  // call, which leave it where it is). Not for a thread that wake-ups steer:
+  // the two would undo each other.
+  // Thread-safety: any thread.
+  bool KeepOnCpu(int cpu);
+
   // Steered wake-ups so far (for tests and diagnostics).
   // Thread-safety: any thread.
   uint64_t steered() const { return steered_.load(std::memory_order_relaxed); }
@@ -93,6 +102,12 @@ class SteerableThread {
   // The thread's allowed CPUs before a steering; written by the steering
   // waker between kSteering and kSteered, read by the thread after kSteered.
   cpu_set_t home_{};
+  // KeepOnCpu's record: the CPU kept to (-1: none), and the allowed CPUs
+  // before the first keep (guarded by keep_mutex_).
+  std::atomic<int> kept_cpu_{-1};
+  std::mutex keep_mutex_;
+  bool kept_before_ = false;
+  cpu_set_t kept_from_{};
 };
 
 // Whether wake-ups are steered in this process now (TERN_WAKE_STEERING, and

@@ -1,5 +1,6 @@
 #include "driver_shim/sim/sim_queue.h"
 
+#include <sched.h>
 #include <sys/prctl.h>
 
 #include "common/cycle_clock.h"
@@ -34,7 +35,11 @@ constexpr unsigned long kEngineTimerSlackNs = 5'000;
 }  // namespace
 
 SimQueue::SimQueue(SimDevice* device, uint32_t core, std::string name)
-    : device_(device), core_(core), name_(std::move(name)), steer_engine_(HostCpusPerRank() >= 2) {
+    : device_(device),
+      core_(core),
+      name_(std::move(name)),
+      steer_engine_(HostCpusPerRank() >= 2),
+      rank_cpu_(CommunicationEngineCpu()) {
   tail_ = head_ = new Segment;
   counters_ = &device_->registry().core_counters(device_->index(), core_);
   trace_track_ = trace::RegisterTrack(device_->index(), core_, name_);
@@ -124,6 +129,7 @@ Status SimQueue::Submit(Command command, uint64_t* out_sequence) {
       (sleeping_.load(std::memory_order_acquire) || (wakes_napping_engine && !has_collectives))) {
     engine_thread_.SteerOffCallingCpu();
   }
+  if (rank_cpu_ >= 0 && has_collectives) (void)engine_thread_.KeepOnCpu(rank_cpu_);
   std::lock_guard<std::mutex> lock(mutex_);
   if (stopping_.load(std::memory_order_relaxed)) {
     return MakeStatus(TERN_ERROR_FAILED_PRECONDITION, "queue '{}' is being destroyed", name_);

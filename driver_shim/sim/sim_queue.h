@@ -130,6 +130,11 @@ class SimQueue final : public driver::HwQueue {
   // CPUs to spare (HostCpusPerRank() >= 2).
   SteerableThread engine_thread_;
   const bool steer_engine_;
+  // Where this host runs more ranks than it has CPUs (HostCpusPerRank() < 2)
+  // and the launcher says which local rank this is: the CPU the engine of a
+  // queue given collectives keeps to (SteerableThread::KeepOnCpu), else -1.
+  // See CommunicationEngineCpu() (engines/run_instruction.h).
+  const int rank_cpu_;
   std::shared_ptr<Timeline> completion_ = std::make_shared<Timeline>();
 
   // Set while a thread holds the runner role (an atomic rather than a mutex:

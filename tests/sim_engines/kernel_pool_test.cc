@@ -292,6 +292,50 @@ TEST(KernelThreads, LocalRanksComeFromTheLaunchersEnvironment) {
   for (const auto& [name, value] : saved) setenv(name.c_str(), value.c_str(), 1);
 }
 
+TEST(KernelThreads, CommunicationEnginesSpreadOverTheCpusWhereRanksOutnumberThem) {
+  const char* names[] = {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS",
+                         "LOCAL_RANK",       "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"};
+  std::vector<std::pair<std::string, std::string>> saved;
+  for (const char* name : names) {
+    if (const char* value = std::getenv(name)) saved.emplace_back(name, value);
+    unsetenv(name);
+  }
+  EXPECT_EQ(LocalRankFromEnvironment(), -1);
+  setenv("MPI_LOCALRANKID", "0", 1);
+  EXPECT_EQ(LocalRankFromEnvironment(), 0) << "rank 0 is a rank";
+  setenv("LOCAL_RANK", "3", 1);
+  EXPECT_EQ(LocalRankFromEnvironment(), 3) << "torchrun's first";
+  setenv("LOCAL_RANK", "-1", 1);
+  EXPECT_EQ(LocalRankFromEnvironment(), 0) << "not a rank: the next launcher's";
+  unsetenv("MPI_LOCALRANKID");
+
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  ASSERT_EQ(sched_getaffinity(0, sizeof(allowed), &allowed), 0);
+  std::vector<int> cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &allowed)) cpus.push_back(cpu);
+  }
+  const int count = static_cast<int>(cpus.size());
+  // Twice as many ranks as CPUs: each rank's engine on its turn of the CPUs.
+  setenv("LOCAL_WORLD_SIZE", std::to_string(2 * count).c_str(), 1);
+  for (int rank = 0; rank < 2 * count; ++rank) {
+    setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
+    EXPECT_EQ(CommunicationEngineCpu(), cpus[rank % count]) << "rank " << rank;
+  }
+  unsetenv("LOCAL_RANK");
+  EXPECT_EQ(CommunicationEngineCpu(), -1) << "no local rank: left to the scheduler";
+  setenv("LOCAL_RANK", "0", 1);
+  setenv("LOCAL_WORLD_SIZE", "1", 1);
+  EXPECT_EQ(CommunicationEngineCpu(), -1) << "one rank: left to the scheduler";
+  if (count >= 4) {
+    setenv("LOCAL_WORLD_SIZE", "2", 1);
+    EXPECT_EQ(CommunicationEngineCpu(), -1) << "CPUs to spare: left to the scheduler";
+  }
+  for (const char* name : names) unsetenv(name);
+  for (const auto& [name, value] : saved) setenv(name.c_str(), value.c_str(), 1);
+}
+
 TEST(KernelPool, WorksInAForkedChild) {
 #if TERN_UNDER_TSAN
   GTEST_SKIP() << "ThreadSanitizer cannot start threads after a multi-threaded fork";

@@ -241,5 +241,52 @@ TEST_F(SteerableThreadTest, AutoStartsSteeringOnceAWakeUpLandsOnItsWakersCpu) {
   EXPECT_TRUE(WakeSteeringOn());
 }
 
+TEST_F(SteerableThreadTest, AKeptThreadRunsOnTheOneCpuItIsKeptTo) {
+  SteerableThread steer;
+  EXPECT_FALSE(steer.KeepOnCpu(AnotherCpu(home_, -1))) << "no thread bound yet";
+  // The kept thread answers each question (asked > answered) with the CPU it
+  // runs on, until asked to stop (asked < 0).
+  std::atomic<int> asked{0}, answered{0}, ran_on{-1};
+  std::atomic<pid_t> tid{0};
+  std::thread kept([&] {
+    steer.BindToCallingThread();
+    tid.store(static_cast<pid_t>(syscall(SYS_gettid)));
+    for (int question; (question = asked.load()) >= 0;) {
+      if (question != answered.load()) {
+        ran_on.store(sched_getcpu());
+        answered.store(question);
+      }
+      std::this_thread::yield();
+    }
+  });
+  while (tid.load() == 0) std::this_thread::yield();
+  const int first = AnotherCpu(home_, -1), second = AnotherCpu(home_, first);
+  for (const int cpu : {first, second, first}) {
+    ASSERT_TRUE(steer.KeepOnCpu(cpu));
+    cpu_set_t only = AllowedCpus(tid.load());
+    EXPECT_EQ(CPU_COUNT(&only), 1);
+    EXPECT_TRUE(CPU_ISSET(cpu, &only));
+    // Once kept, the scheduler runs it there only.
+    const int question = asked.load() + 1;
+    asked.store(question);
+    while (answered.load() != question) std::this_thread::yield();
+    EXPECT_EQ(ran_on.load(), cpu);
+  }
+  // Only CPUs it was allowed before the first keep, and only real CPUs.
+  EXPECT_FALSE(steer.KeepOnCpu(-1));
+  EXPECT_FALSE(steer.KeepOnCpu(CPU_SETSIZE));
+  int outside = -1;
+  for (int cpu = 0; cpu < CPU_SETSIZE && outside < 0; ++cpu) {
+    if (!CPU_ISSET(cpu, &home_)) outside = cpu;
+  }
+  if (outside >= 0) {
+    EXPECT_FALSE(steer.KeepOnCpu(outside));
+  }
+  cpu_set_t still = AllowedCpus(tid.load());
+  EXPECT_TRUE(CPU_ISSET(first, &still)) << "a refused keep moved it";
+  asked.store(-1);
+  kept.join();
+}
+
 }  // namespace
 }  // namespace tern

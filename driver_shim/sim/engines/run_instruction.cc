@@ -559,6 +559,31 @@ int LocalRanksFromEnvironment() {
   return 1;
 }
 
+int LocalRankFromEnvironment() {
+  for (const char* name : {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"}) {
+    const char* text = std::getenv(name);
+    if (text == nullptr || *text == '\0') continue;
+    char* end = nullptr;
+    const long rank = std::strtol(text, &end, 10);
+    if (end != text && *end == '\0' && rank >= 0 && rank < 65536) return static_cast<int>(rank);
+  }
+  return -1;
+}
+
+int CommunicationEngineCpu() {
+  const int local_rank = LocalRankFromEnvironment();
+  if (local_rank < 0 || HostCpusPerRank() >= 2 || LocalRanksFromEnvironment() < 2) return -1;
+  cpu_set_t allowed;
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) return -1;
+  const int count = CPU_COUNT(&allowed);
+  if (count < 1) return -1;
+  int turn = local_rank % count;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &allowed) && turn-- == 0) return cpu;
+  }
+  return -1;
+}
+
 int ChooseKernelThreads(int host_cpus, const char* requested, int local_ranks) {
   if (const long threads = ParseCount(requested, 4096)) return static_cast<int>(threads);
   return std::max(1, host_cpus / std::max(1, local_ranks));
