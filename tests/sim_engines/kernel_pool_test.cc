@@ -160,19 +160,22 @@ TEST(KernelPool, AJobForAwakeHandsRunsWithoutThem) {
 }
 
 // A job for "pollers, else the sleeping helpers" goes to a thread polling
-// for a completion when there is one, without waking the helpers (they
-// sleep here: the other parts are the poller's every round), and wakes the
-// helpers when nobody polls. The caller decides after its first part, so
-// that part returns at once; any later part of the caller's waits until
-// another thread ran one (so this fails if nobody comes).
-TEST(KernelPool, AJobForPollersElseHelpersWakesTheHelpersOnlyWithoutAPoller) {
+// for a completion when one takes a part while the caller runs its first,
+// without waking the helpers (they sleep here: the other parts are the
+// poller's every round); it wakes the helpers when nobody polls, and when
+// the pollers took nothing meanwhile (one that shares the caller's CPU, or
+// waits for a CPU, is no second hand).
+TEST(KernelPool, AJobForPollersElseHelpersWakesTheHelpersOnlyWithoutAPollerThatHelps) {
   KernelPool& pool = KernelPool::Instance();
   ASSERT_GT(pool.threads(), 1) << "this host gives the pool one thread (TERN_SIM_KERNEL_THREADS?)";
   pool.Run(2, [](int) {});  // starts the helpers
   const std::thread::id caller = std::this_thread::get_id();
-  // Runs a job of three parts; returns the thread that ran a part the
-  // caller did not (the caller's id if none did).
-  auto other_thread = [&] {
+  // Runs a job of three parts whose first part on the caller lasts until
+  // another thread ran a part, or `first_part_at_most`; returns the thread
+  // that ran a part the caller did not (the caller's id if none did). Any
+  // later part of the caller's waits until another thread ran one (so this
+  // fails if nobody comes).
+  auto other_thread = [&](std::chrono::milliseconds first_part_at_most) {
     std::atomic<bool> other_ran{false};
     std::atomic<std::thread::id> other{caller};
     int callers_parts = 0;  // the caller's own
@@ -184,8 +187,9 @@ TEST(KernelPool, AJobForPollersElseHelpersWakesTheHelpersOnlyWithoutAPoller) {
             other_ran = true;
             return;
           }
-          if (callers_parts++ == 0) return;
-          const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+          const auto until = std::chrono::steady_clock::now() +
+                             (callers_parts++ == 0 ? std::chrono::milliseconds(first_part_at_most)
+                                                   : std::chrono::milliseconds(10'000));
           while (!other_ran && std::chrono::steady_clock::now() < until) std::this_thread::yield();
         },
         KernelPool::Wake::kPollersElseSleepingHelpers);
@@ -206,18 +210,37 @@ TEST(KernelPool, AJobForPollersElseHelpersWakesTheHelpersOnlyWithoutAPoller) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));  // the helpers sleep
     while (IdlePollers() == 0) std::this_thread::yield();
     const uint64_t wake_ups = pool.helper_wake_ups();
-    const std::thread::id other = other_thread();
+    const std::thread::id other = other_thread(std::chrono::milliseconds(10'000));
     ASSERT_NE(other, caller) << "round " << round << ": no other thread took a part in 10 s";
     EXPECT_EQ(pool.helper_wake_ups(), wake_ups) << "round " << round << ": a helper was woken";
     EXPECT_EQ(other, poller_id.load()) << "round " << round << ": a helper took a part";
   }
   stop = true;
   poller.join();
+  {
+    // Counted as a poller but taking nothing, as one without a CPU would.
+    std::atomic<bool> counted{false}, release{false};
+    std::thread stalled([&] {
+      const IdlePoller idle;
+      counted = true;
+      while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    });
+    while (!counted) std::this_thread::yield();
+    for (int round = 0; round < 3; ++round) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      const uint64_t wake_ups = pool.helper_wake_ups();
+      const std::thread::id other = other_thread(std::chrono::milliseconds(2));
+      EXPECT_NE(other, caller) << "round " << round << ": the sleeping helpers were not woken";
+      EXPECT_GT(pool.helper_wake_ups(), wake_ups) << "round " << round;
+    }
+    release = true;
+    stalled.join();
+  }
   for (int round = 0; round < 3; ++round) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
     ASSERT_EQ(IdlePollers(), 0);
     const uint64_t wake_ups = pool.helper_wake_ups();
-    EXPECT_NE(other_thread(), caller)
+    EXPECT_NE(other_thread(std::chrono::milliseconds(0)), caller)
         << "round " << round << ": the sleeping helpers were not woken";
     EXPECT_GT(pool.helper_wake_ups(), wake_ups) << "round " << round;
   }
