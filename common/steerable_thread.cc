@@ -122,16 +122,24 @@ bool SteerableThread::KeepOnCpu(int cpu) {
   const pid_t tid = tid_.load(std::memory_order_relaxed);
   if (tid == 0 || cpu < 0 || cpu >= CPU_SETSIZE) return false;
   if (kept_cpu_.load(std::memory_order_relaxed) == cpu) return true;
+  // A refused system call is not retried: callers ask on every submission.
+  if (keep_refused_.load(std::memory_order_relaxed)) return false;
   std::lock_guard<std::mutex> lock(keep_mutex_);
   if (!kept_before_) {
-    if (sched_getaffinity(tid, sizeof(kept_from_), &kept_from_) != 0) return false;
+    if (sched_getaffinity(tid, sizeof(kept_from_), &kept_from_) != 0) {
+      keep_refused_.store(true, std::memory_order_relaxed);
+      return false;
+    }
     kept_before_ = true;
   }
   if (!CPU_ISSET(cpu, &kept_from_)) return false;
   cpu_set_t one;
   CPU_ZERO(&one);
   CPU_SET(cpu, &one);
-  if (sched_setaffinity(tid, sizeof(one), &one) != 0) return false;
+  if (sched_setaffinity(tid, sizeof(one), &one) != 0) {
+    keep_refused_.store(true, std::memory_order_relaxed);
+    return false;
+  }
   kept_cpu_.store(cpu, std::memory_order_relaxed);
   return true;
 }

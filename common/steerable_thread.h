@@ -82,7 +82,8 @@ class SteerableThread {
   // Keeps the bound thread on `cpu` alone until kept elsewhere, if `cpu` is
   // one of the CPUs it was allowed when first kept. Returns whether it is
   // now kept there (false: no bound thread, another CPU, or a failed system
-  // call, which leave it where it is). Not for a thread that wake-ups steer:
+  // call, which leave it where it is; after a failed call, every later keep
+  // returns false without trying). Not for a thread that wake-ups steer:
   // the two would undo each other.
   // Thread-safety: any thread.
   bool KeepOnCpu(int cpu);
@@ -105,6 +106,7 @@ class SteerableThread {
   // KeepOnCpu's record: the CPU kept to (-1: none), and the allowed CPUs
   // before the first keep (guarded by keep_mutex_).
   std::atomic<int> kept_cpu_{-1};
+  std::atomic<bool> keep_refused_{false};  // a system call failed: keep nothing more
   std::mutex keep_mutex_;
   bool kept_before_ = false;
   cpu_set_t kept_from_{};
