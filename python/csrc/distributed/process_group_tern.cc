@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 #include <ATen/core/ivalue.h>
 #include <ATen/core/ivalue_inl.h>
+#include <ATen/record_function.h>
 #include <c10/core/Event.h>
 #include <c10/core/StreamGuard.h>
 #include <c10/util/Exception.h>
@@ -209,7 +210,9 @@ class WorkTern final : public c10d::Work {
   WorkTern(int rank, c10d::OpType op_type, std::vector<at::Tensor> outputs,
            std::shared_ptr<c10::Event> event, std::shared_ptr<CommState> state,
            std::optional<c10::Stream> comm_stream, bool host_blocking, c10::Device device)
-      : c10d::Work(rank, op_type, ProfilingTitle(op_type),
+      // Without a RecordFunction callback (no profiler) the title would
+      // only make c10d::Work allocate a RecordFunction to find it inactive.
+      : c10d::Work(rank, op_type, at::hasCallbacks() ? ProfilingTitle(op_type) : nullptr,
                    std::optional<std::vector<at::Tensor>>(outputs)),
         outputs_(std::move(outputs)),
         event_(std::move(event)),
