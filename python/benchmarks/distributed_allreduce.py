@@ -17,9 +17,11 @@ Measures, with two ranks on this host (each launched by torchrun):
 
 Timing: operations issued back to back after `--warmup`, then one
 synchronization; the time per operation is the slowest rank's. `--iters`
-operations at 16 MiB, 5x as many at 1 MiB and 50x at 8 B, so that every timing
+operations at 16 MiB, 20x as many at 1 MiB and 50x at 8 B, so that every timing
 spans milliseconds: over 20 operations of 10 us, one wake-up of a sleeping
-virtual CPU (15-80 us here) doubled the figure. Inside each worker, `--pairs`
+virtual CPU (15-80 us here) doubled the figure. (1 MiB ran 5x, 3 ms a loop,
+until 2026-12-07: the start of each loop then weighed on torch and the C API
+alike and hid part of the host's cost per operation; see docs/torch.md.) Inside each worker, `--pairs`
 torch loops alternate with as many in-process C API loops at each size. Rounds
 (`--rounds`) alternate the torch workers and the C API program; the figures are
 medians over the rounds (and pairs). busbw =
@@ -44,7 +46,7 @@ SIZES = [8, 1 << 20, 16 << 20]
 
 def _iterations(size: int, iters: int) -> int:
     """Operations timed at `size`: more for small sizes (see the timing note)."""
-    return iters * {8: 50, 1 << 20: 5}.get(size, 1)
+    return iters * {8: 50, 1 << 20: 20}.get(size, 1)
 
 
 def _busbw(size: int, seconds: float, ranks: int) -> float:
