@@ -126,6 +126,14 @@ TERN_API tern_status_t tern_queue_wait_sequence(tern_queue_t queue, uint64_t seq
  * Thread-safety: safe from any thread. */
 TERN_API tern_status_t tern_queue_query(tern_queue_t queue, uint64_t* out_completed);
 
+/* Stores in `*out_sequence` the sequence number of the last command submitted
+ * to the queue so far (0 before the first). Does not block. A framework uses
+ * it to tell whether anything was queued since a point it already ordered
+ * another queue after (and so skip recording a new event).
+ * Thread-safety: safe from any thread; a command another thread submits
+ * after this returns gets a higher number. */
+TERN_API tern_status_t tern_queue_last_submitted(tern_queue_t queue, uint64_t* out_sequence);
+
 /* Clears the queue's sticky error so that new commands run again. Returns the
  * error that was cleared (TERN_OK if none), with its message.
  * Thread-safety: safe from any thread. */

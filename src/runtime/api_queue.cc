@@ -302,6 +302,15 @@ TERN_API tern_status_t tern_queue_query(tern_queue_t queue, uint64_t* out_comple
   return TERN_ERROR_NOT_READY;
 }
 
+TERN_API tern_status_t tern_queue_last_submitted(tern_queue_t queue, uint64_t* out_sequence) {
+  TERN_API_CLEAR_OUT(out_sequence, 0);
+  Runtime* rt;
+  QueueObject* q;
+  TERN_API_TRY(GetQueue(queue, &rt, &q));
+  *out_sequence = q->hw->submitted();
+  return TERN_OK;
+}
+
 TERN_API tern_status_t tern_queue_clear_error(tern_queue_t queue) {
   Runtime* rt;
   QueueObject* q;

@@ -189,6 +189,9 @@ void ExpectEveryFunctionFails(const Handles& h, tern_status_t expected, const ch
   uint64_t completed = 99;
   CTS_EXPECT_ERROR(expected, tern_queue_query(h.queue, &completed), needle);
   EXPECT_EQ(0u, completed);
+  uint64_t last = 99;
+  CTS_EXPECT_ERROR(expected, tern_queue_last_submitted(h.queue, &last), needle);
+  EXPECT_EQ(0u, last);
   CTS_EXPECT_ERROR(expected, tern_queue_clear_error(h.queue), needle);
   CTS_EXPECT_ERROR(expected, tern_queue_destroy(h.queue), needle);
 
@@ -1170,6 +1173,18 @@ TEST_P(NegativeTest, QueueQuery) {
     EXPECT_EQ(0u, completed);
     CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE, tern_queue_query(bad, nullptr), "queue");
   }
+  ExpectQueueUntouched();
+}
+
+TEST_P(NegativeTest, QueueLastSubmitted) {
+  for (const auto& [label, handle] : BadQueues()) {
+    SCOPED_TRACE(label);
+    uint64_t last = 99;
+    CTS_EXPECT_ERROR(TERN_ERROR_INVALID_HANDLE, tern_queue_last_submitted(handle, &last), "queue");
+    EXPECT_EQ(0u, last);
+  }
+  CTS_EXPECT_ERROR(TERN_ERROR_INVALID_ARGUMENT, tern_queue_last_submitted(queue_, nullptr),
+                   "out_sequence");
   ExpectQueueUntouched();
 }
 

@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <time.h>
 
+#include <atomic>
 #include <cstring>
 #include <thread>
 
@@ -57,6 +58,37 @@ TEST_P(QueueTest, SeveralQueuesPerCore) {
     EXPECT_TRUE(*results[i] == Pattern(10000, static_cast<uint32_t>(i))) << "queue " << i;
   }
   for (size_t i = 1; i < queues.size(); ++i) CTS_EXPECT_OK(tern_queue_destroy(queues[i]));
+}
+
+TEST_P(QueueTest, LastSubmittedCountsEverySubmissionBeforeItCompletes) {
+  uint64_t last = 99;
+  CTS_ASSERT_OK(tern_queue_last_submitted(queue_, &last));
+  EXPECT_EQ(0u, last) << "a new queue";
+  // A callback that holds the queue: what follows it is submitted, not run.
+  std::atomic<bool> release{false};
+  auto hold = [](void* user, tern_status_t) {
+    auto* flag = static_cast<std::atomic<bool>*>(user);
+    while (!flag->load()) std::this_thread::yield();
+  };
+  uint64_t sequence = 0;
+  CTS_ASSERT_OK(tern_queue_host_callback(queue_, hold, &release, &sequence));
+  CTS_ASSERT_OK(tern_queue_last_submitted(queue_, &last));
+  EXPECT_EQ(sequence, last);
+  tern_event_t event = nullptr;
+  CTS_ASSERT_OK(tern_event_create(&event));
+  for (int i = 0; i < 5; ++i) CTS_ASSERT_OK(tern_queue_nop(queue_, &sequence));
+  CTS_ASSERT_OK(tern_queue_record_event(queue_, event, &sequence));
+  CTS_ASSERT_OK(tern_queue_last_submitted(queue_, &last));
+  EXPECT_EQ(sequence, last);
+  EXPECT_EQ(7u, last);
+  uint64_t completed = 0;
+  EXPECT_EQ(TERN_ERROR_NOT_READY, tern_queue_query(queue_, &completed));
+  EXPECT_LT(completed, last) << "counted while the commands wait behind the callback";
+  release = true;
+  CTS_EXPECT_OK(tern_queue_synchronize(queue_, kLongTimeout));
+  CTS_EXPECT_OK(tern_queue_last_submitted(queue_, &last));
+  EXPECT_EQ(7u, last) << "completion does not move it";
+  CTS_EXPECT_OK(tern_event_destroy(event));
 }
 
 TEST_P(QueueTest, QueuesOfOneCoreRunIndependently) {
