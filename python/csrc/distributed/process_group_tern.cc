@@ -381,6 +381,12 @@ CommState::~CommState() {
 
 void CommState::OrderAfter(tern_queue_t compute, tern_queue_t comm) {
   std::lock_guard<std::mutex> lock(order_mutex_);
+  if (compute == covered_queue_) {
+    // Nothing queued there since the covered point: no event to record.
+    uint64_t last = 0;
+    TERN_CHECK(tern_queue_last_submitted(compute, &last));
+    if (last == covered_) return;
+  }
   if (ready_ == nullptr) TERN_CHECK(tern_event_create(&ready_));
   // Recorded either way: its sequence tells whether anything else came in.
   uint64_t sequence = 0;

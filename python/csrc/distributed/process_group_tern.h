@@ -81,6 +81,8 @@ class CommState {
   // collectives (each Work.wait() makes the compute stream wait for the
   // last): waiting there too made every operation wait for the compute
   // queue's thread to see the previous one end, a hand-off per operation.
+  // When nothing at all was queued on `compute` since that point (its last
+  // submitted sequence is the covered one), not even the event is recorded.
   // Thread-safety: any thread.
   void OrderAfter(tern_queue_t compute, tern_queue_t comm);
   // Tells the state that command `sequence` of `compute` is a wait for an
