@@ -1,5 +1,7 @@
 #include "driver.h"
 
+#include <fmt/format.h>
+
 #include <memory>
 #include <vector>
 
@@ -55,6 +57,11 @@ void CommandDetails::Clear() {
   scratch = MemoryRef{};
   launch.reset();
   constants_owner.reset();
+}
+
+std::string DescribeEventRecord(uint64_t sequence, const std::string* queue_name) {
+  return fmt::format("the event recorded as command {} of queue '{}'", sequence,
+                     queue_name != nullptr ? *queue_name : std::string("?"));
 }
 
 namespace {

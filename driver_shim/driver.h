@@ -85,6 +85,11 @@ const char* CommandKindName(CommandKind kind);
 
 struct SequenceLaunch;
 
+// "the event recorded as command 7 of queue 'q'": how error messages name the
+// point of a queue's timeline that a wait is for (`queue_name` may be null).
+// Thread-safety: any thread.
+std::string DescribeEventRecord(uint64_t sequence, const std::string* queue_name);
+
 // The parts of a command that only waits, executions and sequences need,
 // kept out of line so that the common commands (copies, fills, event records,
 // callbacks) fit in two cache lines: a queue's engine reads each command from

@@ -270,12 +270,10 @@ Status SimQueue::RunOne(const Command& command, bool traced, tern_error_class_t*
       wait.wait_timeline->Wait(wait.wait_value, UINT64_MAX);
       Status dependency = wait.wait_timeline->FailureAt(wait.wait_value);
       if (!dependency.ok()) {
-        status = MakeStatus(TERN_ERROR_DEPENDENCY_FAILED,
-                            "it waited on the event recorded as command {} of queue '{}', which "
-                            "failed: {}",
-                            wait.wait_value,
-                            wait.wait_queue_name ? *wait.wait_queue_name : std::string("?"),
-                            dependency.message());
+        status =
+            MakeStatus(TERN_ERROR_DEPENDENCY_FAILED, "it waited on {}, which failed: {}",
+                       driver::DescribeEventRecord(wait.wait_value, wait.wait_queue_name.get()),
+                       dependency.message());
       }
     }
     return status;

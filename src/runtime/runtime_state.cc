@@ -259,8 +259,7 @@ void WaitForDeviceQueues(DeviceObject* device) {
 }
 
 std::string EventPoint::Description() const {
-  return fmt::format("the event recorded as command {} of queue '{}'", sequence,
-                     queue_name ? *queue_name : std::string("?"));
+  return driver::DescribeEventRecord(sequence, queue_name.get());
 }
 
 driver::Command MakeEventWaitCommand(EventObject& event) {
