@@ -541,13 +541,16 @@ int HostCpus() {
   return host_cpus;
 }
 
-// `text` as a whole decimal count in [1, max], else 0.
-long ParseCount(const char* text, long max) {
-  if (text == nullptr || *text == '\0') return 0;
+// `text` as a whole decimal number in [min, max], else `otherwise`.
+long ParseInRange(const char* text, long min, long max, long otherwise) {
+  if (text == nullptr || *text == '\0') return otherwise;
   char* end = nullptr;
-  const long count = std::strtol(text, &end, 10);
-  return end != text && *end == '\0' && count >= 1 && count <= max ? count : 0;
+  const long value = std::strtol(text, &end, 10);
+  return end != text && *end == '\0' && value >= min && value <= max ? value : otherwise;
 }
+
+// `text` as a whole decimal count in [1, max], else 0.
+long ParseCount(const char* text, long max) { return ParseInRange(text, 1, max, 0); }
 
 }  // namespace
 
@@ -561,11 +564,8 @@ int LocalRanksFromEnvironment() {
 
 int LocalRankFromEnvironment() {
   for (const char* name : {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"}) {
-    const char* text = std::getenv(name);
-    if (text == nullptr || *text == '\0') continue;
-    char* end = nullptr;
-    const long rank = std::strtol(text, &end, 10);
-    if (end != text && *end == '\0' && rank >= 0 && rank < 65536) return static_cast<int>(rank);
+    const long rank = ParseInRange(std::getenv(name), 0, 65535, -1);
+    if (rank >= 0) return static_cast<int>(rank);
   }
   return -1;
 }
