@@ -281,13 +281,31 @@ TEST(KernelThreads, RanksALauncherStartedShareTheHost) {
   EXPECT_EQ(ChooseKernelThreads(2, "0", 1), 2);
 }
 
-TEST(KernelThreads, LocalRanksComeFromTheLaunchersEnvironment) {
-  const char* names[] = {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"};
-  std::vector<std::pair<std::string, std::string>> saved;
-  for (const char* name : names) {
-    if (const char* value = std::getenv(name)) saved.emplace_back(name, value);
-    unsetenv(name);
+// Unsets the launchers' variables for a test and puts back what they held.
+class LauncherEnvironmentCleared {
+ public:
+  LauncherEnvironmentCleared() {
+    for (const char* name : kNames) {
+      if (const char* value = std::getenv(name)) saved_.emplace_back(name, value);
+      unsetenv(name);
+    }
   }
+  ~LauncherEnvironmentCleared() {
+    for (const char* name : kNames) unsetenv(name);
+    for (const auto& [name, value] : saved_) setenv(name.c_str(), value.c_str(), 1);
+  }
+  LauncherEnvironmentCleared(const LauncherEnvironmentCleared&) = delete;
+  LauncherEnvironmentCleared& operator=(const LauncherEnvironmentCleared&) = delete;
+
+ private:
+  static constexpr const char* kNames[] = {
+      "LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS",
+      "LOCAL_RANK",       "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"};
+  std::vector<std::pair<std::string, std::string>> saved_;
+};
+
+TEST(KernelThreads, LocalRanksComeFromTheLaunchersEnvironment) {
+  const LauncherEnvironmentCleared cleared;
   EXPECT_EQ(LocalRanksFromEnvironment(), 1);
   setenv("MPI_LOCALNRANKS", "3", 1);
   EXPECT_EQ(LocalRanksFromEnvironment(), 3);
@@ -311,18 +329,10 @@ TEST(KernelThreads, LocalRanksComeFromTheLaunchersEnvironment) {
   EXPECT_EQ(HostCpusPerRank(), 1);
   setenv("LOCAL_WORLD_SIZE", std::to_string(2 * cpus).c_str(), 1);
   EXPECT_EQ(HostCpusPerRank(), 1) << "at least one";
-  for (const char* name : names) unsetenv(name);
-  for (const auto& [name, value] : saved) setenv(name.c_str(), value.c_str(), 1);
 }
 
 TEST(KernelThreads, CommunicationEnginesSpreadOverTheCpusWhereRanksOutnumberThem) {
-  const char* names[] = {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS",
-                         "LOCAL_RANK",       "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"};
-  std::vector<std::pair<std::string, std::string>> saved;
-  for (const char* name : names) {
-    if (const char* value = std::getenv(name)) saved.emplace_back(name, value);
-    unsetenv(name);
-  }
+  const LauncherEnvironmentCleared cleared;
   EXPECT_EQ(LocalRankFromEnvironment(), -1);
   setenv("MPI_LOCALRANKID", "0", 1);
   EXPECT_EQ(LocalRankFromEnvironment(), 0) << "rank 0 is a rank";
@@ -355,8 +365,6 @@ TEST(KernelThreads, CommunicationEnginesSpreadOverTheCpusWhereRanksOutnumberThem
     setenv("LOCAL_WORLD_SIZE", "2", 1);
     EXPECT_EQ(CommunicationEngineCpu(), -1) << "CPUs to spare: left to the scheduler";
   }
-  for (const char* name : names) unsetenv(name);
-  for (const auto& [name, value] : saved) setenv(name.c_str(), value.c_str(), 1);
 }
 
 TEST(KernelPool, WorksInAForkedChild) {
