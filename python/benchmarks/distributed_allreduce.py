@@ -21,8 +21,9 @@ operations at 16 MiB, 20x as many at 1 MiB and 50x at 8 B, so that every timing
 spans milliseconds: over 20 operations of 10 us, one wake-up of a sleeping
 virtual CPU (15-80 us here) doubled the figure. (1 MiB ran 5x, 3 ms a loop,
 until 2026-12-07: the start of each loop then weighed on torch and the C API
-alike and hid part of the host's cost per operation; see docs/torch.md.) Inside each worker, `--pairs`
-torch loops alternate with as many in-process C API loops at each size. Rounds
+alike and hid part of the host's cost per operation; see docs/torch.md.)
+Inside each worker, `--pairs` torch loops alternate with as many in-process
+C API loops at each size. Rounds
 (`--rounds`) alternate the torch workers and the C API program; the figures are
 medians over the rounds (and pairs). busbw =
 size / time x 2(n-1)/n (nccl-tests' all-reduce factor). The C API numbers
