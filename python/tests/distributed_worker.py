@@ -367,6 +367,34 @@ def scenario_collectives(out_dir):
         assert waited < 0.5 and not done_after_wait, (waited, done_after_wait)
         assert time.perf_counter() - start > 1.0
     checked.append("wait_does_not_block_host")
+    # A synchronous collective runs on the caller's stream itself, as NCCL's
+    # do: rank 1 joins late, and meanwhile rank 0's current stream holds the
+    # operation while the communication stream has nothing.
+    comm_stream = tern_backend._communication_stream()
+    assert comm_stream is not None and comm_stream != torch.tern.current_stream()
+    torch.tern.synchronize()
+    t = torch.full((8,), RANK + 1.0, device=dev())
+    if RANK == 1:
+        time.sleep(1.0)
+    dist.all_reduce(t)
+    current_busy, comm_busy = not torch.tern.current_stream().query(), not comm_stream.query()
+    check_equal("synchronous all_reduce", t, torch.full((8,), WORLD * (WORLD + 1) / 2))
+    if RANK == 0:
+        assert current_busy and not comm_busy, (current_busy, comm_busy)
+    # ... and runs beside an asynchronous one of the same communicator still
+    # in flight on the communication stream.
+    a = torch.full((1 << 20,), RANK + 1.0, device=dev())
+    work = dist.all_reduce(a, async_op=True)
+    smalls = [torch.full((16,), (RANK + 1.0) * (i + 1), device=dev()) for i in range(20)]
+    for small in smalls:
+        dist.all_reduce(small)
+    work.wait()
+    check_equal("asynchronous all_reduce beside synchronous ones", a,
+                torch.full((1 << 20,), WORLD * (WORLD + 1) / 2))
+    for i, small in enumerate(smalls):
+        check_equal("synchronous all_reduce beside an asynchronous one", small,
+                    torch.full((16,), WORLD * (WORLD + 1) / 2 * (i + 1)))
+    checked.append("synchronous_on_current_stream")
     description = torch_tern_describe()
     # A float64 reduction is refused with a clear error, not a wrong answer.
     try:

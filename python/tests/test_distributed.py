@@ -151,6 +151,7 @@ def test_distributed_collectives_default_backend(tmp_path, nproc):
             "all_gather_coalesced",
             "barrier",
             "wait_does_not_block_host",
+            "synchronous_on_current_stream",
             "empty_tensors",
             "view",
             "ordered_after_compute",

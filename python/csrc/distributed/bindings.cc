@@ -2,6 +2,7 @@
 #include "distributed/bindings.h"
 
 #include <pybind11/chrono.h>
+#include <torch/csrc/utils/pybind.h>
 
 #include <chrono>
 #include <memory>
@@ -85,6 +86,9 @@ void RegisterDistributedBindings(py::module& module) {
         .def("_describe", &ProcessGroupTern::Describe,
              "Where the group's communicator runs, or 'not connected'.",
              py::call_guard<py::gil_scoped_release>())
+        .def("_communication_stream", &ProcessGroupTern::CommunicationStream,
+             "The stream its async_op=True operations run on (None until connected); "
+             "synchronous ones run on the caller's current stream.")
         .def("_origin", &ProcessGroupTern::Origin,
              "How the group's communicator was made: 'store', 'split', or '' (none yet).",
              py::call_guard<py::gil_scoped_release>())

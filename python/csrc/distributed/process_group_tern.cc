@@ -337,7 +337,10 @@ class WorkTern final : public c10d::Work {
 
   void BlockCurrentStream() {
     if (event_->eventId() == nullptr) return;
-    tern_queue_t queue = GetQueue(GetCurrentStream(device_.index()));
+    const c10::Stream current = GetCurrentStream(device_.index());
+    // Recorded on this very stream (a synchronous operation): already ordered.
+    if (comm_stream_.has_value() && *comm_stream_ == current) return;
+    tern_queue_t queue = GetQueue(current);
     RefuseIfCapturing(queue, "waiting for a collective on the capturing stream");
     uint64_t sequence = 0;
     TERN_CHECK(tern_queue_wait_event(queue, RawEvent(), &sequence));
@@ -439,12 +442,21 @@ struct ProcessGroupTern::Launch {
   std::optional<c10::StreamGuard> guard;  // the communication stream is current meanwhile
   std::vector<at::Tensor> used;           // kept alive on the communication stream
 
-  Launch(std::shared_ptr<CommState> s, c10::DeviceIndex device)
-      : state(std::move(s)), compute(GetCurrentStream(device)), comm(*state->stream) {
-    RefuseIfCapturing(GetQueue(compute), "a collective (torch.distributed on tern)");
-    // The collective waits for the work already queued on the caller's stream.
+  // `on_current_stream`: a synchronous operation (async_op=False), which runs
+  // on the caller's stream itself, as NCCL's do since PyTorch 2.7: nothing to
+  // order, no hand-off between two queues' threads, and Work.wait() has
+  // nothing left to wait for. Otherwise it runs on the communication stream
+  // after the work already queued on the caller's.
+  Launch(std::shared_ptr<CommState> s, c10::DeviceIndex device, bool on_current_stream = false)
+      : state(std::move(s)),
+        compute(GetCurrentStream(device)),
+        comm(on_current_stream ? compute : *state->stream) {
+    queue = GetQueue(compute);
+    RefuseIfCapturing(queue, "a collective (torch.distributed on tern)");
+    if (on_current_stream) return;
+    tern_queue_t compute_queue = queue;
     queue = GetQueue(comm);
-    state->OrderAfter(GetQueue(compute), queue);
+    state->OrderAfter(compute_queue, queue);
     guard.emplace(comm);
   }
   tern_comm_t comm_handle() const { return state->comm; }
@@ -637,6 +649,12 @@ c10::DeviceIndex ProcessGroupTern::DeviceOf(const std::vector<at::Tensor>& tenso
   return state_ ? state_->device : CurrentDevice();
 }
 
+bool ProcessGroupTern::OnCurrentStream(bool async_op) {
+  if (async_op) return false;
+  std::lock_guard<std::mutex> lock(mutex_);
+  return !coalescing_;  // a coalescing block's operations share one Work
+}
+
 CpuStaging ProcessGroupTern::Staging(const char* op) { return {getRank(), DeviceOf({}, op)}; }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTern::StagedP2P(CpuStaging& staging,
@@ -692,7 +710,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTern::allreduce_coalesced(
   const tern_comm_redop_t redop = ToRedop(opts.reduceOp, "allreduce");
   std::vector<Wire> wires;
   for (const auto& t : tensors) wires.push_back(ReductionWire(t, "allreduce"));
-  Launch launch(Connect(device), device);
+  Launch launch(Connect(device), device, OnCurrentStream(opts.asyncOp));
   for (size_t i = 0; i < tensors.size(); ++i) {
     at::Tensor& t = tensors[i];
     launch.Use(t);
@@ -720,7 +738,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTern::broadcast(std::vector<at::Tenso
   at::Tensor& t = tensors[0];
   CheckTensor(t, device, "broadcast");
   const Wire wire = MoveWire(t);
-  Launch launch(Connect(device), device);
+  Launch launch(Connect(device), device, OnCurrentStream(opts.asyncOp));
   launch.Use(t);
   const Range r = Locate(t);
   if (t.numel() > 0) {  // empty on every rank: nothing to communicate
@@ -744,7 +762,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTern::reduce(std::vector<at::Tensor>&
   CheckTensor(t, device, "reduce");
   const tern_comm_redop_t redop = ToRedop(opts.reduceOp, "reduce");
   const Wire wire = ReductionWire(t, "reduce");
-  Launch launch(Connect(device), device);
+  Launch launch(Connect(device), device, OnCurrentStream(opts.asyncOp));
   launch.Use(t);
   at::Tensor send = t;
   if (opts.reduceOp.op_ == c10d::ReduceOp::PREMUL_SUM) {
@@ -773,7 +791,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTern::_allgather_base(
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTern::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
-    const c10d::AllgatherOptions& /*opts*/) {
+    const c10d::AllgatherOptions& opts) {
   TORCH_CHECK(outputs.size() == inputs.size(), "tern all_gather_into_tensor: ", outputs.size(),
               " outputs for ", inputs.size(), " inputs");
   if (AnyOnCpu(outputs) || AnyOnCpu(inputs)) {
@@ -794,7 +812,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTern::allgather_into_tensor_coalesced
                 "tern all_gather_into_tensor: the output must hold world_size (", getSize(),
                 ") x the input's ", inputs[i].numel(), " elements, it holds ", outputs[i].numel());
   }
-  Launch launch(Connect(device), device);
+  Launch launch(Connect(device), device, OnCurrentStream(opts.asyncOp));
   for (size_t i = 0; i < inputs.size(); ++i) {
     launch.Use(inputs[i]);
     launch.Use(outputs[i]);
@@ -811,15 +829,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTern::allgather_into_tensor_coalesced
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTern::allgather(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
-    const c10d::AllgatherOptions& /*opts*/) {
-  return AllgatherEachInput(outputs, inputs);
+    const c10d::AllgatherOptions& opts) {
+  return AllgatherEachInput(outputs, inputs, OnCurrentStream(opts.asyncOp));
 }
 
 // c10d's coalesced all-gather takes one output list per rank, each with a
 // tensor per input (outputs[rank][i]), the transpose of allgather's.
 c10::intrusive_ptr<c10d::Work> ProcessGroupTern::allgather_coalesced(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
-    const c10d::AllgatherOptions& /*opts*/) {
+    const c10d::AllgatherOptions& opts) {
   TORCH_CHECK(static_cast<int>(outputs.size()) == getSize(),
               "tern allgather_coalesced: ", outputs.size(), " output lists for a group of ",
               getSize(), " ranks: pass one list per rank, each with a tensor per input");
@@ -830,11 +848,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTern::allgather_coalesced(
                 outputs[rank].size(), " tensors for ", inputs.size(), " inputs");
     for (size_t i = 0; i < inputs.size(); ++i) per_input[i].push_back(outputs[rank][i]);
   }
-  return AllgatherEachInput(per_input, inputs);
+  return AllgatherEachInput(per_input, inputs, OnCurrentStream(opts.asyncOp));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTern::AllgatherEachInput(
-    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs) {
+    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+    bool on_current_stream) {
   TORCH_CHECK(outputs.size() == inputs.size(), "tern allgather: ", outputs.size(),
               " output lists for ", inputs.size(), " inputs");
   if (AnyOnCpu(outputs) || AnyOnCpu(inputs)) {
@@ -843,7 +862,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTern::AllgatherEachInput(
     auto staged_in = staging.Stage(inputs, CpuStaging::Role::kIn);
     std::vector<at::Tensor> results;
     for (const auto& list : outputs) results.insert(results.end(), list.begin(), list.end());
-    return staging.Wrap(AllgatherEachInput(staged_out, staged_in), std::move(results));
+    return staging.Wrap(AllgatherEachInput(staged_out, staged_in, on_current_stream),
+                        std::move(results));
   }
   const c10::DeviceIndex device = DeviceOf(inputs, "allgather");
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -858,7 +878,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTern::AllgatherEachInput(
                   ", input on ", inputs[i].device());
     }
   }
-  Launch launch(Connect(device), device);
+  Launch launch(Connect(device), device, on_current_stream);
   std::vector<at::Tensor> results;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const at::Tensor& in = inputs[i];
@@ -912,7 +932,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTern::reduce_scatter_tensor_coalesced
                 "tern reduce_scatter_tensor: the input must hold world_size (", getSize(),
                 ") x the output's ", outputs[i].numel(), " elements, it holds ", inputs[i].numel());
   }
-  Launch launch(Connect(device), device);
+  Launch launch(Connect(device), device, OnCurrentStream(opts.asyncOp));
   for (size_t i = 0; i < inputs.size(); ++i) {
     at::Tensor send = inputs[i];
     if (opts.reduceOp.op_ == c10d::ReduceOp::PREMUL_SUM) {
@@ -957,8 +977,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTern::reduce_scatter(
   }
   at::Tensor flat;
   {
-    // Packed on the communication stream after the caller's stream.
-    Launch pack(Connect(device), device);
+    // Packed where the operation runs (see Launch).
+    Launch pack(Connect(device), device, OnCurrentStream(opts.asyncOp));
     std::vector<at::Tensor> pieces;
     for (const auto& t : inputs[0]) pieces.push_back(t.reshape({-1}));
     flat = at::cat(pieces);
@@ -968,13 +988,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTern::reduce_scatter(
       TernDeviceAllocator::Get().recordStream(t.storage().data_ptr(), pack.comm);
     }
   }
-  // Allocated on the communication stream; the collective below runs there too.
+  // Allocated on the stream the collective below runs on.
   return _reduce_scatter_base(outputs[0], flat, opts);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTern::alltoall_base(
     at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_split_sizes,
-    std::vector<int64_t>& input_split_sizes, const c10d::AllToAllOptions& /*opts*/) {
+    std::vector<int64_t>& input_split_sizes, const c10d::AllToAllOptions& opts) {
   if (AnyOnCpu({output, input})) {
     CpuStaging staging = Staging("all_to_all_single");
     at::Tensor staged_out = staging.Stage(output, CpuStaging::Role::kOut);
@@ -990,7 +1010,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTern::alltoall_base(
               "tern all_to_all_single: input and output dtypes differ");
   const int n = getSize();
   const Wire wire = MoveWire(input);
-  Launch launch(Connect(device), device);
+  Launch launch(Connect(device), device, OnCurrentStream(opts.asyncOp));
   launch.Use(input);
   launch.Use(output);
   const Range s = Locate(input);
@@ -1064,7 +1084,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTern::alltoall_base(
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTern::alltoall(std::vector<at::Tensor>& outputs,
                                                           std::vector<at::Tensor>& inputs,
-                                                          const c10d::AllToAllOptions& /*opts*/) {
+                                                          const c10d::AllToAllOptions& opts) {
   if (AnyOnCpu(outputs) || AnyOnCpu(inputs)) {
     CpuStaging staging = Staging("all_to_all");
     auto staged_out = staging.Stage(outputs, CpuStaging::Role::kOut);
@@ -1079,7 +1099,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTern::alltoall(std::vector<at::Tensor
     CheckTensor(inputs[p], device, "all_to_all");
     CheckTensor(outputs[p], device, "all_to_all");
   }
-  Launch launch(Connect(device), device);
+  Launch launch(Connect(device), device, OnCurrentStream(opts.asyncOp));
   const int self = getRank();
   if (inputs[self].numel() > 0) {
     TORCH_CHECK(inputs[self].nbytes() == outputs[self].nbytes(),
@@ -1139,7 +1159,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTern::gather(
     }
   }
   const Wire wire = MoveWire(in);
-  Launch launch(Connect(device), device);
+  Launch launch(Connect(device), device, OnCurrentStream(opts.asyncOp));
   launch.Use(in);
   const Range s = Locate(in);
   std::vector<at::Tensor> results;
@@ -1193,7 +1213,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTern::scatter(
     }
   }
   const Wire wire = MoveWire(out);
-  Launch launch(Connect(device), device);
+  Launch launch(Connect(device), device, OnCurrentStream(opts.asyncOp));
   launch.Use(out);
   const Range r = Locate(out);
   if (is_root) {
@@ -1335,7 +1355,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTern::barrier(const c10d::BarrierOpti
     device = static_cast<c10::DeviceIndex>(opts.device_ids[0]);
   }
   if (device < 0) device = DeviceOf({}, "barrier");
-  Launch launch(Connect(device), device);
+  Launch launch(Connect(device), device, OnCurrentStream(opts.asyncOp));
   TERN_CHECK(tern_comm_barrier(launch.comm_handle(), launch.queue));
   return Finish(launch, c10d::OpType::BARRIER, {}, /*host_blocking=*/true);
 }
@@ -1426,6 +1446,12 @@ void ProcessGroupTern::abort() {
     state = state_;
   }
   if (state) state->Abort();
+}
+
+std::optional<c10::Stream> ProcessGroupTern::CommunicationStream() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!state_) return std::nullopt;
+  return state_->stream;
 }
 
 std::string ProcessGroupTern::Describe() {

@@ -238,6 +238,10 @@ class ProcessGroupTern final : public c10d::Backend {
   // How the communicator was made: "store", "split", or "" (none yet).
   // Thread-safety: any thread.
   std::string Origin();
+  // The stream the group's asynchronous operations run on (synchronous ones
+  // run on the caller's stream), or none before the communicator exists.
+  // Thread-safety: any thread.
+  std::optional<c10::Stream> CommunicationStream();
 
  private:
   struct Launch;  // one operation being enqueued (streams, events, outputs)
@@ -260,7 +264,12 @@ class ProcessGroupTern final : public c10d::Backend {
   // All-gathers each input: outputs[i][rank] receives rank's inputs[i]
   // (allgather's layout; allgather_coalesced's lists are per rank).
   c10::intrusive_ptr<c10d::Work> AllgatherEachInput(std::vector<std::vector<at::Tensor>>& outputs,
-                                                    std::vector<at::Tensor>& inputs);
+                                                    std::vector<at::Tensor>& inputs,
+                                                    bool on_current_stream);
+  // Whether an operation with torch's `asyncOp` runs on the caller's stream
+  // (synchronous, outside a coalescing block) rather than the communication
+  // stream. See Launch.
+  bool OnCurrentStream(bool async_op);
   c10::DeviceIndex DeviceOf(const std::vector<at::Tensor>& tensors, const char* op);
   // CPU tensors (cpu_staging.h): a staging for operation `op` on this
   // group's device, and the Work of a staged send or receive (kept for the
