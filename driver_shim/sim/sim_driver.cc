@@ -19,6 +19,7 @@
 #include "common/timeline.h"
 #include "driver_shim/sim/byte_mover.h"
 #include "driver_shim/sim/engines/run_instruction.h"
+#include "driver_shim/sim/engines/streaming_stores.h"
 #include "driver_shim/sim/engines/warm_up.h"
 #include "driver_shim/sim/sim_queue.h"
 #include "tern/version.h"
@@ -698,6 +699,7 @@ Status CreateSimDriver(const driver::DriverOptions& options, std::unique_ptr<dri
   // the thread that calls tern_init: getenv may crash while another thread
   // of the program calls setenv, and engine threads run while it does.
   ReadByteMoverEnvironment();
+  kernels::ReadStreamingStoresEnvironment();
   StartKernelPool();  // reads TERN_SIM_KERNEL_THREADS
   auto driver = std::make_unique<SimDriver>(options, std::move(config));
   TERN_RETURN_IF_ERROR(driver->Init());

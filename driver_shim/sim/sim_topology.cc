@@ -84,6 +84,16 @@ Status ConfigFromEnvironment(SimConfig* config) {
                         value);
     }
   }
+  if (const char* streaming = std::getenv("TERN_SIM_STREAMING_STORES"); streaming && *streaming) {
+    const std::string_view value(streaming);
+    if (value != "auto" && value != "off") {
+      return MakeStatus(TERN_ERROR_INVALID_ARGUMENT,
+                        "TERN_SIM_STREAMING_STORES='{}' must be auto (the default: kernel "
+                        "outputs past the last-level cache bypass it) or off; unset it or write "
+                        "one of them",
+                        value);
+    }
+  }
   if (const char* protect = std::getenv("TERN_SIM_PROTECT"); protect && *protect) {
     std::string_view value(protect);
     if (value == "1") {

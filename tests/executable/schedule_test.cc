@@ -247,4 +247,15 @@ TEST(Schedules, UnknownCopyModeFailsInitWithTheChoices) {
   EXPECT_CONTAINS(LastError(), "string-move");
 }
 
+TEST(Schedules, UnknownStreamingStoresModeFailsInitWithTheChoices) {
+  setenv("TERN_SIM_STREAMING_STORES", "0", 1);
+  const tern_status_t status = tern_init(nullptr);
+  unsetenv("TERN_SIM_STREAMING_STORES");
+  if (status == TERN_OK) tern_shutdown();
+  EXPECT_EQ(status, TERN_ERROR_INVALID_ARGUMENT);
+  EXPECT_CONTAINS(LastError(), "TERN_SIM_STREAMING_STORES='0'");
+  EXPECT_CONTAINS(LastError(), "auto");
+  EXPECT_CONTAINS(LastError(), "off");
+}
+
 }  // namespace

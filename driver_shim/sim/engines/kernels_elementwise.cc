@@ -17,6 +17,7 @@
 #include "driver_shim/sim/engines/kernels_internal.h"
 #include "driver_shim/sim/engines/numerics.h"
 #include "driver_shim/sim/engines/philox_blocks.h"
+#include "driver_shim/sim/engines/streaming_stores.h"
 
 namespace tern::sim::kernels {
 namespace {
@@ -55,6 +56,10 @@ void Elementwise(const isa::OperandDesc& shape, Arg out, std::initializer_list<A
   const int last = l.rank - 1;
   int64_t esize[kMaxArgs];
   for (int i = 0; i <= nin; ++i) esize[i] = static_cast<int64_t>(isa::DTypeSize(args[i].dtype));
+  // An f32 output past the last-level cache is computed into a buffer and
+  // streamed out (streaming_stores.h): no line of it is read first.
+  const bool stream = std::is_same_v<T, float> && args[0].dtype == TERN_DTYPE_F32 &&
+                      ShouldStreamOutput(l.count * esize[0]);
   ParallelFor(l.count, kParallelGrain, [&](int64_t begin, int64_t end) {
     alignas(64) T buffers[kMaxArgs][kChunk];
     // A broadcast input (stride 0 along the run: a scalar operand, a bias)
@@ -99,6 +104,11 @@ void Elementwise(const isa::OperandDesc& shape, Arg out, std::initializer_list<A
         uint8_t* po = args[0].data + (offsets[0] + done * ostride) * esize[0];
         if constexpr (std::is_same_v<T, float>) {
           if (args[0].dtype == TERN_DTYPE_F32 && ostride == 1) {
+            if (stream) {
+              fn(buffers[0], in, m);
+              StoreStreaming(reinterpret_cast<float*>(po), buffers[0], m);
+              continue;
+            }
             fn(reinterpret_cast<float*>(po), in, m);
             continue;
           }
@@ -113,6 +123,8 @@ void Elementwise(const isa::OperandDesc& shape, Arg out, std::initializer_list<A
         }
       }
     });
+    // Before the pool hears that this part is done.
+    if (stream) StreamingStoresDone();
   });
 }
 
