@@ -124,6 +124,7 @@ TEST(StreamingStoresTest, ElementwiseOutputsEqualWhenStreamed) {
     }
     Tensor in(TERN_DTYPE_F32, shape), out(TERN_DTYPE_F32, shape);
     in.Randomize(rng, -8, 8);
+    // Unary functions do not stream (kernels_elementwise.cc); unchanged either way.
     ExpectSameBitsStreamed(TERN_OP_UNARY, {&out, &in}, {TERN_UNARY_GELU},
                            "gelu " + ShapeStr(shape));
     // A bf16 output is converted on the way out and never streamed.

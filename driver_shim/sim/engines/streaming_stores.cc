@@ -8,7 +8,9 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <mutex>
+#include <string>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -21,9 +23,34 @@ std::once_flag g_environment_read;
 bool g_disabled = false;  // TERN_SIM_STREAMING_STORES=off; written once
 std::atomic<int64_t> g_testing_threshold{0};
 
+// The size of one instance of the highest cache level, as the kernel
+// describes this CPU's caches (what lscpu prints).
+int64_t ReadSysfsLastLevelCache() {
+  int best_level = 0;
+  int64_t best_bytes = 0;
+  for (int index = 0; index < 16; ++index) {
+    const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index);
+    std::ifstream level_file(dir + "/level"), size_file(dir + "/size");
+    int level = 0;
+    std::string size;
+    if (!(level_file >> level) || !(size_file >> size) || size.empty()) continue;
+    int64_t bytes = std::strtoll(size.c_str(), nullptr, 10);
+    if (size.back() == 'K') bytes <<= 10;
+    if (size.back() == 'M') bytes <<= 20;
+    if (level > best_level && bytes > 0) {
+      best_level = level;
+      best_bytes = bytes;
+    }
+  }
+  return best_bytes;
+}
+
 int64_t ReadLastLevelCache() {
-  // glibc reads these from CPUID (leaf 4 on Intel, 0x8000001D on AMD); a
-  // virtual machine that hides them gives 0, and then nothing streams.
+  // The kernel's description first: glibc's sysconf decodes CPUID itself,
+  // and under a hypervisor that can name a cache many times the one this CPU
+  // has (384 MiB for the 32 MiB L3 of the Zen 5 machines here). A machine
+  // that reports neither gives 0, and then nothing streams.
+  if (const int64_t bytes = ReadSysfsLastLevelCache(); bytes > 0) return bytes;
   for (int name : {_SC_LEVEL3_CACHE_SIZE, _SC_LEVEL2_CACHE_SIZE}) {
     const long bytes = sysconf(name);
     if (bytes > 0) return bytes;
@@ -86,9 +113,28 @@ bool ShouldStreamOutput(int64_t output_bytes) {
 #endif
 }
 
+#if defined(__x86_64__)
+const Streamer& ChosenStreamer() {
+  static const Streamer streamer = PickStreamer();
+  return streamer;
+}
+#endif
+
+int64_t StreamingLead(const void* dst) {
+#if defined(__x86_64__)
+  constexpr uintptr_t kLine = 64;  // x86's cache line (and AVX-512's widest store)
+  const auto address = reinterpret_cast<uintptr_t>(dst);
+  if (address % 4 != 0 || address % kLine == 0) return 0;
+  return static_cast<int64_t>((kLine - address % kLine) / 4);
+#else
+  (void)dst;
+  return 0;
+#endif
+}
+
 void StoreStreaming(float* dst, const float* src, int64_t n) {
 #if defined(__x86_64__)
-  static const Streamer streamer = PickStreamer();
+  const Streamer& streamer = ChosenStreamer();
   const int64_t align_bytes = streamer.width * 4;
   int64_t head = 0;
   const auto address = reinterpret_cast<uintptr_t>(dst);

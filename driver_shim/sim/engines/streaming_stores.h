@@ -38,6 +38,12 @@ int64_t LastLevelCacheBytes();
 // Thread-safety: any thread.
 void StoreStreaming(float* dst, const float* src, int64_t n);
 
+// Floats from `dst` to the next cache line (0 when it starts one, or when
+// `dst` is not float-aligned): a run of outputs split into chunks after this
+// many streams every later chunk in whole lines.
+// Thread-safety: any thread.
+int64_t StreamingLead(const void* dst);
+
 // Orders this thread's streaming stores before its later stores (sfence).
 // Thread-safety: any thread.
 void StreamingStoresDone();
