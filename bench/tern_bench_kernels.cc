@@ -28,6 +28,7 @@
 //   --quick: small sizes, for a smoke run; --matmul / --elementwise /
 //   --unary / --overlap: one part (--unary only runs when asked for);
 //   --size N: matmul of that size only.
+#include <dirent.h>
 #include <fmt/format.h>
 #include <sched.h>
 #include <tern/builder.h>
@@ -83,27 +84,51 @@ double BestCpuTime(Fn&& fn, int reps) {
   return best;
 }
 
-double ProcessCpuSeconds() {
-  timespec ts;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
+// Whether a thread of this process other than the caller is running or
+// waiting for a CPU (state R in /proc/self/task/<tid>/stat).
+bool AnotherThreadRunnable() {
+  const long self = static_cast<long>(gettid());
+  DIR* dir = opendir("/proc/self/task");
+  if (dir == nullptr) return false;
+  bool runnable = false;
+  while (const dirent* entry = readdir(dir)) {
+    if (entry->d_name[0] == '.' || std::atol(entry->d_name) == self) continue;
+    const std::string path = std::string("/proc/self/task/") + entry->d_name + "/stat";
+    FILE* file = std::fopen(path.c_str(), "r");
+    if (file == nullptr) continue;  // the thread ended meanwhile
+    char line[512];
+    const size_t n = std::fread(line, 1, sizeof(line) - 1, file);
+    std::fclose(file);
+    line[n] = '\0';
+    const char* name_end = std::strrchr(line, ')');  // the name may hold spaces
+    if (name_end != nullptr && name_end[1] == ' ' && name_end[2] == 'R') {
+      runnable = true;
+      break;
+    }
+  }
+  closedir(dir);
+  return runnable;
 }
 
-// Waits until the process's other threads have gone quiet: a 2 ms sleep of
-// this thread during which the whole process used under 0.2 ms of CPU time,
-// at most `cap` seconds. Returns the seconds waited. A contender's helper
-// threads keep spinning after its call returns (libgomp's workers spin for
-// GOMP_SPINCOUNT pauses, milliseconds on some CPUs; the runtime's queue and
+// Waits until the process's other threads have gone quiet: none of them
+// runnable in eight looks 0.25 ms apart, at most `cap` seconds. Returns the
+// seconds waited. A contender's helper threads keep spinning after its call
+// returns (libgomp's workers spin for GOMP_SPINCOUNT pauses after each
+// parallel region, about 7 ms on the AMD Zen 5; the runtime's queue and
 // kernel-pool threads poll for tens of microseconds), and a contender timed
-// while another's helpers spin shares the CPUs with them.
+// while another's helpers spin shares the CPUs with them. The threads'
+// states, not the process's CPU clock: a thread that runs without a break
+// has its time added only at the scheduler's tick (every 1-4 ms), so a
+// spinning worker could look idle over a 2 ms window, and the 1024 f32
+// product timed right after a direct oneDNN call shared the CPUs with
+// oneDNN's worker in most such rounds (6.6-8.5 ms of its CPU time during an
+// 8-10 ms kernel; 5 ms alone).
 double SettleOtherThreads(double cap = 0.5) {
   const double start = WallSeconds();
-  while (WallSeconds() - start < cap) {
-    const double cpu0 = ProcessCpuSeconds();
-    const double wall0 = WallSeconds();
-    usleep(2000);
-    const double cpu = ProcessCpuSeconds() - cpu0, wall = WallSeconds() - wall0;
-    if (cpu < 0.1 * wall) break;
+  int quiet_looks = 0;
+  while (quiet_looks < 8 && WallSeconds() - start < cap) {
+    quiet_looks = AnotherThreadRunnable() ? 0 : quiet_looks + 1;
+    usleep(250);
   }
   return WallSeconds() - start;
 }
