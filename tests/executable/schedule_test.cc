@@ -236,23 +236,25 @@ TEST(Schedules, UnknownScheduleFailsInitWithTheChoices) {
   EXPECT_CONTAINS(LastError(), "random:SEED");
 }
 
+// tern_init with `variable` set to `value`: its status; the variable is
+// unset again and a successful init shut down.
+tern_status_t InitWith(const char* variable, const char* value) {
+  setenv(variable, value, 1);
+  const tern_status_t status = tern_init(nullptr);
+  unsetenv(variable);
+  if (status == TERN_OK) tern_shutdown();
+  return status;
+}
+
 TEST(Schedules, UnknownCopyModeFailsInitWithTheChoices) {
   // (The DMA engine's copy strategy is set beside the schedule.)
-  setenv("TERN_SIM_COPY", "fastest", 1);
-  const tern_status_t status = tern_init(nullptr);
-  unsetenv("TERN_SIM_COPY");
-  if (status == TERN_OK) tern_shutdown();
-  EXPECT_EQ(status, TERN_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(InitWith("TERN_SIM_COPY", "fastest"), TERN_ERROR_INVALID_ARGUMENT);
   EXPECT_CONTAINS(LastError(), "TERN_SIM_COPY='fastest'");
   EXPECT_CONTAINS(LastError(), "string-move");
 }
 
 TEST(Schedules, UnknownStreamingStoresModeFailsInitWithTheChoices) {
-  setenv("TERN_SIM_STREAMING_STORES", "0", 1);
-  const tern_status_t status = tern_init(nullptr);
-  unsetenv("TERN_SIM_STREAMING_STORES");
-  if (status == TERN_OK) tern_shutdown();
-  EXPECT_EQ(status, TERN_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(InitWith("TERN_SIM_STREAMING_STORES", "0"), TERN_ERROR_INVALID_ARGUMENT);
   EXPECT_CONTAINS(LastError(), "TERN_SIM_STREAMING_STORES='0'");
   EXPECT_CONTAINS(LastError(), "auto");
   EXPECT_CONTAINS(LastError(), "off");
