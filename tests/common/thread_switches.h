@@ -58,6 +58,25 @@ inline std::map<int, long> WhenAsleep(const std::string& name) {
   return now;
 }
 
+// SwitchesOfThreadsNamed(name) once thread `thread` has switched at least
+// `count` times more than `since` says, or the last look after 2 s. For a
+// thread expected to nap: on a loaded machine it may wait milliseconds for a
+// CPU, so a look after a fixed time can come too early.
+// Thread-safety: any thread.
+inline std::map<int, long> WhenSwitched(const std::string& name, int thread,
+                                        const std::map<int, long>& since, long count) {
+  const auto reached = [&](const std::map<int, long>& now) {
+    const auto at = now.find(thread), before = since.find(thread);
+    return at != now.end() && before != since.end() && at->second - before->second >= count;
+  };
+  std::map<int, long> now = SwitchesOfThreadsNamed(name);
+  for (int tries = 0; tries < 2000 && !reached(now); ++tries) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    now = SwitchesOfThreadsNamed(name);
+  }
+  return now;
+}
+
 }  // namespace tern::testing
 
 #endif  // TERN_TESTS_COMMON_THREAD_SWITCHES_H_

@@ -6,12 +6,10 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <map>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "exe_test_util.h"
@@ -23,9 +21,9 @@ namespace {
 
 using exetest::Bytes;
 using exetest::LastError;
-using tern::testing::SwitchesOfThreadsNamed;
 using tern::testing::WhenAsleep;
 using tern::testing::WhenRunning;
+using tern::testing::WhenSwitched;
 
 #define EXPECT_CONTAINS(text, part) \
   EXPECT_NE(std::string(text).find(part), std::string::npos) << (text)
@@ -162,9 +160,8 @@ TEST_F(ExecuteTest, ALoadReadiesTheQueueThatRanTheLastExecution) {
     const std::map<int, long> asleep = WhenAsleep(name);
     ASSERT_EQ(asleep, WhenAsleep(name)) << "the engines did not go to sleep";
     tern_executable_t loaded = Load(add);
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    const std::map<int, long> after = SwitchesOfThreadsNamed(name);
     // About 20 naps of 50 us for the readied engine; none for the other.
+    const std::map<int, long> after = WhenSwitched(name, readied, asleep, 5);
     EXPECT_GE(after.at(readied) - asleep.at(readied), 5)
         << "the queue that ran the last execution was not readied";
     EXPECT_EQ(after.at(left), asleep.at(left)) << "another queue was woken too";

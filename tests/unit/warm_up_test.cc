@@ -10,7 +10,6 @@
 #include <link.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -144,9 +143,10 @@ TEST(WarmUp, ExpectWorkBringsASleepingEngineToItsNaps) {
   const std::map<int, long> asleep = testing::WhenAsleep(thread);
   ASSERT_EQ(asleep, testing::WhenAsleep(thread)) << "the engine never went to sleep";
   queue->ExpectWork();
-  std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  const std::map<int, long> roused = testing::SwitchesOfThreadsNamed(thread);
   // About 20 naps of 50 us; asleep, it would not have switched at all.
+  ASSERT_EQ(asleep.size(), 1u);
+  const std::map<int, long> roused =
+      testing::WhenSwitched(thread, asleep.begin()->first, asleep, 5);
   ASSERT_EQ(roused.size(), 1u);
   EXPECT_GE(roused.begin()->second - asleep.begin()->second, 5)
       << "the engine did not nap after ExpectWork()";
