@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <climits>
 
+#include "common/cpu_relax.h"
 #include "common/idle_work.h"
 
 namespace tern {
@@ -34,14 +35,6 @@ constexpr uint64_t kMaxPollNs = 500'000;
 // a wake-up is a large part of them.
 constexpr uint64_t kLongWaitNs = 400'000;
 constexpr uint64_t kWakeAheadNs = 80'000;
-
-inline void CpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
 
 long FutexWait(std::atomic<uint32_t>* word, uint32_t expected, const struct timespec* timeout) {
   return syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT_PRIVATE, expected,

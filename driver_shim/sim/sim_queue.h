@@ -111,6 +111,9 @@ class SimQueue final : public driver::HwQueue {
   Segment* tail_;              // guarded by mutex_: the segment being filled
   uint64_t resume_after_ = 0;  // guarded by mutex_: ClearError() point
   std::atomic<bool> stopping_{false};
+  // Whether the last submission was a command that a polling engine leaves
+  // to a waiter for a moment (LeftToWaiter in sim_queue.cc).
+  std::atomic<bool> last_left_to_waiter_{false};
   // A drained segment kept for reuse (engine puts, submitters take).
   std::atomic<Segment*> spare_{nullptr};
 

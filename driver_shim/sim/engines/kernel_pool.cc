@@ -12,15 +12,12 @@
 #include <string>
 #include <thread>
 
+#include "common/cpu_relax.h"
 #include "common/idle_work.h"
 #include "common/steerable_thread.h"
 #include "common/thread_name.h"
 #include "driver_shim/sim/engines/run_instruction.h"
 #include "driver_shim/sim/engines/warm_up.h"
-
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#endif
 
 namespace tern::sim::kernels {
 namespace {
@@ -43,12 +40,6 @@ constexpr auto kCallerSpin = std::chrono::microseconds(50);
 // undoes puts the woken helpers on the caller's CPU, of which a few moved
 // elsewhere suffice.
 constexpr int kMaxSteeredHelpers = 3;
-
-inline void CpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-  _mm_pause();
-#endif
-}
 
 void FutexWait(std::atomic<uint32_t>* word, uint32_t expected) {
   syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT_PRIVATE, expected, nullptr,
