@@ -125,17 +125,23 @@ bool WakesNappingEngine(const Command& command, bool has_collectives) {
 }
 
 // Whether a polling engine leaves `command` to a waiter for a moment (see
-// kWaiterGraceNs): the small commands a host thread may run, which cost
-// less than a hand-off between CPUs. Not executions: a framework submits
-// them and goes on with its own work, and they start when the engine
-// takes them.
+// kWaiterGraceNs): the small commands a host thread may run, whose cost is
+// of the order of a hand-off between CPUs. Not executions: a framework
+// submits them and goes on with its own work, and they start when the
+// engine takes them. Not large copies and fills: the hand-off is nothing
+// beside them, and which CPU moves the bytes is the engine's business (on
+// a VM whose CPUs drift in speed apart, a copy benchmark compares the
+// engine's CPU with itself).
+constexpr uint64_t kLeftToWaiterBytes = 64 << 10;
+
 bool LeftToWaiter(const Command& command) {
   switch (command.kind) {
     case CommandKind::kNop:
-    case CommandKind::kCopy:
-    case CommandKind::kFill:
     case CommandKind::kTimestamp:
       return true;
+    case CommandKind::kCopy:
+    case CommandKind::kFill:
+      return command.size <= kLeftToWaiterBytes;
     default:
       return false;
   }
@@ -180,7 +186,11 @@ Status SimQueue::Submit(Command command, uint64_t* out_sequence) {
     tail_->next.store(next, std::memory_order_release);
     tail_ = next;
   }
-  last_left_to_waiter_.store(left_to_waiter, std::memory_order_relaxed);
+  // Written only when it changes: the engine reads it while it spins, and a
+  // store would take the line from it at every submission.
+  if (last_left_to_waiter_.load(std::memory_order_relaxed) != left_to_waiter) {
+    last_left_to_waiter_.store(left_to_waiter, std::memory_order_relaxed);
+  }
   slot.published.store(sequence, std::memory_order_release);
   // Rung under the lock so the doorbell never goes backwards; costs a futex
   // wake only when the engine sleeps. A napping engine is woken at once only
@@ -556,8 +566,11 @@ void SimQueue::Loop() {
       if (last_left_to_waiter_.load(std::memory_order_relaxed) &&
           completion_->lowest_sleeper_target() == UINT64_MAX && grace.Allowed()) {
         granted = true;
+        // Ended early by a submission that is not left to a waiter.
         const uint64_t until = MonotonicNs() + kWaiterGraceNs;
-        while (MonotonicNs() < until) CpuRelax();
+        while (MonotonicNs() < until && last_left_to_waiter_.load(std::memory_order_relaxed)) {
+          CpuRelax();
+        }
       }
       continue;
     }

@@ -111,9 +111,6 @@ class SimQueue final : public driver::HwQueue {
   Segment* tail_;              // guarded by mutex_: the segment being filled
   uint64_t resume_after_ = 0;  // guarded by mutex_: ClearError() point
   std::atomic<bool> stopping_{false};
-  // Whether the last submission was a command that a polling engine leaves
-  // to a waiter for a moment (LeftToWaiter in sim_queue.cc).
-  std::atomic<bool> last_left_to_waiter_{false};
   // A drained segment kept for reuse (engine puts, submitters take).
   std::atomic<Segment*> spare_{nullptr};
 
@@ -139,6 +136,12 @@ class SimQueue final : public driver::HwQueue {
   // See CommunicationEngineCpu() (engines/run_instruction.h).
   const int rank_cpu_;
   std::shared_ptr<Timeline> completion_ = std::make_shared<Timeline>();
+
+  // Whether the last submission was a command that a polling engine leaves
+  // to a waiter for a moment (LeftToWaiter in sim_queue.cc). On a line of
+  // its own: the engine spins on it, and submitters write the fields above
+  // at every submission but this one only when it changes.
+  alignas(64) std::atomic<bool> last_left_to_waiter_{false};
 
   // Set while a thread holds the runner role (an atomic rather than a mutex:
   // a host function of this queue that waits on it must find it taken, not
