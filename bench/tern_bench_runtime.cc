@@ -45,6 +45,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/cpu_relax.h"
 #include "machine_report.h"
 #include "tern/tern.h"
 
@@ -144,14 +145,6 @@ std::string FormatSize(uint64_t bytes) {
 // ping-pong of two of these is the floor under a queue's submit -> engine ->
 // completion -> waiter round trip.
 
-inline void CpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
-
 class BareTimeline {
  public:
   void Signal(uint64_t value) {
@@ -169,7 +162,7 @@ class BareTimeline {
     if (value_.load(std::memory_order_acquire) >= target) return;
     const uint64_t spin_start = NowNs();
     for (uint32_t i = 1;; ++i) {
-      CpuRelax();
+      tern::CpuRelax();
       if (value_.load(std::memory_order_acquire) >= target) return;
       if (i % 16 != 0) continue;
       const uint64_t waited = NowNs() - spin_start;
