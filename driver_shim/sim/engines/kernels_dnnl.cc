@@ -748,12 +748,22 @@ float DotF32(const float* x, const float* y, int64_t k) {
 // independent sums keep the vector unit busy where one waits on the latency
 // of its own additions: a product reading a weight it cannot keep in cache
 // gets close to the bandwidth of the cache level that holds the weight.
+// `next` (null for none) are the four vectors of the next call, fetched into
+// the cache line by line as these are read: the hardware's stream prefetchers
+// lose a weight's rows every few kilobytes, where the next group of rows
+// starts, and a matrix-vector product read from the L3 waited there
+// (1x512 by [1024, 512] and 1x1024 by [512, 1024] in turn, one thread:
+// 42.8-45.9 us with, 44.6-50.1 without, on an AMD EPYC Zen 5).
 TERN_VECTOR_CLONES
-void DotF32x4(const float* x, const float* const* y, int64_t k, float* out) {
+void DotF32x4(const float* x, const float* const* y, int64_t k, const float* const* next,
+              float* out) {
   const float *y0 = y[0], *y1 = y[1], *y2 = y[2], *y3 = y[3];
   float p0[16] = {}, p1[16] = {}, p2[16] = {}, p3[16] = {};
   int64_t i = 0;
   for (; i + 16 <= k; i += 16) {
+    if (next != nullptr) {
+      for (int j = 0; j < 4; ++j) __builtin_prefetch(next[j] + i, 0, 3);
+    }
     for (int l = 0; l < 16; ++l) {
       const float xl = x[i + l];
       p0[l] += xl * y0[i + l];
@@ -865,9 +875,16 @@ bool SmallMatmulF32(const MatmulGeometry& g, Operands ops, bool has_bias) {
           const float* group[4] = {many_base + i * many_step, many_base + (i + 1) * many_step,
                                    many_base + (i + 2) * many_step,
                                    many_base + (i + 3) * many_step};
+          // The next group of this part is fetched while this one is first read.
+          const float* next[4] = {};
+          const bool has_next = i + 8 <= end;
+          if (has_next) {
+            for (int j = 0; j < 4; ++j) next[j] = group[j] + 4 * many_step;
+          }
           for (int64_t v = 0; v < vectors; ++v) {
             float dots[4];
-            DotF32x4(vector_base + v * vector_step, group, g.k, dots);
+            DotF32x4(vector_base + v * vector_step, group, g.k,
+                     has_next && v == 0 ? next : nullptr, dots);
             for (int j = 0; j < 4; ++j) store(v, i + j, dots[j]);
           }
         }
