@@ -883,8 +883,8 @@ bool SmallMatmulF32(const MatmulGeometry& g, Operands ops, bool has_bias) {
           }
           for (int64_t v = 0; v < vectors; ++v) {
             float dots[4];
-            DotF32x4(vector_base + v * vector_step, group, g.k,
-                     has_next && v == 0 ? next : nullptr, dots);
+            DotF32x4(vector_base + v * vector_step, group, g.k, has_next && v == 0 ? next : nullptr,
+                     dots);
             for (int j = 0; j < 4; ++j) store(v, i + j, dots[j]);
           }
         }
