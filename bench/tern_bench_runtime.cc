@@ -636,16 +636,20 @@ void BenchBandwidth(const Setup& setup, const Options& options, Report* report) 
 // A data loader's buffers are its own (malloc, numpy, a framework's pinned
 // pool); tern_host_register lets the DMA engine use them as it uses
 // tern_host_alloc memory. Both sides copy the same sizes to and from the same
-// device buffer, alternating, each warmed by one untimed copy.
+// device buffer, alternating, each warmed by one untimed copy. Each round
+// copies another window of the buffers (the same window on both sides and on
+// the device): where source and destination together are the L3's size,
+// which physical pages a window has decides how they share the cache's sets,
+// and one fixed window measured its pages, not the kind of memory.
 
-double HostCopies(const Setup& setup, tern_buffer_t device, void* host, bool to_device,
-                  uint64_t size, uint64_t count) {
+double HostCopies(const Setup& setup, tern_buffer_t device, uint8_t* host, bool to_device,
+                  uint64_t size, uint64_t count, uint64_t offset) {
   auto enqueue = [&] {
     if (to_device) {
-      Check(tern_queue_copy_h2d(setup.queue, device, 0, host, size, nullptr),
+      Check(tern_queue_copy_h2d(setup.queue, device, offset, host + offset, size, nullptr),
             "tern_queue_copy_h2d");
     } else {
-      Check(tern_queue_copy_d2h(setup.queue, host, device, 0, size, nullptr),
+      Check(tern_queue_copy_d2h(setup.queue, host + offset, device, offset, size, nullptr),
             "tern_queue_copy_d2h");
     }
   };
@@ -678,7 +682,8 @@ void BenchHostRegister(const Setup& setup, const Options& options, Report* repor
   params.category = TERN_MEMORY_TENSORS;
   tern_buffer_t device = nullptr;
   Check(tern_buffer_alloc(setup.device, &params, &device), "tern_buffer_alloc");
-  HostCopies(setup, device, pinned, true, capacity, 1);  // commits the device pages
+  HostCopies(setup, device, static_cast<uint8_t*>(pinned), true, capacity, 1,
+             0);  // commits the device pages
 
   std::printf(
       "\ncopies with registered host memory (tern_host_register on aligned_alloc memory) vs "
@@ -691,13 +696,19 @@ void BenchHostRegister(const Setup& setup, const Options& options, Report* repor
       const double bytes = static_cast<double>(size) * static_cast<double>(count);
       std::vector<double> ratios;
       double registered_best = 0, pinned_best = 0;
+      const uint64_t windows = capacity / size;
       for (int rep = 0; rep < reps; ++rep) {
+        const uint64_t offset = (static_cast<uint64_t>(rep) % windows) * size;
+        auto* registered_bytes = static_cast<uint8_t*>(registered);
+        auto* pinned_bytes = static_cast<uint8_t*>(pinned);
         double registered_s = 0, pinned_s = 0;
         if (rep % 2 == 0)
-          registered_s = HostCopies(setup, device, registered, to_device, size, count);
-        pinned_s = HostCopies(setup, device, pinned, to_device, size, count);
+          registered_s =
+              HostCopies(setup, device, registered_bytes, to_device, size, count, offset);
+        pinned_s = HostCopies(setup, device, pinned_bytes, to_device, size, count, offset);
         if (rep % 2 == 1)
-          registered_s = HostCopies(setup, device, registered, to_device, size, count);
+          registered_s =
+              HostCopies(setup, device, registered_bytes, to_device, size, count, offset);
         ratios.push_back(pinned_s / registered_s);
         registered_best = std::max(registered_best, bytes / registered_s / 1e9);
         pinned_best = std::max(pinned_best, bytes / pinned_s / 1e9);
