@@ -37,8 +37,9 @@ namespace tern::compiler {
 // made before then stops matching and is compiled again. Forgetting to bump
 // it serves executables of the previous compiler.
 inline constexpr std::string_view kCompilerVersion =
-    "tern-compiler emission 4";  // 2: fusion; 3: fused debug names, write-through copies; 4:
-                                 // fusion fixes (graph outputs, beta, alpha range)
+    "tern-compiler emission 5";  // 2: fusion; 3: fused debug names, write-through copies; 4:
+                                 // fusion fixes (graph outputs, beta, alpha range); 5:
+                                 // full_like read as a broadcast constant
 
 // What CompileCached did.
 enum class CacheOutcome : uint8_t {

@@ -1110,10 +1110,36 @@ class Lowerer {
     return absl::OkStatus();
   }
 
+  // A tensor of one value that only feeds instructions is no buffer at all:
+  // its consumers read one constant element through zero strides (an
+  // attention mask's `where(mask, scores, full_like(scores, -inf))` had
+  // filled and then read back a [batch, heads, length, length] scratch
+  // tensor). A graph output is filled.
   absl::Status LowerFullLike(const Node& node) {
     const std::optional<Number> value = NumberAttr(node, "fill_value");
     if (!value.has_value()) return Error(node, "has no number 'fill_value'");
-    return Fill(node, Produce(node.outputs[0]), *value);
+    const uint32_t out = node.outputs[0];
+    if (!outputs_of_value_[out].empty() || computed_into_[out].has_value()) {
+      return Fill(node, Produce(out), *value);
+    }
+    const tern_dtype_t dtype = DtypeOf(out);
+    uint32_t entry = 0;
+    if (IsFloat(dtype)) {
+      entry = program_.constants.AddScalar(value->AsDouble(), dtype);
+    } else if (dtype == TERN_DTYPE_BOOL) {
+      entry = program_.constants.AddInt(value->AsDouble() != 0.0 ? 1 : 0, dtype);  // as bool(v)
+    } else {
+      absl::StatusOr<int64_t> integer = IntegerFor(node, *value, dtype);
+      if (!integer.ok()) return integer.status();
+      entry = program_.constants.AddInt(*integer, dtype);
+    }
+    TensorRef ref;
+    ref.buffer = {BufferRef::kConstant, entry};
+    ref.dtype = dtype;
+    ref.shape = ShapeOf(out);
+    ref.strides.assign(ref.shape.size(), 0);
+    refs_[out] = ref;
+    return absl::OkStatus();
   }
 
   // A `fill` of `out` with a Python number converted as PyTorch converts a

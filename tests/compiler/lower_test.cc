@@ -497,6 +497,56 @@ uint32_t AsF32(Graph& g, uint32_t value, const std::string& name) {
                         {A("dtype", DTypeAttr{TERN_DTYPE_F32})}, name));
 }
 
+// full_like feeding instructions is a broadcast constant (no fill, no
+// scratch): the attention mask's where(mask, scores, full_like(scores,
+// -inf)), and an integer one in arithmetic. As a graph output it is filled.
+TEST_F(LowerTest, FullLikeIsABroadcastConstantUnlessItIsAnOutput) {
+  Graph g;
+  const uint32_t x = g.AddInput("x", F32(S({2, 3, 4})));
+  const uint32_t ids = g.AddInput("ids", {TERN_DTYPE_I64, S({3})});
+  const uint32_t mask = Out(g, AddNode(&g, "aten.gt.Scalar", {x}, {A("other", 0.0)}, "mask"));
+  const uint32_t low =
+      Out(g, AddNode(&g, "aten.full_like.default", {x}, {A("fill_value", -1e30)}, "low"));
+  const uint32_t masked = Out(g, AddNode(&g, "aten.where.self", {mask, x, low}, {}, "masked"));
+  const uint32_t seven =
+      Out(g, AddNode(&g, "aten.full_like.default", {ids}, {A("fill_value", int64_t{7})}, "seven"));
+  const uint32_t shifted = Out(g, AddNode(&g, "aten.add.Tensor", {ids, seven}, {}, "shifted"));
+  g.AddOutput("masked", masked);
+  g.AddOutput("shifted", AsF32(g, shifted, "shifted_f32"));
+  const std::vector<float> xs = Values(24, 91);
+  const std::vector<int64_t> is = {4, -1, 9};
+  CompileOptions unfused;
+  unfused.fusion = false;
+  CompileStats stats;
+  const auto outputs = Run(g, {Bytes(xs), Bytes(is)}, &stats, unfused);
+  ASSERT_EQ(outputs.size(), 2u);
+  std::vector<double> want(24);
+  for (int e = 0; e < 24; ++e) {
+    want[e] = xs[e] > 0 ? xs[e] : static_cast<double>(-1e30f);
+  }
+  ExpectNear(outputs[0], want, 0, "where(x > 0, x, -1e30)");
+  ExpectNear(outputs[1], {11, 6, 16}, 0, "ids + 7");
+  // gt, where, add, cast: no fill.
+  uint32_t compute = 0;
+  for (int engine = TERN_ENGINE_DMA; engine < TERN_ENGINE_SYNC; ++engine) {
+    compute += stats.instructions_per_engine[engine];
+  }
+  EXPECT_EQ(compute, 4u);
+
+  // The same constant as an output is written out.
+  Graph h;
+  const uint32_t y = h.AddInput("y", F32(S({2, 2})));
+  const uint32_t half =
+      Out(h, AddNode(&h, "aten.full_like.default", {y}, {A("fill_value", 0.5)}, "half"));
+  const uint32_t sum = Out(h, AddNode(&h, "aten.add.Tensor", {y, half}, {}, "sum"));
+  h.AddOutput("half", half);
+  h.AddOutput("sum", sum);
+  const auto both = Run(h, {Bytes(std::vector<float>{1, 2, 3, 4})});
+  ASSERT_EQ(both.size(), 2u);
+  ExpectNear(both[0], {0.5, 0.5, 0.5, 0.5}, 0, "full_like as an output");
+  ExpectNear(both[1], {1.5, 2.5, 3.5, 4.5}, 0, "y + full_like");
+}
+
 TEST_F(LowerTest, LogicalAndBitwiseOpsMatchTheReference) {
   Graph g;
   const uint32_t x = g.AddInput("x", F32(S({2, 3})));
