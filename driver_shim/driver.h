@@ -248,7 +248,8 @@ class Device {
   // cost what a later one does. A real device's memory is always there; the
   // simulated device's pages are mapped into its engines' view at the first
   // touch (several microseconds each on a virtual machine), which would land
-  // on an executable's first execution. Best effort; a no-op by default.
+  // on an executable's first execution. Cheap for a range it mapped before
+  // (no system call). Best effort; a no-op by default.
   virtual void PrefaultMemory(uint64_t offset, uint64_t bytes) {
     (void)offset;
     (void)bytes;

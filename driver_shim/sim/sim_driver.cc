@@ -109,6 +109,7 @@ SimDevice::~SimDevice() {
   }
   if (user_view_ != nullptr) munmap(user_view_, info_.memory_bytes);
   if (engine_view_ != nullptr) munmap(engine_view_, info_.memory_bytes);
+  if (prefaulted_ != nullptr) munmap(prefaulted_, prefaulted_bytes_);
   if (memfd_ >= 0) close(memfd_);
 }
 
@@ -142,7 +143,42 @@ Status SimDevice::Init() {
   engine_view_ = static_cast<uint8_t*>(MapAligned(
       memfd_, info_.memory_bytes, alignment, engine_view_skew, PROT_READ | PROT_WRITE, &status));
   if (engine_view_ == nullptr) return status;
+  const uint64_t pages = (info_.memory_bytes + kPageSize - 1) / kPageSize;
+  prefaulted_bytes_ = (pages + 63) / 64 * sizeof(uint64_t);
+  void* bits = mmap(nullptr, prefaulted_bytes_, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  // Without it PrefaultMemory maps every time it is asked (no record).
+  prefaulted_ = bits == MAP_FAILED ? nullptr : static_cast<uint64_t*>(bits);
   return OkStatus();
+}
+
+void SimDevice::MarkPrefaulted(uint64_t first_page, uint64_t end_page, bool mapped) {
+  if (!prefaulted_) return;
+  for (uint64_t page = first_page; page < end_page;) {
+    const uint64_t word = page / 64, bit = page % 64;
+    const uint64_t count = std::min<uint64_t>(64 - bit, end_page - page);
+    const uint64_t mask = (count == 64 ? ~uint64_t{0} : ((uint64_t{1} << count) - 1)) << bit;
+    if (mapped) {
+      std::atomic_ref<uint64_t>(prefaulted_[word]).fetch_or(mask, std::memory_order_relaxed);
+    } else {
+      std::atomic_ref<uint64_t>(prefaulted_[word]).fetch_and(~mask, std::memory_order_relaxed);
+    }
+    page += count;
+  }
+}
+
+bool SimDevice::AllPrefaulted(uint64_t first_page, uint64_t end_page) const {
+  if (!prefaulted_) return false;
+  for (uint64_t page = first_page; page < end_page;) {
+    const uint64_t word = page / 64, bit = page % 64;
+    const uint64_t count = std::min<uint64_t>(64 - bit, end_page - page);
+    const uint64_t mask = (count == 64 ? ~uint64_t{0} : ((uint64_t{1} << count) - 1)) << bit;
+    const uint64_t have =
+        std::atomic_ref<uint64_t>(prefaulted_[word]).load(std::memory_order_relaxed);
+    if ((have & mask) != mask) return false;
+    page += count;
+  }
+  return true;
 }
 
 NodeRegistry& SimDevice::registry() const { return driver_->registry(); }
@@ -191,6 +227,7 @@ void SimDevice::MemoryFreed(uint64_t offset, uint64_t size, tern_memory_category
   uint64_t begin = (offset + kPageSize - 1) & ~(kPageSize - 1);
   uint64_t end = (offset + size) & ~(kPageSize - 1);
   if (end > begin) {
+    MarkPrefaulted(begin / kPageSize, end / kPageSize, false);
     fallocate(memfd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(begin),
               static_cast<off_t>(end - begin));
   }
@@ -368,17 +405,20 @@ void* SimDevice::EngineAddress(uint64_t offset, uint64_t size) const {
 
 void SimDevice::PrefaultMemory(uint64_t offset, uint64_t bytes) {
   if (bytes == 0 || offset > info_.memory_bytes || bytes > info_.memory_bytes - offset) return;
-  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
-  const uint64_t begin = offset / page * page;
-  const uint64_t end =
-      std::min<uint64_t>((offset + bytes + page - 1) / page * page, info_.memory_bytes);
-  // One call maps every page writable (Linux 5.14); older kernels refuse the
-  // advice, and then a read of each page maps it (a first write still faults
-  // where the kernel maps shared pages read-only until written).
+  const uint64_t begin = offset / kPageSize * kPageSize;
+  const uint64_t end = std::min<uint64_t>((offset + bytes + kPageSize - 1) / kPageSize * kPageSize,
+                                          info_.memory_bytes);
+  if (AllPrefaulted(begin / kPageSize, end / kPageSize)) return;
+    // One call maps every page writable (Linux 5.14); older kernels refuse the
+    // advice, and then a read of each page maps it (a first write still faults
+    // where the kernel maps shared pages read-only until written).
 #ifdef MADV_POPULATE_WRITE
-  if (madvise(engine_view_ + begin, end - begin, MADV_POPULATE_WRITE) == 0) return;
+  if (madvise(engine_view_ + begin, end - begin, MADV_POPULATE_WRITE) == 0) {
+    MarkPrefaulted(begin / kPageSize, end / kPageSize, true);
+    return;
+  }
 #endif
-  for (uint64_t at = begin; at < end; at += page) {
+  for (uint64_t at = begin; at < end; at += kPageSize) {
     (void)*reinterpret_cast<volatile const uint8_t*>(engine_view_ + at);
   }
 }
@@ -443,6 +483,7 @@ Status SimDevice::MapShared(int fd, uint64_t offset, uint64_t bytes) {
                       "memory",
                       offset, bytes, index());
   }
+  MarkPrefaulted(offset / kPageSize, (offset + bytes) / kPageSize, false);
   if (mmap(user_view_ + offset, bytes, user_protection(), MAP_SHARED | MAP_FIXED | MAP_NORESERVE,
            fd, 0) == MAP_FAILED) {
     const int err = errno;
@@ -463,6 +504,7 @@ void SimDevice::RestoreRange(uint64_t offset, uint64_t bytes) {
   // kernel out of mapping entries), the range stays on the shared object,
   // which is still correct memory, only not returned to the device.
   const off_t file_offset = static_cast<off_t>(offset);
+  MarkPrefaulted(offset / kPageSize, (offset + bytes + kPageSize - 1) / kPageSize, false);
   if (mmap(user_view_ + offset, bytes, user_protection(), MAP_SHARED | MAP_FIXED | MAP_NORESERVE,
            memfd_, file_offset) == MAP_FAILED ||
       mmap(engine_view_ + offset, bytes, PROT_READ | PROT_WRITE,

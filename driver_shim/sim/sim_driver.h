@@ -11,6 +11,7 @@
 #ifndef TERN_DRIVER_SHIM_SIM_SIM_DRIVER_H_
 #define TERN_DRIVER_SHIM_SIM_SIM_DRIVER_H_
 
+#include <atomic>
 #include <condition_variable>
 #include <map>
 #include <memory>
@@ -106,6 +107,16 @@ class SimDevice final : public driver::Device {
   std::map<uint64_t, SharedRegion> shared_;  // by offset; guarded by shared_mutex_
   uint8_t* engine_view_ = nullptr;
   uint8_t* user_view_ = nullptr;
+  // A bit per page of the engine view that PrefaultMemory mapped, so that a
+  // range mapped already costs no system call (a small buffer's allocation
+  // asks for it every time); cleared where pages are given back or mapped
+  // anew. A clear bit may still be a mapped page (an engine touched it).
+  // Zero pages mapped on demand (a bit per 4 KiB: 256 KiB for 8 GiB), read
+  // and written through std::atomic_ref.
+  uint64_t* prefaulted_ = nullptr;
+  uint64_t prefaulted_bytes_ = 0;
+  void MarkPrefaulted(uint64_t first_page, uint64_t end_page, bool mapped);
+  bool AllPrefaulted(uint64_t first_page, uint64_t end_page) const;
 
   // Faults: a count checked on the hot path, details under a mutex.
   std::atomic<uint32_t> armed_fault_count_{0};

@@ -202,6 +202,10 @@ void UnchargeDeviceMemory(DeviceObject* dev, uint64_t bytes, tern_memory_categor
 
 namespace {
 
+// Buffers up to this size have their pages mapped when allocated (see
+// AllocateBuffer).
+constexpr uint64_t kMappedAtAllocationBytes = 64 << 10;
+
 Status AllocateBuffer(Runtime* rt, tern_device_t device, const tern_buffer_params_t* params,
                       tern_buffer_t* out_buffer) {
   DeviceObject* dev;
@@ -239,6 +243,13 @@ Status AllocateBuffer(Runtime* rt, tern_device_t device, const tern_buffer_param
   } else {
     TERN_RETURN_IF_ERROR(
         AllocateDeviceMemory(dev, params->size, params->alignment, params->category, buffer.get()));
+    // A small buffer's pages are mapped now, as a real device's memory is
+    // always there: the first execution that wrote a fresh output buffer
+    // paid its page fault (a 640-byte output of an MLP). Larger buffers stay
+    // lazily committed (a large allocation mapped at once would cost a
+    // millisecond per few megabytes, for memory it may never touch).
+    if (params->size <= kMappedAtAllocationBytes)
+      dev->hw->PrefaultMemory(buffer->offset, params->size);
   }
   const uint64_t handle = rt->buffer_table.Insert(buffer);
   if (handle == 0) {

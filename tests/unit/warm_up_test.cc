@@ -18,6 +18,8 @@
 #include <vector>
 
 #include "driver_shim/driver.h"
+#include "src/runtime/runtime_state.h"
+#include "tern/tern.h"
 #include "tests/common/thread_switches.h"
 
 namespace tern {
@@ -124,6 +126,60 @@ TEST(WarmUp, PrefaultMemoryMapsTheEnginesView) {
   // Out of range: ignored.
   device->PrefaultMemory(device->info().memory_bytes, 4096);
   device->PrefaultMemory(offset, 2 * bytes);
+}
+
+// A range PrefaultMemory mapped and the device then gave back (a large
+// block's free punches its pages out) is mapped again by the next call: the
+// record of what was mapped forgets the pages given back.
+TEST(WarmUp, PrefaultMemoryMapsAgainWhatAFreeGaveBack) {
+  std::unique_ptr<driver::Driver> sim;
+  ASSERT_TRUE(driver::CreateDriver("sim", driver::DriverOptions{}, &sim).ok());
+  std::unique_ptr<driver::Device> device;
+  ASSERT_TRUE(sim->OpenDevice(0, &device).ok());
+  const uint64_t bytes = 2 << 20;
+  const uint64_t offset = device->info().memory_bytes - 4 * bytes;
+  const auto begin = reinterpret_cast<uintptr_t>(device->EngineAddress(offset, bytes));
+  ASSERT_NE(begin, 0u);
+  const size_t pages = bytes / static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  device->PrefaultMemory(offset, bytes);
+  ASSERT_EQ(MappedPages(begin, begin + bytes), pages);
+  device->MemoryFreed(offset, bytes, TERN_MEMORY_TENSORS);
+  ASSERT_EQ(MappedPages(begin, begin + bytes), 0u) << "the free gave no page back";
+  device->PrefaultMemory(offset, bytes);
+  EXPECT_EQ(MappedPages(begin, begin + bytes), pages);
+}
+
+// tern_buffer_alloc maps a small buffer's pages (its first execution would
+// otherwise fault them in) and leaves a large one to its first touch.
+TEST(WarmUp, ASmallBufferIsMappedWhenAllocated) {
+  ASSERT_EQ(tern_init(nullptr), TERN_OK);
+  tern_device_t device = nullptr;
+  ASSERT_EQ(tern_device_get(0, &device), TERN_OK);
+  auto pages_of = [&](uint64_t size, tern_buffer_t* out, size_t* total) {
+    tern_buffer_params_t params{};
+    params.struct_size = sizeof(params);
+    params.size = size;
+    params.category = TERN_MEMORY_TENSORS;
+    EXPECT_EQ(tern_buffer_alloc(device, &params, out), TERN_OK);
+    Runtime* rt = nullptr;
+    std::shared_ptr<BufferObject> object;
+    EXPECT_TRUE(GetRuntime(&rt).ok());
+    EXPECT_TRUE(LookupBuffer(rt, *out, "buffer", &object).ok());
+    if (!object) return size_t{0};
+    const auto begin =
+        reinterpret_cast<uintptr_t>(object->device->hw->EngineAddress(object->offset, size));
+    const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+    *total = (begin + size + page - 1) / page - begin / page;
+    return MappedPages(begin, begin + size);
+  };
+  tern_buffer_t small = nullptr, large = nullptr;
+  size_t small_pages = 0, large_pages = 0;
+  // The large one first, so that the small one's page is not one of its.
+  EXPECT_EQ(pages_of(8 << 20, &large, &large_pages), 0u) << "of " << large_pages;
+  EXPECT_EQ(pages_of(640, &small, &small_pages), small_pages);
+  EXPECT_EQ(tern_buffer_free(small), TERN_OK);
+  EXPECT_EQ(tern_buffer_free(large), TERN_OK);
+  EXPECT_EQ(tern_shutdown(), TERN_OK);
 }
 
 // A sleeping engine, told that work is coming, wakes into its naps (each
