@@ -1122,23 +1122,9 @@ class Lowerer {
     if (!outputs_of_value_[out].empty() || computed_into_[out].has_value()) {
       return Fill(node, Produce(out), *value);
     }
-    const tern_dtype_t dtype = DtypeOf(out);
-    uint32_t entry = 0;
-    if (IsFloat(dtype)) {
-      entry = program_.constants.AddScalar(value->AsDouble(), dtype);
-    } else if (dtype == TERN_DTYPE_BOOL) {
-      entry = program_.constants.AddInt(value->AsDouble() != 0.0 ? 1 : 0, dtype);  // as bool(v)
-    } else {
-      absl::StatusOr<int64_t> integer = IntegerFor(node, *value, dtype);
-      if (!integer.ok()) return integer.status();
-      entry = program_.constants.AddInt(*integer, dtype);
-    }
-    TensorRef ref;
-    ref.buffer = {BufferRef::kConstant, entry};
-    ref.dtype = dtype;
-    ref.shape = ShapeOf(out);
-    ref.strides.assign(ref.shape.size(), 0);
-    refs_[out] = ref;
+    absl::StatusOr<TensorRef> constant = NumberAs(node, *value, DtypeOf(out), ShapeOf(out));
+    if (!constant.ok()) return constant.status();
+    refs_[out] = *constant;
     return absl::OkStatus();
   }
 
