@@ -152,33 +152,45 @@ Status SimDevice::Init() {
   return OkStatus();
 }
 
-void SimDevice::MarkPrefaulted(uint64_t first_page, uint64_t end_page, bool mapped) {
-  if (!prefaulted_) return;
+namespace {
+
+// Calls visit(word, mask) for each 64-bit word of a page bitmap that holds
+// bits of pages [first_page, end_page), `mask` the bits of those pages in
+// it, until visit returns false. False when it did.
+template <typename Visit>
+bool ForEachBitmapWord(uint64_t first_page, uint64_t end_page, Visit&& visit) {
   for (uint64_t page = first_page; page < end_page;) {
-    const uint64_t word = page / 64, bit = page % 64;
+    const uint64_t bit = page % 64;
     const uint64_t count = std::min<uint64_t>(64 - bit, end_page - page);
     const uint64_t mask = (count == 64 ? ~uint64_t{0} : ((uint64_t{1} << count) - 1)) << bit;
-    if (mapped) {
-      std::atomic_ref<uint64_t>(prefaulted_[word]).fetch_or(mask, std::memory_order_relaxed);
-    } else {
-      std::atomic_ref<uint64_t>(prefaulted_[word]).fetch_and(~mask, std::memory_order_relaxed);
-    }
+    if (!visit(page / 64, mask)) return false;
     page += count;
   }
+  return true;
+}
+
+}  // namespace
+
+void SimDevice::MarkPrefaulted(uint64_t first_page, uint64_t end_page, bool mapped) {
+  if (!prefaulted_) return;
+  ForEachBitmapWord(first_page, end_page, [&](uint64_t word, uint64_t mask) {
+    std::atomic_ref<uint64_t> bits(prefaulted_[word]);
+    if (mapped) {
+      bits.fetch_or(mask, std::memory_order_relaxed);
+    } else {
+      bits.fetch_and(~mask, std::memory_order_relaxed);
+    }
+    return true;
+  });
 }
 
 bool SimDevice::AllPrefaulted(uint64_t first_page, uint64_t end_page) const {
   if (!prefaulted_) return false;
-  for (uint64_t page = first_page; page < end_page;) {
-    const uint64_t word = page / 64, bit = page % 64;
-    const uint64_t count = std::min<uint64_t>(64 - bit, end_page - page);
-    const uint64_t mask = (count == 64 ? ~uint64_t{0} : ((uint64_t{1} << count) - 1)) << bit;
+  return ForEachBitmapWord(first_page, end_page, [&](uint64_t word, uint64_t mask) {
     const uint64_t have =
         std::atomic_ref<uint64_t>(prefaulted_[word]).load(std::memory_order_relaxed);
-    if ((have & mask) != mask) return false;
-    page += count;
-  }
-  return true;
+    return (have & mask) == mask;
+  });
 }
 
 NodeRegistry& SimDevice::registry() const { return driver_->registry(); }
