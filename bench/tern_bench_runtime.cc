@@ -675,6 +675,8 @@ void BenchHostRegister(const Setup& setup, const Options& options, Report* repor
   std::memset(pinned, 0x5a, capacity);
   std::memset(registered, 0x5a, capacity);
   Check(tern_host_register(registered, capacity), "tern_host_register");
+  auto* registered_bytes = static_cast<uint8_t*>(registered);
+  auto* pinned_bytes = static_cast<uint8_t*>(pinned);
   tern_buffer_params_t params;
   std::memset(&params, 0, sizeof(params));
   params.struct_size = sizeof(params);
@@ -682,8 +684,7 @@ void BenchHostRegister(const Setup& setup, const Options& options, Report* repor
   params.category = TERN_MEMORY_TENSORS;
   tern_buffer_t device = nullptr;
   Check(tern_buffer_alloc(setup.device, &params, &device), "tern_buffer_alloc");
-  HostCopies(setup, device, static_cast<uint8_t*>(pinned), true, capacity, 1,
-             0);  // commits the device pages
+  HostCopies(setup, device, pinned_bytes, true, capacity, 1, 0);  // commits the device pages
 
   std::printf(
       "\ncopies with registered host memory (tern_host_register on aligned_alloc memory) vs "
@@ -699,8 +700,6 @@ void BenchHostRegister(const Setup& setup, const Options& options, Report* repor
       const uint64_t windows = capacity / size;
       for (int rep = 0; rep < reps; ++rep) {
         const uint64_t offset = (static_cast<uint64_t>(rep) % windows) * size;
-        auto* registered_bytes = static_cast<uint8_t*>(registered);
-        auto* pinned_bytes = static_cast<uint8_t*>(pinned);
         double registered_s = 0, pinned_s = 0;
         if (rep % 2 == 0)
           registered_s =
