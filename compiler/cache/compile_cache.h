@@ -37,9 +37,10 @@ namespace tern::compiler {
 // made before then stops matching and is compiled again. Forgetting to bump
 // it serves executables of the previous compiler.
 inline constexpr std::string_view kCompilerVersion =
-    "tern-compiler emission 5";  // 2: fusion; 3: fused debug names, write-through copies; 4:
+    "tern-compiler emission 6";  // 2: fusion; 3: fused debug names, write-through copies; 4:
                                  // fusion fixes (graph outputs, beta, alpha range); 5:
-                                 // full_like read as a broadcast constant
+                                 // full_like read as a broadcast constant; 6: programs
+                                 // gather a component's steps past other instructions
 
 // What CompileCached did.
 enum class CacheOutcome : uint8_t {

@@ -562,46 +562,171 @@ LoweredInstruction Emit(const Program& program, const std::vector<Program::Writt
   return fused;
 }
 
+// Candidates whose results feed each other (directly or through other
+// candidates of the same output shape) are one component: the steps of one
+// computation. An optimizer's update of each parameter is one component whose
+// steps the graph interleaves with every other parameter's.
+std::vector<uint32_t> Components(const std::vector<LoweredInstruction>& list) {
+  std::vector<uint32_t> parent(list.size());
+  for (uint32_t k = 0; k < parent.size(); ++k) parent[k] = k;
+  auto find = [&](uint32_t k) {
+    while (parent[k] != k) k = parent[k] = parent[parent[k]];
+    return k;
+  };
+  std::unordered_map<uint64_t, uint32_t> producer;  // buffer -> last candidate that wrote it
+  for (uint32_t k = 0; k < list.size(); ++k) {
+    const LoweredInstruction& instruction = list[k];
+    if (!IsElementwiseCandidate(instruction)) continue;
+    for (size_t r = instruction.written; r < instruction.operands.size(); ++r) {
+      const auto found = producer.find(Key(instruction.operands[r].buffer));
+      if (found != producer.end() &&
+          list[found->second].operands[0].shape == instruction.operands[0].shape) {
+        parent[find(k)] = find(found->second);
+      }
+    }
+    for (uint32_t w = 0; w < instruction.written; ++w) {
+      producer[Key(instruction.operands[w].buffer)] = k;
+    }
+  }
+  for (uint32_t k = 0; k < parent.size(); ++k) parent[k] = find(k);
+  return parent;
+}
+
+// The buffers the instructions of a window read and write.
+struct Touches {
+  std::unordered_map<uint64_t, std::vector<uint32_t>> readers, writers;  // buffer -> positions
+
+  void Add(const LoweredInstruction& instruction, uint32_t position) {
+    for (size_t k = 0; k < instruction.operands.size(); ++k) {
+      const TensorRef& ref = instruction.operands[k];
+      if (!ref.present() || ref.buffer.kind == BufferRef::kConstant) continue;
+      (k < instruction.written ? writers : readers)[Key(ref.buffer)].push_back(position);
+    }
+  }
+
+  // Calls `conflict` with each position whose access does not commute with
+  // `instruction`'s: a write of a buffer it reads, any access of one it writes.
+  template <typename Fn>
+  void ForEachConflict(const LoweredInstruction& instruction, Fn conflict) const {
+    for (size_t k = 0; k < instruction.operands.size(); ++k) {
+      const TensorRef& ref = instruction.operands[k];
+      if (!ref.present() || ref.buffer.kind == BufferRef::kConstant) continue;
+      const uint64_t key = Key(ref.buffer);
+      if (const auto w = writers.find(key); w != writers.end()) {
+        for (uint32_t position : w->second) conflict(position);
+      }
+      if (k >= instruction.written) continue;
+      if (const auto r = readers.find(key); r != readers.end()) {
+        for (uint32_t position : r->second) conflict(position);
+      }
+    }
+  }
+
+  bool Conflicts(const LoweredInstruction& instruction) const {
+    bool any = false;
+    ForEachConflict(instruction, [&](uint32_t) { any = true; });
+    return any;
+  }
+};
+
+// How many instructions a program's growth looks past its first member.
+constexpr uint32_t kFusionWindow = 4096;
+
 uint32_t FuseElementwise(LoweredProgram* lowered, FusionStats* stats) {
   std::vector<LoweredInstruction>& list = lowered->instructions;
   const std::unordered_map<uint64_t, uint32_t> last = LastTouches(list);
+  const std::vector<uint32_t> component = Components(list);
+  std::vector<bool> done(list.size(), false);
   std::vector<LoweredInstruction> result;
   result.reserve(list.size());
   uint32_t removed = 0;
-  uint32_t i = 0;
-  while (i < list.size()) {
+  for (uint32_t i = 0; i < list.size(); ++i) {
+    if (done[i]) continue;
     if (!IsElementwiseCandidate(list[i])) {
-      result.push_back(std::move(list[i++]));
+      result.push_back(std::move(list[i]));
+      done[i] = true;
       continue;
     }
-    // Grow a run of consecutive candidates over one shape; remember the
-    // longest prefix that makes a valid program.
-    const std::vector<int64_t>& shape = list[i].operands[0].shape;
+    // Grow a program from list[i] with the later candidates of its component
+    // (same output shape, results feeding each other). An instruction in
+    // between is passed over when it commutes with the members so far (reads
+    // nothing they write, writes nothing they touch): it stays after the
+    // program, in its order, unless a later member needs it first (reads what
+    // it writes, or writes what it touches); then it is hoisted before the
+    // program, with the passed instructions it depends on. The longest prefix
+    // that makes a valid program is taken.
+    struct Passed {
+      uint32_t position;
+      size_t needed_by = 0;            // the member count that first needed it hoisted
+      std::vector<size_t> depends_on;  // earlier passed instructions it must follow
+    };
+    struct Best {
+      Program program;
+      std::vector<Program::Written> outputs;
+      size_t passed = 0;  // passed instructions before its last member
+    };
     Program program;
-    std::optional<std::pair<Program, std::vector<Program::Written>>> best;
-    uint32_t j = i;
-    while (j < list.size() && IsElementwiseCandidate(list[j]) &&
-           list[j].operands[0].shape == shape) {
-      Program grown = program;
-      if (!Join(&grown, list[j], j, lowered->constants)) break;
-      program = std::move(grown);
-      ++j;
-      if (program.members.size() >= 2) {
-        if (std::optional<std::vector<Program::Written>> outputs = Outputs(program, last)) {
-          best.emplace(program, std::move(*outputs));
+    std::optional<Best> best;
+    std::vector<Passed> passed;
+    Touches members, passed_touches;
+    std::unordered_map<uint32_t, size_t> passed_index;  // position -> index in `passed`
+    uint32_t looked = 0;
+    for (uint32_t j = i; j < list.size() && looked < kFusionWindow; ++j) {
+      if (done[j]) continue;
+      ++looked;
+      const LoweredInstruction& instruction = list[j];
+      if (component[j] == component[i] && IsElementwiseCandidate(instruction)) {
+        Program grown = program;
+        if (Join(&grown, instruction, j, lowered->constants)) {
+          program = std::move(grown);
+          passed_touches.ForEachConflict(instruction, [&](uint32_t position) {
+            Passed& needed = passed[passed_index.at(position)];
+            if (needed.needed_by == 0) needed.needed_by = program.members.size();
+          });
+          members.Add(instruction, j);
+          if (program.members.size() >= 2) {
+            if (std::optional<std::vector<Program::Written>> outputs = Outputs(program, last)) {
+              best.emplace(Best{program, std::move(*outputs), passed.size()});
+            }
+          }
+          continue;
         }
       }
+      if (members.Conflicts(instruction)) break;
+      Passed entry{j};
+      passed_touches.ForEachConflict(instruction, [&](uint32_t position) {
+        entry.depends_on.push_back(passed_index.at(position));
+      });
+      passed_index.emplace(j, passed.size());
+      passed.push_back(std::move(entry));
+      passed_touches.Add(instruction, j);
     }
     if (!best.has_value()) {
-      result.push_back(std::move(list[i++]));
+      result.push_back(std::move(list[i]));
+      done[i] = true;
       continue;
     }
-    const Program& chosen = best->first;
-    result.push_back(Emit(chosen, best->second, list));
+    const Program& chosen = best->program;
+    // Hoisted: what the chosen members need first, and what that follows.
+    std::vector<bool> hoisted(best->passed, false);
+    for (size_t k = best->passed; k-- > 0;) {
+      if (passed[k].needed_by != 0 && passed[k].needed_by <= chosen.members.size()) {
+        hoisted[k] = true;
+      }
+      if (hoisted[k]) {
+        for (size_t before : passed[k].depends_on) hoisted[before] = true;
+      }
+    }
+    for (size_t k = 0; k < best->passed; ++k) {
+      if (!hoisted[k]) continue;
+      result.push_back(std::move(list[passed[k].position]));
+      done[passed[k].position] = true;
+    }
+    result.push_back(Emit(chosen, best->outputs, list));
+    for (uint32_t member : chosen.members) done[member] = true;
     removed += static_cast<uint32_t>(chosen.members.size()) - 1;
     ++stats->fused_groups;
     stats->fused_members += static_cast<uint32_t>(chosen.members.size());
-    i = chosen.members.back() + 1;
   }
   list = std::move(result);
   return removed;

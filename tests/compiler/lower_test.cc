@@ -1508,6 +1508,49 @@ TEST_F(LowerTest, ElementwiseChainBecomesOneProgramWithTheSameBits) {
   EXPECT_GT(unfused.scratch_peak, 0u);
 }
 
+// An optimizer's update as a compiled graph lists each step for every
+// parameter before the next step (a foreach operator per step): two
+// parameters' chains interleaved, the second half of each reading a
+// one-element value computed in between. Each chain becomes one program (the
+// instructions of the other chain and the scalar passed over, the scalar
+// hoisted before the program that reads it), with the unfused bits.
+TEST_F(LowerTest, InterleavedChainsBecomeOneProgramEach) {
+  Graph g;
+  const uint32_t p = g.AddInput("p", F32(S({6, 70})));
+  const uint32_t q = g.AddInput("q", F32(S({70})));
+  const uint32_t t = g.AddInput("t", F32(S({})));
+  const auto scale = [&](uint32_t v, double by, const char* name) {
+    return Out(g, AddNode(&g, "aten.mul.Tensor", {v, kNoValue}, {A("other", by)}, name));
+  };
+  const uint32_t p1 = scale(p, 0.75, "p_decay");
+  const uint32_t q1 = scale(q, 0.75, "q_decay");
+  const uint32_t p2 = Out(g, AddNode(&g, "aten.sqrt.default", {p1}, {}, "p_sqrt"));
+  const uint32_t q2 = Out(g, AddNode(&g, "aten.sqrt.default", {q1}, {}, "q_sqrt"));
+  const uint32_t c = Out(g, AddNode(&g, "aten.add.Tensor", {t, kNoValue}, {A("other", 1.0)}, "c"));
+  const uint32_t p3 = Out(g, AddNode(&g, "aten.div.Tensor", {p2, c}, {}, "p_div"));
+  const uint32_t q3 = Out(g, AddNode(&g, "aten.div.Tensor", {q2, c}, {}, "q_div"));
+  const uint32_t p4 = Out(g, AddNode(&g, "aten.sub.Tensor", {p, p3}, {}, "p_step"));
+  const uint32_t q4 = Out(g, AddNode(&g, "aten.sub.Tensor", {q, q3}, {}, "q_step"));
+  g.AddOutput("p_new", p4);
+  g.AddOutput("q_new", q4);
+  g.AddOutput("c", c);
+  const std::vector<float> ps = Values(6 * 70, 71), qs = Values(70, 72), ts = {0.5f};
+  std::vector<float> pa(ps.size()), qa(qs.size());
+  for (size_t k = 0; k < ps.size(); ++k) pa[k] = std::fabs(ps[k]);
+  for (size_t k = 0; k < qs.size(); ++k) qa[k] = std::fabs(qs[k]);
+  CompileStats fused, unfused;
+  const auto a = RunFusedAndUnfused(g, {Bytes(pa), Bytes(qa), Bytes(ts)}, &fused, &unfused);
+  ASSERT_EQ(a.size(), 3u);
+  std::vector<double> want(pa.size());
+  for (size_t k = 0; k < pa.size(); ++k) want[k] = pa[k] - std::sqrt(pa[k] * 0.75f) / 1.5f;
+  ExpectNear(a[0], want, 1e-6, "p_new");
+  EXPECT_EQ(unfused.compute_instructions, 9u);
+  // One program per parameter; the scalar's add stays an instruction.
+  EXPECT_EQ(fused.compute_instructions, 3u);
+  EXPECT_EQ(fused.fused_groups, 2u);
+  EXPECT_EQ(fused.fused_members, 8u);
+}
+
 // 250 x (relu(x * w_i + b_i) - x): 1,000 elementwise nodes become programs
 // of at most 8 inputs (x and three iterations' w_i, b_i: 12 instructions
 // each), bit-identical to the unfused executable and to the CPU.
