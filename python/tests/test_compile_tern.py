@@ -324,6 +324,35 @@ def test_fallback_warn_mode_warns_once(monkeypatch):
         torch.compile(_with_unsupported, backend="tern")(x)
 
 
+# --- compiled optimizers ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("capturable", [False, True])
+def test_compiled_adamw_step_matches_eager_with_no_eager_foreach(capturable):
+    # AdamW's foreach operators become per-tensor operators the compiler fuses
+    # (one elementwise program per parameter); step counters on the CPU
+    # (capturable=False) stay CPU foreach operators, not tern fallbacks.
+    torch.manual_seed(0)
+    model = _mlp()
+    twin = copy.deepcopy(model)
+    opts = [torch.optim.AdamW(m.parameters(), lr=1e-2, weight_decay=0.1, capturable=capturable)
+            for m in (model, twin)]
+    compiled_step = torch.compile(opts[0].step, backend="tern")
+    x = torch.randn(8, 16, device="tern")
+    for _ in range(3):
+        for m, opt, step in ((model, opts[0], compiled_step), (twin, opts[1], opts[1].step)):
+            opt.zero_grad()
+            m(x).square().mean().backward()
+            step()
+    for a, b in zip(model.parameters(), twin.parameters()):
+        _close(a, b)
+    for p, q in zip(model.parameters(), twin.parameters()):
+        _close(opts[0].state[p]["exp_avg_sq"], opts[1].state[q]["exp_avg_sq"])
+    stats = ternc.stats()
+    assert stats["fallback_nodes"] == {}, stats["fallback_nodes"]
+    assert stats["partitions"] == 1
+
+
 # --- the persistent cache ---------------------------------------------------------------------
 
 _SECOND_PROCESS = textwrap.dedent("""

@@ -267,6 +267,9 @@ def _unsupported_reason(node: torch.fx.Node) -> str | None:
         source = node.args[0]
         return _unsupported_reason(source) if isinstance(source, torch.fx.Node) else "getitem"
     if name not in _known_ops():
+        tensors = [v for v in _values(node) if isinstance(v, torch.Tensor)]
+        if tensors and all(v.device.type != "tern" for v in tensors):
+            return _OFF_DEVICE  # CPU work in the graph (an optimizer's step counters)
         if _is_factory(node):
             if _factory_elements(node) > _MAX_FOLDED_FACTORY:
                 return _LARGE_FACTORY
@@ -835,11 +838,17 @@ def _partitioned(gm: torch.fx.GraphModule, kind: str) -> Callable:
 def _decompositions() -> dict:
     """PyTorch's core ATen decompositions, less the operators tern's compiler
     lowers itself: a layer norm's backward stays one node (one instruction)
-    instead of a dozen elementwise operators and reductions."""
+    instead of a dozen elementwise operators and reductions; and the foreach
+    operators of optimizers, as the per-tensor operators they stand for."""
     from torch._decomp import core_aten_decompositions
 
+    from ._foreach import foreach_decompositions
+
     known = _known_ops()
-    return {op: fn for op, fn in core_aten_decompositions().items() if str(op) not in known}
+    table = {op: fn for op, fn in core_aten_decompositions().items() if str(op) not in known}
+    # Optimizers' foreach operators, per tensor (see _foreach.py).
+    table.update(foreach_decompositions(known))
+    return table
 
 
 def _make_backend():
