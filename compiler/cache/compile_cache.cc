@@ -39,7 +39,7 @@ static_assert(sizeof(CompileOptions) == sizeof(std::string) + 8,
               "a new CompileOptions field must be added to KeyBytes() in compile_cache.cc");
 // A new CompileStats field must be stored in entries (PutStats/GetStats) and
 // kFormatVersion bumped.
-static_assert(sizeof(CompileStats) == 112,
+static_assert(sizeof(CompileStats) == 120,
               "a new CompileStats field must be stored in cache entries (PutStats, GetStats) "
               "and kFormatVersion bumped");
 
@@ -51,10 +51,10 @@ static_assert(sizeof(CompileStats) == 112,
 //  40  u64 XXH3-64 of bytes 0..39, the key and the stats
 //  48  key, stats, executable
 constexpr char kMagic[8] = {'T', 'E', 'R', 'N', 'C', 'C', 'E', '\0'};
-constexpr uint32_t kFormatVersion = 2;  // 2: the fusion counts in the stats
+constexpr uint32_t kFormatVersion = 3;  // 2: the fusion counts in the stats; 3: mutations
 constexpr size_t kHeaderSize = 48;
 constexpr size_t kHeaderHashOffset = 40;
-constexpr size_t kStatsSize = 16 * 4 + 5 * 8;
+constexpr size_t kStatsSize = 18 * 4 + 5 * 8;
 constexpr size_t kWriteChunk = 1 << 20;
 
 constexpr std::string_view kEntrySuffix = ".entry";  // <32 hex digits>.entry
@@ -171,6 +171,8 @@ void PutStats(const CompileStats& stats, Writer* out) {
   out->U32(stats.epilogues);
   out->U32(stats.fused_groups);
   out->U32(stats.fused_members);
+  out->U32(stats.mutations_in_place);
+  out->U32(stats.mutations_copied);
 }
 
 CompileStats GetStats(std::span<const uint8_t> bytes) {
@@ -190,6 +192,8 @@ CompileStats GetStats(std::span<const uint8_t> bytes) {
   stats.epilogues = in.U32();
   stats.fused_groups = in.U32();
   stats.fused_members = in.U32();
+  stats.mutations_in_place = in.U32();
+  stats.mutations_copied = in.U32();
   return stats;
 }
 

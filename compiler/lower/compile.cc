@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstring>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 
@@ -14,6 +15,7 @@
 #include "compiler/lower/fusion.h"
 #include "compiler/lower/lowering.h"
 #include "compiler/lower/memory_planner.h"
+#include "compiler/lower/mutations.h"
 #include "tern/builder.h"
 #include "tern/status.h"
 
@@ -119,6 +121,8 @@ absl::StatusOr<std::vector<uint8_t>> CompileGraph(const Graph& graph, const Comp
   fusion.instructions_before = fusion.instructions_after =
       static_cast<uint32_t>(lowered->instructions.size());
   if (options.fusion) FuseInstructions(&*lowered, &fusion);
+  MutationStats mutations;
+  const std::vector<uint32_t> shared_input = MakeMutationsSafeInPlace(graph, &*lowered, &mutations);
   const LoweredProgram& program = *lowered;
 
   // Liveness of each scratch buffer: the first and last instruction touching it.
@@ -190,6 +194,10 @@ absl::StatusOr<std::vector<uint8_t>> CompileGraph(const Graph& graph, const Comp
 
   CompileStats counted;
   EngineSynchronizer synchronizer;
+  std::set<uint32_t> shared_inputs;
+  for (uint32_t input : shared_input) {
+    if (input != kNoSharedInput) shared_inputs.insert(input);
+  }
   for (const LoweredInstruction& instruction : program.instructions) {
     const std::string debug_op = DebugOp(graph, instruction);
     const tern_engine_t engine = EngineOf(instruction.opcode);
@@ -199,14 +207,24 @@ absl::StatusOr<std::vector<uint8_t>> CompileGraph(const Graph& graph, const Comp
       const TensorRef& ref = instruction.operands[i];
       operands.push_back(Resolve(ref, placement));
       const tern_segment_t segment = operands.back().segment;
-      // Inputs and constants are never written: reads of them never race.
-      if (segment != TERN_SEGMENT_OUTPUT && segment != TERN_SEGMENT_SCRATCH) continue;
+      // Constants are never written: reads of them never race. An input is
+      // when a mutation's output may share its memory (mutations.h): the
+      // two are one memory here, so that the output's writes wait for the
+      // input's reads on other engines.
+      if (segment == TERN_SEGMENT_INPUT || segment == TERN_SEGMENT_CONSTANT) {
+        if (segment == TERN_SEGMENT_CONSTANT || !shared_inputs.contains(ref.buffer.index)) {
+          continue;
+        }
+      }
       ByteExtent extent = ExtentOf(ref);
       const uint64_t base = operands.back().offset - extent.first;
       extent.first += base;
       extent.end += base;
-      accesses.push_back(
-          {MemoryKey(segment, operands.back().index), extent, i < instruction.written});
+      uint64_t memory = MemoryKey(segment, operands.back().index);
+      if (segment == TERN_SEGMENT_OUTPUT && shared_input[ref.buffer.index] != kNoSharedInput) {
+        memory = MemoryKey(TERN_SEGMENT_INPUT, shared_input[ref.buffer.index]);
+      }
+      accesses.push_back({memory, extent, i < instruction.written});
     }
     for (const SyncInstruction& sync : synchronizer.Add(engine, accesses)) {
       const int64_t ints[3] = {sync.semaphore, static_cast<int64_t>(sync.value), sync.engine};
@@ -271,6 +289,8 @@ absl::StatusOr<std::vector<uint8_t>> CompileGraph(const Graph& graph, const Comp
     counted.epilogues = fusion.epilogues;
     counted.fused_groups = fusion.fused_groups;
     counted.fused_members = fusion.fused_members;
+    counted.mutations_in_place = mutations.in_place;
+    counted.mutations_copied = mutations.copied;
     counted.compile_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     *stats = counted;

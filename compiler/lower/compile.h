@@ -52,6 +52,10 @@ struct CompileStats {
   uint32_t epilogues = 0;
   uint32_t fused_groups = 0;
   uint32_t fused_members = 0;
+  // Graph mutations (mutations.h): written straight into the input, or
+  // computed into scratch and copied there by a last instruction.
+  uint32_t mutations_in_place = 0;
+  uint32_t mutations_copied = 0;
   double compile_ms = 0.0;
 };
 

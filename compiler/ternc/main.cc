@@ -185,6 +185,10 @@ void PrintStats(const CompileStats& stats, uint64_t bytes, CacheOutcome cache) {
       "elementwise programs of {} instructions)\n",
       stats.compute_instructions, stats.compute_instructions_unfused, stats.epilogues,
       stats.fused_groups, stats.fused_members);
+  if (stats.mutations_in_place + stats.mutations_copied > 0) {
+    fmt::print("mutations:      {} written in place, {} copied into their inputs at the end\n",
+               stats.mutations_in_place, stats.mutations_copied);
+  }
   fmt::print("semaphores:     {}\n", stats.semaphores);
   fmt::print("scratch peak:   {} bytes\n", stats.scratch_peak);
   fmt::print("scratch naive:  {} bytes (every buffer its own region)\n", stats.scratch_naive_sum);

@@ -110,11 +110,14 @@ class LowerTest : public ::testing::Test {
   }
 
   // Compiles `graph`, runs it on `inputs` (bytes, in the graph's input
-  // order) and returns every output as f32 values.
+  // order) and returns every output as f32 values. A mutation's output is
+  // bound to its input's buffer (the execution updates the input in place)
+  // unless `mutations_in_place` is false.
   std::vector<std::vector<float>> Run(const Graph& graph,
                                       const std::vector<std::vector<uint8_t>>& inputs,
                                       CompileStats* stats = nullptr,
-                                      const CompileOptions& options = {}) {
+                                      const CompileOptions& options = {},
+                                      bool mutations_in_place = true) {
     absl::StatusOr<std::vector<uint8_t>> executable = CompileGraph(graph, options, stats);
     EXPECT_TRUE(executable.ok()) << executable.status();
     if (!executable.ok()) return {};
@@ -132,12 +135,21 @@ class LowerTest : public ::testing::Test {
       in_bindings.push_back({buffers.back(), 0});
     }
     std::vector<size_t> counts;
-    for (const Graph::Output& output : graph.outputs) {
-      const Value& value = graph.values[output.value];
+    std::vector<tern_buffer_t> read_from;  // per graph output
+    for (uint32_t k = 0; k < graph.outputs.size(); ++k) {
+      const Value& value = graph.values[graph.outputs[k].value];
       EXPECT_EQ(value.type.dtype, TERN_DTYPE_F32) << "the tests read f32 outputs";
       counts.push_back(static_cast<size_t>(*ConstantElements(value.type.shape)));
+      const auto mutation = std::find_if(graph.mutations.begin(), graph.mutations.end(),
+                                         [&](const Graph::Mutation& m) { return m.output == k; });
+      if (mutations_in_place && mutation != graph.mutations.end()) {
+        out_bindings.push_back(in_bindings[mutation->input]);
+        read_from.push_back(in_bindings[mutation->input].buffer);
+        continue;
+      }
       buffers.push_back(Buffer(counts.back() * 4));
       out_bindings.push_back({buffers.back(), 0});
+      read_from.push_back(buffers.back());
     }
     EXPECT_EQ(tern_queue_execute(queue_, loaded, 0, in_bindings.data(),
                                  static_cast<uint32_t>(in_bindings.size()), out_bindings.data(),
@@ -148,7 +160,7 @@ class LowerTest : public ::testing::Test {
     std::vector<std::vector<float>> results;
     for (size_t j = 0; j < counts.size(); ++j) {
       std::vector<float> values(counts[j]);
-      EXPECT_EQ(tern_buffer_read(out_bindings[j].buffer, 0, values.data(), counts[j] * 4), TERN_OK);
+      EXPECT_EQ(tern_buffer_read(read_from[j], 0, values.data(), counts[j] * 4), TERN_OK);
       results.push_back(std::move(values));
     }
     EXPECT_EQ(tern_executable_unload(loaded), TERN_OK);
@@ -1549,6 +1561,51 @@ TEST_F(LowerTest, InterleavedChainsBecomeOneProgramEach) {
   EXPECT_EQ(fused.compute_instructions, 3u);
   EXPECT_EQ(fused.fused_groups, 2u);
   EXPECT_EQ(fused.fused_members, 8u);
+}
+
+// Mutations run in place: each mutated output bound to its input's memory.
+// An optimizer-like update p -= 0.5 * g is written straight there (its
+// instruction reads p and writes it in the same layout); q * 2, which the
+// graph computes before reading the old q again (q + 1), is computed into
+// scratch and copied into its output by a last instruction. Bound to
+// memory of their own, the outputs are the same and the inputs unchanged.
+TEST_F(LowerTest, MutationsAreWrittenIntoTheirInputs) {
+  Graph g;
+  const uint32_t p = g.AddInput("p", F32(S({6, 70})));
+  const uint32_t grad = g.AddInput("g", F32(S({6, 70})));
+  const uint32_t q = g.AddInput("q", F32(S({70})));
+  const uint32_t step =
+      Out(g, AddNode(&g, "aten.mul.Tensor", {grad, kNoValue}, {A("other", 0.5)}, "step"));
+  const uint32_t p_new = Out(g, AddNode(&g, "aten.sub.Tensor", {p, step}, {}, "p_new"));
+  const uint32_t q_new =
+      Out(g, AddNode(&g, "aten.mul.Tensor", {q, kNoValue}, {A("other", 2.0)}, "q_new"));
+  const uint32_t q_old =
+      Out(g, AddNode(&g, "aten.add.Tensor", {q, kNoValue}, {A("other", 1.0)}, "q_old"));
+  g.AddOutput("p_new", p_new);
+  g.AddOutput("q_new", q_new);
+  g.AddOutput("q_old_plus_one", q_old);
+  g.mutations = {{0, 0}, {2, 1}};
+  const std::vector<float> ps = Values(6 * 70, 81), gs = Values(6 * 70, 82), qs = Values(70, 83);
+  for (bool fusion : {true, false}) {
+    SCOPED_TRACE(fusion ? "fused" : "unfused");
+    CompileOptions options;
+    options.fusion = fusion;
+    CompileStats stats;
+    const auto a = Run(g, {Bytes(ps), Bytes(gs), Bytes(qs)}, &stats, options);
+    ASSERT_EQ(a.size(), 3u);
+    std::vector<double> want_p(ps.size()), want_q(qs.size()), want_old(qs.size());
+    for (size_t k = 0; k < ps.size(); ++k) want_p[k] = ps[k] - gs[k] * 0.5f;
+    for (size_t k = 0; k < qs.size(); ++k) want_q[k] = qs[k] * 2.0f;
+    for (size_t k = 0; k < qs.size(); ++k) want_old[k] = qs[k] + 1.0f;
+    ExpectNear(a[0], want_p, 0, "p (in place)");
+    ExpectNear(a[1], want_q, 0, "q (copied in)");
+    ExpectNear(a[2], want_old, 0, "q + 1 from the old q");
+    EXPECT_EQ(stats.mutations_in_place, 1u);
+    EXPECT_EQ(stats.mutations_copied, 1u);
+    const auto apart = Run(g, {Bytes(ps), Bytes(gs), Bytes(qs)}, nullptr, options, false);
+    ASSERT_EQ(apart.size(), 3u);
+    for (size_t k = 0; k < 3; ++k) EXPECT_EQ(BitsOf(apart[k]), BitsOf(a[k])) << "output " << k;
+  }
 }
 
 // 250 x (relu(x * w_i + b_i) - x): 1,000 elementwise nodes become programs
