@@ -231,6 +231,8 @@ py::dict Compile(const py::dict& spec, const std::string& path, const std::strin
   out["epilogues"] = stats.epilogues;
   out["fused_groups"] = stats.fused_groups;
   out["fused_members"] = stats.fused_members;
+  out["mutations_in_place"] = stats.mutations_in_place;
+  out["mutations_copied"] = stats.mutations_copied;
   out["nodes_optimized"] = passes.nodes_after;
   out["optimize_ms"] = passes.optimize_ms;
   out["bytes"] = executable->size();
@@ -262,7 +264,8 @@ void RegisterCompilerBindings(py::module& module) {
                                                    device);
           },
           py::arg("executable"), py::arg("device") = -1)
-      .def("run", &CompiledModel::Run, py::arg("inputs"))
+      .def("run", &CompiledModel::Run, py::arg("inputs"),
+           py::arg("into") = std::vector<std::optional<at::Tensor>>{})
       .def_property_readonly("input_names", &CompiledModel::input_names)
       .def_property_readonly("output_names", &CompiledModel::output_names);
   module.def(

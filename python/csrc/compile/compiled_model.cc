@@ -110,9 +110,13 @@ tern_binding_t Bind(const at::Tensor& tensor, std::vector<at::Tensor>* keep) {
 
 }  // namespace
 
-std::vector<at::Tensor> CompiledModel::Run(const std::vector<at::Tensor>& inputs) const {
+std::vector<at::Tensor> CompiledModel::Run(
+    const std::vector<at::Tensor>& inputs,
+    const std::vector<std::optional<at::Tensor>>& into) const {
   TORCH_CHECK(inputs.size() == inputs_.size(), "the compiled model takes ", inputs_.size(),
               " inputs, got ", inputs.size());
+  TORCH_CHECK(into.empty() || into.size() == outputs_.size(), "the compiled model has ",
+              outputs_.size(), " outputs; `into` names ", into.size());
   const c10::Device device(c10::DeviceType::PrivateUse1, device_);
   std::vector<at::Tensor> bound;
   std::vector<tern_binding_t> in, out;
@@ -131,9 +135,20 @@ std::vector<at::Tensor> CompiledModel::Run(const std::vector<at::Tensor>& inputs
     in.push_back(Bind(bound.back(), &bound));
   }
   std::vector<at::Tensor> results;
-  for (const tern_tensor_info_t& info : outputs_) {
-    results.push_back(at::empty(
-        ShapeOf(info), at::TensorOptions().dtype(ToScalarType(info.dtype)).device(device)));
+  for (size_t j = 0; j < outputs_.size(); ++j) {
+    const tern_tensor_info_t& info = outputs_[j];
+    if (!into.empty() && into[j].has_value()) {
+      const at::Tensor& t = *into[j];
+      TORCH_CHECK(t.device() == device && t.scalar_type() == ToScalarType(info.dtype) &&
+                      t.sizes().vec() == ShapeOf(info) && t.is_contiguous(),
+                  "output ", j, " ('", info.name, "') is to be written into a ", t.scalar_type(),
+                  " tensor of shape ", t.sizes(), " on ", t.device(), "; it must be a contiguous ",
+                  ToScalarType(info.dtype), " tensor of shape ", ShapeOf(info), " on ", device);
+      results.push_back(t);
+    } else {
+      results.push_back(at::empty(
+          ShapeOf(info), at::TensorOptions().dtype(ToScalarType(info.dtype)).device(device)));
+    }
     out.push_back(Bind(results.back(), &bound));
   }
   auto execute = [&] {

@@ -7,6 +7,7 @@
 #include <ATen/Tensor.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,7 +32,12 @@ class CompiledModel {
   // returns new tern tensors holding its outputs. Enqueued on the current
   // stream of the model's device.
   // Thread-safety: any thread; runs on the calling thread's current stream.
-  std::vector<at::Tensor> Run(const std::vector<at::Tensor>& inputs) const;
+  // `into` (empty, or one entry per output): where to write each output, a
+  // contiguous tern tensor of its dtype and shape, or None for a new one (a
+  // graph mutation's output bound to its input's memory updates the input in
+  // place; the compiler made that safe). The results are those tensors.
+  std::vector<at::Tensor> Run(const std::vector<at::Tensor>& inputs,
+                              const std::vector<std::optional<at::Tensor>>& into = {}) const;
 
   std::vector<std::string> input_names() const { return Names(inputs_); }
   std::vector<std::string> output_names() const { return Names(outputs_); }

@@ -260,8 +260,37 @@ def _canonical_target(node: torch.fx.Node):
     return _aliases().get(node.target, node.target)
 
 
+_COPY_INTO_INPUT = torch.ops.aten.copy_.default
+# The reason for a copy_ into an input that no partition takes (a CPU step
+# counter's, or an update whose value is computed eagerly): the copy
+# AOTAutograd would otherwise make after the graph, not a fallback.
+_INPUT_UPDATE = "an input's update, copied eagerly"
+
+
+def _is_input_mutation(node: torch.fx.Node) -> bool:
+    """`copy_(input, value)` that AOTAutograd leaves at the end of an
+    inference graph (keep_inference_input_mutations): an input updated in
+    place, such as an optimizer's parameters and states. In a partition it
+    is a mutation of the compiler graph, whose output the partition binds to
+    the input's own memory."""
+    if node.op != "call_function" or node.target is not _COPY_INTO_INPUT or node.users:
+        return False
+    target, value = node.args[0], node.args[1]
+    if not (isinstance(target, torch.fx.Node) and target.op == "placeholder"
+            and isinstance(value, torch.fx.Node)):
+        return False
+    dst, src = target.meta.get("val"), value.meta.get("val")
+    return (isinstance(dst, torch.Tensor) and isinstance(src, torch.Tensor)
+            and dst.device.type == "tern" and src.device.type == "tern"
+            and dst.dtype == src.dtype and dst.dtype in _DTYPES
+            and list(dst.shape) == list(src.shape) and dst.is_contiguous()
+            and not any(isinstance(d, torch.SymInt) for d in dst.shape))
+
+
 def _unsupported_reason(node: torch.fx.Node) -> str | None:
     """Why tern's compiler cannot take `node` (None: it can)."""
+    if node.target is _COPY_INTO_INPUT:
+        return None if _is_input_mutation(node) else _INPUT_UPDATE
     name = _name(_canonical_target(node))
     if node.target is operator.getitem:
         source = node.args[0]
@@ -387,6 +416,7 @@ class _PartitionConverter(_Converter):
         env = _shape_env(module)
         ranges = env.var_to_range if env is not None else {}
         super().__init__(types.SimpleNamespace(graph=module.graph, range_constraints=ranges))
+        self.pending_mutations: list = []  # (input index, copy_ node, value node)
         if values is not None:
             import sympy
 
@@ -444,10 +474,23 @@ class _PartitionConverter(_Converter):
         return super()._fold(node)
 
     def _call(self, node: torch.fx.Node) -> None:
+        if node.target is _COPY_INTO_INPUT:
+            self._mutation(node)
+            return
         canonical = _canonical_target(node)
         if canonical is not node.target:
             node.target = canonical  # the same computation, under the compiler's name
         super()._call(node)
+
+    def _mutation(self, node: torch.fx.Node) -> None:
+        """copy_(input, value): value becomes an output after the partition's
+        own, paired with the input in the graph's mutations."""
+        target, value = node.args[0], node.args[1]
+        ref = self.refs.get(target.name)
+        if not (isinstance(ref, tuple) and ref[0] == "in"):
+            raise UnsupportedGraph(f"node '{node.name}': copy_ into '{target.name}', which is "
+                                   "not an input taken as it lies")
+        self.pending_mutations.append((ref[1], node.name, value.name))
 
     def _attr(self, value, where: str):
         # A size computed outside the partition is a placeholder whose traced
@@ -462,6 +505,21 @@ class _PartitionConverter(_Converter):
             if not isinstance(value, torch.fx.Node):
                 raise UnsupportedGraph(f"output {k} is {value!r}, not a tensor")
             self.spec["outputs"].append((f"output_{k}", self._ref(value.name)))
+        for input_index, name, value in self.pending_mutations:
+            self.spec["mutations"].append((input_index, len(self.spec["outputs"])))
+            self.spec["outputs"].append((name, self._ref(value)))
+
+
+def spec_mutations(spec: dict | None, module: torch.fx.GraphModule, symbols: set) -> list:
+    """The compiler graph's mutations, from `spec` or, where the partition is
+    converted per size (spec None), from a conversion for its traced sizes."""
+    if spec is not None:
+        return spec["mutations"]
+    if not any(n.target is _COPY_INTO_INPUT for n in module.graph.nodes):
+        return []
+    env = _shape_env(module)
+    hints = getattr(env, "backed_var_to_val", None) or env.var_to_val
+    return _PartitionConverter(module, {s: int(hints[s]) for s in symbols}).convert()["mutations"]
 
 
 def _symbols_used(module: torch.fx.GraphModule) -> set:
@@ -538,6 +596,29 @@ def _count_executable(seconds: float, cache: str, specialization: bool) -> None:
             _STATS.cache_misses += 1
 
 
+def _move_cpu_inputs(tensors: list, device: torch.device) -> None:
+    """CPU tensors among a partition's inputs, moved to `device` in place in
+    the list. A CPU scalar tensor may feed tern operators (PyTorch allows
+    it): the executable reads it from device memory. An optimizer's bias
+    corrections are two such scalars per parameter, computed on the CPU from
+    its step counters: scalars of one dtype go as one tensor (one copy to
+    the device), and each input is a view of it."""
+    on_cpu = [i for i, t in enumerate(tensors) if t.device.type != "tern"]
+    by_dtype: dict = collections.defaultdict(list)
+    for i in on_cpu:
+        if tensors[i].dim() == 0:
+            by_dtype[tensors[i].dtype].append(i)
+    for positions in by_dtype.values():
+        if len(positions) < 2:
+            continue
+        moved = torch.stack([tensors[i] for i in positions]).to(device)
+        for row, i in zip(moved.unbind(), positions):
+            tensors[i] = row
+    for i in on_cpu:
+        if tensors[i].device.type != "tern":
+            tensors[i] = tensors[i].to(device)
+
+
 class _CompiledPartition(torch.nn.Module):
     """A partition of a graph, run as tern executables: one per set of values
     of its symbolic sizes, compiled the first time those sizes come.
@@ -571,6 +652,11 @@ class _CompiledPartition(torch.nn.Module):
             self.spec = None
         output = next(n for n in module.graph.nodes if n.op == "output")
         self.returns_tuple = isinstance(output.args[0], (list, tuple))
+        # Inputs updated in place (copy_ at the end of an inference graph):
+        # (input position, output index) of the compiler graph's mutations,
+        # whose outputs follow the partition's own.
+        self.mutations = [tuple(m) for m in spec_mutations(self.spec, module, self.symbols)]
+        self.own_outputs = len(output.args[0]) if self.returns_tuple else 1
         self.input_orders = _input_orders(module)
         self.executables: dict[tuple, Any] = {}
         self.lock = threading.Lock()
@@ -646,15 +732,27 @@ class _CompiledPartition(torch.nn.Module):
 
     def forward(self, *args):
         model = self._executable(self._sizes(args) if self.symbols else {})
-        # A CPU scalar tensor may feed tern operators (PyTorch allows it): the
-        # executable reads it from device memory.
-        tensors = [a if a.device.type == "tern" else a.to(self.device)
-                   for i, a in enumerate(args) if i not in self.size_positions]
+        tensors = [a for i, a in enumerate(args) if i not in self.size_positions]
+        _move_cpu_inputs(tensors, self.device)
         for position, order in self.input_orders.items():
             # In memory order: contiguous when laid out as traced (if not,
             # the model copies it, as any non-contiguous input).
             tensors[position] = tensors[position].permute(order)
-        outputs = model.run(tensors)
+        into = None
+        if self.mutations:
+            # Each mutated input's output is bound to the input's memory: the
+            # execution updates it in place (the compiler ordered its reads
+            # before that output's writes). A non-contiguous input gets a new
+            # output, copied into it afterwards.
+            into = [None] * len(model.output_names)
+            for position, output in self.mutations:
+                if tensors[position].is_contiguous():
+                    into[output] = tensors[position]
+        outputs = model.run(tensors, into) if into is not None else model.run(tensors)
+        for position, output in self.mutations:
+            if outputs[output] is not tensors[position]:
+                tensors[position].copy_(outputs[output])
+        outputs = outputs[:self.own_outputs]
         return tuple(outputs) if self.returns_tuple else outputs[0]
 
 
@@ -754,6 +852,19 @@ def _view_tails(gm: torch.fx.GraphModule) -> set:
     return tails
 
 
+def _misplaced_updates(partitions) -> list:
+    """The input updates (copy_ into a placeholder) in `partitions` whose
+    input some node outside that partition reads."""
+    misplaced = []
+    for partition in partitions:
+        for node in partition.nodes:
+            if node.target is _COPY_INTO_INPUT and any(
+                    user is not node and user not in partition.nodes
+                    for user in node.args[0].users):
+                misplaced.append(node)
+    return misplaced
+
+
 # A graph is partitioned again without the node the compiler refused, at most
 # this many times; then the rest of the refused partition runs eagerly.
 _MAX_REPARTITIONS = 16
@@ -770,10 +881,20 @@ def _partitioned(gm: torch.fx.GraphModule, kind: str) -> Callable:
     # Nodes the front end or compiler refused, and views left to the graph.
     refused: dict[torch.fx.Node, str] = {n: _VIEW_TAIL for n in _view_tails(gm)}
     for attempt in range(_MAX_REPARTITIONS + 1):
-        support = _TernSupport(refused)
-        partitioner = CapabilityBasedPartitioner(gm, support, allows_single_node_partition=True)
-        partitions = [p for p in partitioner.propose_partitions()
-                      if any(_is_compute(n) for n in p.nodes)]
+        while True:
+            support = _TernSupport(refused)
+            partitioner = CapabilityBasedPartitioner(gm, support,
+                                                     allows_single_node_partition=True)
+            partitions = [p for p in partitioner.propose_partitions()
+                          if any(_is_compute(n) for n in p.nodes)]
+            # An input's update runs in place inside its partition's
+            # execution: only where that partition is the input's only reader
+            # (any other would read it after the update, or race with it).
+            misplaced = _misplaced_updates(partitions)
+            if not misplaced:
+                break
+            for n in misplaced:
+                refused[n] = _INPUT_UPDATE
         # Each partition is converted and compiled (for its traced sizes)
         # before the graph is changed: a refusal names a node, which is then
         # left out and the graph partitioned again.
@@ -799,7 +920,7 @@ def _partitioned(gm: torch.fx.GraphModule, kind: str) -> Callable:
                  if n.op == "call_function" and n not in in_partitions
                  and _name(n.target) not in _SIZE_OPS and not _is_size_arithmetic(n)
                  and n in support.reasons
-                 and support.reasons[n] not in (_OFF_DEVICE, _LARGE_FACTORY)
+                 and support.reasons[n] not in (_OFF_DEVICE, _LARGE_FACTORY, _INPUT_UPDATE)
                  and _is_compute(n)]
     _report_fallbacks(kind, fallbacks, support.reasons)
     if not partitions:
@@ -865,9 +986,14 @@ def _make_backend():
 
     from torch._functorch.partitioners import min_cut_rematerialization_partition
 
+    # keep_inference_input_mutations: an inference graph (an optimizer's
+    # step) ends with copy_(input, value) for each input it updates, which a
+    # partition takes as a mutation and runs in place, instead of returning
+    # the values for AOTAutograd to copy back one tensor at a time.
     return aot_autograd(fw_compiler=forward, bw_compiler=backward,
                         inference_compiler=inference, decompositions=_decompositions(),
-                        partition_fn=min_cut_rematerialization_partition)
+                        partition_fn=min_cut_rematerialization_partition,
+                        keep_inference_input_mutations=True)
 
 
 def backend(gm: torch.fx.GraphModule, example_inputs: Sequence):
