@@ -45,15 +45,21 @@ inline std::map<int, long> WhenRunning(const std::string& name, size_t count) {
   return now;
 }
 
-// SwitchesOfThreadsNamed(name) once two looks 5 ms apart agree (every such
-// thread asleep), or the last look after 2 s.
+// SwitchesOfThreadsNamed(name) once five looks 5 ms apart agree (every such
+// thread asleep), or the last look after 2 s. Two looks were not enough: in
+// the ThreadSanitizer build, beside another test, an engine still taking its
+// naps went 5 ms without a switch (waiting for a CPU) and was taken for
+// asleep.
 // Thread-safety: any thread.
 inline std::map<int, long> WhenAsleep(const std::string& name) {
+  constexpr int kAgreeingLooks = 5;
   std::map<int, long> before, now = SwitchesOfThreadsNamed(name);
-  for (int tries = 0; tries < 400 && now != before; ++tries) {
+  int agreeing = 1;
+  for (int tries = 0; tries < 400 && agreeing < kAgreeingLooks; ++tries) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
     before = now;
     now = SwitchesOfThreadsNamed(name);
+    agreeing = now == before ? agreeing + 1 : 1;
   }
   return now;
 }
