@@ -3,8 +3,8 @@
 One run prints everything:
 
 1. Training step time. A training step is forward, loss, backward and an
-   AdamW step (the optimizer runs eagerly in every configuration: only the
-   model, loss included, is compiled). Two models:
+   AdamW step (the optimizer runs eagerly in the four main configurations:
+   only the model, loss included, is compiled). Two models:
 
    - a small GPT-2 (transformers, 2 layers, 128 wide, 4 heads, vocabulary
      512, dropout 0) on batch 4 x 64 tokens, its loss the model's own
@@ -15,7 +15,10 @@ One run prints everything:
 
    Four configurations each: compiled tern (``torch.compile(m,
    backend="tern")``), eager tern, PyTorch CPU eager, and CPU inductor
-   (``torch.compile(m)`` on the CPU). Each is warmed up (the compiles are
+   (``torch.compile(m)`` on the CPU); and two that compile the optimizer's
+   step too (``torch.compile(opt.step, ...)``): compiled tern + AdamW (the
+   backend keeps its step counters on the device, as Dynamo does for CUDA
+   parameters) and CPU inductor + AdamW. Each is warmed up (the compiles are
    timed apart, not in the step figures), then the configurations take turns
    round by round, their order rotating, a few steps at a time; every step
    ends with a synchronize (tern is asynchronous) and is timed on its own.
@@ -200,12 +203,15 @@ class Trainer:
     """One configuration: a model (possibly compiled) on a device, its AdamW
     and its batch. step() runs one training step and waits for it."""
 
-    def __init__(self, model: nn.Module, batch: tuple, device: str, compile_kwargs=None):
+    def __init__(self, model: nn.Module, batch: tuple, device: str, compile_kwargs=None,
+                 optimizer_kwargs=None):
         self.device = device
         self.model = model.to(device)
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-3)
         self.fn = self.model if compile_kwargs is None else torch.compile(self.model,
                                                                           **compile_kwargs)
+        self.opt_step = (self.opt.step if optimizer_kwargs is None
+                         else torch.compile(self.opt.step, **optimizer_kwargs))
         self.batch = tuple(t.to(device) for t in batch)
         self.loss = None
         self.steps = 0
@@ -214,7 +220,7 @@ class Trainer:
         self.steps += 1
         self.loss = self.fn(*self.batch)
         self.loss.backward()
-        self.opt.step()
+        self.opt_step()
         self.opt.zero_grad(set_to_none=True)
         sync(self.device)
 
@@ -227,7 +233,7 @@ class Trainer:
         self.loss.backward()
         sync(self.device)
         t1 = time.perf_counter()
-        self.opt.step()
+        self.opt_step()
         self.opt.zero_grad(set_to_none=True)
         sync(self.device)
         return t1 - t0, time.perf_counter() - t1
@@ -248,7 +254,7 @@ def dynamo_frames() -> int:
 
 
 def bench_training(name: str, make_model, batch: tuple, quick: bool, targets: bool) -> None:
-    """Times the four configurations' training steps; `targets`: print the
+    """Times the configurations' training steps; `targets`: print the
     P10 targets beside the speedups."""
     base = make_model()
     configs = {
@@ -256,6 +262,10 @@ def bench_training(name: str, make_model, batch: tuple, quick: bool, targets: bo
         "eager tern": lambda: Trainer(copy.deepcopy(base), batch, "tern"),
         "CPU eager": lambda: Trainer(copy.deepcopy(base), batch, "cpu"),
         "CPU inductor": lambda: Trainer(copy.deepcopy(base), batch, "cpu", {}),
+        # The same with the optimizer's step compiled too.
+        "compiled tern + AdamW": lambda: Trainer(copy.deepcopy(base), batch, "tern",
+                                                 {"backend": "tern"}, {"backend": "tern"}),
+        "CPU inductor + AdamW": lambda: Trainer(copy.deepcopy(base), batch, "cpu", {}, {}),
     }
     torch._dynamo.reset()
     tc.reset_stats()
@@ -306,21 +316,25 @@ def bench_training(name: str, make_model, batch: tuple, quick: bool, targets: bo
     for label in configs:
         if label in med:
             t = times[label]
-            print(f"  {label:14s} {med[label]:9.2f} ms  (min {min(t) * 1e3:.2f}, max "
+            print(f"  {label:21s} {med[label]:9.2f} ms  (min {min(t) * 1e3:.2f}, max "
                   f"{max(t) * 1e3:.2f}; first step, compiles included: {first[label]:.2f} s; "
                   f"loss after {trainers[label].steps} steps {trainers[label].loss.item():.5f})")
         else:
-            print(f"  {label:14s}       n/a  ({failed[label].splitlines()[0][:300]})")
+            print(f"  {label:21s}       n/a  ({failed[label].splitlines()[0][:300]})")
 
-    def speedup(other: str, target: str = "") -> str:
-        if "compiled tern" not in med or other not in med:
+    def speedup(other: str, target: str = "", compiled: str = "compiled tern") -> str:
+        if compiled not in med or other not in med:
             return f"vs {other}: n/a"
-        return f"vs {other}: {med[other] / med['compiled tern']:.2f}x{target}"
+        return f"vs {other}: {med[other] / med[compiled]:.2f}x{target}"
 
     print("  speedup of compiled tern (other time / compiled time): "
           + "; ".join([speedup("eager tern", " (target >= 2)" if targets else ""),
                        speedup("CPU eager"),
                        speedup("CPU inductor", " (target >= 1)" if targets else "")]))
+    print("  speedup of compiled tern + AdamW: "
+          + "; ".join([speedup("eager tern", compiled="compiled tern + AdamW"),
+                       speedup("compiled tern", compiled="compiled tern + AdamW"),
+                       speedup("CPU inductor + AdamW", compiled="compiled tern + AdamW")]))
     print("  split, synchronizing after the backward too (median ms): " + "; ".join(
         f"{label} {statistics.median(f for f, _ in v) * 1e3:.2f} forward + backward, "
         f"{statistics.median(o for _, o in v) * 1e3:.2f} AdamW" for label, v in split.items()))

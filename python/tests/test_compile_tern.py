@@ -330,8 +330,7 @@ def test_fallback_warn_mode_warns_once(monkeypatch):
 @pytest.mark.parametrize("capturable", [False, True])
 def test_compiled_adamw_step_matches_eager_with_no_eager_foreach(capturable):
     # AdamW's foreach operators become per-tensor operators the compiler fuses
-    # (one elementwise program per parameter); step counters on the CPU
-    # (capturable=False) stay CPU foreach operators, not tern fallbacks.
+    # (one elementwise program per parameter).
     torch.manual_seed(0)
     model = _mlp()
     twin = copy.deepcopy(model)
@@ -348,6 +347,10 @@ def test_compiled_adamw_step_matches_eager_with_no_eager_foreach(capturable):
         _close(a, b)
     for p, q in zip(model.parameters(), twin.parameters()):
         _close(opts[0].state[p]["exp_avg_sq"], opts[1].state[q]["exp_avg_sq"])
+        # Compiled, the step counters live on the device either way (as
+        # Dynamo makes them for CUDA parameters); eagerly, as asked.
+        assert opts[0].state[p]["step"].device.type == "tern"
+        assert opts[1].state[q]["step"].device.type == ("tern" if capturable else "cpu")
     stats = ternc.stats()
     assert stats["fallback_nodes"] == {}, stats["fallback_nodes"]
     assert stats["partitions"] == 1

@@ -1012,5 +1012,7 @@ _BACKEND = None
 # "torch_dynamo_backends" entry point), before it traces: tern's device
 # interface must be there by then.
 from .. import _device_interface  # noqa: E402
+from ._optimizers import keep_step_counters_on_device  # noqa: E402
 
 _device_interface.register()
+keep_step_counters_on_device()
