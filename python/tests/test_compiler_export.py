@@ -443,3 +443,37 @@ def test_export_cache_concurrent_processes_get_the_same_bytes(tmp_path, export_c
     assert outcome(start("later.tern")) == "hit"
     assert (tmp_path / "later.tern").read_bytes() in blobs
     print(f"concurrent exports: {outcomes}")
+
+
+def test_an_export_the_decompositions_would_not_change_is_not_traced_again():
+    # A graph of operators the compiler takes as they are, none of which the
+    # core ATen table decomposes, skips run_decompositions (a second trace of
+    # the whole program) and converts to the same compiler graph; one with
+    # rms_norm (which the table decomposes) does not skip it.
+    from torch_tern.compiler import _frontend
+
+    class Chain(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.randn(4, 8))
+
+        def forward(self, x):
+            for i in range(4):
+                x = torch.relu(x * self.w[i] + 1.0) - x
+            return x
+
+    class Norm(nn.Module):
+        def forward(self, x):
+            return torch.nn.functional.rms_norm(x, (8,)) * 2
+
+    x = torch.randn(3, 8)
+    program = torch.export.export(Chain(), (x,))
+    assert not _frontend._needs_decompositions(program)
+
+    def computation(spec):
+        return ([(op, inputs, attrs) for op, inputs, attrs, _, _ in spec["nodes"]],
+                [i[1:] for i in spec["inputs"]], [o[1] for o in spec["outputs"]])
+
+    assert computation(_frontend.to_graph_spec(program)) == computation(
+        _frontend.to_graph_spec(program.run_decompositions()))
+    assert _frontend._needs_decompositions(torch.export.export(Norm(), (x,)))
