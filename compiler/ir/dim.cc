@@ -91,6 +91,13 @@ std::string ShapeString(const Shape& shape, const std::vector<Symbol>& symbols) 
   return text + "]";
 }
 
+std::vector<int64_t> StaticSizes(const Shape& shape) {
+  std::vector<int64_t> sizes;
+  sizes.reserve(shape.size());
+  for (const Dim& dim : shape) sizes.push_back(dim.offset());
+  return sizes;
+}
+
 std::optional<int64_t> ConstantElements(const Shape& shape) {
   int64_t count = 1;
   for (const Dim& dim : shape) {

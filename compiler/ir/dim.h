@@ -82,6 +82,10 @@ std::string ShapeString(const Shape& shape, const std::vector<Symbol>& symbols);
 // The number of elements when every dim is constant.
 std::optional<int64_t> ConstantElements(const Shape& shape);
 
+// Each dim's constant part: the sizes of a shape the compiler has made
+// static (bind_symbols.h), as lowering and emission use them.
+std::vector<int64_t> StaticSizes(const Shape& shape);
+
 }  // namespace tern::compiler
 
 #endif  // TERN_COMPILER_IR_DIM_H_

@@ -32,12 +32,6 @@ absl::Status BuilderError(tern_status_t status, std::string_view what) {
                                          tern_last_error_message()));
 }
 
-std::vector<int64_t> ShapeOf(const TensorType& type) {
-  std::vector<int64_t> shape;
-  for (const Dim& dim : type.shape) shape.push_back(dim.offset());
-  return shape;
-}
-
 // The debug op of an instruction: "linear_1 @ model.py:42", or what it copies.
 std::string DebugOp(const Graph& graph, const LoweredInstruction& instruction) {
   if (instruction.node == kNoNode) {
@@ -170,7 +164,7 @@ absl::StatusOr<std::vector<uint8_t>> CompileGraph(const Graph& graph, const Comp
   }
   for (uint32_t id : graph.inputs) {
     const Value& value = graph.values[id];
-    const std::vector<int64_t> shape = ShapeOf(value.type);
+    const std::vector<int64_t> shape = StaticSizes(value.type.shape);
     if (tern_status_t s =
             tern_builder_add_input(builder.get(), value.name.c_str(), value.type.dtype,
                                    static_cast<uint32_t>(shape.size()), shape.data(), nullptr);
@@ -180,7 +174,7 @@ absl::StatusOr<std::vector<uint8_t>> CompileGraph(const Graph& graph, const Comp
   }
   for (const Graph::Output& output : graph.outputs) {
     const TensorType& type = graph.values[output.value].type;
-    const std::vector<int64_t> shape = ShapeOf(type);
+    const std::vector<int64_t> shape = StaticSizes(type.shape);
     if (tern_status_t s =
             tern_builder_add_output(builder.get(), output.name.c_str(), type.dtype,
                                     static_cast<uint32_t>(shape.size()), shape.data(), nullptr);
@@ -207,15 +201,12 @@ absl::StatusOr<std::vector<uint8_t>> CompileGraph(const Graph& graph, const Comp
       const TensorRef& ref = instruction.operands[i];
       operands.push_back(Resolve(ref, placement));
       const tern_segment_t segment = operands.back().segment;
-      // Constants are never written: reads of them never race. An input is
-      // when a mutation's output may share its memory (mutations.h): the
-      // two are one memory here, so that the output's writes wait for the
-      // input's reads on other engines.
-      if (segment == TERN_SEGMENT_INPUT || segment == TERN_SEGMENT_CONSTANT) {
-        if (segment == TERN_SEGMENT_CONSTANT || !shared_inputs.contains(ref.buffer.index)) {
-          continue;
-        }
-      }
+      // Constants are never written: reads of them never race. Nor are
+      // inputs, but those whose memory a mutation's output may share
+      // (mutations.h): the two are one memory here, so that the output's
+      // writes wait for the input's reads on other engines.
+      if (segment == TERN_SEGMENT_CONSTANT) continue;
+      if (segment == TERN_SEGMENT_INPUT && !shared_inputs.contains(ref.buffer.index)) continue;
       ByteExtent extent = ExtentOf(ref);
       const uint64_t base = operands.back().offset - extent.first;
       extent.first += base;

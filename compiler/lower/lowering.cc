@@ -296,9 +296,7 @@ class Lowerer {
   }
 
   std::vector<int64_t> ShapeOf(uint32_t value) const {
-    std::vector<int64_t> shape;
-    for (const Dim& dim : graph_.values[value].type.shape) shape.push_back(dim.offset());
-    return shape;
+    return StaticSizes(graph_.values[value].type.shape);
   }
   tern_dtype_t DtypeOf(uint32_t value) const { return graph_.values[value].type.dtype; }
 

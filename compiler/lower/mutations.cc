@@ -79,18 +79,17 @@ std::vector<uint32_t> MakeMutationsSafeInPlace(const Graph& graph, LoweredProgra
     // Computed into scratch of its own, copied into the output after every
     // instruction (the copy waits for the input's last reader).
     const TensorType& type = graph.values[graph.outputs[mutation.output].value].type;
-    std::vector<int64_t> shape;
-    for (const Dim& dim : type.shape) shape.push_back(dim.offset());
-    int64_t elements = 1;
-    for (int64_t d : shape) elements *= d;
-    program->scratch_bytes.push_back(static_cast<uint64_t>(elements) * tern_dtype_size(type.dtype));
     const BufferRef scratch{BufferRef::kScratch,
-                            static_cast<uint32_t>(program->scratch_bytes.size() - 1)};
+                            static_cast<uint32_t>(program->scratch_bytes.size())};
+    const TensorRef whole = TensorRef::Contiguous(output, type.dtype, StaticSizes(type.shape));
+    TensorRef staged = whole;
+    staged.buffer = scratch;
+    program->scratch_bytes.push_back(static_cast<uint64_t>(whole.Elements()) *
+                                     tern_dtype_size(type.dtype));
     Retarget(&list, output, scratch);
     LoweredInstruction copy;
     copy.opcode = TERN_OP_COPY;
-    copy.operands = {TensorRef::Contiguous(output, type.dtype, shape),
-                     TensorRef::Contiguous(scratch, type.dtype, shape)};
+    copy.operands = {whole, staged};
     copy.output = mutation.output;
     copies.push_back(std::move(copy));
     if (stats != nullptr) ++stats->copied;
