@@ -510,18 +510,6 @@ class _PartitionConverter(_Converter):
             self.spec["outputs"].append((name, self._ref(value)))
 
 
-def spec_mutations(spec: dict | None, module: torch.fx.GraphModule, symbols: set) -> list:
-    """The compiler graph's mutations, from `spec` or, where the partition is
-    converted per size (spec None), from a conversion for its traced sizes."""
-    if spec is not None:
-        return spec["mutations"]
-    if not any(n.target is _COPY_INTO_INPUT for n in module.graph.nodes):
-        return []
-    env = _shape_env(module)
-    hints = getattr(env, "backed_var_to_val", None) or env.var_to_val
-    return _PartitionConverter(module, {s: int(hints[s]) for s in symbols}).convert()["mutations"]
-
-
 def _symbols_used(module: torch.fx.GraphModule) -> set:
     """The symbolic sizes any value of the graph depends on."""
     used: set = set()
@@ -654,8 +642,9 @@ class _CompiledPartition(torch.nn.Module):
         self.returns_tuple = isinstance(output.args[0], (list, tuple))
         # Inputs updated in place (copy_ at the end of an inference graph):
         # (input position, output index) of the compiler graph's mutations,
-        # whose outputs follow the partition's own.
-        self.mutations = [tuple(m) for m in spec_mutations(self.spec, module, self.symbols)]
+        # whose outputs follow the partition's own. Taken from the converted
+        # graph (_executable, which the end of __init__ calls).
+        self.mutations: list = []
         self.own_outputs = len(output.args[0]) if self.returns_tuple else 1
         self.input_orders = _input_orders(module)
         self.executables: dict[tuple, Any] = {}
@@ -713,6 +702,7 @@ class _CompiledPartition(torch.nn.Module):
                 bindings = {k: v for k, v in bindings.items() if k in declared}
             else:
                 spec, bindings = _PartitionConverter(self.module, sizes).convert(), {}
+            self.mutations = [tuple(m) for m in spec["mutations"]]  # the same for every size
             result = _C._compiler_compile(spec, "", "", True, bindings=bindings,
                                           cache_dir=_compile_cache_directory())
             model = _C._CompiledModel.from_bytes(result["executable"])
