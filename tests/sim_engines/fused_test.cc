@@ -224,6 +224,66 @@ TEST(ElementwiseProgram, LongChainsReuseDeadBuffers) {
   }
 }
 
+// Runs of add/sub/mul/div steps that each take the step before them run as
+// one pass in registers (a chain): every orientation (the running value on
+// the left, on the right, on both sides), constants and inputs as the other
+// operand, a constant step in the middle of a chain, and chains ended by a
+// result another step reads and by an output. Lengths around the 16- and
+// 64-element blocks, so the vector blocks and the scalar tail all run; the
+// same bits as the operations one by one.
+TEST(ElementwiseProgram, ChainsOfArithmeticGiveTheStepsBits) {
+  // r8 = a - b; r9 = r8 * r8; r10 = 0.75; r11 = r10 / r9; r12 = r11 + a;
+  // r13 = b - r12; r14 = r13 + r13; r15 = r10 * r14; r16 = r15 / b;
+  // r17 = r16 - r16; r18 = r16 * a  (r16 read twice: the chain ends at r16);
+  // r19 = r18 / r18; r20 = r18 + r19 (r18 an output: the chain ends at r18);
+  // r21 = 2; r22 = r21 - r20; r23 = r22 / a; r24 = r12 + r17;
+  // out0 = r17, out1 = r18, out2 = r23, out3 = r24.
+  const std::vector<std::array<int64_t, 5>> steps = {
+      {TERN_STEP_BINARY, TERN_BINARY_SUB, 0, 1, 0},    // r8
+      {TERN_STEP_BINARY, TERN_BINARY_MUL, 8, 8, 0},    // r9
+      {TERN_STEP_CONSTANT, 0, 0, 0, 0},                // r10
+      {TERN_STEP_BINARY, TERN_BINARY_DIV, 10, 9, 0},   // r11
+      {TERN_STEP_BINARY, TERN_BINARY_ADD, 11, 0, 0},   // r12
+      {TERN_STEP_BINARY, TERN_BINARY_SUB, 1, 12, 0},   // r13
+      {TERN_STEP_BINARY, TERN_BINARY_ADD, 13, 13, 0},  // r14
+      {TERN_STEP_BINARY, TERN_BINARY_MUL, 10, 14, 0},  // r15
+      {TERN_STEP_BINARY, TERN_BINARY_DIV, 15, 1, 0},   // r16
+      {TERN_STEP_BINARY, TERN_BINARY_SUB, 16, 16, 0},  // r17
+      {TERN_STEP_BINARY, TERN_BINARY_MUL, 16, 0, 0},   // r18
+      {TERN_STEP_BINARY, TERN_BINARY_DIV, 18, 18, 0},  // r19
+      {TERN_STEP_BINARY, TERN_BINARY_ADD, 18, 19, 0},  // r20
+      {TERN_STEP_CONSTANT, 0, 1, 0, 0},                // r21 = 2
+      {TERN_STEP_BINARY, TERN_BINARY_SUB, 21, 20, 0},  // r22
+      {TERN_STEP_BINARY, TERN_BINARY_DIV, 22, 0, 0},   // r23
+      {TERN_STEP_BINARY, TERN_BINARY_ADD, 12, 17, 0},  // r24
+  };
+  std::mt19937_64 rng(21);
+  for (int64_t cols : {int64_t{1}, int64_t{15}, int64_t{16}, int64_t{63}, int64_t{64}, int64_t{100},
+                       int64_t{1000}, int64_t{5000}}) {
+    SCOPED_TRACE(cols);
+    const Shape shape = {3, cols};
+    Tensor a(TERN_DTYPE_F32, shape), b = Tensor::Broadcast(TERN_DTYPE_F32, shape, {false, true});
+    a.Randomize(rng, -3, 3);
+    b.Randomize(rng, 0.5, 2);
+    Tensor out0(TERN_DTYPE_F32, shape), out1(TERN_DTYPE_F32, shape), out2(TERN_DTYPE_F32, shape),
+        out3(TERN_DTYPE_F32, shape);
+    ASSERT_TRUE(Exec(TERN_OP_ELEMENTWISE, Operands({&out0, &out1, &out2, &out3}, {&a, &b}),
+                     Program(steps, {17, 18, 23, 24}), {0.75, 2.0})
+                    .ok());
+    for (int64_t i = 0; i < a.count(); ++i) {
+      const float x = static_cast<float>(a.Get(i)), y = static_cast<float>(b.Get(i));
+      const float r8 = x - y, r9 = r8 * r8, r11 = 0.75f / r9, r12 = r11 + x, r13 = y - r12,
+                  r14 = r13 + r13, r15 = 0.75f * r14, r16 = r15 / y, r17 = r16 - r16, r18 = r16 * x,
+                  r19 = r18 / r18, r20 = r18 + r19, r22 = 2.0f - r20, r23 = r22 / x,
+                  r24 = r12 + r17;
+      ASSERT_EQ(static_cast<float>(out0.Get(i)), r17) << i;
+      ASSERT_EQ(static_cast<float>(out1.Get(i)), r18) << i;
+      ASSERT_EQ(static_cast<float>(out2.Get(i)), r23) << i;
+      ASSERT_EQ(static_cast<float>(out3.Get(i)), r24) << i;
+    }
+  }
+}
+
 // A binary step with a constant operand reads the value itself, on either
 // side; a step of two constants, and a constant that is an output, read the
 // constant's buffer. Over enough elements for several chunks and parts.

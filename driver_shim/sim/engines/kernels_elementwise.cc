@@ -1230,6 +1230,167 @@ struct ProgramStep {
   float constant = 0;
 };
 
+// --- chains: a run of arithmetic steps computed in a register ---------------------
+//
+// A program's steps run one at a time over a chunk, each a pass of loads and
+// stores through the L1 cache (about 3 cycles per 16 floats per step on an
+// AMD EPYC Zen 4, bound by the stores). A chain is a run of add, subtract,
+// multiply and divide steps in which each step takes the one before it as an
+// operand and nothing else reads that result: it runs as one pass over the
+// chunk, 16 floats at a time, the running value kept in a vector register and
+// each step loading only its other operand. Every step is still the same
+// single IEEE operation on the same operands in the same order (nothing is
+// contracted into a fused multiply-add: ISO C++ mode, -ffp-contract=off), so
+// a chain gives the bits of its steps run one by one.
+
+// What a link does with the running value v and its other operand s.
+enum ChainOp : uint8_t {
+  kAddVS,
+  kAddSV,
+  kAddVV,  // v + s, s + v, v + v
+  kSubVS,
+  kSubSV,
+  kSubVV,
+  kMulVS,
+  kMulSV,
+  kMulVV,
+  kDivVS,
+  kDivSV,
+  kDivVV,
+};
+
+// One step of a chain: its operation, and its other operand: `side` (a chunk
+// of floats, or a constant's chunk read at element 0: `side_mask` 0).
+struct ChainLink {
+  ChainOp op;
+  const float* side;
+  int64_t side_mask;  // ~0 for an array, 0 for a constant
+};
+
+// A binary function a chain can take, as the ChainOp for "v fn s".
+bool ChainableBinary(int64_t fn, ChainOp* op) {
+  switch (fn) {
+    case TERN_BINARY_ADD:
+      *op = kAddVS;
+      return true;
+    case TERN_BINARY_SUB:
+      *op = kSubVS;
+      return true;
+    case TERN_BINARY_MUL:
+      *op = kMulVS;
+      return true;
+    case TERN_BINARY_DIV:
+      *op = kDivVS;
+      return true;
+    default:
+      return false;
+  }
+}
+
+// v = v op s. (By reference: a 64-byte vector passed by value changes the
+// calling convention between the clones, which GCC warns of.)
+template <typename V>
+TERN_INLINE void ApplyChainOp(ChainOp op, V& v, const V& s) {
+  switch (op) {
+    case kAddVS:
+      v = v + s;
+      return;
+    case kAddSV:
+      v = s + v;
+      return;
+    case kAddVV:
+      v = v + v;
+      return;
+    case kSubVS:
+      v = v - s;
+      return;
+    case kSubSV:
+      v = s - v;
+      return;
+    case kSubVV:
+      v = v - v;
+      return;
+    case kMulVS:
+      v = v * s;
+      return;
+    case kMulSV:
+      v = s * v;
+      return;
+    case kMulVV:
+      v = v * v;
+      return;
+    case kDivVS:
+      v = v / s;
+      return;
+    case kDivSV:
+      v = s / v;
+      return;
+    default:  // kDivVV
+      v = v / v;
+      return;
+  }
+}
+
+// 16 floats, one AVX-512 register (two AVX2 ones, four SSE ones).
+typedef float ChainVector __attribute__((vector_size(64)));
+
+TERN_INLINE void LoadChainVector(const float* p, ChainVector& v) { std::memcpy(&v, p, sizeof(v)); }
+
+// out[0, m) = the chain: v = head (head_mask as a link's), then each link.
+TERN_VECTOR_CLONES
+void RunChainF32(const float* head, int64_t head_mask, const ChainLink* links, int count,
+                 float* out, int64_t m) {
+  int64_t j = 0;
+  // Four vectors at a time: a link's operation waits for the one before it
+  // (3-4 cycles), so one vector alone would wait out every link's latency.
+  for (; j + 64 <= m; j += 64) {
+    ChainVector v[4], s[4];
+    for (int q = 0; q < 4; ++q) LoadChainVector(head + ((j + 16 * q) & head_mask), v[q]);
+    for (int k = 0; k < count; ++k) {
+      const ChainLink& link = links[k];
+      for (int q = 0; q < 4; ++q)
+        LoadChainVector(link.side + ((j + 16 * q) & link.side_mask), s[q]);
+      switch (link.op) {
+#define TERN_CHAIN_CASE(op, expr)              \
+  case op:                                     \
+    for (int q = 0; q < 4; ++q) v[q] = (expr); \
+    break
+        TERN_CHAIN_CASE(kAddVS, v[q] + s[q]);
+        TERN_CHAIN_CASE(kAddSV, s[q] + v[q]);
+        TERN_CHAIN_CASE(kAddVV, v[q] + v[q]);
+        TERN_CHAIN_CASE(kSubVS, v[q] - s[q]);
+        TERN_CHAIN_CASE(kSubSV, s[q] - v[q]);
+        TERN_CHAIN_CASE(kSubVV, v[q] - v[q]);
+        TERN_CHAIN_CASE(kMulVS, v[q] * s[q]);
+        TERN_CHAIN_CASE(kMulSV, s[q] * v[q]);
+        TERN_CHAIN_CASE(kMulVV, v[q] * v[q]);
+        TERN_CHAIN_CASE(kDivVS, v[q] / s[q]);
+        TERN_CHAIN_CASE(kDivSV, s[q] / v[q]);
+        TERN_CHAIN_CASE(kDivVV, v[q] / v[q]);
+#undef TERN_CHAIN_CASE
+      }
+    }
+    std::memcpy(out + j, v, sizeof(v));
+  }
+  for (; j + 16 <= m; j += 16) {
+    ChainVector v, s;
+    LoadChainVector(head + (j & head_mask), v);
+    for (int k = 0; k < count; ++k) {
+      const ChainLink& link = links[k];
+      LoadChainVector(link.side + (j & link.side_mask), s);
+      ApplyChainOp(link.op, v, s);
+    }
+    std::memcpy(out + j, &v, sizeof(v));
+  }
+  for (; j < m; ++j) {
+    float v = head[j & head_mask];
+    for (int k = 0; k < count; ++k) {
+      ApplyChainOp(links[k].op, v, links[k].side[j & links[k].side_mask]);
+    }
+    out[j] = v;
+  }
+}
+
 }  // namespace
 
 Status RunElementwiseProgram(const driver::Instruction& ins, Operands ops) {
@@ -1325,6 +1486,46 @@ Status RunElementwiseProgram(const driver::Instruction& ins, Operands ops) {
       if (steps[i].kind == TERN_STEP_CONSTANT) buffer_of_step[i] = step_buffers++;
     }
   }
+  // The chains (see ChainLink): chain_length[i] > 1 where step i begins a
+  // chain of that many computing steps (constants in between are skipped: they
+  // do nothing per chunk). A step extends the chain when it is a chainable
+  // binary step reading the previous computing step's result, which no other
+  // step reads and which is no output.
+  std::vector<int> chain_length(steps.size(), 1);
+  {
+    const int64_t end_of_program = static_cast<int64_t>(steps.size());
+    std::vector<int64_t> readers(TERN_PROGRAM_INPUTS + steps.size(), 0);
+    for (const ProgramStep& step : steps) {
+      const int reads = step.kind == TERN_STEP_CONSTANT ? 0
+                        : step.kind == TERN_STEP_UNARY  ? 1
+                        : step.kind == TERN_STEP_BINARY ? 2
+                                                        : 3;
+      const int64_t operands[3] = {step.a, step.b, step.c};
+      for (int k = 0; k < reads; ++k) {
+        // x * x reads x once as far as the chain is concerned.
+        if (k == 1 && operands[1] == operands[0]) continue;
+        ++readers[operands[k]];
+      }
+    }
+    for (int j = 0; j < TERN_PROGRAM_OUTPUTS; ++j) {
+      if (operand_of_slot[j] >= 0) readers[output_register[j]] += end_of_program;
+    }
+    ChainOp op;
+    int64_t head = -1, previous = -1;
+    for (int64_t i = 0; i < end_of_program; ++i) {
+      const ProgramStep& step = steps[i];
+      if (step.kind == TERN_STEP_CONSTANT) continue;
+      const bool chainable = step.kind == TERN_STEP_BINARY && ChainableBinary(step.fn, &op);
+      const int64_t previous_register = TERN_PROGRAM_INPUTS + previous;
+      if (chainable && head >= 0 && readers[previous_register] == 1 &&
+          (step.a == previous_register || step.b == previous_register)) {
+        ++chain_length[head];
+      } else {
+        head = chainable ? i : -1;
+      }
+      previous = i;
+    }
+  }
   // Chunks as long as the tensor where it is shorter than kChunk (rounded up
   // to a cache line's floats): a program over a bias of 256 elements fills
   // and walks 256-element buffers, not 1024-element ones.
@@ -1341,6 +1542,48 @@ Status RunElementwiseProgram(const driver::Instruction& ins, Operands ops) {
       float* o = &storage[(TERN_PROGRAM_INPUTS + buffer_of_step[i]) * width];
       std::fill(o, o + width, steps[i].constant);
     }
+    // Runs the chain of `length` computing steps from step `first` over the
+    // chunk's m elements into the last step's buffer; returns that step.
+    auto RunChain = [&](size_t first, int length, int64_t m, const float** reg) {
+      ChainLink links[TERN_PROGRAM_MAX_STEPS];
+      const ProgramStep& head = steps[first];
+      auto mask_of = [&](int64_t r) -> int64_t {
+        return constant_at(r) != nullptr ? 0 : ~int64_t{0};
+      };
+      ChainOp op = kAddVS;
+      ChainableBinary(head.fn, &op);
+      // v = a, then v fn b: the head is a link like the others.
+      links[0] = {head.a == head.b ? static_cast<ChainOp>(op + 2) : op, reg[head.b],
+                  mask_of(head.b)};
+      int count = 1;
+      size_t i = first, last = first;
+      int64_t running = TERN_PROGRAM_INPUTS + static_cast<int64_t>(first);
+      while (count < length) {
+        ++i;
+        const ProgramStep& step = steps[i];
+        if (step.kind == TERN_STEP_CONSTANT) {
+          reg[TERN_PROGRAM_INPUTS + i] =
+              &storage[(TERN_PROGRAM_INPUTS + buffer_of_step[i]) * width];
+          continue;
+        }
+        ChainableBinary(step.fn, &op);
+        if (step.a == running && step.b == running) {
+          links[count] = {static_cast<ChainOp>(op + 2), nullptr, 0};
+          links[count].side = reg[head.a];  // read by no operation: any valid chunk
+        } else if (step.a == running) {
+          links[count] = {op, reg[step.b], mask_of(step.b)};
+        } else {
+          links[count] = {static_cast<ChainOp>(op + 1), reg[step.a], mask_of(step.a)};
+        }
+        ++count;
+        running = TERN_PROGRAM_INPUTS + static_cast<int64_t>(i);
+        last = i;
+      }
+      float* o = &storage[(TERN_PROGRAM_INPUTS + buffer_of_step[last]) * width];
+      RunChainF32(reg[head.a], mask_of(head.a), links, count, o, m);
+      reg[TERN_PROGRAM_INPUTS + last] = o;
+      return last;
+    };
     const uint8_t* repeated[TERN_PROGRAM_INPUTS] = {};  // see the inputs below
     ForEachRun(l, begin, end, [&](const int64_t* offsets, int64_t n) {
       for (int64_t done = 0; done < n; done += width) {
@@ -1371,6 +1614,10 @@ Status RunElementwiseProgram(const driver::Instruction& ins, Operands ops) {
         }
         for (size_t i = 0; i < steps.size(); ++i) {
           const ProgramStep& step = steps[i];
+          if (chain_length[i] > 1) {
+            i = RunChain(i, chain_length[i], m, reg);
+            continue;
+          }
           float* o = &storage[(TERN_PROGRAM_INPUTS + buffer_of_step[i]) * width];
           switch (step.kind) {
             case TERN_STEP_CONSTANT:
