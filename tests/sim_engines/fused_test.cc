@@ -230,32 +230,42 @@ TEST(ElementwiseProgram, LongChainsReuseDeadBuffers) {
 // operand, a constant step in the middle of a chain, and chains ended by a
 // result another step reads and by an output. Lengths around the 16- and
 // 64-element blocks, so the vector blocks and the scalar tail all run; the
-// same bits as the operations one by one.
+// same bits as the operations one by one. Negation, squares, cubes and
+// reciprocals (unary steps) chain too.
 TEST(ElementwiseProgram, ChainsOfArithmeticGiveTheStepsBits) {
   // r8 = a - b; r9 = r8 * r8; r10 = 0.75; r11 = r10 / r9; r12 = r11 + a;
   // r13 = b - r12; r14 = r13 + r13; r15 = r10 * r14; r16 = r15 / b;
   // r17 = r16 - r16; r18 = r16 * a  (r16 read twice: the chain ends at r16);
   // r19 = r18 / r18; r20 = r18 + r19 (r18 an output: the chain ends at r18);
   // r21 = 2; r22 = r21 - r20; r23 = r22 / a; r24 = r12 + r17;
-  // out0 = r17, out1 = r18, out2 = r23, out3 = r24.
+  // then unary steps: r25 = r24 ** 2; r26 = r25 ** 3; r27 = 1 / r26;
+  // r28 = square(r27); r29 = -r28; r30 = abs(r29) (no chain's: r29 read
+  // twice); r31 = r30 * r29. out0 = r17, out1 = r18, out2 = r23, out3 = r31.
   const std::vector<std::array<int64_t, 5>> steps = {
-      {TERN_STEP_BINARY, TERN_BINARY_SUB, 0, 1, 0},    // r8
-      {TERN_STEP_BINARY, TERN_BINARY_MUL, 8, 8, 0},    // r9
-      {TERN_STEP_CONSTANT, 0, 0, 0, 0},                // r10
-      {TERN_STEP_BINARY, TERN_BINARY_DIV, 10, 9, 0},   // r11
-      {TERN_STEP_BINARY, TERN_BINARY_ADD, 11, 0, 0},   // r12
-      {TERN_STEP_BINARY, TERN_BINARY_SUB, 1, 12, 0},   // r13
-      {TERN_STEP_BINARY, TERN_BINARY_ADD, 13, 13, 0},  // r14
-      {TERN_STEP_BINARY, TERN_BINARY_MUL, 10, 14, 0},  // r15
-      {TERN_STEP_BINARY, TERN_BINARY_DIV, 15, 1, 0},   // r16
-      {TERN_STEP_BINARY, TERN_BINARY_SUB, 16, 16, 0},  // r17
-      {TERN_STEP_BINARY, TERN_BINARY_MUL, 16, 0, 0},   // r18
-      {TERN_STEP_BINARY, TERN_BINARY_DIV, 18, 18, 0},  // r19
-      {TERN_STEP_BINARY, TERN_BINARY_ADD, 18, 19, 0},  // r20
-      {TERN_STEP_CONSTANT, 0, 1, 0, 0},                // r21 = 2
-      {TERN_STEP_BINARY, TERN_BINARY_SUB, 21, 20, 0},  // r22
-      {TERN_STEP_BINARY, TERN_BINARY_DIV, 22, 0, 0},   // r23
-      {TERN_STEP_BINARY, TERN_BINARY_ADD, 12, 17, 0},  // r24
+      {TERN_STEP_BINARY, TERN_BINARY_SUB, 0, 1, 0},        // r8
+      {TERN_STEP_BINARY, TERN_BINARY_MUL, 8, 8, 0},        // r9
+      {TERN_STEP_CONSTANT, 0, 0, 0, 0},                    // r10
+      {TERN_STEP_BINARY, TERN_BINARY_DIV, 10, 9, 0},       // r11
+      {TERN_STEP_BINARY, TERN_BINARY_ADD, 11, 0, 0},       // r12
+      {TERN_STEP_BINARY, TERN_BINARY_SUB, 1, 12, 0},       // r13
+      {TERN_STEP_BINARY, TERN_BINARY_ADD, 13, 13, 0},      // r14
+      {TERN_STEP_BINARY, TERN_BINARY_MUL, 10, 14, 0},      // r15
+      {TERN_STEP_BINARY, TERN_BINARY_DIV, 15, 1, 0},       // r16
+      {TERN_STEP_BINARY, TERN_BINARY_SUB, 16, 16, 0},      // r17
+      {TERN_STEP_BINARY, TERN_BINARY_MUL, 16, 0, 0},       // r18
+      {TERN_STEP_BINARY, TERN_BINARY_DIV, 18, 18, 0},      // r19
+      {TERN_STEP_BINARY, TERN_BINARY_ADD, 18, 19, 0},      // r20
+      {TERN_STEP_CONSTANT, 0, 1, 0, 0},                    // r21 = 2
+      {TERN_STEP_BINARY, TERN_BINARY_SUB, 21, 20, 0},      // r22
+      {TERN_STEP_BINARY, TERN_BINARY_DIV, 22, 0, 0},       // r23
+      {TERN_STEP_BINARY, TERN_BINARY_ADD, 12, 17, 0},      // r24
+      {TERN_STEP_UNARY, TERN_UNARY_POW_SCALAR, 24, 3, 0},  // r25 = r24 ** 2
+      {TERN_STEP_UNARY, TERN_UNARY_POW_SCALAR, 25, 2, 0},  // r26 = r25 ** 3
+      {TERN_STEP_UNARY, TERN_UNARY_RECIPROCAL, 26, 0, 0},  // r27
+      {TERN_STEP_UNARY, TERN_UNARY_SQUARE, 27, 0, 0},      // r28
+      {TERN_STEP_UNARY, TERN_UNARY_NEG, 28, 0, 0},         // r29
+      {TERN_STEP_UNARY, TERN_UNARY_ABS, 29, 0, 0},         // r30 (no chain's)
+      {TERN_STEP_BINARY, TERN_BINARY_MUL, 30, 29, 0},      // r31
   };
   std::mt19937_64 rng(21);
   for (int64_t cols : {int64_t{1}, int64_t{15}, int64_t{16}, int64_t{63}, int64_t{64}, int64_t{100},
@@ -268,18 +278,19 @@ TEST(ElementwiseProgram, ChainsOfArithmeticGiveTheStepsBits) {
     Tensor out0(TERN_DTYPE_F32, shape), out1(TERN_DTYPE_F32, shape), out2(TERN_DTYPE_F32, shape),
         out3(TERN_DTYPE_F32, shape);
     ASSERT_TRUE(Exec(TERN_OP_ELEMENTWISE, Operands({&out0, &out1, &out2, &out3}, {&a, &b}),
-                     Program(steps, {17, 18, 23, 24}), {0.75, 2.0})
+                     Program(steps, {17, 18, 23, 31}), {0.75, 2.0, 3.0, 2.0})
                     .ok());
     for (int64_t i = 0; i < a.count(); ++i) {
       const float x = static_cast<float>(a.Get(i)), y = static_cast<float>(b.Get(i));
       const float r8 = x - y, r9 = r8 * r8, r11 = 0.75f / r9, r12 = r11 + x, r13 = y - r12,
                   r14 = r13 + r13, r15 = 0.75f * r14, r16 = r15 / y, r17 = r16 - r16, r18 = r16 * x,
                   r19 = r18 / r18, r20 = r18 + r19, r22 = 2.0f - r20, r23 = r22 / x,
-                  r24 = r12 + r17;
+                  r24 = r12 + r17, r25 = r24 * r24, r26 = r25 * r25 * r25, r27 = 1.0f / r26,
+                  r28 = r27 * r27, r29 = -r28, r31 = std::fabs(r29) * r29;
       ASSERT_EQ(static_cast<float>(out0.Get(i)), r17) << i;
       ASSERT_EQ(static_cast<float>(out1.Get(i)), r18) << i;
       ASSERT_EQ(static_cast<float>(out2.Get(i)), r23) << i;
-      ASSERT_EQ(static_cast<float>(out3.Get(i)), r24) << i;
+      ASSERT_EQ(static_cast<float>(out3.Get(i)), r31) << i;
     }
   }
 }

@@ -1244,10 +1244,11 @@ struct ProgramStep {
 // a chain gives the bits of its steps run one by one.
 
 // What a link does with the running value v and its other operand s.
+// Each binary function as v fn s, s fn v and v fn v, in that order.
 enum ChainOp : uint8_t {
   kAddVS,
   kAddSV,
-  kAddVV,  // v + s, s + v, v + v
+  kAddVV,
   kSubVS,
   kSubSV,
   kSubVV,
@@ -1257,6 +1258,11 @@ enum ChainOp : uint8_t {
   kDivVS,
   kDivSV,
   kDivVV,
+  // Unary steps the same way: -v, v * v, (v * v) * v, 1 / v.
+  kNeg,
+  kSquare,
+  kCube,
+  kReciprocal,
 };
 
 // One step of a chain: its operation, and its other operand: `side` (a chunk
@@ -1289,6 +1295,30 @@ bool ChainableBinary(int64_t fn, ChainOp* op) {
 
 // v = v op s. (By reference: a 64-byte vector passed by value changes the
 // calling convention between the clones, which GCC warns of.)
+// A unary step a chain can take (the operations UnaryF32 computes for it,
+// in the same order), as its ChainOp.
+bool ChainableUnary(int64_t fn, const UnaryParams& params, ChainOp* op) {
+  switch (fn) {
+    case TERN_UNARY_NEG:
+      *op = kNeg;
+      return true;
+    case TERN_UNARY_SQUARE:
+      *op = kSquare;
+      return true;
+    case TERN_UNARY_RECIPROCAL:
+      *op = kReciprocal;
+      return true;
+    case TERN_UNARY_POW_SCALAR:
+      if (params.p0 == 2.0f || params.p0 == 3.0f) {
+        *op = params.p0 == 2.0f ? kSquare : kCube;
+        return true;
+      }
+      return false;
+    default:
+      return false;
+  }
+}
+
 template <typename V>
 TERN_INLINE void ApplyChainOp(ChainOp op, V& v, const V& s) {
   switch (op) {
@@ -1325,8 +1355,20 @@ TERN_INLINE void ApplyChainOp(ChainOp op, V& v, const V& s) {
     case kDivSV:
       v = s / v;
       return;
-    default:  // kDivVV
+    case kDivVV:
       v = v / v;
+      return;
+    case kNeg:
+      v = -v;
+      return;
+    case kSquare:
+      v = v * v;
+      return;
+    case kCube:
+      v = v * v * v;
+      return;
+    default:  // kReciprocal
+      v = 1.0f / v;
       return;
   }
 }
@@ -1367,6 +1409,10 @@ void RunChainF32(const float* head, int64_t head_mask, const ChainLink* links, i
         TERN_CHAIN_CASE(kDivVS, v[q] / s[q]);
         TERN_CHAIN_CASE(kDivSV, s[q] / v[q]);
         TERN_CHAIN_CASE(kDivVV, v[q] / v[q]);
+        TERN_CHAIN_CASE(kNeg, -v[q]);
+        TERN_CHAIN_CASE(kSquare, v[q] * v[q]);
+        TERN_CHAIN_CASE(kCube, v[q] * v[q] * v[q]);
+        TERN_CHAIN_CASE(kReciprocal, 1.0f / v[q]);
 #undef TERN_CHAIN_CASE
       }
     }
@@ -1515,10 +1561,12 @@ Status RunElementwiseProgram(const driver::Instruction& ins, Operands ops) {
     for (int64_t i = 0; i < end_of_program; ++i) {
       const ProgramStep& step = steps[i];
       if (step.kind == TERN_STEP_CONSTANT) continue;
-      const bool chainable = step.kind == TERN_STEP_BINARY && ChainableBinary(step.fn, &op);
+      const bool unary = step.kind == TERN_STEP_UNARY;
+      const bool chainable = (step.kind == TERN_STEP_BINARY && ChainableBinary(step.fn, &op)) ||
+                             (unary && ChainableUnary(step.fn, step.params, &op));
       const int64_t previous_register = TERN_PROGRAM_INPUTS + previous;
       if (chainable && head >= 0 && readers[previous_register] == 1 &&
-          (step.a == previous_register || step.b == previous_register)) {
+          (step.a == previous_register || (!unary && step.b == previous_register))) {
         ++chain_length[head];
       } else {
         head = chainable ? i : -1;
@@ -1551,10 +1599,16 @@ Status RunElementwiseProgram(const driver::Instruction& ins, Operands ops) {
         return constant_at(r) != nullptr ? 0 : ~int64_t{0};
       };
       ChainOp op = kAddVS;
-      ChainableBinary(head.fn, &op);
-      // v = a, then v fn b: the head is a link like the others.
-      links[0] = {head.a == head.b ? static_cast<ChainOp>(op + 2) : op, reg[head.b],
-                  mask_of(head.b)};
+      // v = a, then v fn b (or fn v): the head is a link like the others. A
+      // unary link reads no other operand: its side is any valid chunk.
+      if (head.kind == TERN_STEP_UNARY) {
+        ChainableUnary(head.fn, head.params, &op);
+        links[0] = {op, reg[head.a], 0};
+      } else {
+        ChainableBinary(head.fn, &op);
+        links[0] = {head.a == head.b ? static_cast<ChainOp>(op + 2) : op, reg[head.b],
+                    mask_of(head.b)};
+      }
       int count = 1;
       size_t i = first, last = first;
       int64_t running = TERN_PROGRAM_INPUTS + static_cast<int64_t>(first);
@@ -1566,8 +1620,10 @@ Status RunElementwiseProgram(const driver::Instruction& ins, Operands ops) {
               &storage[(TERN_PROGRAM_INPUTS + buffer_of_step[i]) * width];
           continue;
         }
-        ChainableBinary(step.fn, &op);
-        if (step.a == running && step.b == running) {
+        if (step.kind == TERN_STEP_UNARY) {
+          ChainableUnary(step.fn, step.params, &op);
+          links[count] = {op, reg[head.a], 0};
+        } else if (ChainableBinary(step.fn, &op); step.a == running && step.b == running) {
           links[count] = {static_cast<ChainOp>(op + 2), nullptr, 0};
           links[count].side = reg[head.a];  // read by no operation: any valid chunk
         } else if (step.a == running) {
