@@ -224,23 +224,25 @@ TEST(ElementwiseProgram, LongChainsReuseDeadBuffers) {
   }
 }
 
-// Runs of add/sub/mul/div steps that each take the step before them run as
-// one pass in registers (a chain): every orientation (the running value on
-// the left, on the right, on both sides), constants and inputs as the other
-// operand, a constant step in the middle of a chain, and chains ended by a
-// result another step reads and by an output. Lengths around the 16- and
-// 64-element blocks, so the vector blocks and the scalar tail all run; the
-// same bits as the operations one by one. Negation, squares, cubes and
-// reciprocals (unary steps) chain too.
+// Runs of arithmetic steps that each take the step before them run as one
+// pass in registers (a chain): every orientation (the running value on the
+// left, on the right, on both sides), constants and inputs as the other
+// operand, a constant step in the middle of a chain, the unary steps a chain
+// takes, and results that other steps read too or that are outputs (stored
+// as the chain passes: r12, r16, r18, r29, read by later chains, by their
+// own chain and as an output). Lengths around the 16- and 64-element blocks,
+// so the vector blocks and the scalar tail all run; the same bits as the
+// operations one by one.
 TEST(ElementwiseProgram, ChainsOfArithmeticGiveTheStepsBits) {
   // r8 = a - b; r9 = r8 * r8; r10 = 0.75; r11 = r10 / r9; r12 = r11 + a;
   // r13 = b - r12; r14 = r13 + r13; r15 = r10 * r14; r16 = r15 / b;
-  // r17 = r16 - r16; r18 = r16 * a  (r16 read twice: the chain ends at r16);
-  // r19 = r18 / r18; r20 = r18 + r19 (r18 an output: the chain ends at r18);
+  // r17 = r16 - r16; r18 = r16 * a (not r17's: a new chain);
+  // r19 = r18 / r18; r20 = r18 + r19 (r18 an output, read twice);
   // r21 = 2; r22 = r21 - r20; r23 = r22 / a; r24 = r12 + r17;
   // then unary steps: r25 = r24 ** 2; r26 = r25 ** 3; r27 = 1 / r26;
-  // r28 = square(r27); r29 = -r28; r30 = abs(r29) (no chain's: r29 read
-  // twice); r31 = r30 * r29. out0 = r17, out1 = r18, out2 = r23, out3 = r31.
+  // r28 = square(r27); r29 = -r28; r30 = abs(r29); r31 = r30 * r29;
+  // r32 = -r31; r33 = sqrt(r32); r34 = rsqrt(r33).
+  // out0 = r17, out1 = r18, out2 = r23, out3 = r34.
   const std::vector<std::array<int64_t, 5>> steps = {
       {TERN_STEP_BINARY, TERN_BINARY_SUB, 0, 1, 0},        // r8
       {TERN_STEP_BINARY, TERN_BINARY_MUL, 8, 8, 0},        // r9
@@ -264,8 +266,11 @@ TEST(ElementwiseProgram, ChainsOfArithmeticGiveTheStepsBits) {
       {TERN_STEP_UNARY, TERN_UNARY_RECIPROCAL, 26, 0, 0},  // r27
       {TERN_STEP_UNARY, TERN_UNARY_SQUARE, 27, 0, 0},      // r28
       {TERN_STEP_UNARY, TERN_UNARY_NEG, 28, 0, 0},         // r29
-      {TERN_STEP_UNARY, TERN_UNARY_ABS, 29, 0, 0},         // r30 (no chain's)
+      {TERN_STEP_UNARY, TERN_UNARY_ABS, 29, 0, 0},         // r30
       {TERN_STEP_BINARY, TERN_BINARY_MUL, 30, 29, 0},      // r31
+      {TERN_STEP_UNARY, TERN_UNARY_NEG, 31, 0, 0},         // r32
+      {TERN_STEP_UNARY, TERN_UNARY_SQRT, 32, 0, 0},        // r33
+      {TERN_STEP_UNARY, TERN_UNARY_RSQRT, 33, 0, 0},       // r34
   };
   std::mt19937_64 rng(21);
   for (int64_t cols : {int64_t{1}, int64_t{15}, int64_t{16}, int64_t{63}, int64_t{64}, int64_t{100},
@@ -278,7 +283,7 @@ TEST(ElementwiseProgram, ChainsOfArithmeticGiveTheStepsBits) {
     Tensor out0(TERN_DTYPE_F32, shape), out1(TERN_DTYPE_F32, shape), out2(TERN_DTYPE_F32, shape),
         out3(TERN_DTYPE_F32, shape);
     ASSERT_TRUE(Exec(TERN_OP_ELEMENTWISE, Operands({&out0, &out1, &out2, &out3}, {&a, &b}),
-                     Program(steps, {17, 18, 23, 31}), {0.75, 2.0, 3.0, 2.0})
+                     Program(steps, {17, 18, 23, 34}), {0.75, 2.0, 3.0, 2.0})
                     .ok());
     for (int64_t i = 0; i < a.count(); ++i) {
       const float x = static_cast<float>(a.Get(i)), y = static_cast<float>(b.Get(i));
@@ -286,12 +291,42 @@ TEST(ElementwiseProgram, ChainsOfArithmeticGiveTheStepsBits) {
                   r14 = r13 + r13, r15 = 0.75f * r14, r16 = r15 / y, r17 = r16 - r16, r18 = r16 * x,
                   r19 = r18 / r18, r20 = r18 + r19, r22 = 2.0f - r20, r23 = r22 / x,
                   r24 = r12 + r17, r25 = r24 * r24, r26 = r25 * r25 * r25, r27 = 1.0f / r26,
-                  r28 = r27 * r27, r29 = -r28, r31 = std::fabs(r29) * r29;
+                  r28 = r27 * r27, r29 = -r28, r31 = std::fabs(r29) * r29, r32 = -r31,
+                  r33 = std::sqrt(r32), r34 = 1.0f / std::sqrt(r33);
       ASSERT_EQ(static_cast<float>(out0.Get(i)), r17) << i;
       ASSERT_EQ(static_cast<float>(out1.Get(i)), r18) << i;
       ASSERT_EQ(static_cast<float>(out2.Get(i)), r23) << i;
-      ASSERT_EQ(static_cast<float>(out3.Get(i)), r31) << i;
+      ASSERT_EQ(static_cast<float>(out3.Get(i)), r34) << i;
     }
+  }
+}
+
+// A binary step of two constants is a constant (computed once): a chain goes
+// past it, as past any constant, and as an output it is stored like one.
+TEST(ElementwiseProgram, AStepOfTwoConstantsIsAConstant) {
+  // r8 = a - b; r9 = 0.1; r10 = 3; r11 = r9 * r10; r12 = r11 * r8;
+  // r13 = a + r12; out0 = r13, out1 = r11.
+  const std::vector<std::array<int64_t, 5>> steps = {
+      {TERN_STEP_BINARY, TERN_BINARY_SUB, 0, 1, 0},
+      {TERN_STEP_CONSTANT, 0, 0, 0, 0},
+      {TERN_STEP_CONSTANT, 0, 1, 0, 0},
+      {TERN_STEP_BINARY, TERN_BINARY_MUL, 9, 10, 0},
+      {TERN_STEP_BINARY, TERN_BINARY_MUL, 11, 8, 0},
+      {TERN_STEP_BINARY, TERN_BINARY_ADD, 0, 12, 0},
+  };
+  std::mt19937_64 rng(22);
+  Tensor a(TERN_DTYPE_F32, {5, 70}), b(TERN_DTYPE_F32, {5, 70});
+  a.Randomize(rng, -3, 3);
+  b.Randomize(rng, -3, 3);
+  Tensor out0(TERN_DTYPE_F32, {5, 70}), out1(TERN_DTYPE_F32, {5, 70});
+  ASSERT_TRUE(Exec(TERN_OP_ELEMENTWISE, Operands({&out0, &out1}, {&a, &b}),
+                   Program(steps, {13, 11, kNone, kNone}), {0.1, 3.0})
+                  .ok());
+  const float scale = 0.1f * 3.0f;
+  for (int64_t i = 0; i < a.count(); ++i) {
+    const float x = static_cast<float>(a.Get(i)), y = static_cast<float>(b.Get(i));
+    ASSERT_EQ(static_cast<float>(out0.Get(i)), x + scale * (x - y)) << i;
+    ASSERT_EQ(static_cast<float>(out1.Get(i)), scale) << i;
   }
 }
 

@@ -1258,11 +1258,15 @@ enum ChainOp : uint8_t {
   kDivVS,
   kDivSV,
   kDivVV,
-  // Unary steps the same way: -v, v * v, (v * v) * v, 1 / v.
+  // Unary steps the same way: -v, v * v, (v * v) * v, 1 / v, sqrt(v),
+  // 1 / sqrt(v), |v|.
   kNeg,
   kSquare,
   kCube,
   kReciprocal,
+  kSqrt,
+  kRsqrt,
+  kAbs,
 };
 
 // One step of a chain: its operation, and its other operand: `side` (a chunk
@@ -1270,7 +1274,8 @@ enum ChainOp : uint8_t {
 struct ChainLink {
   ChainOp op;
   const float* side;
-  int64_t side_mask;  // ~0 for an array, 0 for a constant
+  int64_t side_mask;     // ~0 for an array, 0 for a constant
+  float* tap = nullptr;  // where the value after this link is also stored, if read elsewhere
 };
 
 // A binary function a chain can take, as the ChainOp for "v fn s".
@@ -1307,6 +1312,15 @@ bool ChainableUnary(int64_t fn, const UnaryParams& params, ChainOp* op) {
       return true;
     case TERN_UNARY_RECIPROCAL:
       *op = kReciprocal;
+      return true;
+    case TERN_UNARY_SQRT:
+      *op = kSqrt;
+      return true;
+    case TERN_UNARY_RSQRT:
+      *op = kRsqrt;
+      return true;
+    case TERN_UNARY_ABS:
+      *op = kAbs;
       return true;
     case TERN_UNARY_POW_SCALAR:
       if (params.p0 == 2.0f || params.p0 == 3.0f) {
@@ -1367,8 +1381,22 @@ TERN_INLINE void ApplyChainOp(ChainOp op, V& v, const V& s) {
     case kCube:
       v = v * v * v;
       return;
-    default:  // kReciprocal
+    case kReciprocal:
       v = 1.0f / v;
+      return;
+    default:  // kSqrt, kRsqrt, kAbs: lane by lane (GCC makes one vector
+              // instruction of each loop)
+      if constexpr (std::is_same_v<V, float>) {
+        v = op == kSqrt ? std::sqrt(v) : op == kRsqrt ? 1.0f / std::sqrt(v) : std::fabs(v);
+      } else {
+        if (op == kSqrt) {
+          for (int l = 0; l < 16; ++l) v[l] = std::sqrt(v[l]);
+        } else if (op == kRsqrt) {
+          for (int l = 0; l < 16; ++l) v[l] = 1.0f / std::sqrt(v[l]);
+        } else {
+          for (int l = 0; l < 16; ++l) v[l] = std::fabs(v[l]);
+        }
+      }
       return;
   }
 }
@@ -1414,7 +1442,11 @@ void RunChainF32(const float* head, int64_t head_mask, const ChainLink* links, i
         TERN_CHAIN_CASE(kCube, v[q] * v[q] * v[q]);
         TERN_CHAIN_CASE(kReciprocal, 1.0f / v[q]);
 #undef TERN_CHAIN_CASE
+        default:  // the lane-by-lane ones
+          for (int q = 0; q < 4; ++q) ApplyChainOp(link.op, v[q], s[q]);
+          break;
       }
+      if (link.tap != nullptr) std::memcpy(link.tap + j, v, sizeof(v));
     }
     std::memcpy(out + j, v, sizeof(v));
   }
@@ -1425,6 +1457,7 @@ void RunChainF32(const float* head, int64_t head_mask, const ChainLink* links, i
       const ChainLink& link = links[k];
       LoadChainVector(link.side + (j & link.side_mask), s);
       ApplyChainOp(link.op, v, s);
+      if (link.tap != nullptr) std::memcpy(link.tap + j, &v, sizeof(v));
     }
     std::memcpy(out + j, &v, sizeof(v));
   }
@@ -1432,6 +1465,7 @@ void RunChainF32(const float* head, int64_t head_mask, const ChainLink* links, i
     float v = head[j & head_mask];
     for (int k = 0; k < count; ++k) {
       ApplyChainOp(links[k].op, v, links[k].side[j & links[k].side_mask]);
+      if (links[k].tap != nullptr) links[k].tap[j] = v;
     }
     out[j] = v;
   }
@@ -1454,6 +1488,20 @@ Status RunElementwiseProgram(const driver::Instruction& ins, Operands ops) {
       step.params =
           ParamsOf(step.fn, std::span<const double>(ins.floats)
                                 .subspan(count == 0 ? 0 : static_cast<size_t>(step.b), count));
+    }
+    // A binary step of two constants is a constant: computed here once, by
+    // the function that would compute it per element (the same value), so
+    // that it makes no pass and chains go past it (AdamW's 0.1 * 1.0
+    // between a subtraction and the product that reads it).
+    if (step.kind == TERN_STEP_BINARY && step.a >= TERN_PROGRAM_INPUTS &&
+        step.b >= TERN_PROGRAM_INPUTS) {
+      const ProgramStep& a = steps[static_cast<size_t>(step.a - TERN_PROGRAM_INPUTS)];
+      const ProgramStep& b = steps[static_cast<size_t>(step.b - TERN_PROGRAM_INPUTS)];
+      if (a.kind == TERN_STEP_CONSTANT && b.kind == TERN_STEP_CONSTANT) {
+        float value = 0;
+        BinaryF32(step.fn, &value, &a.constant, &b.constant, 1);
+        step = {TERN_STEP_CONSTANT, 0, 0, 0, 0, {}, value};
+      }
     }
   }
   // The present operands, walked together: slot[k] is operand k's slot.
@@ -1535,9 +1583,11 @@ Status RunElementwiseProgram(const driver::Instruction& ins, Operands ops) {
   // The chains (see ChainLink): chain_length[i] > 1 where step i begins a
   // chain of that many computing steps (constants in between are skipped: they
   // do nothing per chunk). A step extends the chain when it is a chainable
-  // binary step reading the previous computing step's result, which no other
-  // step reads and which is no output.
+  // step reading the previous computing step's result as its running value;
+  // tapped[i] when step i's result, inside a chain, is also read by another
+  // step or is an output: the chain stores it as it passes.
   std::vector<int> chain_length(steps.size(), 1);
+  std::vector<bool> tapped(steps.size(), false);
   {
     const int64_t end_of_program = static_cast<int64_t>(steps.size());
     std::vector<int64_t> readers(TERN_PROGRAM_INPUTS + steps.size(), 0);
@@ -1565,9 +1615,10 @@ Status RunElementwiseProgram(const driver::Instruction& ins, Operands ops) {
       const bool chainable = (step.kind == TERN_STEP_BINARY && ChainableBinary(step.fn, &op)) ||
                              (unary && ChainableUnary(step.fn, step.params, &op));
       const int64_t previous_register = TERN_PROGRAM_INPUTS + previous;
-      if (chainable && head >= 0 && readers[previous_register] == 1 &&
+      if (chainable && head >= 0 &&
           (step.a == previous_register || (!unary && step.b == previous_register))) {
         ++chain_length[head];
+        tapped[previous] = readers[previous_register] > 1;
       } else {
         head = chainable ? i : -1;
       }
@@ -1599,6 +1650,13 @@ Status RunElementwiseProgram(const driver::Instruction& ins, Operands ops) {
         return constant_at(r) != nullptr ? 0 : ~int64_t{0};
       };
       ChainOp op = kAddVS;
+      // The buffer a link's result is stored in as well, where it is tapped.
+      auto tap_of = [&](size_t step) -> float* {
+        if (!tapped[step]) return nullptr;
+        float* buffer = &storage[(TERN_PROGRAM_INPUTS + buffer_of_step[step]) * width];
+        reg[TERN_PROGRAM_INPUTS + step] = buffer;
+        return buffer;
+      };
       // v = a, then v fn b (or fn v): the head is a link like the others. A
       // unary link reads no other operand: its side is any valid chunk.
       if (head.kind == TERN_STEP_UNARY) {
@@ -1609,6 +1667,7 @@ Status RunElementwiseProgram(const driver::Instruction& ins, Operands ops) {
         links[0] = {head.a == head.b ? static_cast<ChainOp>(op + 2) : op, reg[head.b],
                     mask_of(head.b)};
       }
+      links[0].tap = tap_of(first);
       int count = 1;
       size_t i = first, last = first;
       int64_t running = TERN_PROGRAM_INPUTS + static_cast<int64_t>(first);
@@ -1631,6 +1690,7 @@ Status RunElementwiseProgram(const driver::Instruction& ins, Operands ops) {
         } else {
           links[count] = {static_cast<ChainOp>(op + 1), reg[step.a], mask_of(step.a)};
         }
+        links[count].tap = tap_of(i);
         ++count;
         running = TERN_PROGRAM_INPUTS + static_cast<int64_t>(i);
         last = i;
