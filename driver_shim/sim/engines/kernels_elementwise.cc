@@ -1234,14 +1234,16 @@ struct ProgramStep {
 //
 // A program's steps run one at a time over a chunk, each a pass of loads and
 // stores through the L1 cache (about 3 cycles per 16 floats per step on an
-// AMD EPYC Zen 4, bound by the stores). A chain is a run of add, subtract,
-// multiply and divide steps in which each step takes the one before it as an
-// operand and nothing else reads that result: it runs as one pass over the
-// chunk, 16 floats at a time, the running value kept in a vector register and
-// each step loading only its other operand. Every step is still the same
-// single IEEE operation on the same operands in the same order (nothing is
-// contracted into a fused multiply-add: ISO C++ mode, -ffp-contract=off), so
-// a chain gives the bits of its steps run one by one.
+// AMD EPYC Zen 4, bound by the stores). A chain is a run of arithmetic steps
+// (add, subtract, multiply, divide, and the unary steps ChainableUnary names)
+// in which each step takes the one before it as its running value: it runs
+// as one pass over the chunk, 64 floats at a time, the running value kept in
+// vector registers and each step loading only its other operand; a result
+// that another step also reads, or that is an output, is stored as the chain
+// passes (its tap). Every step is still the same single IEEE operation on the
+// same operands in the same order (nothing is contracted into a fused
+// multiply-add: ISO C++ mode, -ffp-contract=off), so a chain gives the bits
+// of its steps run one by one.
 
 // What a link does with the running value v and its other operand s.
 // Each binary function as v fn s, s fn v and v fn v, in that order.
@@ -1298,8 +1300,6 @@ bool ChainableBinary(int64_t fn, ChainOp* op) {
   }
 }
 
-// v = v op s. (By reference: a 64-byte vector passed by value changes the
-// calling convention between the clones, which GCC warns of.)
 // A unary step a chain can take (the operations UnaryF32 computes for it,
 // in the same order), as its ChainOp.
 bool ChainableUnary(int64_t fn, const UnaryParams& params, ChainOp* op) {
@@ -1333,6 +1333,8 @@ bool ChainableUnary(int64_t fn, const UnaryParams& params, ChainOp* op) {
   }
 }
 
+// v = v op s. (By reference: a 64-byte vector passed by value changes the
+// calling convention between the clones, which GCC warns of.)
 template <typename V>
 TERN_INLINE void ApplyChainOp(ChainOp op, V& v, const V& s) {
   switch (op) {
