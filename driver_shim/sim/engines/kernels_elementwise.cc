@@ -1230,6 +1230,20 @@ struct ProgramStep {
   float constant = 0;
 };
 
+// How many registers a step reads: its operands a, b, c in that order.
+int OperandsRead(const ProgramStep& step) {
+  switch (step.kind) {
+    case TERN_STEP_CONSTANT:
+      return 0;
+    case TERN_STEP_UNARY:
+      return 1;
+    case TERN_STEP_BINARY:
+      return 2;
+    default:  // TERN_STEP_WHERE
+      return 3;
+  }
+}
+
 // --- chains: a run of arithmetic steps computed in a register ---------------------
 //
 // A program's steps run one at a time over a chunk, each a pass of loads and
@@ -1542,12 +1556,8 @@ Status RunElementwiseProgram(const driver::Instruction& ins, Operands ops) {
     std::vector<int64_t> last_use(TERN_PROGRAM_INPUTS + steps.size(), -1);
     for (size_t i = 0; i < steps.size(); ++i) {
       const ProgramStep& step = steps[i];
-      const int reads = step.kind == TERN_STEP_CONSTANT ? 0
-                        : step.kind == TERN_STEP_UNARY  ? 1
-                        : step.kind == TERN_STEP_BINARY ? 2
-                                                        : 3;
       const int64_t operands[3] = {step.a, step.b, step.c};
-      for (int k = 0; k < reads; ++k) last_use[operands[k]] = static_cast<int64_t>(i);
+      for (int k = 0; k < OperandsRead(step); ++k) last_use[operands[k]] = static_cast<int64_t>(i);
     }
     for (int j = 0; j < TERN_PROGRAM_OUTPUTS; ++j) {
       if (operand_of_slot[j] >= 0) last_use[output_register[j]] = end_of_program;
@@ -1594,12 +1604,8 @@ Status RunElementwiseProgram(const driver::Instruction& ins, Operands ops) {
     const int64_t end_of_program = static_cast<int64_t>(steps.size());
     std::vector<int64_t> readers(TERN_PROGRAM_INPUTS + steps.size(), 0);
     for (const ProgramStep& step : steps) {
-      const int reads = step.kind == TERN_STEP_CONSTANT ? 0
-                        : step.kind == TERN_STEP_UNARY  ? 1
-                        : step.kind == TERN_STEP_BINARY ? 2
-                                                        : 3;
       const int64_t operands[3] = {step.a, step.b, step.c};
-      for (int k = 0; k < reads; ++k) {
+      for (int k = 0; k < OperandsRead(step); ++k) {
         // x * x reads x once as far as the chain is concerned.
         if (k == 1 && operands[1] == operands[0]) continue;
         ++readers[operands[k]];
