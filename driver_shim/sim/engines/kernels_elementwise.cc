@@ -1347,70 +1347,46 @@ bool ChainableUnary(int64_t fn, const UnaryParams& params, ChainOp* op) {
   }
 }
 
-// v = v op s. (By reference: a 64-byte vector passed by value changes the
-// calling convention between the clones, which GCC warns of.)
-template <typename V>
-TERN_INLINE void ApplyChainOp(ChainOp op, V& v, const V& s) {
+// v[q] = v[q] op s[q] for each of the N values (N vectors in flight, or one
+// float). By reference: a 64-byte vector passed by value changes the calling
+// convention between the clones, which GCC warns of.
+template <typename V, int N>
+TERN_INLINE void ApplyChainOp(ChainOp op, V (&v)[N], const V (&s)[N]) {
   switch (op) {
-    case kAddVS:
-      v = v + s;
-      return;
-    case kAddSV:
-      v = s + v;
-      return;
-    case kAddVV:
-      v = v + v;
-      return;
-    case kSubVS:
-      v = v - s;
-      return;
-    case kSubSV:
-      v = s - v;
-      return;
-    case kSubVV:
-      v = v - v;
-      return;
-    case kMulVS:
-      v = v * s;
-      return;
-    case kMulSV:
-      v = s * v;
-      return;
-    case kMulVV:
-      v = v * v;
-      return;
-    case kDivVS:
-      v = v / s;
-      return;
-    case kDivSV:
-      v = s / v;
-      return;
-    case kDivVV:
-      v = v / v;
-      return;
-    case kNeg:
-      v = -v;
-      return;
-    case kSquare:
-      v = v * v;
-      return;
-    case kCube:
-      v = v * v * v;
-      return;
-    case kReciprocal:
-      v = 1.0f / v;
-      return;
+#define TERN_CHAIN_CASE(name, expr)            \
+  case name:                                   \
+    for (int q = 0; q < N; ++q) v[q] = (expr); \
+    return
+    TERN_CHAIN_CASE(kAddVS, v[q] + s[q]);
+    TERN_CHAIN_CASE(kAddSV, s[q] + v[q]);
+    TERN_CHAIN_CASE(kAddVV, v[q] + v[q]);
+    TERN_CHAIN_CASE(kSubVS, v[q] - s[q]);
+    TERN_CHAIN_CASE(kSubSV, s[q] - v[q]);
+    TERN_CHAIN_CASE(kSubVV, v[q] - v[q]);
+    TERN_CHAIN_CASE(kMulVS, v[q] * s[q]);
+    TERN_CHAIN_CASE(kMulSV, s[q] * v[q]);
+    TERN_CHAIN_CASE(kMulVV, v[q] * v[q]);
+    TERN_CHAIN_CASE(kDivVS, v[q] / s[q]);
+    TERN_CHAIN_CASE(kDivSV, s[q] / v[q]);
+    TERN_CHAIN_CASE(kDivVV, v[q] / v[q]);
+    TERN_CHAIN_CASE(kNeg, -v[q]);
+    TERN_CHAIN_CASE(kSquare, v[q] * v[q]);
+    TERN_CHAIN_CASE(kCube, v[q] * v[q] * v[q]);
+    TERN_CHAIN_CASE(kReciprocal, 1.0f / v[q]);
+#undef TERN_CHAIN_CASE
     default:  // kSqrt, kRsqrt, kAbs: lane by lane (GCC makes one vector
               // instruction of each loop)
-      if constexpr (std::is_same_v<V, float>) {
-        v = op == kSqrt ? std::sqrt(v) : op == kRsqrt ? 1.0f / std::sqrt(v) : std::fabs(v);
-      } else {
-        if (op == kSqrt) {
-          for (int l = 0; l < 16; ++l) v[l] = std::sqrt(v[l]);
+      for (int q = 0; q < N; ++q) {
+        if constexpr (std::is_same_v<V, float>) {
+          v[q] = op == kSqrt    ? std::sqrt(v[q])
+                 : op == kRsqrt ? 1.0f / std::sqrt(v[q])
+                                : std::fabs(v[q]);
+        } else if (op == kSqrt) {
+          for (int l = 0; l < 16; ++l) v[q][l] = std::sqrt(v[q][l]);
         } else if (op == kRsqrt) {
-          for (int l = 0; l < 16; ++l) v[l] = 1.0f / std::sqrt(v[l]);
+          for (int l = 0; l < 16; ++l) v[q][l] = 1.0f / std::sqrt(v[q][l]);
         } else {
-          for (int l = 0; l < 16; ++l) v[l] = std::fabs(v[l]);
+          for (int l = 0; l < 16; ++l) v[q][l] = std::fabs(v[q][l]);
         }
       }
       return;
@@ -1436,54 +1412,30 @@ void RunChainF32(const float* head, int64_t head_mask, const ChainLink* links, i
       const ChainLink& link = links[k];
       for (int q = 0; q < 4; ++q)
         LoadChainVector(link.side + ((j + 16 * q) & link.side_mask), s[q]);
-      switch (link.op) {
-#define TERN_CHAIN_CASE(op, expr)              \
-  case op:                                     \
-    for (int q = 0; q < 4; ++q) v[q] = (expr); \
-    break
-        TERN_CHAIN_CASE(kAddVS, v[q] + s[q]);
-        TERN_CHAIN_CASE(kAddSV, s[q] + v[q]);
-        TERN_CHAIN_CASE(kAddVV, v[q] + v[q]);
-        TERN_CHAIN_CASE(kSubVS, v[q] - s[q]);
-        TERN_CHAIN_CASE(kSubSV, s[q] - v[q]);
-        TERN_CHAIN_CASE(kSubVV, v[q] - v[q]);
-        TERN_CHAIN_CASE(kMulVS, v[q] * s[q]);
-        TERN_CHAIN_CASE(kMulSV, s[q] * v[q]);
-        TERN_CHAIN_CASE(kMulVV, v[q] * v[q]);
-        TERN_CHAIN_CASE(kDivVS, v[q] / s[q]);
-        TERN_CHAIN_CASE(kDivSV, s[q] / v[q]);
-        TERN_CHAIN_CASE(kDivVV, v[q] / v[q]);
-        TERN_CHAIN_CASE(kNeg, -v[q]);
-        TERN_CHAIN_CASE(kSquare, v[q] * v[q]);
-        TERN_CHAIN_CASE(kCube, v[q] * v[q] * v[q]);
-        TERN_CHAIN_CASE(kReciprocal, 1.0f / v[q]);
-#undef TERN_CHAIN_CASE
-        default:  // the lane-by-lane ones
-          for (int q = 0; q < 4; ++q) ApplyChainOp(link.op, v[q], s[q]);
-          break;
-      }
+      ApplyChainOp(link.op, v, s);
       if (link.tap != nullptr) std::memcpy(link.tap + j, v, sizeof(v));
     }
     std::memcpy(out + j, v, sizeof(v));
   }
   for (; j + 16 <= m; j += 16) {
-    ChainVector v, s;
-    LoadChainVector(head + (j & head_mask), v);
+    ChainVector v[1], s[1];
+    LoadChainVector(head + (j & head_mask), v[0]);
     for (int k = 0; k < count; ++k) {
       const ChainLink& link = links[k];
-      LoadChainVector(link.side + (j & link.side_mask), s);
+      LoadChainVector(link.side + (j & link.side_mask), s[0]);
       ApplyChainOp(link.op, v, s);
-      if (link.tap != nullptr) std::memcpy(link.tap + j, &v, sizeof(v));
+      if (link.tap != nullptr) std::memcpy(link.tap + j, v, sizeof(v));
     }
-    std::memcpy(out + j, &v, sizeof(v));
+    std::memcpy(out + j, v, sizeof(v));
   }
   for (; j < m; ++j) {
-    float v = head[j & head_mask];
+    float v[1] = {head[j & head_mask]};
     for (int k = 0; k < count; ++k) {
-      ApplyChainOp(links[k].op, v, links[k].side[j & links[k].side_mask]);
-      if (links[k].tap != nullptr) links[k].tap[j] = v;
+      const float s[1] = {links[k].side[j & links[k].side_mask]};
+      ApplyChainOp(links[k].op, v, s);
+      if (links[k].tap != nullptr) links[k].tap[j] = v[0];
     }
-    out[j] = v;
+    out[j] = v[0];
   }
 }
 
